@@ -1,0 +1,222 @@
+//! gpugate's configuration file: one typed YAML document with defaults.
+//!
+//! Every key is optional; an empty file (or no file) gives HAMi's defaults
+//! for NVIDIA. Unknown keys are refused so that a typo does not silently
+//! fall back to a default. The `nvidia` section uses the key names of HAMi's
+//! device config so that it can be copied over when migrating.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::engine::policy::{GpuPolicy, NodePolicy};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    pub scheduler: SchedulerConfig,
+    pub nvidia: NvidiaConfig,
+}
+
+/// Scheduling defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Written into `spec.schedulerName` of vGPU pods (HAMi: `--scheduler-name`).
+    pub name: String,
+    /// Default node policy when a pod sets no `hami.io/node-scheduler-policy`.
+    pub node_scheduler_policy: NodePolicy,
+    /// Default GPU policy when a pod sets no `hami.io/gpu-scheduler-policy`.
+    pub gpu_scheduler_policy: GpuPolicy,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            name: "hami-scheduler".to_string(),
+            node_scheduler_policy: NodePolicy::Binpack,
+            gpu_scheduler_policy: GpuPolicy::Spread,
+        }
+    }
+}
+
+/// NVIDIA resource names and request defaults (HAMi's `nvidia` device config).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NvidiaConfig {
+    pub resource_count_name: String,
+    pub resource_memory_name: String,
+    pub resource_memory_percentage_name: String,
+    pub resource_core_name: String,
+    pub resource_priority_name: String,
+    /// MiB per GPU when a container gives neither gpumem nor a percentage
+    /// (0: the whole GPU's memory).
+    pub default_memory: u64,
+    /// Cores (percent of SMs) per GPU when a container gives no gpucores.
+    pub default_cores: u32,
+    /// GPU count injected when a container gives memory or cores but no count.
+    #[serde(rename = "defaultGPUNum")]
+    pub default_gpu_num: u32,
+    /// Requested gpumem is multiplied by this factor.
+    pub memory_factor: u32,
+    /// `NVIDIA_VISIBLE_DEVICES=none` for containers without GPUs (webhook).
+    pub overwrite_env: bool,
+    /// `GPU_CORE_UTILIZATION_POLICY` for every container unless `default` (webhook).
+    pub gpu_core_policy: String,
+    /// `spec.runtimeClassName` for vGPU pods that set none (webhook).
+    pub runtime_class_name: String,
+    // Keys of HAMi's device config that only its device plugin reads: accepted
+    // (so HAMi's `nvidia` section can be copied as is) and otherwise ignored.
+    #[doc(hidden)]
+    pub device_split_count: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub device_memory_scaling: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub device_core_scaling: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub pre_configured_device_memory: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub lib_cuda_log_level: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub enable_numa_topology: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub disable_core_limit: Option<serde_yaml_ng::Value>,
+    #[doc(hidden)]
+    pub mig_profile_allowlist: Option<serde_yaml_ng::Value>,
+}
+
+impl Default for NvidiaConfig {
+    fn default() -> Self {
+        Self {
+            resource_count_name: "nvidia.com/gpu".to_string(),
+            resource_memory_name: "nvidia.com/gpumem".to_string(),
+            resource_memory_percentage_name: "nvidia.com/gpumem-percentage".to_string(),
+            resource_core_name: "nvidia.com/gpucores".to_string(),
+            resource_priority_name: "nvidia.com/priority".to_string(),
+            default_memory: 0,
+            default_cores: 0,
+            default_gpu_num: 1,
+            memory_factor: 1,
+            overwrite_env: false,
+            gpu_core_policy: "default".to_string(),
+            runtime_class_name: String::new(),
+            device_split_count: None,
+            device_memory_scaling: None,
+            device_core_scaling: None,
+            pre_configured_device_memory: None,
+            lib_cuda_log_level: None,
+            enable_numa_topology: None,
+            disable_core_limit: None,
+            mig_profile_allowlist: None,
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: String,
+        source: serde_yaml_ng::Error,
+    },
+    #[error("config file {path}: {problem}")]
+    Invalid { path: String, problem: String },
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::from_yaml(&text, &shown)
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
+                path: origin.to_string(),
+                source,
+            })?
+        };
+        config.validate().map_err(|problem| ConfigError::Invalid {
+            path: origin.to_string(),
+            problem,
+        })?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let n = &self.nvidia;
+        if n.resource_count_name.trim().is_empty() {
+            return Err("nvidia.resourceCountName must not be empty".to_string());
+        }
+        if n.default_cores > 100 {
+            return Err(format!(
+                "nvidia.defaultCores is {}, allowed 0..=100",
+                n.default_cores
+            ));
+        }
+        if n.memory_factor == 0 {
+            return Err("nvidia.memoryFactor must be at least 1".to_string());
+        }
+        if n.default_memory > i32::MAX as u64 {
+            return Err(format!(
+                "nvidia.defaultMemory is {} MiB, more than HAMi's device plugin can represent ({})",
+                n.default_memory,
+                i32::MAX
+            ));
+        }
+        if self.scheduler.name.trim().is_empty() {
+            return Err("scheduler.name must not be empty".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_hami_defaults() {
+        let c = Config::from_yaml("", "test").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.nvidia.default_gpu_num, 1);
+        assert_eq!(c.scheduler.gpu_scheduler_policy, GpuPolicy::Spread);
+        assert_eq!(c.scheduler.node_scheduler_policy, NodePolicy::Binpack);
+    }
+
+    #[test]
+    fn hami_nvidia_section_is_accepted() {
+        let text = "nvidia:\n  resourceCountName: nvidia.com/gpu\n  defaultMemory: 1024\n  defaultGPUNum: 2\n  deviceSplitCount: 10\n  deviceMemoryScaling: 1\n  migProfileAllowlist: []\n";
+        let c = Config::from_yaml(text, "test").unwrap();
+        assert_eq!(c.nvidia.default_memory, 1024);
+        assert_eq!(c.nvidia.default_gpu_num, 2);
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_refused() {
+        let err = Config::from_yaml("nvidia:\n  defaultMemroy: 5\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("defaultMemroy"), "{err}");
+        let err =
+            Config::from_yaml("scheduler:\n  gpuSchedulerPolicy: fastest\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("fastest"), "{err}");
+        let err = Config::from_yaml("nvidia:\n  defaultCores: 150\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("defaultCores"), "{err}");
+        let err = Config::from_yaml("nvidia:\n  memoryFactor: 0\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("memoryFactor"), "{err}");
+    }
+}

@@ -1,0 +1,643 @@
+//! Fitting a pod on one node: the per-GPU checks with their reason codes
+//! (hami-compat.md 5.4.3) and the choice of GPUs under the GPU policy.
+
+use super::device::{Gpu, Node, Usage};
+use super::plan::PodPlan;
+use super::policy::{GpuPolicy, device_score};
+use super::reason::{Reason, ReasonCounts, Rejection};
+use super::request::GpuRequest;
+use super::selection::Selection;
+use super::topology;
+
+/// The per-GPU checks, in HAMi's order; the first failure is the reason.
+pub fn check_gpu(
+    gpu: &Gpu,
+    used: &Usage,
+    req: &GpuRequest,
+    selection: &Selection,
+    policy: GpuPolicy,
+) -> Result<Usage, Reason> {
+    if !gpu.healthy {
+        return Err(Reason::CardNotHealth);
+    }
+    if gpu.cordoned {
+        return Err(Reason::CardCordoned);
+    }
+    if !selection.accepts_model(gpu) {
+        return Err(Reason::CardTypeMismatch);
+    }
+    if !selection.accepts_uuid(gpu) {
+        return Err(Reason::CardUuidMismatch);
+    }
+    let cap = &gpu.capacity;
+    if used.slots >= cap.slots {
+        return Err(Reason::CardTimeSlicingExhausted);
+    }
+    if policy == GpuPolicy::Mutex && used.slots > 0 {
+        return Err(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    let mem = req.mem_on(cap.mem_mib);
+    if cap.mem_mib.saturating_sub(used.mem_mib) < mem {
+        return Err(Reason::CardInsufficientMemory);
+    }
+    if cap.cores.saturating_sub(used.cores) < req.cores {
+        return Err(Reason::CardInsufficientCore);
+    }
+    if cap.cores == 100 && req.cores == 100 && used.slots > 0 {
+        return Err(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    if cap.cores != 0 && used.cores >= cap.cores && req.cores == 0 {
+        return Err(Reason::CardComputeUnitsExhausted);
+    }
+    Ok(Usage {
+        slots: 1,
+        mem_mib: mem,
+        cores: req.cores,
+    })
+}
+
+/// Reusable buffers so that evaluating thousands of nodes allocates nothing
+/// per node.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    app_usage: Vec<Usage>,
+    init_usage: Vec<Usage>,
+    candidates: Vec<(usize, Usage)>,
+    ranked: Vec<(f64, usize)>,
+    chosen: Vec<usize>,
+    pool: Vec<usize>,
+    /// (container index, GPU position, what it takes) of the last fit.
+    pub(crate) grants: Vec<(usize, usize, Usage)>,
+}
+
+/// Fits every container of `plan` on `node`. On success `scratch.grants`
+/// holds the chosen GPUs. Init containers each start from the node's usage
+/// (they run one after another); app containers add up.
+pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(), Rejection> {
+    scratch.grants.clear();
+    if node.gpus.is_empty() {
+        return Err(Rejection::NodeUnregistered);
+    }
+    let available = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+    scratch.app_usage.clear();
+    scratch.app_usage.extend_from_slice(&node.usage);
+    for (ci, container) in plan.request.containers.iter().enumerate() {
+        let Some(req) = container.gpu.as_ref() else {
+            continue;
+        };
+        if req.count > available {
+            return Err(Rejection::NodeInsufficientDevice {
+                container: container.name.clone(),
+                requested: req.count,
+                available,
+            });
+        }
+        let result = if container.init {
+            let mut usage = std::mem::take(&mut scratch.init_usage);
+            usage.clear();
+            usage.extend_from_slice(&node.usage);
+            let r = fit_container(node, &mut usage, ci, req, plan, scratch);
+            scratch.init_usage = usage;
+            r
+        } else {
+            let mut usage = std::mem::take(&mut scratch.app_usage);
+            let r = fit_container(node, &mut usage, ci, req, plan, scratch);
+            scratch.app_usage = usage;
+            r
+        };
+        if let Err(counts) = result {
+            return Err(Rejection::Devices {
+                container: container.name.clone(),
+                gpus: available,
+                counts,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn fit_container(
+    node: &Node,
+    usage: &mut [Usage],
+    container: usize,
+    req: &GpuRequest,
+    plan: &PodPlan,
+    s: &mut Scratch,
+) -> Result<(), ReasonCounts> {
+    let mut counts = ReasonCounts::default();
+    s.candidates.clear();
+    for (pos, gpu) in node.gpus.iter().enumerate() {
+        let used = usage.get(pos).copied().unwrap_or_default();
+        match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+            Ok(take) => s.candidates.push((pos, take)),
+            Err(reason) => counts.add(reason, 1),
+        }
+    }
+    let n = req.count as usize;
+    let found = u32::try_from(s.candidates.len()).unwrap_or(u32::MAX);
+    if s.candidates.len() < n {
+        if found > 0 {
+            counts.add(Reason::AllocatedCardsInsufficientRequest, found);
+        }
+        return Err(counts);
+    }
+    s.chosen.clear();
+    let ok = if plan.selection.numa_bind {
+        choose_numa_bound(node, usage, n, plan.gpu_policy, s)
+    } else {
+        let mut pool = std::mem::take(&mut s.pool);
+        pool.clear();
+        pool.extend(0..s.candidates.len());
+        let chosen = choose_among(node, usage, &pool, n, plan.gpu_policy, s).is_some();
+        s.pool = pool;
+        chosen
+    };
+    if !ok {
+        counts.add(Reason::NumaNotFit, found);
+        return Err(counts);
+    }
+    for i in 0..s.chosen.len() {
+        let (pos, take) = s.candidates[s.chosen[i]];
+        if let Some(u) = usage.get_mut(pos) {
+            u.add(&take);
+        }
+        s.grants.push((container, pos, take));
+    }
+    Ok(())
+}
+
+/// Chooses `n` of the candidates listed by `pool` (indexes into
+/// `s.candidates`) into `s.chosen`; returns the quality of the choice
+/// (higher is better) so that NUMA groups can be compared.
+fn choose_among(
+    node: &Node,
+    usage: &[Usage],
+    pool: &[usize],
+    n: usize,
+    policy: GpuPolicy,
+    s: &mut Scratch,
+) -> Option<f64> {
+    if pool.len() < n {
+        return None;
+    }
+    s.chosen.clear();
+    match policy {
+        GpuPolicy::TopologyAware => {
+            let positions: Vec<usize> = pool.iter().map(|&c| s.candidates[c].0).collect();
+            let score = |a: usize, b: usize| i64::from(node.pair_score(a, b));
+            let set = topology::choose(&positions, n, score)?;
+            let quality = if n == 1 {
+                -(positions
+                    .iter()
+                    .filter(|&&p| p != set[0])
+                    .map(|&p| score(set[0], p))
+                    .sum::<i64>() as f64)
+            } else {
+                topology::set_score(&set, score) as f64
+            };
+            for p in set {
+                if let Some(c) = pool.iter().copied().find(|&c| s.candidates[c].0 == p) {
+                    s.chosen.push(c);
+                }
+            }
+            Some(quality)
+        }
+        GpuPolicy::Binpack | GpuPolicy::Spread | GpuPolicy::Mutex => {
+            s.ranked.clear();
+            for &c in pool {
+                let (pos, take) = s.candidates[c];
+                let used = usage.get(pos).copied().unwrap_or_default();
+                let score = device_score(&node.gpus[pos].capacity, &used, &take);
+                // Binpack tries the fullest GPU first, spread the emptiest.
+                let key = if policy == GpuPolicy::Binpack {
+                    -score
+                } else {
+                    score
+                };
+                s.ranked.push((key, c));
+            }
+            // Candidates are in index order, so a stable sort keeps the lowest
+            // index first among equal scores.
+            s.ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut quality = 0.0;
+            for &(key, c) in s.ranked.iter().take(n) {
+                quality -= key;
+                s.chosen.push(c);
+            }
+            Some(quality)
+        }
+    }
+}
+
+/// numa-bind: all GPUs of the container on one NUMA node; the best group
+/// under the policy wins, the lowest NUMA id among equals.
+fn choose_numa_bound(
+    node: &Node,
+    usage: &[Usage],
+    n: usize,
+    policy: GpuPolicy,
+    s: &mut Scratch,
+) -> bool {
+    let mut numas: Vec<i32> = s
+        .candidates
+        .iter()
+        .map(|(p, _)| node.gpus[*p].numa)
+        .collect();
+    numas.sort_unstable();
+    numas.dedup();
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    for numa in numas {
+        let pool: Vec<usize> = (0..s.candidates.len())
+            .filter(|&c| node.gpus[s.candidates[c].0].numa == numa)
+            .collect();
+        if let Some(q) = choose_among(node, usage, &pool, n, policy, s)
+            && best.as_ref().is_none_or(|(bq, _)| q > *bq)
+        {
+            best = Some((q, s.chosen.clone()));
+        }
+    }
+    match best {
+        Some((_, chosen)) => {
+            s.chosen = chosen;
+            true
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::policy::NodePolicy;
+    use crate::engine::request::{ContainerRequest, Memory, PodRequest};
+    use crate::engine::selection::ModelPattern;
+
+    const A100: &str = "NVIDIA A100-SXM4-40GB";
+
+    fn cap(mem_mib: u64) -> Usage {
+        Usage {
+            slots: 10,
+            mem_mib,
+            cores: 100,
+        }
+    }
+
+    fn gpu(i: u32) -> Gpu {
+        Gpu::new(format!("GPU-{i}"), i, A100, cap(40960))
+    }
+
+    fn used(slots: u32, mem_mib: u64, cores: u32) -> Usage {
+        Usage {
+            slots,
+            mem_mib,
+            cores,
+        }
+    }
+
+    fn req(count: u32, mem: u64, cores: u32) -> GpuRequest {
+        GpuRequest {
+            count,
+            memory: Memory::Mib(mem),
+            cores,
+        }
+    }
+
+    fn check(g: &Gpu, u: Usage, r: GpuRequest) -> Result<Usage, Reason> {
+        check_gpu(g, &u, &r, &Selection::default(), GpuPolicy::Spread)
+    }
+
+    #[test]
+    fn each_fit_rule_has_its_reason() {
+        let g = gpu(0);
+        let free = Usage::default();
+        assert_eq!(check(&g, free, req(1, 1000, 10)), Ok(used(1, 1000, 10)));
+
+        let mut sick = gpu(0);
+        sick.healthy = false;
+        assert_eq!(check(&sick, free, req(1, 1, 0)), Err(Reason::CardNotHealth));
+
+        let mut cordoned = gpu(0);
+        cordoned.cordoned = true;
+        assert_eq!(
+            check(&cordoned, free, req(1, 1, 0)),
+            Err(Reason::CardCordoned)
+        );
+
+        let t4_only = Selection {
+            use_models: vec![ModelPattern::parse("T4").unwrap()],
+            ..Default::default()
+        };
+        assert_eq!(
+            check_gpu(&g, &free, &req(1, 1, 0), &t4_only, GpuPolicy::Spread),
+            Err(Reason::CardTypeMismatch)
+        );
+        let mut mig = gpu(0);
+        mig.mode = "mig".into();
+        assert_eq!(
+            check(&mig, free, req(1, 1, 0)),
+            Err(Reason::CardTypeMismatch)
+        );
+
+        let not_this = Selection {
+            avoid_uuids: vec!["GPU-0".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            check_gpu(&g, &free, &req(1, 1, 0), &not_this, GpuPolicy::Spread),
+            Err(Reason::CardUuidMismatch)
+        );
+
+        assert_eq!(
+            check(&g, used(10, 0, 0), req(1, 1, 0)),
+            Err(Reason::CardTimeSlicingExhausted)
+        );
+        assert_eq!(
+            check_gpu(
+                &g,
+                &used(1, 1, 1),
+                &req(1, 1, 0),
+                &Selection::default(),
+                GpuPolicy::Mutex
+            ),
+            Err(Reason::ExclusiveDeviceAllocateConflict)
+        );
+        assert_eq!(
+            check(&g, used(1, 40000, 0), req(1, 1000, 0)),
+            Err(Reason::CardInsufficientMemory)
+        );
+        assert_eq!(
+            check(&g, used(1, 0, 90), req(1, 1000, 20)),
+            Err(Reason::CardInsufficientCore)
+        );
+        // gpucores 100 needs a GPU nobody uses, even one using no cores.
+        assert_eq!(
+            check(&g, used(1, 1000, 0), req(1, 1000, 100)),
+            Err(Reason::ExclusiveDeviceAllocateConflict)
+        );
+        // gpucores 0 cannot land where every core is taken.
+        assert_eq!(
+            check(&g, used(1, 1000, 100), req(1, 1000, 0)),
+            Err(Reason::CardComputeUnitsExhausted)
+        );
+        assert_eq!(
+            check(&g, used(1, 1000, 99), req(1, 1000, 0)),
+            Ok(used(1, 1000, 0))
+        );
+    }
+
+    #[test]
+    fn first_failing_check_wins() {
+        let mut g = gpu(0);
+        g.healthy = false;
+        g.cordoned = true;
+        assert_eq!(
+            check(&g, used(10, 40960, 100), req(1, 1, 0)),
+            Err(Reason::CardNotHealth)
+        );
+        assert_eq!(
+            check(&gpu(0), used(10, 40960, 100), req(1, 1, 0)),
+            Err(Reason::CardTimeSlicingExhausted)
+        );
+    }
+
+    #[test]
+    fn percentage_resolves_against_each_gpu() {
+        let small = Gpu::new("GPU-S", 0, "NVIDIA-Tesla T4", cap(15360));
+        let big = gpu(1);
+        let r = GpuRequest {
+            count: 1,
+            memory: Memory::Percent(50),
+            cores: 0,
+        };
+        assert_eq!(
+            check(&small, Usage::default(), r).map(|u| u.mem_mib),
+            Ok(7680)
+        );
+        assert_eq!(
+            check(&big, Usage::default(), r).map(|u| u.mem_mib),
+            Ok(20480)
+        );
+        assert_eq!(
+            check(&small, used(1, 8000, 0), r),
+            Err(Reason::CardInsufficientMemory)
+        );
+    }
+
+    fn plan(containers: Vec<(bool, Option<GpuRequest>)>, gpu_policy: GpuPolicy) -> PodPlan {
+        PodPlan::new(
+            PodRequest {
+                containers: containers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (init, gpu))| ContainerRequest {
+                        name: format!("c{i}"),
+                        init,
+                        gpu,
+                    })
+                    .collect(),
+            },
+            NodePolicy::Binpack,
+            gpu_policy,
+        )
+    }
+
+    fn node(n: u32) -> Node {
+        Node::new("n", (0..n).map(gpu).collect())
+    }
+
+    fn grants(s: &Scratch) -> Vec<(usize, usize)> {
+        s.grants.iter().map(|(c, p, _)| (*c, *p)).collect()
+    }
+
+    #[test]
+    fn reasons_aggregate_per_gpu_like_hami() {
+        let mut n = node(4);
+        n.add_usage(0, &used(1, 40000, 0));
+        n.gpus[1].model = "NVIDIA-Tesla T4".into();
+        n.gpus[1].model_words = crate::engine::selection::model_words("NVIDIA-Tesla T4");
+        n.gpus[2].healthy = false;
+        n.gpus[3].healthy = false;
+        let mut p = plan(vec![(false, Some(req(2, 2000, 0)))], GpuPolicy::Spread);
+        p.selection.use_models = vec![ModelPattern::parse("A100").unwrap()];
+        let mut s = Scratch::default();
+        let e = fit_pod(&n, &p, &mut s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1/4 CardInsufficientMemory, 2/4 CardNotHealth, 1/4 CardTypeMismatch"
+        );
+        // Partial success adds AllocatedCardsInsufficientRequest.
+        n.gpus[2].healthy = true;
+        let e = fit_pod(&n, &p, &mut s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1/4 AllocatedCardsInsufficientRequest, 1/4 CardInsufficientMemory, 1/4 CardNotHealth, 1/4 CardTypeMismatch"
+        );
+    }
+
+    #[test]
+    fn too_many_gpus_for_the_node_is_unresolvable() {
+        let p = plan(vec![(false, Some(req(5, 1, 0)))], GpuPolicy::Spread);
+        let e = fit_pod(&node(4), &p, &mut Scratch::default()).unwrap_err();
+        assert!(matches!(
+            e,
+            Rejection::NodeInsufficientDevice {
+                requested: 5,
+                available: 4,
+                ..
+            }
+        ));
+        assert!(e.is_unresolvable());
+        let e = fit_pod(&Node::new("x", vec![]), &p, &mut Scratch::default()).unwrap_err();
+        assert_eq!(e, Rejection::NodeUnregistered);
+    }
+
+    #[test]
+    fn binpack_fills_the_fullest_gpu_spread_the_emptiest() {
+        // HAMi's design document: GPU1 used 10 cores / 2000 MiB, GPU2 70 / 6000
+        // (8000 MiB each); a pod of 20 cores / 1000 MiB.
+        let mut n = Node::new(
+            "n",
+            (0..2)
+                .map(|i| Gpu::new(format!("GPU-{i}"), i, A100, cap(8000)))
+                .collect(),
+        );
+        n.add_usage(0, &used(1, 2000, 10));
+        n.add_usage(1, &used(1, 6000, 70));
+        let mut s = Scratch::default();
+        let bin = plan(vec![(false, Some(req(1, 1000, 20)))], GpuPolicy::Binpack);
+        fit_pod(&n, &bin, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 1)]);
+        let spread = plan(vec![(false, Some(req(1, 1000, 20)))], GpuPolicy::Spread);
+        fit_pod(&n, &spread, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0)]);
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_index() {
+        let mut s = Scratch::default();
+        for policy in [GpuPolicy::Binpack, GpuPolicy::Spread, GpuPolicy::Mutex] {
+            fit_pod(
+                &node(4),
+                &plan(vec![(false, Some(req(2, 1, 0)))], policy),
+                &mut s,
+            )
+            .unwrap();
+            assert_eq!(grants(&s), [(0, 0), (0, 1)], "{policy}");
+        }
+    }
+
+    #[test]
+    fn app_containers_add_up_and_never_share_a_gpu_within_a_container() {
+        let mut s = Scratch::default();
+        // Two containers of 30000 MiB on 40960 MiB GPUs cannot share one.
+        let p = plan(
+            vec![
+                (false, Some(req(1, 30000, 0))),
+                (false, Some(req(1, 30000, 0))),
+            ],
+            GpuPolicy::Binpack,
+        );
+        fit_pod(&node(2), &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (1, 1)]);
+        let e = fit_pod(&node(1), &p, &mut s).unwrap_err();
+        assert_eq!(e.to_string(), "1/1 CardInsufficientMemory");
+        // A container's GPUs are distinct.
+        let p = plan(vec![(false, Some(req(2, 100, 0)))], GpuPolicy::Binpack);
+        fit_pod(&node(2), &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (0, 1)]);
+    }
+
+    #[test]
+    fn init_containers_do_not_add_up() {
+        let mut s = Scratch::default();
+        // Two init containers of 30000 MiB run one after another on one GPU,
+        // then an app container of 30000 MiB.
+        let p = plan(
+            vec![
+                (true, Some(req(1, 30000, 0))),
+                (true, Some(req(1, 30000, 0))),
+                (false, Some(req(1, 30000, 0))),
+            ],
+            GpuPolicy::Binpack,
+        );
+        fit_pod(&node(1), &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (1, 0), (2, 0)]);
+        // But an init container larger than any GPU's free memory fails the node.
+        let p = plan(
+            vec![(true, Some(req(1, 50000, 0))), (false, None)],
+            GpuPolicy::Binpack,
+        );
+        assert!(fit_pod(&node(2), &p, &mut s).is_err());
+    }
+
+    #[test]
+    fn numa_bind_keeps_a_container_on_one_numa_node() {
+        let mut n = node(4);
+        for (i, numa) in [0, 1, 0, 1].into_iter().enumerate() {
+            n.gpus[i].numa = numa;
+        }
+        let mut p = plan(vec![(false, Some(req(2, 100, 0)))], GpuPolicy::Spread);
+        p.selection.numa_bind = true;
+        let mut s = Scratch::default();
+        fit_pod(&n, &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (0, 2)]);
+        // Without numa-bind the lowest indexes win.
+        p.selection.numa_bind = false;
+        fit_pod(&n, &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (0, 1)]);
+        // One free GPU per NUMA node: numa-bind cannot place two.
+        p.selection.numa_bind = true;
+        n.gpus[0].healthy = false;
+        n.gpus[1].healthy = false;
+        let e = fit_pod(&n, &p, &mut s).unwrap_err();
+        assert_eq!(e.to_string(), "2/4 CardNotHealth, 2/4 NumaNotFit");
+    }
+
+    #[test]
+    fn topology_aware_uses_pair_scores() {
+        let mut n = node(4);
+        for (a, b, sc) in [
+            (0, 1, 100),
+            (0, 2, 100),
+            (0, 3, 200),
+            (1, 2, 200),
+            (1, 3, 100),
+            (2, 3, 200),
+        ] {
+            assert!(n.set_pair_score(&format!("GPU-{a}"), &format!("GPU-{b}"), sc));
+        }
+        let mut s = Scratch::default();
+        fit_pod(
+            &n,
+            &plan(
+                vec![(false, Some(req(1, 100, 0)))],
+                GpuPolicy::TopologyAware,
+            ),
+            &mut s,
+        )
+        .unwrap();
+        assert_eq!(grants(&s), [(0, 0)]);
+        fit_pod(
+            &n,
+            &plan(
+                vec![(false, Some(req(3, 100, 0)))],
+                GpuPolicy::TopologyAware,
+            ),
+            &mut s,
+        )
+        .unwrap();
+        assert_eq!(grants(&s), [(0, 0), (0, 2), (0, 3)]);
+        // With gpu0 taken exclusively, the other best set remains.
+        n.add_usage(0, &used(1, 40960, 100));
+        fit_pod(
+            &n,
+            &plan(
+                vec![(false, Some(req(3, 100, 0)))],
+                GpuPolicy::TopologyAware,
+            ),
+            &mut s,
+        )
+        .unwrap();
+        assert_eq!(grants(&s), [(0, 1), (0, 2), (0, 3)]);
+    }
+}

@@ -1,0 +1,28 @@
+//! The placement engine: pure, synchronous and deterministic. It never
+//! performs I/O; callers convert Kubernetes objects into its types at the
+//! edge (`crate::cluster`) and act on its answers.
+//!
+//! - [`request`] reads a container's GPU request;
+//! - [`plan`] gathers a pod's request, GPU selection and policies;
+//! - [`fit`] checks GPUs and chooses them under the GPU policy;
+//! - [`state`] holds nodes and allocations and answers for every node.
+
+pub mod allocation;
+pub mod device;
+pub mod fit;
+pub mod plan;
+pub mod policy;
+pub mod quantity;
+pub mod reason;
+pub mod request;
+pub mod selection;
+pub mod state;
+pub mod topology;
+
+pub use allocation::{Allocation, DeviceGrant};
+pub use device::{Gpu, Node, Usage};
+pub use plan::{PlanError, PodPlan};
+pub use policy::{GpuPolicy, NodePolicy};
+pub use reason::{Reason, Rejection};
+pub use request::{GpuRequest, Memory, PodRequest};
+pub use state::{ApplyError, ClusterState, Evaluation, FeasibleNode};

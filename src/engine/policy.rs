@@ -1,0 +1,258 @@
+//! Placement policies and HAMi's scoring formulas (hami-compat.md section 6).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use super::device::Usage;
+
+/// HAMi's weight: scores are fractions scaled by 10.
+const WEIGHT: f64 = 10.0;
+
+/// How nodes are chosen among the feasible ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum NodePolicy {
+    /// Fill the most used node first.
+    Binpack,
+    /// Prefer the least used node.
+    Spread,
+}
+
+/// How GPUs are chosen on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum GpuPolicy {
+    /// Fill the most used GPU first.
+    Binpack,
+    /// Prefer the least used GPU.
+    Spread,
+    /// Choose GPUs by the node's pairwise topology scores.
+    TopologyAware,
+    /// Only GPUs that nobody uses (HAMi's `mutex`).
+    Mutex,
+}
+
+/// A policy name that gpugate does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} policy {name:?}: allowed {allowed}")]
+pub struct UnknownPolicy {
+    pub kind: &'static str,
+    pub name: String,
+    pub allowed: &'static str,
+}
+
+impl NodePolicy {
+    pub const NAMES: &'static str = "binpack, spread";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodePolicy::Binpack => "binpack",
+            NodePolicy::Spread => "spread",
+        }
+    }
+}
+
+impl GpuPolicy {
+    pub const NAMES: &'static str = "binpack, spread, topology-aware, mutex";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuPolicy::Binpack => "binpack",
+            GpuPolicy::Spread => "spread",
+            GpuPolicy::TopologyAware => "topology-aware",
+            GpuPolicy::Mutex => "mutex",
+        }
+    }
+}
+
+impl FromStr for NodePolicy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "binpack" => Ok(NodePolicy::Binpack),
+            "spread" => Ok(NodePolicy::Spread),
+            other => Err(UnknownPolicy {
+                kind: "node",
+                name: other.to_string(),
+                allowed: Self::NAMES,
+            }),
+        }
+    }
+}
+
+impl FromStr for GpuPolicy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "binpack" => Ok(GpuPolicy::Binpack),
+            "spread" => Ok(GpuPolicy::Spread),
+            "topology-aware" => Ok(GpuPolicy::TopologyAware),
+            "mutex" => Ok(GpuPolicy::Mutex),
+            other => Err(UnknownPolicy {
+                kind: "GPU",
+                name: other.to_string(),
+                allowed: Self::NAMES,
+            }),
+        }
+    }
+}
+
+impl TryFrom<String> for NodePolicy {
+    type Error = UnknownPolicy;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl TryFrom<String> for GpuPolicy {
+    type Error = UnknownPolicy;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl fmt::Display for NodePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for GpuPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Sums of a node's capacity and usage over all its GPUs, kept up to date
+/// by the state so that the node score costs O(1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeTotals {
+    pub slots: u64,
+    pub slots_used: u64,
+    pub cores: u64,
+    pub cores_used: u64,
+    pub mem_mib: u64,
+    pub mem_used_mib: u64,
+}
+
+/// HAMi's node score: `10 × (ΣUsed/ΣCount + ΣUsedcores/ΣTotalcore +
+/// ΣUsedmem/ΣTotalmem)` over the usage before the pod is placed; 0 when any
+/// denominator is 0. Range 0..=30 (more when a node is over-committed).
+pub fn node_score(t: &NodeTotals) -> f64 {
+    if t.slots == 0 || t.cores == 0 || t.mem_mib == 0 {
+        return 0.0;
+    }
+    WEIGHT
+        * (t.slots_used as f64 / t.slots as f64
+            + t.cores_used as f64 / t.cores as f64
+            + t.mem_used_mib as f64 / t.mem_mib as f64)
+}
+
+/// The node score mapped onto the extender's 0..=10 priority: binpack gives
+/// full nodes 10, spread gives empty nodes 10.
+pub fn node_priority(policy: NodePolicy, score: f64) -> u8 {
+    let fraction = (score / (3.0 * WEIGHT)).clamp(0.0, 1.0);
+    let scaled = match policy {
+        NodePolicy::Binpack => fraction * 10.0,
+        NodePolicy::Spread => (1.0 - fraction) * 10.0,
+    };
+    // `scaled` is within 0..=10, so the cast cannot truncate.
+    scaled.round() as u8
+}
+
+/// Whether node score `a` is better than `b` under `policy` (strictly).
+pub fn node_better(policy: NodePolicy, a: f64, b: f64) -> bool {
+    match policy {
+        NodePolicy::Binpack => a > b,
+        NodePolicy::Spread => a < b,
+    }
+}
+
+/// HAMi's device score, `10 × ((req+Used)/Count + (cores+Usedcores)/Totalcore
+/// plus (mem+Usedmem)/Totalmem)`, 0 when any denominator is 0. `request` is
+/// the container's demand on this GPU (one slot, its MiB and cores) or zero.
+pub fn device_score(capacity: &Usage, used: &Usage, request: &Usage) -> f64 {
+    if capacity.slots == 0 || capacity.cores == 0 || capacity.mem_mib == 0 {
+        return 0.0;
+    }
+    WEIGHT
+        * ((request.slots as f64 + used.slots as f64) / capacity.slots as f64
+            + (request.cores as f64 + used.cores as f64) / capacity.cores as f64
+            + (request.mem_mib as f64 + used.mem_mib as f64) / capacity.mem_mib as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(slots: u32, mem_mib: u64, cores: u32) -> Usage {
+        Usage {
+            slots,
+            mem_mib,
+            cores,
+        }
+    }
+
+    #[test]
+    fn device_score_matches_hami_reference() {
+        // hami-compat.md 6: Count 10 / Used 2, cores 1/4, memory 2048/8192 -> 7.0
+        let s = device_score(&u(10, 8192, 4), &u(2, 2048, 1), &Usage::default());
+        assert!((s - 7.0).abs() < 1e-9, "{s}");
+    }
+
+    #[test]
+    fn device_score_counts_the_request() {
+        // HAMi's design document (cores + memory only): GPU1 (20+10)/100 +
+        // (1000+2000)/8000 = 6.75 and GPU2 (20+70)/100 + (1000+6000)/8000 = 17.75
+        // (x10); with the slot term both gain the same (1+0)/10 here.
+        let req = u(1, 1000, 20);
+        let g1 = device_score(&u(10, 8000, 100), &u(0, 2000, 10), &req);
+        let g2 = device_score(&u(10, 8000, 100), &u(0, 6000, 70), &req);
+        assert!((g1 - (6.75 + 1.0)).abs() < 1e-9, "{g1}");
+        assert!((g2 - (17.75 + 1.0)).abs() < 1e-9, "{g2}");
+    }
+
+    #[test]
+    fn zero_denominators_give_zero() {
+        assert_eq!(device_score(&u(0, 10, 10), &u(1, 1, 1), &u(1, 1, 1)), 0.0);
+        assert_eq!(node_score(&NodeTotals::default()), 0.0);
+    }
+
+    #[test]
+    fn node_score_and_priority() {
+        let t = NodeTotals {
+            slots: 40,
+            slots_used: 10,
+            cores: 400,
+            cores_used: 100,
+            mem_mib: 4000,
+            mem_used_mib: 1000,
+        };
+        let s = node_score(&t);
+        assert!((s - 7.5).abs() < 1e-9);
+        assert_eq!(node_priority(NodePolicy::Binpack, s), 3);
+        assert_eq!(node_priority(NodePolicy::Spread, s), 8);
+        assert_eq!(node_priority(NodePolicy::Binpack, 30.0), 10);
+        assert_eq!(node_priority(NodePolicy::Spread, 0.0), 10);
+        assert_eq!(node_priority(NodePolicy::Binpack, 45.0), 10);
+    }
+
+    #[test]
+    fn policy_names() {
+        assert_eq!("binpack".parse::<NodePolicy>(), Ok(NodePolicy::Binpack));
+        assert_eq!("spread".parse::<GpuPolicy>(), Ok(GpuPolicy::Spread));
+        assert_eq!(
+            "topology-aware".parse::<GpuPolicy>(),
+            Ok(GpuPolicy::TopologyAware)
+        );
+        let e = "Binpack".parse::<NodePolicy>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown node policy \"Binpack\": allowed binpack, spread"
+        );
+        assert!("binpack,numa".parse::<GpuPolicy>().is_err());
+        assert!("topology-aware".parse::<NodePolicy>().is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! Kubernetes resource quantities read as whole numbers.
+//!
+//! GPU resources are counts, MiB and percentages: only whole, non-negative
+//! numbers make sense. A quantity such as `1k` or `2Ki` is accepted when it
+//! denotes a whole number; `0.5`, `500m` or `-1` are refused rather than
+//! rounded (HAMi silently drops or clamps such values).
+
+/// Why a quantity is not a usable whole number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("{0:?} is not a Kubernetes quantity")]
+    Malformed(String),
+    #[error("{0:?} is negative")]
+    Negative(String),
+    #[error("{0:?} is not a whole number")]
+    NotInteger(String),
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
+/// Parses a quantity string into a non-negative whole number.
+pub fn parse_whole(text: &str) -> Result<u64, QuantityError> {
+    let s = text.trim();
+    let malformed = || QuantityError::Malformed(text.to_string());
+    let (sign_negative, s) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        Some(_) => (false, s),
+        None => return Err(malformed()),
+    };
+    // Split number and suffix: the number is digits with at most one '.'.
+    let num_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(num_end);
+    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        return Err(malformed());
+    }
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    // Mantissa as an integer with `frac_len` decimal places.
+    let digits: String = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 30 {
+        return Err(QuantityError::TooLarge(text.to_string()));
+    }
+    let mantissa: u128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| malformed())?
+    };
+    let frac_len = i32::try_from(frac_part.len()).map_err(|_| malformed())?;
+    // (multiplier numerator, decimal exponent)
+    let (binary, dec_exp): (u128, i32) = match suffix {
+        "" => (1, 0),
+        "n" => (1, -9),
+        "u" => (1, -6),
+        "m" => (1, -3),
+        "k" => (1, 3),
+        "M" => (1, 6),
+        "G" => (1, 9),
+        "T" => (1, 12),
+        "P" => (1, 15),
+        "E" => (1, 18),
+        "Ki" => (1 << 10, 0),
+        "Mi" => (1 << 20, 0),
+        "Gi" => (1 << 30, 0),
+        "Ti" => (1 << 40, 0),
+        "Pi" => (1 << 50, 0),
+        "Ei" => (1 << 60, 0),
+        other => {
+            let exp = other
+                .strip_prefix('e')
+                .or_else(|| other.strip_prefix('E'))
+                .ok_or_else(malformed)?;
+            let exp: i32 = exp.parse().map_err(|_| malformed())?;
+            if !(-30..=30).contains(&exp) {
+                return Err(QuantityError::TooLarge(text.to_string()));
+            }
+            (1, exp)
+        }
+    };
+    if mantissa == 0 {
+        return Ok(0);
+    }
+    if sign_negative {
+        return Err(QuantityError::Negative(text.to_string()));
+    }
+    let too_large = || QuantityError::TooLarge(text.to_string());
+    let mut value = mantissa.checked_mul(binary).ok_or_else(too_large)?;
+    let exp = dec_exp - frac_len;
+    if exp >= 0 {
+        let factor = 10u128
+            .checked_pow(exp.unsigned_abs())
+            .ok_or_else(too_large)?;
+        value = value.checked_mul(factor).ok_or_else(too_large)?;
+    } else {
+        let divisor = 10u128
+            .checked_pow(exp.unsigned_abs())
+            .ok_or_else(|| QuantityError::NotInteger(text.to_string()))?;
+        if value % divisor != 0 {
+            return Err(QuantityError::NotInteger(text.to_string()));
+        }
+        value /= divisor;
+    }
+    u64::try_from(value).map_err(|_| too_large())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_and_suffixes() {
+        assert_eq!(parse_whole("0"), Ok(0));
+        assert_eq!(parse_whole("3000"), Ok(3000));
+        assert_eq!(parse_whole(" 7 "), Ok(7));
+        assert_eq!(parse_whole("+2"), Ok(2));
+        assert_eq!(parse_whole("1k"), Ok(1000));
+        assert_eq!(parse_whole("2Ki"), Ok(2048));
+        assert_eq!(parse_whole("1.5k"), Ok(1500));
+        assert_eq!(parse_whole("1000m"), Ok(1));
+        assert_eq!(parse_whole("1e3"), Ok(1000));
+        assert_eq!(parse_whole("1E2"), Ok(100));
+        assert_eq!(parse_whole("-0"), Ok(0));
+        assert_eq!(parse_whole("1.0"), Ok(1));
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(matches!(
+            parse_whole("0.5"),
+            Err(QuantityError::NotInteger(_))
+        ));
+        assert!(matches!(
+            parse_whole("500m"),
+            Err(QuantityError::NotInteger(_))
+        ));
+        assert!(matches!(parse_whole("-1"), Err(QuantityError::Negative(_))));
+        assert!(matches!(parse_whole(""), Err(QuantityError::Malformed(_))));
+        assert!(matches!(
+            parse_whole("abc"),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_whole("1.2.3"),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_whole("1x"),
+            Err(QuantityError::Malformed(_))
+        ));
+        assert!(matches!(parse_whole("."), Err(QuantityError::Malformed(_))));
+        assert!(matches!(
+            parse_whole("17Ei"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert!(matches!(
+            parse_whole("99999999999999999999999999999999999"),
+            Err(QuantityError::TooLarge(_))
+        ));
+        assert!(matches!(
+            parse_whole("1e99"),
+            Err(QuantityError::TooLarge(_))
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,24}") {
+            let _ = parse_whole(&s);
+        }
+
+        #[test]
+        fn plain_integers_round_trip(n in 0u64..u64::MAX) {
+            proptest::prop_assert_eq!(parse_whole(&n.to_string()), Ok(n));
+        }
+    }
+}

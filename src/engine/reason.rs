@@ -1,0 +1,213 @@
+//! Why a node cannot hold a pod: stable reason codes, one per rejected GPU,
+//! aggregated as HAMi does (`1/4 CardInsufficientMemory, 3/4 CardTypeMismatch`).
+
+use std::fmt;
+
+/// Why one GPU was not taken. Names are HAMi's and stable: they appear in
+/// extender answers, events and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    CardNotHealth,
+    CardCordoned,
+    CardTypeMismatch,
+    CardUuidMismatch,
+    CardTimeSlicingExhausted,
+    ExclusiveDeviceAllocateConflict,
+    CardInsufficientMemory,
+    CardInsufficientCore,
+    CardComputeUnitsExhausted,
+    NumaNotFit,
+    AllocatedCardsInsufficientRequest,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 11] = [
+        Reason::CardNotHealth,
+        Reason::CardCordoned,
+        Reason::CardTypeMismatch,
+        Reason::CardUuidMismatch,
+        Reason::CardTimeSlicingExhausted,
+        Reason::ExclusiveDeviceAllocateConflict,
+        Reason::CardInsufficientMemory,
+        Reason::CardInsufficientCore,
+        Reason::CardComputeUnitsExhausted,
+        Reason::NumaNotFit,
+        Reason::AllocatedCardsInsufficientRequest,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::CardNotHealth => "CardNotHealth",
+            Reason::CardCordoned => "CardCordoned",
+            Reason::CardTypeMismatch => "CardTypeMismatch",
+            Reason::CardUuidMismatch => "CardUuidMismatch",
+            Reason::CardTimeSlicingExhausted => "CardTimeSlicingExhausted",
+            Reason::ExclusiveDeviceAllocateConflict => "ExclusiveDeviceAllocateConflict",
+            Reason::CardInsufficientMemory => "CardInsufficientMemory",
+            Reason::CardInsufficientCore => "CardInsufficientCore",
+            Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
+            Reason::NumaNotFit => "NumaNotFit",
+            Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Counts of rejected GPUs per reason for one container on one node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReasonCounts {
+    counts: [u32; Reason::ALL.len()],
+}
+
+impl ReasonCounts {
+    pub fn add(&mut self, reason: Reason, n: u32) {
+        self.counts[reason as usize] += n;
+    }
+
+    pub fn get(&self, reason: Reason) -> u32 {
+        self.counts[reason as usize]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.iter().all(|c| *c == 0)
+    }
+
+    /// Reasons with their counts, in the order of the rendered string.
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u32)> + '_ {
+        let mut v: Vec<(Reason, u32)> = Reason::ALL
+            .iter()
+            .map(|r| (*r, self.get(*r)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        v.into_iter()
+    }
+}
+
+/// Why a node was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// The node has no registered GPUs (or its registration is unreadable).
+    NodeUnregistered,
+    /// A container needs more GPUs than the node has at all.
+    NodeInsufficientDevice {
+        container: String,
+        requested: u32,
+        available: u32,
+    },
+    /// A container did not fit: one reason per GPU of the node.
+    Devices {
+        container: String,
+        gpus: u32,
+        counts: ReasonCounts,
+    },
+}
+
+impl Rejection {
+    /// Rejections that no change in usage can cure (kube-scheduler's
+    /// "unresolvable"): preemption cannot help on such nodes.
+    pub fn is_unresolvable(&self) -> bool {
+        match self {
+            Rejection::NodeUnregistered | Rejection::NodeInsufficientDevice { .. } => true,
+            Rejection::Devices { counts, .. } => Reason::ALL.iter().all(|r| {
+                counts.get(*r) == 0
+                    || matches!(
+                        r,
+                        Reason::CardNotHealth
+                            | Reason::CardCordoned
+                            | Reason::CardTypeMismatch
+                            | Reason::CardUuidMismatch
+                    )
+            }),
+        }
+    }
+
+    /// The reason codes in this rejection (for events and metrics).
+    pub fn codes(&self) -> Vec<&'static str> {
+        match self {
+            Rejection::NodeUnregistered => vec!["NodeUnregistered"],
+            Rejection::NodeInsufficientDevice { .. } => vec!["NodeInsufficientDevice"],
+            Rejection::Devices { counts, .. } => counts.iter().map(|(r, _)| r.as_str()).collect(),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::NodeUnregistered => f.write_str("node unregistered"),
+            Rejection::NodeInsufficientDevice {
+                requested,
+                available,
+                ..
+            } => write!(
+                f,
+                "NodeInsufficientDevice ({requested} GPUs requested, {available} on the node)"
+            ),
+            Rejection::Devices { gpus, counts, .. } => {
+                let mut first = true;
+                for (reason, n) in counts.iter() {
+                    if !first {
+                        f.write_str(", ")?;
+                    }
+                    first = false;
+                    write!(f, "{n}/{gpus} {reason}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_like_hami() {
+        let mut c = ReasonCounts::default();
+        c.add(Reason::CardTypeMismatch, 3);
+        c.add(Reason::CardInsufficientMemory, 1);
+        let r = Rejection::Devices {
+            container: "c".into(),
+            gpus: 4,
+            counts: c,
+        };
+        assert_eq!(
+            r.to_string(),
+            "1/4 CardInsufficientMemory, 3/4 CardTypeMismatch"
+        );
+        assert!(!r.is_unresolvable());
+        assert_eq!(r.codes(), ["CardInsufficientMemory", "CardTypeMismatch"]);
+        assert_eq!(Rejection::NodeUnregistered.to_string(), "node unregistered");
+    }
+
+    #[test]
+    fn unresolvable_only_when_usage_cannot_help() {
+        let mut c = ReasonCounts::default();
+        c.add(Reason::CardTypeMismatch, 2);
+        c.add(Reason::CardNotHealth, 2);
+        let r = Rejection::Devices {
+            container: "c".into(),
+            gpus: 4,
+            counts: c,
+        };
+        assert!(r.is_unresolvable());
+    }
+
+    #[test]
+    fn names_are_distinct_and_indexed_in_order() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+        let mut names: Vec<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Reason::ALL.len());
+    }
+}

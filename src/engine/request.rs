@@ -1,0 +1,527 @@
+//! A container's GPU request, read from its resources (hami-compat.md 5.4.4)
+//! with the defaults the mutating webhook injects (2.3).
+//!
+//! Unlike HAMi, a value that cannot be honoured is an error naming the
+//! container and the resource: never clamped, never silently dropped.
+
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::config::NvidiaConfig;
+
+use super::quantity::parse_whole;
+
+/// Largest MiB value HAMi's device plugin can parse (it reads int32).
+pub const MAX_MEM_MIB: u64 = i32::MAX as u64;
+
+/// Memory per GPU: MiB, or a percentage of each GPU's memory resolved
+/// against the GPU it lands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Memory {
+    Mib(u64),
+    Percent(u32),
+}
+
+/// What one container asks of each of its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GpuRequest {
+    /// Number of GPUs (vGPUs), each on a different physical GPU.
+    pub count: u32,
+    pub memory: Memory,
+    /// Percent of one GPU's compute; 100 on a 100-core GPU is exclusive.
+    pub cores: u32,
+}
+
+impl GpuRequest {
+    /// MiB this request takes on a GPU with `gpu_mem_mib` of memory.
+    pub fn mem_on(&self, gpu_mem_mib: u64) -> u64 {
+        match self.memory {
+            Memory::Mib(m) => m,
+            Memory::Percent(p) => gpu_mem_mib * u64::from(p) / 100,
+        }
+    }
+}
+
+/// One container (init or app) and its GPU request, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRequest {
+    pub name: String,
+    pub init: bool,
+    pub gpu: Option<GpuRequest>,
+}
+
+/// All containers of a pod, init containers first (the order of HAMi's
+/// device lists).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRequest {
+    pub containers: Vec<ContainerRequest>,
+}
+
+impl PodRequest {
+    /// Whether any container asks for a GPU.
+    pub fn has_gpus(&self) -> bool {
+        self.containers.iter().any(|c| c.gpu.is_some())
+    }
+
+    /// Number of init containers (they come first).
+    pub fn init_count(&self) -> usize {
+        self.containers.iter().take_while(|c| c.init).count()
+    }
+
+    /// The most GPUs any single container needs at once on one node.
+    pub fn max_container_gpus(&self) -> u32 {
+        self.containers
+            .iter()
+            .filter_map(|c| c.gpu.map(|g| g.count))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Reads every container of a pod.
+    pub fn from_pod(pod: &Pod, cfg: &NvidiaConfig) -> Result<Self, RequestError> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(PodRequest::default());
+        };
+        let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+        let app = spec.containers.iter().map(|c| (c, false));
+        let containers = init
+            .chain(app)
+            .map(|(c, init)| {
+                Ok(ContainerRequest {
+                    name: c.name.clone(),
+                    init,
+                    gpu: ContainerResources::read(c, cfg)?.resolve(cfg)?,
+                })
+            })
+            .collect::<Result<Vec<_>, RequestError>>()?;
+        Ok(PodRequest { containers })
+    }
+}
+
+/// A GPU request that cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("container {container:?}, resource {resource}: {problem}")]
+pub struct RequestError {
+    pub container: String,
+    pub resource: String,
+    pub problem: String,
+}
+
+/// The GPU resources a container states, read from limits, else requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerResources {
+    pub container: String,
+    pub count: Option<u64>,
+    pub memory: Option<u64>,
+    pub percentage: Option<u64>,
+    pub cores: Option<u64>,
+}
+
+/// What the mutating webhook adds to a container's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InjectedDefaults {
+    /// `nvidia.com/gpu` when only memory or cores were given.
+    pub count: Option<u32>,
+    /// `nvidia.com/gpucores: 100` when the container takes whole GPUs.
+    pub cores: Option<u32>,
+}
+
+fn lookup<'a>(res: Option<&'a ResourceRequirements>, name: &str) -> Option<&'a Quantity> {
+    let res = res?;
+    res.limits
+        .as_ref()
+        .and_then(|l| l.get(name))
+        .or_else(|| res.requests.as_ref().and_then(|r| r.get(name)))
+}
+
+impl ContainerResources {
+    /// Reads the four GPU resources of a container; malformed, negative or
+    /// fractional quantities are errors.
+    pub fn read(c: &Container, cfg: &NvidiaConfig) -> Result<Self, RequestError> {
+        let res = c.resources.as_ref();
+        let read = |name: &str| -> Result<Option<u64>, RequestError> {
+            if name.is_empty() {
+                return Ok(None);
+            }
+            lookup(res, name)
+                .map(|q| {
+                    parse_whole(&q.0).map_err(|e| RequestError {
+                        container: c.name.clone(),
+                        resource: name.to_string(),
+                        problem: format!("{e}: allowed a whole number of at least 0"),
+                    })
+                })
+                .transpose()
+        };
+        Ok(ContainerResources {
+            container: c.name.clone(),
+            count: read(&cfg.resource_count_name)?,
+            memory: read(&cfg.resource_memory_name)?,
+            percentage: read(&cfg.resource_memory_percentage_name)?,
+            cores: read(&cfg.resource_core_name)?,
+        })
+    }
+
+    fn error(&self, resource: &str, problem: String) -> RequestError {
+        RequestError {
+            container: self.container.clone(),
+            resource: resource.to_string(),
+            problem,
+        }
+    }
+
+    /// What the mutating webhook injects (hami-compat.md 2.3 steps 4 and 5).
+    pub fn webhook_defaults(&self, cfg: &NvidiaConfig) -> InjectedDefaults {
+        let mut out = InjectedDefaults::default();
+        let asks_slice = self.memory.is_some() || self.percentage.is_some() || self.cores.is_some();
+        if self.count.is_none() && asks_slice && cfg.default_gpu_num > 0 {
+            out.count = Some(cfg.default_gpu_num);
+        }
+        let has_count = self.count.is_some() || out.count.is_some();
+        let whole_memory = match self.percentage {
+            Some(p) => p == 100,
+            None => cfg.resource_memory_name.is_empty() || self.memory.is_none(),
+        };
+        if has_count && self.cores.is_none() && whole_memory {
+            out.cores = Some(100);
+        }
+        out
+    }
+
+    /// The container's request with the webhook's and the config's defaults
+    /// applied, or `None` when it asks for no GPU.
+    pub fn resolve(&self, cfg: &NvidiaConfig) -> Result<Option<GpuRequest>, RequestError> {
+        let injected = self.webhook_defaults(cfg);
+        let count = match (self.count, injected.count) {
+            (Some(c), _) => c,
+            (None, Some(c)) => u64::from(c),
+            (None, None) => {
+                if let Some(name) = [
+                    (self.memory, &cfg.resource_memory_name),
+                    (self.percentage, &cfg.resource_memory_percentage_name),
+                    (self.cores, &cfg.resource_core_name),
+                ]
+                .iter()
+                .find_map(|(v, n)| v.map(|_| n.as_str()))
+                {
+                    return Err(self.error(
+                        name,
+                        format!(
+                            "set without {} and defaultGPUNum is 0: add {} to the limits",
+                            cfg.resource_count_name, cfg.resource_count_name
+                        ),
+                    ));
+                }
+                return Ok(None);
+            }
+        };
+        let count_name = cfg.resource_count_name.as_str();
+        if count == 0 {
+            if self.memory.is_some() || self.percentage.is_some() || self.cores.is_some() {
+                return Err(self.error(
+                    count_name,
+                    "is 0 but GPU memory or cores are requested: allowed at least 1".to_string(),
+                ));
+            }
+            return Ok(None);
+        }
+        let count = u32::try_from(count)
+            .map_err(|_| self.error(count_name, format!("{count} GPUs is too many")))?;
+
+        let cores = match self.cores.or(injected.cores.map(u64::from)) {
+            Some(c) if c > 100 => {
+                return Err(self.error(
+                    &cfg.resource_core_name,
+                    format!("{c} is more than 100: allowed 0..=100 (percent of one GPU)"),
+                ));
+            }
+            Some(c) => c as u32,
+            None => cfg.default_cores,
+        };
+
+        let percentage = match self.percentage {
+            Some(p) if p > 100 => {
+                return Err(self.error(
+                    &cfg.resource_memory_percentage_name,
+                    format!("{p} is more than 100: allowed 0..=100"),
+                ));
+            }
+            // HAMi reads 0 as "not set".
+            Some(0) | None => None,
+            Some(p) => Some(p as u32),
+        };
+
+        let memory = match self.memory.filter(|m| *m > 0) {
+            Some(m) => {
+                let mib = m
+                    .checked_mul(u64::from(cfg.memory_factor))
+                    .filter(|mib| *mib <= MAX_MEM_MIB)
+                    .ok_or_else(|| {
+                        self.error(
+                            &cfg.resource_memory_name,
+                            format!(
+                                "{m} MiB (x memoryFactor {}) overflows: allowed at most {} MiB",
+                                cfg.memory_factor,
+                                MAX_MEM_MIB / u64::from(cfg.memory_factor.max(1))
+                            ),
+                        )
+                    })?;
+                Memory::Mib(mib)
+            }
+            None => match percentage {
+                Some(p) => Memory::Percent(p),
+                None if cfg.default_memory > 0 => Memory::Mib(cfg.default_memory),
+                None => Memory::Percent(100),
+            },
+        };
+        Ok(Some(GpuRequest {
+            count,
+            memory,
+            cores,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn container(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+        let map = |kv: &[(&str, &str)]| -> Option<BTreeMap<String, Quantity>> {
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect()
+            })
+        };
+        Container {
+            name: "main".into(),
+            resources: Some(ResourceRequirements {
+                limits: map(limits),
+                requests: map(requests),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn resolve(limits: &[(&str, &str)]) -> Result<Option<GpuRequest>, RequestError> {
+        resolve_with(limits, &[], &NvidiaConfig::default())
+    }
+
+    fn resolve_with(
+        limits: &[(&str, &str)],
+        requests: &[(&str, &str)],
+        cfg: &NvidiaConfig,
+    ) -> Result<Option<GpuRequest>, RequestError> {
+        ContainerResources::read(&container(limits, requests), cfg)?.resolve(cfg)
+    }
+
+    const GPU: &str = "nvidia.com/gpu";
+    const MEM: &str = "nvidia.com/gpumem";
+    const PCT: &str = "nvidia.com/gpumem-percentage";
+    const CORES: &str = "nvidia.com/gpucores";
+
+    fn req(count: u32, memory: Memory, cores: u32) -> Option<GpuRequest> {
+        Some(GpuRequest {
+            count,
+            memory,
+            cores,
+        })
+    }
+
+    #[test]
+    fn no_gpu_resources_no_request() {
+        assert_eq!(resolve(&[("cpu", "1")]), Ok(None));
+        assert_eq!(resolve(&[(GPU, "0")]), Ok(None));
+    }
+
+    #[test]
+    fn gpu_alone_is_one_exclusive_gpu() {
+        assert_eq!(
+            resolve(&[(GPU, "1")]),
+            Ok(req(1, Memory::Percent(100), 100))
+        );
+        assert_eq!(
+            resolve(&[(GPU, "2")]),
+            Ok(req(2, Memory::Percent(100), 100))
+        );
+    }
+
+    #[test]
+    fn slices_keep_shared_cores() {
+        assert_eq!(
+            resolve(&[(GPU, "1"), (MEM, "3000")]),
+            Ok(req(1, Memory::Mib(3000), 0))
+        );
+        assert_eq!(
+            resolve(&[(GPU, "1"), (MEM, "3000"), (CORES, "30")]),
+            Ok(req(1, Memory::Mib(3000), 30))
+        );
+        assert_eq!(
+            resolve(&[(GPU, "1"), (PCT, "50")]),
+            Ok(req(1, Memory::Percent(50), 0))
+        );
+        assert_eq!(
+            resolve(&[(GPU, "1"), (PCT, "100")]),
+            Ok(req(1, Memory::Percent(100), 100))
+        );
+        // gpumem wins over a percentage, as in HAMi.
+        assert_eq!(
+            resolve(&[(GPU, "1"), (PCT, "50"), (MEM, "1000")]),
+            Ok(req(1, Memory::Mib(1000), 0))
+        );
+    }
+
+    #[test]
+    fn count_is_defaulted_when_only_a_slice_is_given() {
+        assert_eq!(resolve(&[(MEM, "2000")]), Ok(req(1, Memory::Mib(2000), 0)));
+        assert_eq!(
+            resolve(&[(CORES, "20"), (PCT, "20")]),
+            Ok(req(1, Memory::Percent(20), 20))
+        );
+        let cfg = NvidiaConfig {
+            default_gpu_num: 0,
+            ..Default::default()
+        };
+        let e = resolve_with(&[(MEM, "2000")], &[], &cfg).unwrap_err();
+        assert_eq!(e.resource, MEM);
+        assert!(e.problem.contains("defaultGPUNum"), "{e}");
+    }
+
+    #[test]
+    fn requests_are_read_when_limits_are_absent() {
+        assert_eq!(
+            resolve_with(&[], &[(GPU, "1"), (MEM, "1024")], &NvidiaConfig::default()),
+            Ok(req(1, Memory::Mib(1024), 0))
+        );
+        // limits win per resource
+        assert_eq!(
+            resolve_with(&[(GPU, "2")], &[(GPU, "1")], &NvidiaConfig::default()),
+            Ok(req(2, Memory::Percent(100), 100))
+        );
+    }
+
+    #[test]
+    fn config_defaults_and_memory_factor() {
+        let cfg = NvidiaConfig {
+            default_memory: 4096,
+            default_cores: 25,
+            memory_factor: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve_with(&[(GPU, "1"), (MEM, "1000")], &[], &cfg),
+            Ok(req(1, Memory::Mib(2000), 25))
+        );
+        assert_eq!(
+            resolve_with(&[(GPU, "1"), (PCT, "0"), (CORES, "10")], &[], &cfg),
+            Ok(req(1, Memory::Mib(4096), 10))
+        );
+    }
+
+    #[test]
+    fn zero_percentage_is_a_whole_card_as_in_hami() {
+        assert_eq!(
+            resolve(&[(GPU, "1"), (PCT, "0")]),
+            Ok(req(1, Memory::Percent(100), 0))
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_container_and_resource() {
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case] = &[
+            (&[(GPU, "1"), (CORES, "150")], CORES, "more than 100"),
+            (&[(GPU, "1"), (PCT, "101")], PCT, "more than 100"),
+            (&[(GPU, "-1")], GPU, "negative"),
+            (&[(GPU, "0.5")], GPU, "whole number"),
+            (
+                &[(GPU, "1"), (MEM, "lots")],
+                MEM,
+                "not a Kubernetes quantity",
+            ),
+            (&[(GPU, "1"), (MEM, "3500m")], MEM, "whole number"),
+            (&[(GPU, "1"), (MEM, "4Gi")], MEM, "overflows"),
+            (&[(GPU, "0"), (MEM, "100")], GPU, "is 0"),
+            (&[(GPU, "99999999999")], GPU, "too many"),
+        ];
+        for (limits, resource, needle) in cases {
+            let e = resolve(limits).unwrap_err();
+            assert_eq!(e.container, "main");
+            assert_eq!(&e.resource, resource, "{limits:?}");
+            assert!(e.to_string().contains(needle), "{limits:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn webhook_defaults_match_hami() {
+        let cfg = NvidiaConfig::default();
+        let d = |limits: &[(&str, &str)], requests: &[(&str, &str)]| {
+            ContainerResources::read(&container(limits, requests), &cfg)
+                .unwrap()
+                .webhook_defaults(&cfg)
+        };
+        assert_eq!(d(&[(GPU, "1")], &[]).cores, Some(100));
+        assert_eq!(d(&[], &[(GPU, "1")]).cores, Some(100));
+        assert_eq!(d(&[(GPU, "1"), (PCT, "100")], &[]).cores, Some(100));
+        assert_eq!(d(&[(GPU, "1"), (PCT, "50")], &[]).cores, None);
+        assert_eq!(d(&[(GPU, "1"), (CORES, "10")], &[]).cores, None);
+        assert_eq!(d(&[(GPU, "1"), (MEM, "10")], &[]).cores, None);
+        assert_eq!(
+            d(&[(MEM, "10")], &[]),
+            InjectedDefaults {
+                count: Some(1),
+                cores: None
+            }
+        );
+        assert_eq!(
+            d(&[(PCT, "100")], &[]),
+            InjectedDefaults {
+                count: Some(1),
+                cores: Some(100)
+            }
+        );
+        assert_eq!(d(&[("cpu", "1")], &[]), InjectedDefaults::default());
+    }
+
+    #[test]
+    fn percentage_resolves_per_gpu() {
+        let r = GpuRequest {
+            count: 1,
+            memory: Memory::Percent(20),
+            cores: 0,
+        };
+        assert_eq!(r.mem_on(8000), 1600);
+        assert_eq!(r.mem_on(40960), 8192);
+        assert_eq!(r.mem_on(7), 1);
+    }
+
+    #[test]
+    fn pod_request_orders_init_first() {
+        let pod = Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                init_containers: Some(vec![Container {
+                    name: "init".into(),
+                    ..container(&[(GPU, "1"), (MEM, "100")], &[])
+                }]),
+                containers: vec![
+                    Container {
+                        name: "sidecar".into(),
+                        ..Default::default()
+                    },
+                    container(&[(GPU, "2")], &[]),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = PodRequest::from_pod(&pod, &NvidiaConfig::default()).unwrap();
+        let names: Vec<_> = r.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["init", "sidecar", "main"]);
+        assert_eq!(r.init_count(), 1);
+        assert!(r.has_gpus());
+        assert_eq!(r.max_container_gpus(), 2);
+    }
+}

@@ -1,0 +1,230 @@
+//! Which GPUs a pod accepts: model and UUID selection, NUMA binding.
+//!
+//! Models match by whole words: a value matches a model when its words
+//! (split on space, `-` and `_`, case-insensitive) appear among the model's
+//! words contiguously and in order. `A100` and `A100-SXM4` match
+//! `NVIDIA A100-SXM4-40GB`; `A10` does not (HAMi's substring match lets it,
+//! HAMi #707). A value containing `*` is a case-insensitive glob over the
+//! whole model name.
+
+use std::collections::BTreeMap;
+
+use crate::hami::keys;
+
+use super::device::Gpu;
+
+/// Lower-case words of a model name.
+pub fn model_words(model: &str) -> Vec<String> {
+    model
+        .split([' ', '-', '_'])
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// One value of `nvidia.com/use-gputype` / `nouse-gputype`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelPattern {
+    Words(Vec<String>),
+    Glob(String),
+}
+
+impl ModelPattern {
+    pub fn parse(value: &str) -> Option<Self> {
+        let value = value.trim();
+        if value.is_empty() {
+            return None;
+        }
+        if value.contains('*') {
+            return Some(ModelPattern::Glob(value.to_lowercase()));
+        }
+        let words = model_words(value);
+        (!words.is_empty()).then_some(ModelPattern::Words(words))
+    }
+
+    pub fn matches(&self, gpu: &Gpu) -> bool {
+        match self {
+            ModelPattern::Words(words) => gpu
+                .model_words
+                .windows(words.len())
+                .any(|w| w == words.as_slice()),
+            ModelPattern::Glob(glob) => glob_match(glob, &gpu.model.to_lowercase()),
+        }
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No '*' at all: the whole text must equal the pattern.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// A pod's constraints on which GPUs it may use, from its annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub use_models: Vec<ModelPattern>,
+    pub avoid_models: Vec<ModelPattern>,
+    pub use_uuids: Vec<String>,
+    pub avoid_uuids: Vec<String>,
+    /// All GPUs of a container on one NUMA node.
+    pub numa_bind: bool,
+}
+
+/// An annotation value that cannot be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("annotation {annotation}: {problem}")]
+pub struct SelectionError {
+    pub annotation: &'static str,
+    pub problem: String,
+}
+
+fn comma_list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+impl Selection {
+    /// Reads the selection annotations of a pod.
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, SelectionError> {
+        let get = |k: &str| annotations.get(k).map(String::as_str).unwrap_or("");
+        let models = |k: &str| -> Vec<ModelPattern> {
+            comma_list(get(k)).filter_map(ModelPattern::parse).collect()
+        };
+        let uuids = |k: &str| -> Vec<String> { comma_list(get(k)).map(str::to_string).collect() };
+        let numa_bind = match annotations.get(keys::NUMA_BIND).map(|v| v.trim()) {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("true") => true,
+            Some(v) if v.eq_ignore_ascii_case("false") || v.is_empty() => false,
+            Some(v) => {
+                return Err(SelectionError {
+                    annotation: keys::NUMA_BIND,
+                    problem: format!("{v:?} is not a boolean: allowed \"true\" or \"false\""),
+                });
+            }
+        };
+        Ok(Selection {
+            use_models: models(keys::USE_GPU_TYPE),
+            avoid_models: models(keys::NOUSE_GPU_TYPE),
+            use_uuids: uuids(keys::USE_GPU_UUID),
+            avoid_uuids: uuids(keys::NOUSE_GPU_UUID),
+            numa_bind,
+        })
+    }
+
+    /// The model (and mode) check: `CardTypeMismatch` when false.
+    pub fn accepts_model(&self, gpu: &Gpu) -> bool {
+        gpu.is_shareable_mode()
+            && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
+            && !self.avoid_models.iter().any(|p| p.matches(gpu))
+    }
+
+    /// The UUID check: `CardUuidMismatch` when false.
+    pub fn accepts_uuid(&self, gpu: &Gpu) -> bool {
+        (self.use_uuids.is_empty() || self.use_uuids.contains(&gpu.uuid))
+            && !self.avoid_uuids.contains(&gpu.uuid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::device::Usage;
+
+    fn gpu(model: &str) -> Gpu {
+        Gpu::new("GPU-0", 0, model, Usage::default())
+    }
+
+    fn matches(value: &str, model: &str) -> bool {
+        ModelPattern::parse(value).unwrap().matches(&gpu(model))
+    }
+
+    #[test]
+    fn whole_word_model_matching() {
+        let a100 = "NVIDIA A100-SXM4-40GB";
+        assert!(matches("A100", a100));
+        assert!(matches("a100", a100));
+        assert!(matches("A100-SXM4", a100));
+        assert!(matches("A100 SXM4", a100));
+        assert!(matches("sxm4_40gb", a100));
+        assert!(!matches("A10", a100));
+        assert!(!matches("SXM4-A100", a100));
+        assert!(!matches("A100-40GB", a100));
+        assert!(matches("A10", "NVIDIA A10"));
+        assert!(!matches("A100", "NVIDIA A10"));
+        assert!(matches("V100", "NVIDIA-Tesla V100-PCIE-32GB"));
+        assert!(matches("Tesla", "NVIDIA-Tesla V100-PCIE-32GB"));
+    }
+
+    #[test]
+    fn glob_model_matching() {
+        let a100 = "NVIDIA A100-SXM4-40GB";
+        assert!(matches("*A100*", a100));
+        assert!(matches("nvidia a100*", a100));
+        assert!(matches("*40GB", a100));
+        assert!(matches("*", a100));
+        assert!(!matches("A100*", a100));
+        assert!(!matches("*80GB", a100));
+        assert!(
+            matches("*A10*", a100),
+            "a glob is a substring match by choice"
+        );
+        assert!(matches("NVIDIA*SXM4*GB", a100));
+        assert!(!matches("NVIDIA*PCIE*", a100));
+    }
+
+    #[test]
+    fn annotations_to_selection() {
+        let mut a = BTreeMap::new();
+        a.insert(keys::USE_GPU_TYPE.to_string(), "A100, ,H100".to_string());
+        a.insert(
+            keys::NOUSE_GPU_UUID.to_string(),
+            " GPU-1 ,GPU-2".to_string(),
+        );
+        a.insert(keys::NUMA_BIND.to_string(), "True".to_string());
+        let s = Selection::from_annotations(&a).unwrap();
+        assert_eq!(s.use_models.len(), 2);
+        assert_eq!(s.avoid_uuids, vec!["GPU-1", "GPU-2"]);
+        assert!(s.numa_bind);
+        assert!(s.accepts_model(&gpu("NVIDIA H100 80GB HBM3")));
+        assert!(!s.accepts_model(&gpu("NVIDIA A10")));
+        let mut g = gpu("NVIDIA A100");
+        g.uuid = "GPU-2".into();
+        assert!(!s.accepts_uuid(&g));
+        g.mode = "mig".into();
+        assert!(!s.accepts_model(&g));
+
+        a.insert(keys::NUMA_BIND.to_string(), "yes".to_string());
+        let e = Selection::from_annotations(&a).unwrap_err();
+        assert_eq!(e.annotation, keys::NUMA_BIND);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn glob_never_panics(p in "[a-c*]{0,8}", t in "[a-c]{0,8}") {
+            let _ = glob_match(&p, &t);
+        }
+
+        #[test]
+        fn glob_without_star_is_equality(t in "[a-c]{0,6}") {
+            proptest::prop_assert!(glob_match(&t, &t));
+            let longer = format!("{}x", t);
+            proptest::prop_assert!(!glob_match(&longer, &t));
+        }
+    }
+}

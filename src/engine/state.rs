@@ -1,0 +1,399 @@
+//! The cluster as the engine sees it: nodes with their GPUs and usage, and
+//! the allocations that make up that usage, keyed by pod UID.
+//!
+//! Usage is always derived from the allocations: applying or removing one
+//! touches only the GPUs it names, and re-registering a node re-derives its
+//! usage, so the two cannot drift apart.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::allocation::{Allocation, DeviceGrant};
+use super::device::Node;
+use super::fit::{Scratch, fit_pod};
+use super::plan::PodPlan;
+use super::policy::{node_better, node_priority, node_score};
+use super::reason::Rejection;
+
+/// Nodes by name and allocations by pod UID.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterState {
+    nodes: BTreeMap<String, Node>,
+    allocations: HashMap<String, Allocation>,
+}
+
+/// A node that can hold the pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeasibleNode<'a> {
+    pub node: &'a str,
+    /// HAMi's node score before placement (0..=30).
+    pub score: f64,
+    /// The extender priority, 0..=10, under the pod's node policy.
+    pub priority: u8,
+}
+
+/// The verdict on every candidate node for one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation<'a> {
+    /// Feasible nodes in name order.
+    pub feasible: Vec<FeasibleNode<'a>>,
+    /// Rejected nodes in name order (unknown candidates included).
+    pub rejected: Vec<(String, Rejection)>,
+    /// Index into `feasible` of the best node under the node policy.
+    best: Option<usize>,
+}
+
+impl<'a> Evaluation<'a> {
+    /// The best node: highest score for binpack, lowest for spread, lowest
+    /// name among equals.
+    pub fn best(&self) -> Option<&FeasibleNode<'a>> {
+        self.best.and_then(|i| self.feasible.get(i))
+    }
+}
+
+/// Why an allocation could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("allocation names unknown node {node}")]
+    UnknownNode { node: String },
+    #[error("allocation names GPU {uuid} that node {node} does not have")]
+    UnknownGpu { node: String, uuid: String },
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub fn allocation(&self, uid: &str) -> Option<&Allocation> {
+        self.allocations.get(uid)
+    }
+
+    pub fn allocations(&self) -> impl Iterator<Item = (&str, &Allocation)> {
+        self.allocations.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Adds or replaces a node (registration). Its usage is re-derived from
+    /// the allocations on it; the UIDs of allocations naming GPUs the node no
+    /// longer has are returned (their other GPUs still count).
+    pub fn upsert_node(&mut self, mut node: Node) -> Vec<String> {
+        let mut stale = Vec::new();
+        let mut uids: Vec<&String> = self
+            .allocations
+            .iter()
+            .filter(|(_, a)| a.node == node.name)
+            .map(|(uid, _)| uid)
+            .collect();
+        uids.sort();
+        for uid in uids {
+            let a = &self.allocations[uid];
+            let mut missing = false;
+            for (uuid, u) in a.usage_by_gpu() {
+                match node.position(uuid) {
+                    Some(pos) => node.add_usage(pos, &u),
+                    None => missing = true,
+                }
+            }
+            if missing {
+                stale.push(uid.clone());
+            }
+        }
+        self.nodes.insert(node.name.clone(), node);
+        stale
+    }
+
+    /// Removes a node; allocations on it stay and count again if it returns.
+    pub fn remove_node(&mut self, name: &str) -> Option<Node> {
+        self.nodes.remove(name)
+    }
+
+    /// Records a pod's allocation and adds it to the node's usage, replacing
+    /// any earlier allocation of the same pod. Refused whole when the node or
+    /// any GPU is unknown. Cost: proportional to the GPUs it names.
+    pub fn apply(&mut self, uid: &str, allocation: Allocation) -> Result<(), ApplyError> {
+        let node = self
+            .nodes
+            .get(&allocation.node)
+            .ok_or_else(|| ApplyError::UnknownNode {
+                node: allocation.node.clone(),
+            })?;
+        let usage = allocation.usage_by_gpu();
+        let mut positions = Vec::with_capacity(usage.len());
+        for (uuid, u) in &usage {
+            let pos = node.position(uuid).ok_or_else(|| ApplyError::UnknownGpu {
+                node: allocation.node.clone(),
+                uuid: uuid.to_string(),
+            })?;
+            positions.push((pos, *u));
+        }
+        self.remove(uid);
+        if let Some(node) = self.nodes.get_mut(&allocation.node) {
+            for (pos, u) in &positions {
+                node.add_usage(*pos, u);
+            }
+        }
+        self.allocations.insert(uid.to_string(), allocation);
+        Ok(())
+    }
+
+    /// Forgets a pod's allocation and frees its GPUs.
+    pub fn remove(&mut self, uid: &str) -> Option<Allocation> {
+        let allocation = self.allocations.remove(uid)?;
+        if let Some(node) = self.nodes.get_mut(&allocation.node) {
+            for (uuid, u) in allocation.usage_by_gpu() {
+                if let Some(pos) = node.position(uuid) {
+                    node.sub_usage(pos, &u);
+                }
+            }
+        }
+        Some(allocation)
+    }
+
+    /// Judges every candidate node (all nodes when `candidates` is `None`).
+    /// Pure: the state is not changed.
+    pub fn evaluate<'a>(&'a self, plan: &PodPlan, candidates: Option<&[String]>) -> Evaluation<'a> {
+        let mut scratch = Scratch::default();
+        let mut eval = Evaluation {
+            feasible: Vec::new(),
+            rejected: Vec::new(),
+            best: None,
+        };
+        let mut judge =
+            |node: &'a Node, eval: &mut Evaluation<'a>| match fit_pod(node, plan, &mut scratch) {
+                Ok(()) => {
+                    let score = node_score(node.totals());
+                    let better = eval
+                        .best()
+                        .is_none_or(|b| node_better(plan.node_policy, score, b.score));
+                    eval.feasible.push(FeasibleNode {
+                        node: &node.name,
+                        score,
+                        priority: node_priority(plan.node_policy, score),
+                    });
+                    if better {
+                        eval.best = Some(eval.feasible.len() - 1);
+                    }
+                }
+                Err(r) => eval.rejected.push((node.name.clone(), r)),
+            };
+        match candidates {
+            None => {
+                for node in self.nodes.values() {
+                    judge(node, &mut eval);
+                }
+            }
+            Some(names) => {
+                let mut names: Vec<&String> = names.iter().collect();
+                names.sort();
+                names.dedup();
+                for name in names {
+                    match self.nodes.get(name) {
+                        Some(node) => judge(node, &mut eval),
+                        None => eval
+                            .rejected
+                            .push((name.clone(), Rejection::NodeUnregistered)),
+                    }
+                }
+            }
+        }
+        eval
+    }
+
+    /// The GPUs the pod would get on `node` now (what bind commits).
+    pub fn assign(&self, plan: &PodPlan, node: &str) -> Result<Allocation, Rejection> {
+        let n = self.nodes.get(node).ok_or(Rejection::NodeUnregistered)?;
+        let mut scratch = Scratch::default();
+        fit_pod(n, plan, &mut scratch)?;
+        let mut containers = vec![Vec::new(); plan.request.containers.len()];
+        for &(ci, pos, take) in &scratch.grants {
+            if let (Some(list), Some(gpu)) = (containers.get_mut(ci), n.gpus.get(pos)) {
+                list.push(DeviceGrant {
+                    uuid: gpu.uuid.clone(),
+                    mem_mib: take.mem_mib,
+                    cores: take.cores,
+                });
+            }
+        }
+        Ok(Allocation {
+            node: node.to_string(),
+            containers,
+            init_count: plan.request.init_count(),
+        })
+    }
+
+    /// Evaluates, picks the best node and assigns GPUs there: HAMi's
+    /// single-node answer.
+    pub fn place(&self, plan: &PodPlan) -> Result<Allocation, Vec<(String, Rejection)>> {
+        let eval = self.evaluate(plan, None);
+        match eval.best() {
+            Some(best) => self
+                .assign(plan, best.node)
+                .map_err(|r| vec![(best.node.to_string(), r)]),
+            None => Err(eval.rejected),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::device::{Gpu, Usage};
+    use crate::engine::policy::{GpuPolicy, NodePolicy};
+    use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+
+    fn node(name: &str, gpus: u32) -> Node {
+        Node::new(
+            name,
+            (0..gpus)
+                .map(|i| {
+                    Gpu::new(
+                        format!("GPU-{name}-{i}"),
+                        i,
+                        "NVIDIA A100-SXM4-40GB",
+                        Usage {
+                            slots: 10,
+                            mem_mib: 40960,
+                            cores: 100,
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn whole_gpu_plan(node_policy: NodePolicy) -> PodPlan {
+        PodPlan::new(
+            PodRequest {
+                containers: vec![ContainerRequest {
+                    name: "c".into(),
+                    init: false,
+                    gpu: Some(GpuRequest {
+                        count: 1,
+                        memory: Memory::Percent(100),
+                        cores: 100,
+                    }),
+                }],
+            },
+            node_policy,
+            GpuPolicy::Spread,
+        )
+    }
+
+    fn state_with(used: &[(&str, u32, u32)]) -> ClusterState {
+        let mut s = ClusterState::new();
+        for (name, gpus, busy) in used {
+            s.upsert_node(node(name, *gpus));
+            for i in 0..*busy {
+                let a = s
+                    .assign(&whole_gpu_plan(NodePolicy::Binpack), name)
+                    .unwrap();
+                s.apply(&format!("{name}-pod-{i}"), a).unwrap();
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn design_document_node_example() {
+        // node1 has 3 of 4 GPUs in use, node2 2 of 4 (HAMi's 10 vs 7.5).
+        let s = state_with(&[("node1", 4, 3), ("node2", 4, 2)]);
+        let bin = s.evaluate(&whole_gpu_plan(NodePolicy::Binpack), None);
+        assert_eq!(bin.best().unwrap().node, "node1");
+        let spread = s.evaluate(&whole_gpu_plan(NodePolicy::Spread), None);
+        assert_eq!(spread.best().unwrap().node, "node2");
+        assert!(bin.feasible[0].priority > bin.feasible[1].priority);
+        assert!(spread.feasible[0].priority < spread.feasible[1].priority);
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_node_name() {
+        let s = state_with(&[("b", 4, 0), ("a", 4, 0), ("c", 4, 0)]);
+        for p in [NodePolicy::Binpack, NodePolicy::Spread] {
+            assert_eq!(
+                s.evaluate(&whole_gpu_plan(p), None).best().unwrap().node,
+                "a"
+            );
+        }
+    }
+
+    #[test]
+    fn candidates_unknown_and_full_nodes_are_rejected_with_reasons() {
+        let s = state_with(&[("full", 2, 2), ("free", 2, 0)]);
+        let names = vec!["ghost".to_string(), "full".to_string(), "free".to_string()];
+        let e = s.evaluate(&whole_gpu_plan(NodePolicy::Binpack), Some(&names));
+        assert_eq!(e.feasible.len(), 1);
+        assert_eq!(e.feasible[0].node, "free");
+        let rejected: Vec<(String, String)> = e
+            .rejected
+            .iter()
+            .map(|(n, r)| (n.clone(), r.to_string()))
+            .collect();
+        assert_eq!(
+            rejected,
+            [
+                ("full".to_string(), "2/2 CardInsufficientMemory".to_string()),
+                ("ghost".to_string(), "node unregistered".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn apply_and_remove_are_inverse() {
+        let mut s = state_with(&[("n", 4, 0)]);
+        let before = s.node("n").unwrap().clone();
+        let a = s.assign(&whole_gpu_plan(NodePolicy::Binpack), "n").unwrap();
+        s.apply("uid-1", a.clone()).unwrap();
+        assert_ne!(s.node("n").unwrap(), &before);
+        // Re-applying the same pod replaces, never doubles.
+        s.apply("uid-1", a.clone()).unwrap();
+        assert_eq!(s.node("n").unwrap().totals().cores_used, 100);
+        assert_eq!(s.remove("uid-1"), Some(a));
+        assert_eq!(s.node("n").unwrap(), &before);
+        assert_eq!(s.remove("uid-1"), None);
+    }
+
+    #[test]
+    fn apply_refuses_unknown_nodes_and_gpus_whole() {
+        let mut s = state_with(&[("n", 1, 0)]);
+        let mut a = s.assign(&whole_gpu_plan(NodePolicy::Binpack), "n").unwrap();
+        a.containers[0].push(DeviceGrant {
+            uuid: "GPU-gone".into(),
+            mem_mib: 1,
+            cores: 0,
+        });
+        assert_eq!(
+            s.apply("u", a.clone()),
+            Err(ApplyError::UnknownGpu {
+                node: "n".into(),
+                uuid: "GPU-gone".into()
+            })
+        );
+        assert_eq!(s.node("n").unwrap().totals().slots_used, 0);
+        a.node = "elsewhere".into();
+        assert!(matches!(
+            s.apply("u", a),
+            Err(ApplyError::UnknownNode { .. })
+        ));
+    }
+
+    #[test]
+    fn re_registering_a_node_keeps_its_usage() {
+        let mut s = state_with(&[("n", 2, 1)]);
+        let used = *s.node("n").unwrap().totals();
+        assert!(s.upsert_node(node("n", 2)).is_empty());
+        assert_eq!(*s.node("n").unwrap().totals(), used);
+        // A GPU disappears: the allocation on it is reported stale.
+        assert_eq!(s.upsert_node(node("n", 0)), vec!["n-pod-0".to_string()]);
+        // The node leaves and returns: its usage returns with it.
+        s.remove_node("n");
+        assert!(s.upsert_node(node("n", 2)).is_empty());
+        assert_eq!(*s.node("n").unwrap().totals(), used);
+    }
+}

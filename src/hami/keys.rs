@@ -1,0 +1,44 @@
+//! Annotation and label keys shared with HAMi (hami-compat.md 3.1, 4.1).
+
+/// Node: the NVIDIA device inventory (JSON array, or the legacy text form).
+pub const NODE_NVIDIA_REGISTER: &str = "hami.io/node-nvidia-register";
+/// Node: pairwise topology scores between GPUs (JSON).
+pub const NODE_NVIDIA_SCORE: &str = "hami.io/node-nvidia-score";
+/// Node: liveness handshake between scheduler and device plugin.
+pub const NODE_HANDSHAKE: &str = "hami.io/node-handshake";
+/// Node: the node lock taken by bind and released by the device plugin.
+pub const NODE_LOCK: &str = "hami.io/mutex.lock";
+/// Node: comma-separated GPU UUIDs excluded from new allocations.
+pub const DEVICE_CORDON: &str = "hami.io/device-cordon";
+
+/// Pod (annotation and label): the node chosen for the pod.
+pub const VGPU_NODE: &str = "hami.io/vgpu-node";
+/// Pod: Unix seconds of the allocation.
+pub const VGPU_TIME: &str = "hami.io/vgpu-time";
+/// Pod: devices still to hand out; consumed by the device plugin.
+pub const VGPU_DEVICES_TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
+/// Pod: devices allocated; never changed after bind. The ledger reads this.
+pub const VGPU_DEVICES_ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
+/// Pod: `allocating`, then `success` or `failed` (device plugin).
+pub const BIND_PHASE: &str = "hami.io/bind-phase";
+/// Pod: Unix seconds of the bind.
+pub const BIND_TIME: &str = "hami.io/bind-time";
+
+/// Pod: node placement policy override (`binpack` / `spread`).
+pub const NODE_SCHEDULER_POLICY: &str = "hami.io/node-scheduler-policy";
+/// Pod: GPU placement policy override (`binpack` / `spread` / `topology-aware` / `mutex`).
+pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
+
+/// Pod: GPU models to use (comma list).
+pub const USE_GPU_TYPE: &str = "nvidia.com/use-gputype";
+/// Pod: GPU models to avoid (comma list).
+pub const NOUSE_GPU_TYPE: &str = "nvidia.com/nouse-gputype";
+/// Pod: GPU UUIDs to use (comma list).
+pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
+/// Pod: GPU UUIDs to avoid (comma list).
+pub const NOUSE_GPU_UUID: &str = "nvidia.com/nouse-gpuuuid";
+/// Pod: `"true"` puts all GPUs of a container on one NUMA node.
+pub const NUMA_BIND: &str = "nvidia.com/numa-bind";
+
+/// The vendor key written in pod device lists for NVIDIA devices.
+pub const NVIDIA_VENDOR: &str = "NVIDIA";

@@ -1,0 +1,14 @@
+//! gpugate: GPU-sharing admission webhook, policy gateway and kube-scheduler
+//! extender for Kubernetes, wire-compatible with HAMi's device plugin.
+//!
+//! The placement engine ([`engine`]) is pure and synchronous; HAMi's wire
+//! formats live in [`hami`]; reading files and talking to Kubernetes happen
+//! at the edges ([`cluster`], [`simulate`]).
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod engine;
+pub mod hami;
+pub mod simulate;

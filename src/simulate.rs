@@ -1,0 +1,301 @@
+//! `gpugate simulate`: place pods one after another on a cluster snapshot and
+//! show where each lands, or why it cannot, and what every GPU holds after.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+
+use crate::cluster::convert::{pod_key, pod_name};
+use crate::cluster::{Snapshot, StateReport};
+use crate::config::Config;
+use crate::engine::{ClusterState, PodPlan};
+
+/// The outcome of a simulation, in the shape `--output json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub placements: Vec<Placement>,
+    pub unschedulable: Vec<Unschedulable>,
+    /// Pods that ask for no GPU: gpugate leaves them to other schedulers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Snapshot objects that could not be used (unregistered nodes, pods
+    /// whose allocation annotations are unreadable).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip)]
+    pub gpus: Vec<GpuRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placement {
+    pub pod: String,
+    pub node: String,
+    /// HAMi's node score of the chosen node before the pod (0..=30).
+    pub score: f64,
+    pub devices: Vec<PlacedDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedDevice {
+    pub container: String,
+    pub uuid: String,
+    #[serde(rename = "memMiB")]
+    pub mem_mib: u64,
+    pub cores: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unschedulable {
+    pub pod: String,
+    /// Why each node was rejected.
+    pub reasons: BTreeMap<String, String>,
+    /// Set when the pod itself is invalid (then `reasons` is empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One GPU's use after all placements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRow {
+    pub node: String,
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub slots: (u32, u32),
+    pub mem_mib: (u64, u64),
+    pub cores: (u32, u32),
+}
+
+/// Places `pods` in order on the snapshot's state.
+pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
+    let (
+        mut state,
+        StateReport {
+            unregistered_nodes,
+            unaccounted_pods,
+        },
+    ) = cluster.to_state();
+    let mut report = Report {
+        placements: Vec::new(),
+        unschedulable: Vec::new(),
+        skipped: Vec::new(),
+        warnings: unregistered_nodes
+            .into_iter()
+            .chain(unaccounted_pods)
+            .collect(),
+        gpus: Vec::new(),
+    };
+    for pod in pods {
+        let name = pod_name(pod);
+        let plan = match PodPlan::from_pod(pod, config) {
+            Ok(plan) => plan,
+            Err(e) => {
+                report.unschedulable.push(Unschedulable {
+                    pod: name,
+                    reasons: BTreeMap::new(),
+                    error: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
+        if !plan.request.has_gpus() {
+            report.skipped.push(name);
+            continue;
+        }
+        match place_one(&mut state, &plan, &pod_key(pod)) {
+            Ok((node, score, allocation)) => {
+                let devices = plan
+                    .request
+                    .containers
+                    .iter()
+                    .zip(&allocation.containers)
+                    .flat_map(|(c, grants)| {
+                        grants.iter().map(|g| PlacedDevice {
+                            container: c.name.clone(),
+                            uuid: g.uuid.clone(),
+                            mem_mib: g.mem_mib,
+                            cores: g.cores,
+                        })
+                    })
+                    .collect();
+                report.placements.push(Placement {
+                    pod: name,
+                    node,
+                    score: (score * 100.0).round() / 100.0,
+                    devices,
+                });
+            }
+            Err(reasons) => report.unschedulable.push(Unschedulable {
+                pod: name,
+                reasons,
+                error: None,
+            }),
+        }
+    }
+    report.gpus = gpu_rows(&state);
+    report
+}
+
+type Placed = (String, f64, crate::engine::Allocation);
+
+fn place_one(
+    state: &mut ClusterState,
+    plan: &PodPlan,
+    key: &str,
+) -> Result<Placed, BTreeMap<String, String>> {
+    let eval = state.evaluate(plan, None);
+    let Some(best) = eval.best() else {
+        return Err(eval
+            .rejected
+            .iter()
+            .map(|(n, r)| (n.clone(), r.to_string()))
+            .collect());
+    };
+    let (node, score) = (best.node.to_string(), best.score);
+    let allocation = state
+        .assign(plan, &node)
+        .map_err(|r| BTreeMap::from([(node.clone(), r.to_string())]))?;
+    state
+        .apply(key, allocation.clone())
+        .map_err(|e| BTreeMap::from([(node.clone(), e.to_string())]))?;
+    Ok((node, score, allocation))
+}
+
+fn gpu_rows(state: &ClusterState) -> Vec<GpuRow> {
+    state
+        .nodes()
+        .flat_map(|n| {
+            n.gpus.iter().zip(&n.usage).map(|(g, u)| GpuRow {
+                node: n.name.clone(),
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                slots: (u.slots, g.capacity.slots),
+                mem_mib: (u.mem_mib, g.capacity.mem_mib),
+                cores: (u.cores, g.capacity.cores),
+            })
+        })
+        .collect()
+}
+
+impl Report {
+    /// Exactly one JSON object.
+    pub fn to_json(&self) -> String {
+        // Serialising plain structs of strings and numbers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// A table for a person.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let mut rows = vec![vec![
+            "POD".to_string(),
+            "NODE".into(),
+            "SCORE".into(),
+            "CONTAINER".into(),
+            "GPU".into(),
+            "MEM(MiB)".into(),
+            "CORES".into(),
+        ]];
+        for p in &self.placements {
+            for (i, d) in p.devices.iter().enumerate() {
+                let first = i == 0;
+                rows.push(vec![
+                    if first { p.pod.clone() } else { String::new() },
+                    if first { p.node.clone() } else { String::new() },
+                    if first {
+                        format!("{:.2}", p.score)
+                    } else {
+                        String::new()
+                    },
+                    d.container.clone(),
+                    d.uuid.clone(),
+                    d.mem_mib.to_string(),
+                    d.cores.to_string(),
+                ]);
+            }
+        }
+        let _ = writeln!(out, "PLACEMENTS ({})", self.placements.len());
+        out.push_str(&render(&rows));
+        if !self.unschedulable.is_empty() {
+            let mut rows = vec![vec!["POD".to_string(), "NODE".into(), "REASON".into()]];
+            for u in &self.unschedulable {
+                if let Some(e) = &u.error {
+                    rows.push(vec![u.pod.clone(), "-".into(), e.clone()]);
+                }
+                for (i, (node, reason)) in u.reasons.iter().enumerate() {
+                    let pod = if i == 0 { u.pod.clone() } else { String::new() };
+                    rows.push(vec![pod, node.clone(), reason.clone()]);
+                }
+            }
+            let _ = writeln!(out, "\nUNSCHEDULABLE ({})", self.unschedulable.len());
+            out.push_str(&render(&rows));
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSKIPPED, NO GPU REQUEST: {}",
+                self.skipped.join(", ")
+            );
+        }
+        let mut rows = vec![vec![
+            "NODE".to_string(),
+            "INDEX".into(),
+            "GPU".into(),
+            "MODEL".into(),
+            "SLOTS".into(),
+            "MEM(MiB)".into(),
+            "CORES".into(),
+        ]];
+        for g in &self.gpus {
+            rows.push(vec![
+                g.node.clone(),
+                g.index.to_string(),
+                g.uuid.clone(),
+                g.model.clone(),
+                format!("{}/{}", g.slots.0, g.slots.1),
+                format!("{}/{}", g.mem_mib.0, g.mem_mib.1),
+                format!("{}/{}", g.cores.0, g.cores.1),
+            ]);
+        }
+        let _ = writeln!(out, "\nGPU USAGE");
+        out.push_str(&render(&rows));
+        if !self.warnings.is_empty() {
+            let _ = writeln!(out, "\nWARNINGS");
+            for w in &self.warnings {
+                let _ = writeln!(out, "  {w}");
+            }
+        }
+        out
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+fn render(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            line.push_str(cell);
+            if c + 1 < r.len() {
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,277 @@
+//! The examples of examples/ through `simulate`: HAMi's four scheduler-policy
+//! stories, its topology example and the demo cluster.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpugate::cluster::Snapshot;
+use gpugate::config::Config;
+use gpugate::engine::{GpuPolicy, NodePolicy};
+use gpugate::simulate::{Report, simulate};
+
+fn load(path: &str) -> Snapshot {
+    Snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect(path)
+}
+
+fn run(cluster: &str, pods: &str, node: NodePolicy, gpu: GpuPolicy) -> Report {
+    let mut config = Config::default();
+    config.scheduler.node_scheduler_policy = node;
+    config.scheduler.gpu_scheduler_policy = gpu;
+    let report = simulate(&load(cluster), &load(pods).pods, &config);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    report
+}
+
+/// (pod, node, GPU UUIDs) of every placement.
+fn placed(report: &Report) -> Vec<(String, String, Vec<String>)> {
+    report
+        .placements
+        .iter()
+        .map(|p| {
+            (
+                p.pod.clone(),
+                p.node.clone(),
+                p.devices.iter().map(|d| d.uuid.clone()).collect(),
+            )
+        })
+        .collect()
+}
+
+fn p(pod: &str, node: &str, gpus: &[&str]) -> (String, String, Vec<String>) {
+    (
+        pod.to_string(),
+        node.to_string(),
+        gpus.iter().map(|g| g.to_string()).collect(),
+    )
+}
+
+const STORIES: &str = "examples/stories/cluster.yaml";
+
+#[test]
+fn story_1_node_binpack_puts_both_pods_on_one_node() {
+    let r = run(
+        STORIES,
+        "examples/stories/whole-gpu-pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("default/pod1", "node1", &["GPU-node1-0"]),
+            p("default/pod2", "node1", &["GPU-node1-1"]),
+        ]
+    );
+    // nvidia.com/gpu: 1 alone is one whole, exclusive GPU.
+    assert_eq!(
+        (
+            r.placements[0].devices[0].mem_mib,
+            r.placements[0].devices[0].cores
+        ),
+        (40960, 100)
+    );
+}
+
+#[test]
+fn story_2_node_spread_puts_pods_on_different_nodes() {
+    let r = run(
+        STORIES,
+        "examples/stories/whole-gpu-pods.yaml",
+        NodePolicy::Spread,
+        GpuPolicy::Spread,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("default/pod1", "node1", &["GPU-node1-0"]),
+            p("default/pod2", "node2", &["GPU-node2-0"]),
+        ]
+    );
+}
+
+#[test]
+fn story_3_gpu_binpack_shares_one_gpu() {
+    let r = run(
+        STORIES,
+        "examples/stories/slice-pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Binpack,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("default/pod1", "node1", &["GPU-node1-0"]),
+            p("default/pod2", "node1", &["GPU-node1-0"]),
+        ]
+    );
+    // 20% of a 40960 MiB GPU, and 20 cores.
+    assert_eq!(
+        (
+            r.placements[1].devices[0].mem_mib,
+            r.placements[1].devices[0].cores
+        ),
+        (8192, 20)
+    );
+}
+
+#[test]
+fn story_4_gpu_spread_uses_different_gpus() {
+    let r = run(
+        STORIES,
+        "examples/stories/slice-pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("default/pod1", "node1", &["GPU-node1-0"]),
+            p("default/pod2", "node1", &["GPU-node1-1"]),
+        ]
+    );
+}
+
+#[test]
+fn topology_one_gpu_takes_a_least_connected_card() {
+    let r = run(
+        "examples/topology/cluster.yaml",
+        "examples/topology/one-gpu-pod.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    // gpu0 and gpu1 both sum 400; the lowest index wins.
+    assert_eq!(placed(&r), [p("default/one-gpu", "topo", &["GPU-topo-0"])]);
+}
+
+#[test]
+fn topology_three_gpus_take_a_best_set() {
+    let r = run(
+        "examples/topology/cluster.yaml",
+        "examples/topology/three-gpu-pod.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    // {gpu1,gpu2,gpu3} and {gpu0,gpu2,gpu3} both sum 500; gpugate takes the
+    // lexicographically smallest set of indexes (docs/policies.md).
+    assert_eq!(
+        placed(&r),
+        [p(
+            "default/three-gpus",
+            "topo",
+            &["GPU-topo-0", "GPU-topo-2", "GPU-topo-3"]
+        )]
+    );
+}
+
+#[test]
+fn demo_cluster_places_what_fits_and_explains_the_rest() {
+    let config = Config::default();
+    let r = simulate(
+        &load("examples/demo/cluster.yaml"),
+        &load("examples/demo/pods.yaml").pods,
+        &config,
+    );
+    // cpu-1 has no GPUs registered.
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(r.warnings[0].contains("cpu-1"));
+    let nodes: Vec<(&str, &str)> = r
+        .placements
+        .iter()
+        .map(|p| (p.pod.as_str(), p.node.as_str()))
+        .collect();
+    assert!(
+        nodes.contains(&("serving/t4-only", "gpu-t4-1")),
+        "{nodes:?}"
+    );
+    assert!(
+        nodes.contains(&("ml/train-2gpu", "gpu-a100-1")),
+        "{nodes:?}"
+    );
+    // The two GPUs of train-2gpu share a NUMA node (GPUs 2 and 3: GPU 0 is in use).
+    let train = r
+        .placements
+        .iter()
+        .find(|p| p.pod == "ml/train-2gpu")
+        .unwrap();
+    let uuids: Vec<&str> = train.devices.iter().map(|d| d.uuid.as_str()).collect();
+    assert_eq!(uuids, ["GPU-a100-1-2", "GPU-a100-1-3"]);
+    // The T4 GPU 1 is cordoned and GPU 0 is free again (report-0 has finished).
+    let t4 = r
+        .placements
+        .iter()
+        .find(|p| p.pod == "serving/t4-only")
+        .unwrap();
+    assert_eq!(t4.devices[0].uuid, "GPU-t4-1-0");
+
+    let unschedulable: Vec<&str> = r.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(
+        unschedulable,
+        ["serving/a10-wanted", "ml/too-big", "default/greedy"]
+    );
+    let a10 = &r.unschedulable[0].reasons;
+    assert_eq!(a10["gpu-a100-1"], "4/4 CardTypeMismatch");
+    assert_eq!(a10["cpu-1"], "node unregistered");
+    let greedy = r.unschedulable[2].error.as_deref().unwrap();
+    assert!(
+        greedy.contains("nvidia.com/gpucores") && greedy.contains("150"),
+        "{greedy}"
+    );
+    assert_eq!(r.skipped, ["default/web"]);
+}
+
+#[test]
+fn binary_prints_one_json_object() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "simulate",
+            "--cluster",
+            STORIES,
+            "--pods",
+            "examples/stories/slice-pods.yaml",
+            "--gpu-policy",
+            "binpack",
+            "--output",
+            "json",
+        ])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["placements"][1]["devices"][0]["uuid"], "GPU-node1-0");
+    assert_eq!(v["placements"][1]["devices"][0]["memMiB"], 8192);
+    assert_eq!(v["unschedulable"], serde_json::json!([]));
+}
+
+#[test]
+fn binary_refuses_bad_input_with_a_clear_message() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .expect("runs");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = run(&["simulate", "--cluster", "missing.yaml", "--pods", STORIES]);
+    assert!(e.contains("missing.yaml"), "{e}");
+    let e = run(&["simulate", "--cluster", STORIES, "--pods", STORIES]);
+    assert!(e.contains("nodes belong in --cluster"), "{e}");
+    let e = run(&[
+        "simulate",
+        "--cluster",
+        STORIES,
+        "--pods",
+        STORIES,
+        "--gpu-policy",
+        "fastest",
+    ]);
+    assert!(e.contains("unknown GPU policy \"fastest\""), "{e}");
+    let e = run(&["simulate", "--cluster", "Cargo.toml", "--pods", STORIES]);
+    assert!(e.contains("Cargo.toml"), "{e}");
+}
