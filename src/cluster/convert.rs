@@ -36,7 +36,18 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<Node, NodeError> {
         node: name.clone(),
         annotation: keys::NODE_NVIDIA_REGISTER,
     })?;
-    let devices = decode_node_devices(register).map_err(wrap)?;
+    let mut devices = decode_node_devices(register).map_err(wrap)?;
+    // The 7-field legacy form has no index (every device reads as 0): then
+    // the registration order is the index, so that "lowest index wins" means
+    // what the device plugin listed first.
+    let mut indexes: Vec<u32> = devices.iter().map(|d| d.index).collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    if indexes.len() < devices.len() {
+        for (i, d) in devices.iter_mut().enumerate() {
+            d.index = u32::try_from(i).unwrap_or(u32::MAX);
+        }
+    }
     let cordon = get(keys::DEVICE_CORDON)
         .map(decode_device_cordon)
         .transpose()
@@ -136,4 +147,104 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
     Ok(Some(Allocation::from_pod_devices(
         node, &devices, init_count,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k8s_node(annotations: &[(&str, &str)]) -> K8sNode {
+        let mut n = K8sNode::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n
+    }
+
+    #[test]
+    fn legacy_seven_field_devices_are_indexed_in_registration_order() {
+        let n = node_from_k8s(&k8s_node(&[(
+            keys::NODE_NVIDIA_REGISTER,
+            "GPU-b,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:GPU-a,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:",
+        )]))
+        .unwrap();
+        let order: Vec<(&str, u32)> = n.gpus.iter().map(|g| (g.uuid.as_str(), g.index)).collect();
+        assert_eq!(order, [("GPU-b", 0), ("GPU-a", 1)]);
+    }
+
+    #[test]
+    fn cordon_scores_and_errors() {
+        let n = node_from_k8s(&k8s_node(&[
+            (
+                keys::NODE_NVIDIA_REGISTER,
+                r#"[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":false}]"#,
+            ),
+            (keys::DEVICE_CORDON, "GPU-1"),
+            (keys::NODE_NVIDIA_SCORE, r#"[{"uuid":"GPU-0","score":{"GPU-1":60,"GPU-9":5}}]"#),
+        ]))
+        .unwrap();
+        assert!(!n.gpus[0].cordoned && n.gpus[1].cordoned);
+        assert!(n.gpus[0].healthy && !n.gpus[1].healthy);
+        assert_eq!(n.pair_score(1, 0), 60);
+
+        let e = node_from_k8s(&k8s_node(&[])).unwrap_err();
+        assert!(e.to_string().contains("has not registered"), "{e}");
+        let e = node_from_k8s(&k8s_node(&[(keys::NODE_NVIDIA_REGISTER, "[{\"id\":")])).unwrap_err();
+        assert!(e.to_string().contains(keys::NODE_NVIDIA_REGISTER), "{e}");
+    }
+
+    fn pod(phase: &str, annotations: &[(&str, &str)], containers: usize) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            init_containers: Some(vec![Default::default()]),
+            containers: vec![Default::default(); containers],
+            ..Default::default()
+        });
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn pod_allocations() {
+        let ann = [
+            (keys::VGPU_NODE, "n1"),
+            (
+                keys::VGPU_DEVICES_ALLOCATED,
+                "GPU-0,NVIDIA,100,10:;GPU-0,NVIDIA,300,5:;",
+            ),
+        ];
+        // gpugate's shape: one entry per container, the first is the init container.
+        let a = pod_allocation(&pod("Running", &ann, 1)).unwrap().unwrap();
+        assert_eq!((a.node.as_str(), a.init_count), ("n1", 1));
+        // HAMi's shape (entries only for GPU containers): all counted as app.
+        let a = pod_allocation(&pod("Pending", &ann, 2)).unwrap().unwrap();
+        assert_eq!(a.init_count, 0);
+        assert_eq!(pod_allocation(&pod("Succeeded", &ann, 1)).unwrap(), None);
+        assert_eq!(pod_allocation(&pod("Failed", &ann, 1)).unwrap(), None);
+        assert_eq!(pod_allocation(&pod("Running", &[], 1)).unwrap(), None);
+        let bad = [
+            (keys::VGPU_NODE, "n1"),
+            (keys::VGPU_DEVICES_ALLOCATED, "GPU-0,NVIDIA,x,1:;"),
+        ];
+        let e = pod_allocation(&pod("Running", &bad, 1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("pod default/p: annotation hami.io/vgpu-devices-allocated"),
+            "{e}"
+        );
+    }
 }

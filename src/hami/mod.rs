@@ -53,3 +53,19 @@ impl DecodeError {
         }
     }
 }
+
+/// Test helper: `result` must be an error about `annotation`.
+#[cfg(test)]
+pub(crate) fn expect_decode_error<T: std::fmt::Debug>(
+    value: &str,
+    result: Result<T, DecodeError>,
+    annotation: &str,
+) -> DecodeError {
+    match result {
+        Ok(v) => panic!("{value:?} decoded to {v:?}"),
+        Err(e) => {
+            assert_eq!(e.annotation, annotation);
+            e
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Fuzz target `node_lock`: the check lives in `gpugate::hami::fuzzing`, shared
+//! with the corpus replay test (`tests/fuzz_corpus.rs`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    gpugate::hami::fuzzing::check_node_lock(data);
+});
