@@ -21,6 +21,33 @@ pub struct Cli {
 pub enum Command {
     /// Place pods on a cluster snapshot and show the result.
     Simulate(SimulateArgs),
+    /// Certificates for the webhook and extender endpoints.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Make a CA and a serving certificate signed by it: writes ca.crt,
+    /// tls.crt, tls.key (and ca.key, to sign renewals with the same CA).
+    Generate(CertsGenerateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CertsGenerateArgs {
+    /// Directory to write into (created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// DNS names of the serving certificate (repeatable), e.g.
+    /// gpugate.gpugate.svc.
+    #[arg(long = "dns", value_name = "NAME", required_unless_present = "ips")]
+    pub dns: Vec<String>,
+    /// IP addresses of the serving certificate (repeatable).
+    #[arg(long = "ip", value_name = "IP")]
+    pub ips: Vec<std::net::IpAddr>,
+    /// Lifetime of the serving certificate in days.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub days: u32,
 }
 
 #[derive(Debug, clap::Args)]

@@ -11,4 +11,5 @@ pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod hami;
+pub mod server;
 pub mod simulate;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use gpugate::cli::{Cli, Command, Output, SimulateArgs};
+use gpugate::cli::{CertsCommand, CertsGenerateArgs, Cli, Command, Output, SimulateArgs};
 use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
 
@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -49,5 +50,22 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         Output::Json => println!("{}", report.to_json()),
         Output::Table => print!("{}", report.to_table()),
     }
+    Ok(())
+}
+
+fn certs_generate(args: CertsGenerateArgs) -> anyhow::Result<()> {
+    use gpugate::server::certs;
+    let spec = certs::CertSpec {
+        dns: args.dns,
+        ips: args.ips,
+        days: args.days,
+    };
+    let bundle = certs::generate(&spec, time::OffsetDateTime::now_utc())?;
+    certs::write_dir(&args.out, &bundle)?;
+    println!(
+        "wrote {0}/ca.crt, {0}/tls.crt, {0}/tls.key and {0}/ca.key (valid {1} days)",
+        args.out.display(),
+        args.days
+    );
     Ok(())
 }

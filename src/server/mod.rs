@@ -1,0 +1,5 @@
+//! The network edge: certificates, TLS with hot reload and (next) the HTTP
+//! servers for admission, the extender, health and metrics.
+
+pub mod certs;
+pub mod tls;
