@@ -6,6 +6,7 @@
 //! at the edges ([`cluster`], [`simulate`]).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod cli;
 pub mod cluster;
 pub mod config;

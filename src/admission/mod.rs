@@ -1,0 +1,4 @@
+//! The admission half of gpugate: the AdmissionReview envelope, and (next)
+//! the mutating and validating webhooks and the namespace policy gateway.
+
+pub mod review;
