@@ -14,10 +14,16 @@ const GPUS: u32 = 8;
 const RUNNING_PODS: usize = 40_000;
 
 fn cluster() -> ClusterState {
+    cluster_of(GPUS, 4)
+}
+
+/// `NODES` nodes of `gpus` GPUs; pair scores 200 within groups of `group`
+/// GPUs (same NUMA node / NVLink island), 100 across.
+fn cluster_of(gpus_per_node: u32, group: u32) -> ClusterState {
     let mut state = ClusterState::new();
     for n in 0..NODES {
         let name = format!("gpu-node-{n:05}");
-        let gpus = (0..GPUS)
+        let gpus = (0..gpus_per_node)
             .map(|i| {
                 let mut g = Gpu::new(
                     format!("GPU-{n:05}-{i}"),
@@ -29,14 +35,15 @@ fn cluster() -> ClusterState {
                         cores: 100,
                     },
                 );
-                g.numa = (i / 4) as i32;
+                g.numa = (i / group) as i32;
                 g
             })
             .collect();
         let mut node = Node::new(name, gpus);
-        for a in 0..GPUS as usize {
-            for b in a + 1..GPUS as usize {
-                let score = if a / 4 == b / 4 { 200 } else { 100 };
+        let (count, group) = (gpus_per_node as usize, group as usize);
+        for a in 0..count {
+            for b in a + 1..count {
+                let score = if a / group == b / group { 200 } else { 100 };
                 node.set_pair_score(
                     &format!("GPU-{n:05}-{a}"),
                     &format!("GPU-{n:05}-{b}"),
@@ -49,7 +56,7 @@ fn cluster() -> ClusterState {
     // 40,000 running pods, 8 per node, of varied sizes so that nodes differ.
     for p in 0..RUNNING_PODS {
         let n = p % NODES;
-        let gpu = (p / NODES) as u32 % GPUS;
+        let gpu = (p / NODES) as u32 % gpus_per_node;
         let mem = 2000 + ((p * 7919) % 20) as u64 * 1000;
         let allocation = Allocation {
             node: format!("gpu-node-{n:05}"),
@@ -104,6 +111,18 @@ fn benches(c: &mut Criterion) {
         b.iter(|| black_box(state.evaluate(black_box(&p), Some(&names)).feasible.len()))
     });
     g.finish();
+
+    // 16-GPU nodes (two NVLink islands of 8): the topology search's worst case.
+    let big = cluster_of(16, 8);
+    let mut g = c.benchmark_group("evaluate_5000x16_40000pods");
+    for count in [4u32, 8] {
+        let p = plan(count, GpuPolicy::TopologyAware);
+        g.bench_function(format!("all_nodes/{count}gpu_topology"), |b| {
+            b.iter(|| black_box(big.evaluate(black_box(&p), None).feasible.len()))
+        });
+    }
+    g.finish();
+    drop(big);
 
     let mut g = c.benchmark_group("ledger");
     for count in [1u32, 8] {

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use crate::cluster::convert::{pod_key, pod_name};
+use crate::cluster::convert::pod_name;
+use crate::cluster::snapshot::snapshot_pod_key;
 use crate::cluster::{Snapshot, StateReport};
 use crate::config::Config;
 use crate::engine::{ClusterState, PodPlan};
@@ -88,7 +89,7 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
             .collect(),
         gpus: Vec::new(),
     };
-    for pod in pods {
+    for (i, pod) in pods.iter().enumerate() {
         let name = pod_name(pod);
         let plan = match PodPlan::from_pod(pod, config) {
             Ok(plan) => plan,
@@ -105,7 +106,7 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
             report.skipped.push(name);
             continue;
         }
-        match place_one(&mut state, &plan, &pod_key(pod)) {
+        match place_one(&mut state, &plan, &snapshot_pod_key(pod, "pods", i)) {
             Ok((node, score, allocation)) => {
                 let devices = plan
                     .request

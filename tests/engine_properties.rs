@@ -155,14 +155,31 @@ proptest! {
                 state.apply(&format!("w{i}"), a).unwrap();
             }
         }
+        // Utilisation computed here, independently of the engine's score:
+        // used/capacity of slots, cores and memory, summed over the node.
+        let utilisation = |name: &str| -> f64 {
+            let n = state.node(name).unwrap();
+            let (mut us, mut s, mut uc, mut c, mut um, mut m) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+            for (g, u) in n.gpus.iter().zip(&n.usage) {
+                us += f64::from(u.slots);
+                s += f64::from(g.capacity.slots);
+                uc += f64::from(u.cores);
+                c += f64::from(g.capacity.cores);
+                um += u.mem_mib as f64;
+                m += g.capacity.mem_mib as f64;
+            }
+            if s == 0.0 || c == 0.0 || m == 0.0 { 0.0 } else { us / s + uc / c + um / m }
+        };
         let eval = state.evaluate(&plan, None);
         if let Some(best) = eval.best() {
+            let b = utilisation(best.node);
             for f in &eval.feasible {
+                let u = utilisation(f.node);
                 match plan.node_policy {
-                    NodePolicy::Binpack => prop_assert!(best.score >= f.score),
-                    NodePolicy::Spread => prop_assert!(best.score <= f.score),
+                    NodePolicy::Binpack => prop_assert!(b >= u - 1e-9, "binpack chose {} ({b}) over {} ({u})", best.node, f.node),
+                    NodePolicy::Spread => prop_assert!(b <= u + 1e-9, "spread chose {} ({b}) over {} ({u})", best.node, f.node),
                 }
-                if f.score == best.score {
+                if (u - b).abs() < 1e-12 {
                     prop_assert!(best.node <= f.node, "tie must go to the lowest name");
                 }
             }
@@ -172,25 +189,45 @@ proptest! {
         prop_assert_eq!(eval.feasible.len() + eval.rejected.len(), nodes.len());
     }
 
-    /// The same input gives the same output, whatever order nodes and pods
-    /// were added in.
+    /// The same input gives the same output, whatever order nodes were
+    /// registered in, allocations were applied in and candidates are named in.
     #[test]
-    fn deterministic(nodes in arb_cluster(), plans in prop::collection::vec(arb_plan(), 1..12)) {
-        let run = |nodes: Vec<Node>| {
-            let mut state = state_of(&nodes);
-            let mut out = Vec::new();
-            for (i, p) in plans.iter().enumerate() {
-                let r = state.place(p);
-                if let Ok(a) = &r {
-                    state.apply(&format!("pod-{i}"), a.clone()).unwrap();
-                }
-                out.push(r.map_err(|rej| rej.iter().map(|(n, r)| format!("{n}: {r}")).collect::<Vec<_>>()));
+    fn deterministic(nodes in arb_cluster(), warmup in prop::collection::vec(arb_plan(), 0..12), plan in arb_plan(), seed in any::<u64>()) {
+        // Place the warm-up pods once to get a set of allocations.
+        let mut base = state_of(&nodes);
+        let mut allocations = Vec::new();
+        for (i, p) in warmup.iter().enumerate() {
+            if let Ok(a) = base.place(p) {
+                base.apply(&format!("pod-{i}"), a.clone()).unwrap();
+                allocations.push((format!("pod-{i}"), a));
             }
-            out
+        }
+        // Rebuild the same state in a shuffled order.
+        let shuffle = |len: usize, salt: u64| {
+            let mut order: Vec<usize> = (0..len).collect();
+            order.sort_by_key(|i| (*i as u64 ^ seed ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            order
         };
-        let mut reversed = nodes.clone();
-        reversed.reverse();
-        prop_assert_eq!(run(nodes), run(reversed));
+        let mut other = ClusterState::new();
+        for i in shuffle(nodes.len(), 1) {
+            other.upsert_node(nodes[i].clone());
+        }
+        for i in shuffle(allocations.len(), 2) {
+            other.apply(&allocations[i].0, allocations[i].1.clone()).unwrap();
+        }
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let shuffled: Vec<String> = shuffle(names.len(), 3).into_iter().map(|i| names[i].clone()).collect();
+        let render = |e: gpugate::engine::Evaluation<'_>| {
+            let feasible: Vec<String> = e.feasible.iter().map(|f| format!("{} {} {}", f.node, f.score, f.priority)).collect();
+            let rejected: Vec<String> = e.rejected.iter().map(|(n, r)| format!("{n}: {r}")).collect();
+            (feasible, rejected, e.best().map(|b| b.node.to_string()))
+        };
+        let expected = render(base.evaluate(&plan, None));
+        prop_assert_eq!(&render(other.evaluate(&plan, None)), &expected);
+        prop_assert_eq!(&render(other.evaluate(&plan, Some(&shuffled))), &expected);
+        if let Some(best) = &expected.2 {
+            prop_assert_eq!(base.assign(&plan, best), other.assign(&plan, best));
+        }
     }
 
     /// Removing an allocation restores the state exactly.

@@ -275,3 +275,73 @@ fn binary_refuses_bad_input_with_a_clear_message() {
     let e = run(&["simulate", "--cluster", "Cargo.toml", "--pods", STORIES]);
     assert!(e.contains("Cargo.toml"), "{e}");
 }
+
+const TWO_GPU_NODE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: small
+  annotations:
+    hami.io/node-nvidia-register: '[{"id":"GPU-s-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA-Tesla T4","health":true},{"id":"GPU-s-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA-Tesla T4","health":true}]'
+"#;
+
+fn whole_gpu_pod(meta: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n{meta}\nspec:\n  containers:\n    - name: c\n      image: busybox\n      resources:\n        limits:\n          nvidia.com/gpu: 1\n"
+    )
+}
+
+#[test]
+fn pods_without_uid_or_name_never_share_a_ledger_entry() {
+    let cluster = Snapshot::from_yaml(TWO_GPU_NODE, "cluster").unwrap();
+    let pods = [0, 1, 2]
+        .map(|_| whole_gpu_pod("  generateName: worker-"))
+        .join("---\n");
+    let pods = Snapshot::from_yaml(&pods, "pods").unwrap();
+    let r = simulate(&cluster, &pods.pods, &Config::default());
+    assert_eq!(r.placements.len(), 2, "{:?}", placed(&r));
+    assert_eq!(r.placements[0].pod, "default/worker-*");
+    assert_eq!(r.unschedulable.len(), 1);
+    assert_eq!(
+        r.unschedulable[0].reasons["small"],
+        "2/2 CardInsufficientMemory"
+    );
+}
+
+#[test]
+fn a_running_pod_keeps_its_gpu_when_a_new_pod_has_its_name() {
+    let running = format!(
+        "{TWO_GPU_NODE}---\n{}",
+        whole_gpu_pod(
+            "  name: p\n  annotations:\n    hami.io/vgpu-node: small\n    hami.io/vgpu-devices-allocated: 'GPU-s-0,NVIDIA,16384,100:;'"
+        )
+    );
+    let cluster = Snapshot::from_yaml(&running, "cluster").unwrap();
+    let pods = [0, 1, 2].map(|_| whole_gpu_pod("  name: p")).join("---\n");
+    let pods = Snapshot::from_yaml(&pods, "pods").unwrap();
+    let r = simulate(&cluster, &pods.pods, &Config::default());
+    assert_eq!(placed(&r), [p("default/p", "small", &["GPU-s-1"])]);
+    assert_eq!(r.unschedulable.len(), 2);
+}
+
+#[test]
+fn duplicate_uids_in_a_snapshot_are_reported_not_merged() {
+    let pod = |gpu: &str| {
+        whole_gpu_pod(&format!(
+            "  name: p\n  uid: 11111111-2222-3333-4444-555555555555\n  annotations:\n    hami.io/vgpu-node: small\n    hami.io/vgpu-devices-allocated: '{gpu},NVIDIA,16384,100:;'"
+        ))
+    };
+    let text = format!(
+        "{TWO_GPU_NODE}---\n{}---\n{}",
+        pod("GPU-s-0"),
+        pod("GPU-s-1")
+    );
+    let (state, report) = Snapshot::from_yaml(&text, "cluster").unwrap().to_state();
+    assert_eq!(state.allocations().count(), 1);
+    assert_eq!(report.unaccounted_pods.len(), 1);
+    assert!(
+        report.unaccounted_pods[0].contains("appears twice"),
+        "{:?}",
+        report.unaccounted_pods
+    );
+}

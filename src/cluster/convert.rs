@@ -24,7 +24,12 @@ pub enum NodeError {
 /// The engine's view of a node: GPUs from `hami.io/node-nvidia-register`,
 /// pair scores from `hami.io/node-nvidia-score`, cordoned GPUs from
 /// `hami.io/device-cordon`. Pair scores naming unknown GPUs are ignored.
-pub fn node_from_k8s(node: &K8sNode) -> Result<Node, NodeError> {
+///
+/// Only an unreadable inventory fails the node. An unreadable cordon list
+/// cordons every GPU of the node (the safe reading of "some GPUs must not be
+/// used"), and unreadable pair scores are dropped; both come back as
+/// warnings beside the node.
+pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let annotations = node.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
@@ -48,11 +53,15 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<Node, NodeError> {
             d.index = u32::try_from(i).unwrap_or(u32::MAX);
         }
     }
-    let cordon = get(keys::DEVICE_CORDON)
-        .map(decode_device_cordon)
-        .transpose()
-        .map_err(wrap)?
-        .unwrap_or_default();
+    let mut warnings = Vec::new();
+    let cordon = match get(keys::DEVICE_CORDON).map(decode_device_cordon) {
+        None => Ok(Default::default()),
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => {
+            warnings.push(wrap(e));
+            Err(())
+        }
+    };
     let gpus = devices
         .into_iter()
         .map(|d| {
@@ -69,18 +78,22 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<Node, NodeError> {
             g.numa = d.numa;
             g.healthy = d.health;
             g.mode = d.mode;
-            g.cordoned = cordon.contains(&g.uuid);
+            g.cordoned = cordon.as_ref().map_or(true, |c| c.contains(&g.uuid));
             g
         })
         .collect();
     let mut out = Node::new(name.clone(), gpus);
     if let Some(scores) = get(keys::NODE_NVIDIA_SCORE) {
-        let scores = decode_pair_scores(scores).map_err(wrap)?;
-        for (a, b, s) in scores.iter() {
-            out.set_pair_score(a, b, s);
+        match decode_pair_scores(scores) {
+            Ok(scores) => {
+                for (a, b, s) in scores.iter() {
+                    out.set_pair_score(a, b, s);
+                }
+            }
+            Err(e) => warnings.push(wrap(e)),
         }
     }
-    Ok(out)
+    Ok((out, warnings))
 }
 
 /// A pod whose allocation annotations cannot be read.
@@ -91,22 +104,18 @@ pub struct PodAllocationError {
     pub source: DecodeError,
 }
 
-/// The identity of a pod in the ledger: its UID, or `namespace/name` for
-/// objects that have none yet (files, tests).
-pub fn pod_key(pod: &Pod) -> String {
-    match pod.metadata.uid.as_deref() {
-        Some(uid) if !uid.is_empty() => uid.to_string(),
-        _ => pod_name(pod),
-    }
-}
-
-/// `namespace/name` (namespace `default` when absent).
+/// `namespace/name` (namespace `default` when absent; `generateName*`
+/// for a pod that has no name yet).
 pub fn pod_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    match (
+        pod.metadata.name.as_deref(),
+        pod.metadata.generate_name.as_deref(),
+    ) {
+        (Some(name), _) if !name.is_empty() => format!("{ns}/{name}"),
+        (_, Some(prefix)) => format!("{ns}/{prefix}*"),
+        _ => format!("{ns}/(unnamed)"),
+    }
 }
 
 /// The GPUs a pod holds, from `hami.io/vgpu-node` and
@@ -167,7 +176,7 @@ mod tests {
 
     #[test]
     fn legacy_seven_field_devices_are_indexed_in_registration_order() {
-        let n = node_from_k8s(&k8s_node(&[(
+        let (n, _) = node_from_k8s(&k8s_node(&[(
             keys::NODE_NVIDIA_REGISTER,
             "GPU-b,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:GPU-a,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:",
         )]))
@@ -178,7 +187,7 @@ mod tests {
 
     #[test]
     fn cordon_scores_and_errors() {
-        let n = node_from_k8s(&k8s_node(&[
+        let (n, warnings) = node_from_k8s(&k8s_node(&[
             (
                 keys::NODE_NVIDIA_REGISTER,
                 r#"[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":false}]"#,
@@ -187,9 +196,31 @@ mod tests {
             (keys::NODE_NVIDIA_SCORE, r#"[{"uuid":"GPU-0","score":{"GPU-1":60,"GPU-9":5}}]"#),
         ]))
         .unwrap();
+        assert!(warnings.is_empty());
         assert!(!n.gpus[0].cordoned && n.gpus[1].cordoned);
         assert!(n.gpus[0].healthy && !n.gpus[1].healthy);
         assert_eq!(n.pair_score(1, 0), 60);
+
+        // A garbled cordon list cordons every GPU; garbled scores are dropped.
+        let register = r#"[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
+        let (n, warnings) = node_from_k8s(&k8s_node(&[
+            (keys::NODE_NVIDIA_REGISTER, register),
+            (keys::DEVICE_CORDON, "GPU-0 GPU-1"),
+            (keys::NODE_NVIDIA_SCORE, "{"),
+        ]))
+        .unwrap();
+        assert!(n.gpus[0].cordoned);
+        assert_eq!(warnings.len(), 2);
+        assert!(
+            warnings[0].to_string().contains(keys::DEVICE_CORDON),
+            "{}",
+            warnings[0]
+        );
+        assert!(
+            warnings[1].to_string().contains(keys::NODE_NVIDIA_SCORE),
+            "{}",
+            warnings[1]
+        );
 
         let e = node_from_k8s(&k8s_node(&[])).unwrap_err();
         assert!(e.to_string().contains("has not registered"), "{e}");

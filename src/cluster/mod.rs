@@ -5,5 +5,5 @@
 pub mod convert;
 pub mod snapshot;
 
-pub use convert::{NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_key};
+pub use convert::{NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name};
 pub use snapshot::{Snapshot, SnapshotError, StateReport};

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::engine::ClusterState;
 
-use super::convert::{node_from_k8s, pod_allocation, pod_key, pod_name};
+use super::convert::{node_from_k8s, pod_allocation, pod_name};
 
 /// Nodes and pods read from a file, in file order.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +39,8 @@ pub enum SnapshotError {
 /// What did not make it into the engine's state, for a person to read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateReport {
-    /// Nodes without a readable GPU inventory (they reject every GPU pod).
+    /// Nodes without a readable GPU inventory (they reject every GPU pod),
+    /// and nodes whose cordon list or pair scores could not be read.
     pub unregistered_nodes: Vec<String>,
     /// Pods whose allocation annotations cannot be read or name unknown
     /// nodes or GPUs: their usage is not counted.
@@ -121,8 +122,11 @@ impl Snapshot {
         let mut report = StateReport::default();
         for node in &self.nodes {
             match node_from_k8s(node) {
-                Ok(n) => {
+                Ok((n, warnings)) => {
                     state.upsert_node(n);
+                    report
+                        .unregistered_nodes
+                        .extend(warnings.iter().map(ToString::to_string));
                 }
                 Err(e) => {
                     // Known but without usable GPUs: every GPU pod is told
@@ -133,10 +137,16 @@ impl Snapshot {
                 }
             }
         }
-        for pod in &self.pods {
+        for (i, pod) in self.pods.iter().enumerate() {
             match pod_allocation(pod) {
                 Ok(Some(a)) => {
-                    if let Err(e) = state.apply(&pod_key(pod), a) {
+                    let key = snapshot_pod_key(pod, "cluster", i);
+                    if state.allocation(&key).is_some() {
+                        report.unaccounted_pods.push(format!(
+                            "pod {}: uid {key} appears twice; only the first counts",
+                            pod_name(pod)
+                        ));
+                    } else if let Err(e) = state.apply(&key, a) {
                         report
                             .unaccounted_pods
                             .push(format!("pod {}: {e}", pod_name(pod)));
@@ -147,5 +157,15 @@ impl Snapshot {
             }
         }
         (state, report)
+    }
+}
+
+/// The ledger key of a pod read from a file: its UID, or its place in the
+/// file (`<file>#<n>`) when it has none, so that two pods without UIDs (or
+/// with only `generateName`) never share one.
+pub fn snapshot_pod_key(pod: &Pod, file: &str, index: usize) -> String {
+    match pod.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        _ => format!("{file}#{}", index + 1),
     }
 }

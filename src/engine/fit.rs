@@ -562,12 +562,22 @@ mod tests {
         );
         fit_pod(&node(1), &p, &mut s).unwrap();
         assert_eq!(grants(&s), [(0, 0), (1, 0), (2, 0)]);
-        // But an init container larger than any GPU's free memory fails the node.
+    }
+
+    #[test]
+    fn an_init_container_that_fits_nowhere_fails_the_node() {
+        // HAMi: "init request larger than any card filters the node", even
+        // when the app containers would fit.
         let p = plan(
-            vec![(true, Some(req(1, 50000, 0))), (false, None)],
+            vec![
+                (true, Some(req(1, 50000, 0))),
+                (false, Some(req(1, 1000, 0))),
+            ],
             GpuPolicy::Binpack,
         );
-        assert!(fit_pod(&node(2), &p, &mut s).is_err());
+        let e = fit_pod(&node(2), &p, &mut Scratch::default()).unwrap_err();
+        assert_eq!(e.to_string(), "2/2 CardInsufficientMemory");
+        assert!(matches!(e, Rejection::Devices { ref container, .. } if container == "c0"));
     }
 
     #[test]

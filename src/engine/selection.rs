@@ -107,10 +107,13 @@ impl Selection {
             comma_list(get(k)).filter_map(ModelPattern::parse).collect()
         };
         let uuids = |k: &str| -> Vec<String> { comma_list(get(k)).map(str::to_string).collect() };
+        // Go's strconv.ParseBool, as HAMi reads it, plus any letter case.
         let numa_bind = match annotations.get(keys::NUMA_BIND).map(|v| v.trim()) {
-            None => false,
+            None | Some("") => false,
+            Some("1" | "t" | "T") => true,
+            Some("0" | "f" | "F") => false,
             Some(v) if v.eq_ignore_ascii_case("true") => true,
-            Some(v) if v.eq_ignore_ascii_case("false") || v.is_empty() => false,
+            Some(v) if v.eq_ignore_ascii_case("false") => false,
             Some(v) => {
                 return Err(SelectionError {
                     annotation: keys::NUMA_BIND,
@@ -209,6 +212,20 @@ mod tests {
         g.mode = "mig".into();
         assert!(!s.accepts_model(&g));
 
+        for (v, want) in [
+            ("1", true),
+            ("t", true),
+            ("FALSE", false),
+            ("0", false),
+            ("", false),
+        ] {
+            a.insert(keys::NUMA_BIND.to_string(), v.to_string());
+            assert_eq!(
+                Selection::from_annotations(&a).unwrap().numa_bind,
+                want,
+                "{v}"
+            );
+        }
         a.insert(keys::NUMA_BIND.to_string(), "yes".to_string());
         let e = Selection::from_annotations(&a).unwrap_err();
         assert_eq!(e.annotation, keys::NUMA_BIND);

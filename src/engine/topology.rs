@@ -5,13 +5,18 @@
 //! - N GPUs: the set with the highest sum of scores over its pairs.
 //!
 //! Ties go to the lowest device index (for sets: the lexicographically
-//! smallest list of indexes). The exact search enumerates all sets when there
-//! are at most [`EXACT_LIMIT`] of them (every node with up to 16 GPUs);
-//! beyond that a greedy build plus single-swap improvement keeps the cost
-//! bounded.
+//! smallest list of indexes).
+//!
+//! The set search is a depth-first branch and bound in lexicographic order,
+//! seeded with a greedy answer. A branch is cut when even the best
+//! conceivable completion (each remaining pick adds its largest gain towards
+//! the GPUs already chosen, and every remaining pair the largest pair score)
+//! cannot beat the best set so far. The search is exact unless it needs more
+//! than [`SEARCH_BUDGET`] steps; then it returns the best set found, which is
+//! never worse than the greedy one.
 
-/// Most sets enumerated exactly; C(16, 8) = 12,870 fits.
-pub const EXACT_LIMIT: u64 = 20_000;
+/// Most search steps (partial sets visited) per choice.
+pub const SEARCH_BUDGET: usize = 20_000;
 
 /// Bounded rounds of swap improvement in the greedy search.
 const MAX_SWAP_ROUNDS: usize = 32;
@@ -64,11 +69,7 @@ pub fn choose(
         }
         return best.map(|(_, c)| vec![c]);
     }
-    if binomial(candidates.len(), n) <= EXACT_LIMIT {
-        Some(exact(candidates, n, &score))
-    } else {
-        Some(greedy(candidates, n, &score))
-    }
+    Some(branch_and_bound(candidates, n, &score))
 }
 
 /// Sum of pair scores of a set of positions.
@@ -82,31 +83,114 @@ pub fn set_score(set: &[usize], score: impl Fn(usize, usize) -> i64) -> i64 {
     sum
 }
 
-/// All n-subsets in lexicographic order; the first best wins.
-fn exact(candidates: &[usize], n: usize, score: &impl Fn(usize, usize) -> i64) -> Vec<usize> {
-    let m = candidates.len();
-    let mut idx: Vec<usize> = (0..n).collect();
-    let mut best_sum = i64::MIN;
-    let mut best = Vec::new();
-    let mut set = vec![0; n];
-    loop {
-        for (slot, &i) in set.iter_mut().zip(&idx) {
-            *slot = candidates[i];
+/// State of the depth-first search over candidate indexes `0..m`.
+struct Search<'a> {
+    m: usize,
+    n: usize,
+    /// `pair[i * m + j]`: score between candidates i and j.
+    pair: &'a [i64],
+    max_pair: i64,
+    /// `gain[c]`: sum of c's scores towards the chosen candidates.
+    gain: Vec<i64>,
+    chosen: Vec<usize>,
+    best: Vec<usize>,
+    best_sum: i64,
+    /// The best set is still the greedy seed: an equal sum found in
+    /// lexicographic order may replace it (it is not lexicographically later).
+    best_is_seed: bool,
+    steps: usize,
+    gains: Vec<i64>,
+}
+
+impl Search<'_> {
+    fn run(&mut self, start: usize, sum: i64) {
+        if self.steps >= SEARCH_BUDGET {
+            return;
         }
-        let s = set_score(&set, score);
-        if s > best_sum {
-            best_sum = s;
-            best.clone_from(&set);
+        self.steps += 1;
+        let r = self.n - self.chosen.len();
+        if r == 0 {
+            if sum > self.best_sum || (sum == self.best_sum && self.best_is_seed) {
+                self.best_sum = sum;
+                self.best.clone_from(&self.chosen);
+                self.best_is_seed = false;
+            }
+            return;
         }
-        // Next combination.
-        let Some(pos) = (0..n).rev().find(|&p| idx[p] != p + m - n) else {
-            return best;
-        };
-        idx[pos] += 1;
-        for p in pos + 1..n {
-            idx[p] = idx[p - 1] + 1;
+        if self.m - start < r {
+            return;
+        }
+        // Bound: the r largest gains towards the chosen set, plus every pair
+        // among the r picks at the largest pair score.
+        self.gains.clear();
+        self.gains.extend_from_slice(&self.gain[start..]);
+        self.gains.sort_unstable_by(|a, b| b.cmp(a));
+        let pairs_left = (r * (r - 1) / 2) as i64;
+        let bound = sum + self.gains[..r].iter().sum::<i64>() + pairs_left * self.max_pair;
+        if bound < self.best_sum || (bound == self.best_sum && !self.best_is_seed) {
+            return;
+        }
+        for c in start..=self.m - r {
+            let add = self.gain[c];
+            self.chosen.push(c);
+            for j in 0..self.m {
+                self.gain[j] += self.pair[c * self.m + j];
+            }
+            self.run(c + 1, sum + add);
+            for j in 0..self.m {
+                self.gain[j] -= self.pair[c * self.m + j];
+            }
+            self.chosen.pop();
+            if self.steps >= SEARCH_BUDGET {
+                return;
+            }
         }
     }
+}
+
+fn branch_and_bound(
+    candidates: &[usize],
+    n: usize,
+    score: &impl Fn(usize, usize) -> i64,
+) -> Vec<usize> {
+    let m = candidates.len();
+    let mut pair = vec![0i64; m * m];
+    let mut max_pair = i64::MIN;
+    for i in 0..m {
+        for j in 0..m {
+            if i != j {
+                let s = score(candidates[i], candidates[j]);
+                pair[i * m + j] = s;
+                max_pair = max_pair.max(s);
+            }
+        }
+    }
+    // A greedy seed prunes well but costs a little; small searches start
+    // from the first set in lexicographic order instead.
+    let seed = if binomial(m, n) > 256 {
+        greedy(candidates, n, score)
+    } else {
+        candidates[..n].to_vec()
+    };
+    let seed_idx: Vec<usize> = seed
+        .iter()
+        .filter_map(|p| candidates.iter().position(|c| c == p))
+        .collect();
+    let mut search = Search {
+        m,
+        n,
+        pair: &pair,
+        max_pair,
+        gain: vec![0; m],
+        chosen: Vec::with_capacity(n),
+        best_sum: set_score(&seed, score),
+        best: seed_idx,
+        best_is_seed: true,
+        steps: 0,
+        gains: Vec::with_capacity(m),
+    };
+    search.run(0, 0);
+    search.best.iter().map(|&i| candidates[i]).collect()
 }
 
 /// Best pair, then repeatedly the candidate adding the most; then swaps that
@@ -212,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn greedy_finds_an_obvious_clique_on_a_large_node() {
+    fn finds_an_obvious_clique_on_a_large_node() {
         // 64 GPUs; GPUs 40..48 are fully NVLinked, everything else weak.
         let cands: Vec<usize> = (0..64).collect();
         let score = |a: usize, b: usize| {
@@ -222,25 +306,59 @@ mod tests {
                 10
             }
         };
-        assert!(binomial(64, 8) > EXACT_LIMIT);
+        assert!(binomial(64, 8) > SEARCH_BUDGET as u64);
         assert_eq!(choose(&cands, 8, score), Some((40..48).collect()));
+    }
+
+    #[test]
+    fn uniform_scores_take_the_lowest_indexes() {
+        let cands: Vec<usize> = (0..16).collect();
+        assert_eq!(choose(&cands, 8, |_, _| 600), Some((0..8).collect()));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+
+        /// Past 256 sets the search starts from the greedy answer; it must
+        /// still find the lexicographically first best set.
+        #[test]
+        fn greedy_seeded_search_is_exact(
+            scores in proptest::collection::vec(proptest::prop_oneof![0i64..50, proptest::strategy::Just(20i64)], 144),
+        ) {
+            let s = |a: usize, b: usize| scores[a.min(b) * 12 + a.max(b)];
+            let cands: Vec<usize> = (0..12).collect();
+            proptest::prop_assert!(binomial(12, 6) > 256);
+            let best = choose(&cands, 6, s).unwrap();
+            let mut sets: Vec<Vec<usize>> = (0u32..4096)
+                .filter(|m| m.count_ones() == 6)
+                .map(|m| (0..12).filter(|i| m & (1 << i) != 0).collect())
+                .collect();
+            sets.sort();
+            let first_max = sets.iter().max_by(|a, b| set_score(a, s).cmp(&set_score(b, s)).then(b.cmp(a))).unwrap();
+            proptest::prop_assert_eq!(&best, first_max);
+        }
     }
 
     proptest::proptest! {
         /// The exact search really returns a maximum.
         #[test]
-        fn exact_is_optimal(scores in proptest::collection::vec(0i64..300, 36), n in 2usize..6) {
-            let s = |a: usize, b: usize| scores[a.min(b) * 6 + a.max(b)];
-            let cands: Vec<usize> = (0..6).collect();
+        fn search_is_exact_and_lexicographically_first(
+            scores in proptest::collection::vec(proptest::prop_oneof![0i64..300, proptest::strategy::Just(100i64)], 81),
+            n in 2usize..8,
+        ) {
+            let s = |a: usize, b: usize| scores[a.min(b) * 9 + a.max(b)];
+            let cands: Vec<usize> = (0..9).collect();
             let best = choose(&cands, n, s).unwrap();
             let best_sum = set_score(&best, s);
-            // brute force over bitmasks
-            for mask in 0u32..64 {
-                if mask.count_ones() as usize == n {
-                    let set: Vec<usize> = (0..6).filter(|i| mask & (1 << i) != 0).collect();
-                    proptest::prop_assert!(set_score(&set, s) <= best_sum);
-                }
-            }
+            // brute force over bitmasks, in lexicographic order of index lists
+            let mut sets: Vec<Vec<usize>> = (0u32..512)
+                .filter(|m| m.count_ones() as usize == n)
+                .map(|m| (0..9).filter(|i| m & (1 << i) != 0).collect())
+                .collect();
+            sets.sort();
+            let first_max = sets.iter().max_by(|a, b| set_score(a, s).cmp(&set_score(b, s)).then(b.cmp(a))).unwrap();
+            proptest::prop_assert_eq!(best_sum, set_score(first_max, s));
+            proptest::prop_assert_eq!(&best, first_max);
         }
     }
 }
