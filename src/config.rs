@@ -29,6 +29,9 @@ pub struct SchedulerConfig {
     pub node_scheduler_policy: NodePolicy,
     /// Default GPU policy when a pod sets no `hami.io/gpu-scheduler-policy`.
     pub gpu_scheduler_policy: GpuPolicy,
+    /// Take over vGPU pods whose schedulerName is `default-scheduler`
+    /// (HAMi: `--force-overwrite-default-scheduler`).
+    pub force_overwrite_default_scheduler: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -37,6 +40,7 @@ impl Default for SchedulerConfig {
             name: "hami-scheduler".to_string(),
             node_scheduler_policy: NodePolicy::Binpack,
             gpu_scheduler_policy: GpuPolicy::Spread,
+            force_overwrite_default_scheduler: true,
         }
     }
 }

@@ -1,4 +1,5 @@
 //! The admission half of gpugate: the AdmissionReview envelope, and (next)
 //! the mutating and validating webhooks and the namespace policy gateway.
 
+pub mod mutate;
 pub mod review;

@@ -1,0 +1,210 @@
+//! The mutating webhook's decision (hami-compat.md 2.2 and 2.3), as a pure
+//! function from the raw Pod to JSON Patch operations.
+//!
+//! The patch is the difference between the raw object kube-apiserver sent
+//! and the same JSON with gpugate's edits, so fields gpugate does not know
+//! are never touched, the patch is minimal, and a pod that already carries
+//! the edits yields no operations (safe with `reinvocationPolicy: IfNeeded`).
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Map, Value};
+
+use crate::config::Config;
+use crate::engine::request::ContainerResources;
+
+/// What the mutating webhook answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mutation {
+    /// Admit with these operations (possibly none).
+    Patch(Vec<Value>),
+    /// Left alone: not gpugate's pod (another scheduler).
+    Skip(&'static str),
+    /// Refuse, with a message for the pod's author.
+    Deny(String),
+    /// The object could not be read (HTTP 400 in the status).
+    Invalid(String),
+}
+
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// Decides the mutation of a Pod given as raw JSON.
+pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
+    let pod: Pod = match serde_json::from_value(raw.clone()) {
+        Ok(p) => p,
+        Err(e) => return Mutation::Invalid(format!("cannot read the Pod: {e}")),
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return Mutation::Deny("pod has no spec".into());
+    };
+    if spec.containers.is_empty() {
+        return Mutation::Deny("pod has no containers".into());
+    }
+    let ours = config.scheduler.name.as_str();
+    match spec.scheduler_name.as_deref().unwrap_or("") {
+        "" => {}
+        n if n == ours => {}
+        DEFAULT_SCHEDULER if config.scheduler.force_overwrite_default_scheduler => {}
+        _ => return Mutation::Skip("pod already has a different scheduler assigned"),
+    }
+
+    let nv = &config.nvidia;
+    let mut mutated = raw.clone();
+    let mut uses_gpus = false;
+    let groups = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("containers", spec.containers.as_slice()),
+    ];
+    for (field, containers) in groups {
+        for (i, container) in containers.iter().enumerate() {
+            let res = match ContainerResources::read(container, nv) {
+                Ok(r) => r,
+                Err(e) => return Mutation::Deny(e.to_string()),
+            };
+            let gpu = match res.resolve(nv) {
+                Ok(g) => g,
+                Err(e) => return Mutation::Deny(e.to_string()),
+            };
+            let Some(target) = container_value(&mut mutated, field, i) else {
+                return Mutation::Invalid(format!("spec.{field}[{i}] is not an object"));
+            };
+            if gpu.is_some() {
+                uses_gpus = true;
+                let injected = res.webhook_defaults(nv);
+                if let Some(count) = injected.count {
+                    set_limit(target, &nv.resource_count_name, count.to_string());
+                }
+                let added_cores = injected.cores.or_else(|| {
+                    (res.cores.is_none() && nv.default_cores > 0).then_some(nv.default_cores)
+                });
+                if let Some(cores) = added_cores {
+                    set_limit(target, &nv.resource_core_name, cores.to_string());
+                }
+                // Default memory is written in gpumem's unit (MiB / memoryFactor)
+                // when it divides evenly, except for whole GPUs (cores 100),
+                // where HAMi leaves memory to the scheduler; either way the
+                // scheduler arrives at the same MiB. Deciding on the final
+                // cores keeps a second pass from adding anything.
+                let final_cores = res.cores.or(added_cores.map(u64::from));
+                if res.memory.is_none()
+                    && res.percentage.is_none()
+                    && nv.default_memory > 0
+                    && final_cores != Some(100)
+                    && nv.default_memory % u64::from(nv.memory_factor) == 0
+                {
+                    let units = nv.default_memory / u64::from(nv.memory_factor);
+                    set_limit(target, &nv.resource_memory_name, units.to_string());
+                }
+                if let Some(priority) = limit_text(container, &nv.resource_priority_name) {
+                    set_env(target, "CUDA_TASK_PRIORITY", &priority);
+                }
+            } else if nv.overwrite_env {
+                set_env(target, "NVIDIA_VISIBLE_DEVICES", "none");
+            }
+            if !nv.gpu_core_policy.is_empty() && nv.gpu_core_policy != "default" {
+                set_env(target, "GPU_CORE_UTILIZATION_POLICY", &nv.gpu_core_policy);
+            }
+        }
+    }
+    if uses_gpus {
+        if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+            return Mutation::Deny(format!(
+                "pod has spec.nodeName {:?}: a vGPU pod must be placed by the {ours} scheduler; remove spec.nodeName",
+                spec.node_name.as_deref().unwrap_or("")
+            ));
+        }
+        if let Some(name) = first_privileged(&pod) {
+            return Mutation::Deny(format!(
+                "container {name:?} is privileged: a privileged container sees every GPU of the node; remove securityContext.privileged from vGPU pods"
+            ));
+        }
+        if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("schedulerName".into(), Value::from(ours));
+            if !nv.runtime_class_name.is_empty() && !spec.contains_key("runtimeClassName") {
+                spec.insert(
+                    "runtimeClassName".into(),
+                    Value::from(nv.runtime_class_name.as_str()),
+                );
+            }
+        }
+    }
+    let patch = json_patch::diff(raw, &mutated);
+    match serde_json::to_value(&patch) {
+        Ok(Value::Array(ops)) => Mutation::Patch(ops),
+        _ => Mutation::Patch(Vec::new()),
+    }
+}
+
+fn first_privileged(pod: &Pod) -> Option<&str> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        })
+        .map(|c| c.name.as_str())
+}
+
+/// The container object at `spec.<field>[i]` of the raw pod.
+fn container_value<'a>(
+    pod: &'a mut Value,
+    field: &str,
+    i: usize,
+) -> Option<&'a mut Map<String, Value>> {
+    pod.get_mut("spec")?
+        .get_mut(field)?
+        .get_mut(i)?
+        .as_object_mut()
+}
+
+fn object_at<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+) -> Option<&'a mut Map<String, Value>> {
+    let entry = parent
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if entry.is_null() {
+        *entry = Value::Object(Map::new());
+    }
+    entry.as_object_mut()
+}
+
+/// `resources.limits[name] = value` unless present in limits already.
+fn set_limit(container: &mut Map<String, Value>, name: &str, value: String) {
+    if let Some(limits) = object_at(container, "resources").and_then(|r| object_at(r, "limits")) {
+        limits.entry(name.to_string()).or_insert(Value::from(value));
+    }
+}
+
+/// Appends `name=value` to the container's env unless `name` is set.
+fn set_env(container: &mut Map<String, Value>, name: &str, value: &str) {
+    let env = container
+        .entry("env".to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if env.is_null() {
+        *env = Value::Array(Vec::new());
+    }
+    if let Some(list) = env.as_array_mut()
+        && !list
+            .iter()
+            .any(|e| e.get("name").and_then(Value::as_str) == Some(name))
+    {
+        list.push(serde_json::json!({"name": name, "value": value}));
+    }
+}
+
+/// A container's limit as text, when it is a whole number.
+fn limit_text(container: &k8s_openapi::api::core::v1::Container, name: &str) -> Option<String> {
+    let q = container.resources.as_ref()?.limits.as_ref()?.get(name)?;
+    crate::engine::quantity::parse_whole(&q.0)
+        .ok()
+        .map(|v| v.to_string())
+}
