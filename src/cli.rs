@@ -21,9 +21,46 @@ pub struct Cli {
 pub enum Command {
     /// Place pods on a cluster snapshot and show the result.
     Simulate(SimulateArgs),
+    /// Serve the admission webhooks over TLS (and health on the admin port).
+    Serve(ServeArgs),
     /// Certificates for the webhook and extender endpoints.
     #[command(subcommand)]
     Certs(CertsCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// gpugate config file (defaults: HAMi's NVIDIA defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// TLS address for the webhooks.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]
+    pub listen: std::net::SocketAddr,
+    /// Plain HTTP address for /healthz and /readyz.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_listen: std::net::SocketAddr,
+    /// Serving certificate (PEM); reloaded when the file changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving key (PEM); reloaded when the file changes.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Without --tls-cert/--tls-key: where gpugate makes, reuses and renews
+    /// its own CA and serving certificate.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "certs",
+        conflicts_with = "tls_cert"
+    )]
+    pub cert_dir: PathBuf,
+    /// Extra DNS names for the self-made certificate (repeatable); localhost
+    /// and 127.0.0.1 are always included.
+    #[arg(long = "dns", value_name = "NAME")]
+    pub dns: Vec<String>,
+    /// How often the certificate files are re-read, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_reload_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]

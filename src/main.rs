@@ -6,14 +6,25 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
-use gpugate::cli::{CertsCommand, CertsGenerateArgs, Cli, Command, Output, SimulateArgs};
+use gpugate::cli::{
+    CertsCommand, CertsGenerateArgs, Cli, Command, Output, ServeArgs, SimulateArgs,
+};
 use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Serve(args) => serve(args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
     };
     match result {
@@ -68,4 +79,12 @@ fn certs_generate(args: CertsGenerateArgs) -> anyhow::Result<()> {
         args.days
     );
     Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(gpugate::server::run::run(args))
 }

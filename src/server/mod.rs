@@ -2,4 +2,7 @@
 //! servers for admission, the extender, health and metrics.
 
 pub mod certs;
+pub mod routes;
+pub mod run;
+pub mod serve_tls;
 pub mod tls;

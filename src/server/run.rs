@@ -1,0 +1,141 @@
+//! `gpugate serve`: certificates, the TLS webhook port and the admin port,
+//! until SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cli::ServeArgs;
+use crate::config::Config;
+
+use super::certs::{self, CertSpec, Ensured};
+use super::routes::{AppState, admin_router, webhook_router};
+use super::serve_tls::{Timeouts, serve_tls};
+use super::tls::{self, ReloadingCert};
+
+/// Lifetime of self-made serving certificates.
+const SELF_MADE_DAYS: u32 = 90;
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    tls::install_default_provider();
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let (cert_path, key_path) = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let spec = CertSpec::local_and(&args.dns, SELF_MADE_DAYS);
+            let dir = args.cert_dir.clone();
+            let (what, renew_at) = certs::ensure_dir(&dir, &spec, time::OffsetDateTime::now_utc())
+                .with_context(|| format!("--cert-dir {}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), ?what, %renew_at, "self-made certificate");
+            tokio::spawn(renew_loop(dir.clone(), spec, renew_at, stopped()));
+            (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
+        }
+    };
+    let cert = ReloadingCert::from_files(&cert_path, &key_path)?;
+    tokio::spawn(tls::watch(
+        cert.clone(),
+        Duration::from_secs(args.tls_reload_seconds),
+        stopped(),
+    ));
+    let tls_config = Arc::new(tls::server_config(cert.clone())?);
+
+    let state = AppState::new(config);
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen {}", args.listen))?;
+    let admin = TcpListener::bind(args.admin_listen)
+        .await
+        .with_context(|| format!("--admin-listen {}", args.admin_listen))?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        admin = %admin.local_addr()?,
+        cert = %cert_path.display(),
+        "gpugate serving"
+    );
+
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping: finishing requests in flight");
+        let _ = stop_tx.send(true);
+    });
+    let admin_server = axum::serve(admin, admin_router()).with_graceful_shutdown(stopped());
+    let webhook_server = serve_tls(
+        listener,
+        tls_config,
+        webhook_router(state),
+        Timeouts::default(),
+        stopped(),
+    );
+    let (admin_result, ()) = tokio::join!(admin_server, webhook_server);
+    admin_result.context("admin server")?;
+    Ok(())
+}
+
+/// Renews the self-made serving certificate at two thirds of its life; the
+/// file watcher then puts it in service.
+async fn renew_loop(
+    dir: std::path::PathBuf,
+    spec: CertSpec,
+    mut renew_at: time::OffsetDateTime,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        let wait = (renew_at - time::OffsetDateTime::now_utc())
+            .try_into()
+            .unwrap_or(Duration::ZERO)
+            // Re-check at least hourly: timers drift across suspends.
+            .min(Duration::from_secs(3600));
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match certs::ensure_dir(&dir, &spec, time::OffsetDateTime::now_utc()) {
+            Ok((what, next)) => {
+                if what != Ensured::Reused {
+                    tracing::info!(?what, renew_at = %next, "serving certificate renewed");
+                }
+                renew_at = next;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot renew the serving certificate; retrying in a minute");
+                renew_at = time::OffsetDateTime::now_utc() + time::Duration::minutes(1);
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,302 @@
+//! The webhook port over real TLS on 127.0.0.1: AdmissionReviews of real
+//! Pod fixtures in v1 and v1beta1, bad bodies, oversized bodies, and slow
+//! or silent clients.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use gpugate::config::Config;
+use gpugate::server::certs::{self, CertBundle, CertSpec};
+use gpugate::server::routes::{AppState, webhook_router};
+use gpugate::server::serve_tls::{Timeouts, serve_tls};
+use gpugate::server::tls::{self, ReloadingCert};
+use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject as _;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+struct Server {
+    addr: std::net::SocketAddr,
+    bundle: CertBundle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+async fn start(timeouts: Timeouts) -> Server {
+    let dir = std::env::temp_dir().join(format!(
+        "gpugate-serve-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let bundle = certs::generate(
+        &CertSpec::local_and(&[], 7),
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    certs::write_dir(&dir, &bundle).unwrap();
+    let cert = ReloadingCert::from_files(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
+    let config = Arc::new(tls::server_config(cert).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve_tls(
+        listener,
+        config,
+        webhook_router(AppState::new(Config::default())),
+        timeouts,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    Server {
+        addr,
+        bundle,
+        stop: Some(tx),
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(
+            rustls::pki_types::CertificateDer::from_pem_slice(s.bundle.ca_cert_pem.as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// One HTTP/1.1 request; returns (status, body).
+async fn post(s: &Server, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut tls = connect(s).await;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    // The server may answer (413) before reading all of a large body.
+    let _ = tls.write_all(body).await;
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw);
+    let status: u16 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(raw.len(), |i| i + 4);
+    let mut body = raw[split..].to_vec();
+    if text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+}
+
+fn review(api_version: &str, fixture: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pods")
+        .join(fixture);
+    let pod: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    json!({
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{fixture}"),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": pod["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": pod,
+            "dryRun": false
+        }
+    })
+}
+
+#[tokio::test]
+async fn reviews_of_real_pods_in_both_versions() {
+    let s = start(Timeouts::default()).await;
+    for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
+        let req = review(version, "gpu-only.yaml");
+        let (status, body) = post(&s, "/mutate", req.to_string().as_bytes()).await;
+        assert_eq!(status, 200);
+        let out: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(out["apiVersion"], version);
+        assert_eq!(out["kind"], "AdmissionReview");
+        assert_eq!(out["response"]["uid"], "uid-gpu-only.yaml");
+        assert_eq!(out["response"]["allowed"], true);
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(out["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut pod = req["request"]["object"].clone();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        assert_eq!(pod["spec"]["schedulerName"], "hami-scheduler");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"],
+            "100"
+        );
+    }
+    // HAMi's path answers the same.
+    let (status, body) = post(
+        &s,
+        "/webhook",
+        review("admission.k8s.io/v1", "privileged.yaml")
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], false);
+    assert_eq!(out["response"]["status"]["code"], 403);
+    assert!(
+        out["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("privileged")
+    );
+    // No GPU: admitted without a patch.
+    let (_, body) = post(
+        &s,
+        "/mutate",
+        review("admission.k8s.io/v1", "no-gpu.yaml")
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        out["response"],
+        json!({"uid": "uid-no-gpu.yaml", "allowed": true})
+    );
+}
+
+#[tokio::test]
+async fn bad_bodies() {
+    let s = start(Timeouts::default()).await;
+    let (status, body) = post(&s, "/mutate", b"{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}").await;
+    assert_eq!(status, 400);
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("not an AdmissionReview"),
+        "{out}"
+    );
+    // A truncated review: the uid is recovered and answered.
+    let full = review("admission.k8s.io/v1", "gpu-only.yaml").to_string();
+    let (status, body) = post(&s, "/mutate", &full.as_bytes()[..full.len() - 30]).await;
+    assert_eq!(status, 200);
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(out["response"]["uid"], "uid-gpu-only.yaml");
+    assert_eq!(out["response"]["allowed"], false);
+    assert_eq!(out["response"]["status"]["code"], 400);
+    // A Pod that is not a Pod.
+    let mut broken = review("admission.k8s.io/v1", "gpu-only.yaml");
+    broken["request"]["object"]["spec"]["containers"] = json!("nope");
+    let (_, body) = post(&s, "/mutate", broken.to_string().as_bytes()).await;
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(out["response"]["status"]["code"], 400);
+    assert!(
+        out["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read the Pod")
+    );
+    // Over 7 MiB.
+    let (status, _) = post(&s, "/mutate", &vec![b' '; 7 * 1024 * 1024 + 1]).await;
+    assert_eq!(status, 413);
+    // Unknown path.
+    let (status, _) = post(&s, "/nope", b"{}").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn slow_and_silent_clients_are_cut_off() {
+    let s = start(Timeouts {
+        handshake: Duration::from_millis(300),
+        header_read: Duration::from_millis(300),
+        drain: Duration::from_secs(1),
+    })
+    .await;
+    // Connects but never starts TLS.
+    let mut tcp = TcpStream::connect(s.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(3), tcp.read(&mut buf))
+        .await
+        .expect("server closes a silent connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // Starts a request and never finishes its headers.
+    let mut tls = connect(&s).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(3), tls.read_to_end(&mut rest)).await;
+    assert!(
+        r.is_ok(),
+        "server must close a connection whose headers never end"
+    );
+    // The server still serves others.
+    let (status, _) = post(
+        &s,
+        "/mutate",
+        review("admission.k8s.io/v1", "no-gpu.yaml")
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
