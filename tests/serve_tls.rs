@@ -300,3 +300,39 @@ async fn slow_and_silent_clients_are_cut_off() {
     .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn validate_over_tls() {
+    let s = start(Timeouts::default()).await;
+    let (status, body) = post(
+        &s,
+        "/validate",
+        review("admission.k8s.io/v1beta1", "cores-150.yaml")
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(out["response"]["allowed"], false);
+    assert_eq!(out["response"]["status"]["reason"], "Forbidden");
+    assert!(
+        out["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("150 is more than 100")
+    );
+    let (_, body) = post(
+        &s,
+        "/validate",
+        review("admission.k8s.io/v1", "both-memory-forms.yaml")
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    let out: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], true);
+    assert_eq!(out["response"]["warnings"].as_array().unwrap().len(), 2);
+    assert!(out["response"].get("patch").is_none());
+}

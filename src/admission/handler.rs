@@ -9,6 +9,7 @@ use crate::config::Config;
 
 use super::mutate::{Mutation, mutate_pod};
 use super::review::{EnvelopeError, ReviewRequest, ReviewResponse, parse_review};
+use super::validate::{Validation, validate_pod};
 
 /// The mutating webhook's answer to one review.
 pub fn mutate_review(req: &ReviewRequest, config: &Config) -> ReviewResponse {
@@ -23,6 +24,25 @@ pub fn mutate_review(req: &ReviewRequest, config: &Config) -> ReviewResponse {
         Mutation::Skip(_) => ReviewResponse::allow(req),
         Mutation::Deny(message) => ReviewResponse::deny(req, message),
         Mutation::Invalid(message) => {
+            ReviewResponse::errored(&req.api_version, &req.uid, 400, message)
+        }
+    }
+}
+
+/// The validating webhook's answer to one review. Only CREATE of Pods is
+/// judged; the allocation annotations on UPDATE are the scheduler's and the
+/// device plugin's to change.
+pub fn validate_review(req: &ReviewRequest, config: &Config) -> ReviewResponse {
+    if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
+        return ReviewResponse::allow(req);
+    }
+    let Some(object) = &req.object else {
+        return ReviewResponse::errored(&req.api_version, &req.uid, 400, "request has no object");
+    };
+    match validate_pod(object, config) {
+        Validation::Allow { warnings } => ReviewResponse::allow(req).with_warnings(warnings),
+        Validation::Deny(message) => ReviewResponse::deny(req, message),
+        Validation::Invalid(message) => {
             ReviewResponse::errored(&req.api_version, &req.uid, 400, message)
         }
     }

@@ -1,6 +1,7 @@
-//! The admission half of gpugate: the AdmissionReview envelope, and (next)
-//! the mutating and validating webhooks and the namespace policy gateway.
+//! The admission half of gpugate: the AdmissionReview envelope and the
+//! mutating and validating webhooks (the namespace policy gateway is next).
 
 pub mod handler;
 pub mod mutate;
 pub mod review;
+pub mod validate;

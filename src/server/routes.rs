@@ -10,7 +10,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use crate::admission::handler::{mutate_review, respond};
+use crate::admission::handler::{mutate_review, respond, validate_review};
 use crate::config::Config;
 
 /// kube-apiserver sends at most about 3 MiB objects; an UPDATE carries two.
@@ -31,11 +31,12 @@ impl AppState {
     }
 }
 
-/// The TLS port: `/mutate` and HAMi's `/webhook`.
+/// The TLS port: `/mutate` (and HAMi's `/webhook`) and `/validate`.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/webhook", post(mutate))
+        .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -43,6 +44,11 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
 async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let config = state.config.load();
     respond(&body, |req| mutate_review(req, &config))
+}
+
+async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let config = state.config.load();
+    respond(&body, |req| validate_review(req, &config))
 }
 
 /// The admin port: liveness and readiness.

@@ -1,0 +1,160 @@
+//! The validating webhook's decision: refuse what cannot work, with a
+//! message that names the container, the field and what is allowed; warn
+//! about what is legal but probably wrong.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde_json::Value;
+
+use crate::config::{Config, NvidiaConfig};
+use crate::engine::PodPlan;
+use crate::engine::quantity::parse_whole;
+use crate::engine::request::ContainerResources;
+
+/// What the validating webhook answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Validation {
+    Allow {
+        warnings: Vec<String>,
+    },
+    Deny(String),
+    /// The object could not be read (HTTP 400 in the status).
+    Invalid(String),
+}
+
+/// Prefixes of the annotations only the scheduler and the device plugin write.
+const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
+
+/// Validates a Pod given as raw JSON on CREATE.
+pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
+    let pod: Pod = match serde_json::from_value(raw.clone()) {
+        Ok(p) => p,
+        Err(e) => return Validation::Invalid(format!("cannot read the Pod: {e}")),
+    };
+    let empty = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    if let Some(key) = annotations
+        .keys()
+        .chain(labels.keys())
+        .find(|k| ALLOCATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+    {
+        return Validation::Deny(format!(
+            "{key} is written by the vGPU scheduler and device plugin, not by a pod's author: remove it"
+        ));
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Validation::Allow { warnings: vec![] };
+    };
+    let nv = &config.nvidia;
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers);
+    let mut warnings = Vec::new();
+    for c in containers.clone() {
+        if let Err(message) = check_limits_match_requests(c, nv) {
+            return Validation::Deny(message);
+        }
+        match ContainerResources::read(c, nv) {
+            Ok(r) => warnings.extend(container_warnings(&r, nv)),
+            Err(e) => return Validation::Deny(e.to_string()),
+        }
+    }
+    let plan = match PodPlan::from_pod(&pod, config) {
+        Ok(plan) => plan,
+        Err(e) => return Validation::Deny(e.to_string()),
+    };
+    if !plan.request.has_gpus() {
+        return Validation::Allow { warnings };
+    }
+    if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+        return Validation::Deny(format!(
+            "spec.nodeName is {node:?}: a vGPU pod must be placed by the {} scheduler, which chooses its GPUs; remove spec.nodeName",
+            config.scheduler.name
+        ));
+    }
+    if let Some(c) = containers.clone().find(|c| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false)
+    }) {
+        return Validation::Deny(format!(
+            "container {:?}: securityContext.privileged is true: a privileged container sees every GPU of the node, so vGPU limits cannot hold; remove it",
+            c.name
+        ));
+    }
+    // The mutating webhook takes over "" and (when forced) default-scheduler.
+    let scheduler = spec.scheduler_name.as_deref().unwrap_or("");
+    let taken_over = scheduler.is_empty()
+        || scheduler == config.scheduler.name
+        || (scheduler == "default-scheduler" && config.scheduler.force_overwrite_default_scheduler);
+    if !taken_over {
+        warnings.push(format!(
+            "the pod asks for vGPU resources but spec.schedulerName is {scheduler:?}: only {:?} places vGPU pods and writes what HAMi's device plugin needs",
+            config.scheduler.name
+        ));
+    }
+    Validation::Allow { warnings }
+}
+
+/// A GPU resource stated in both limits and requests must agree.
+fn check_limits_match_requests(c: &Container, nv: &NvidiaConfig) -> Result<(), String> {
+    let Some(res) = c.resources.as_ref() else {
+        return Ok(());
+    };
+    let (Some(limits), Some(requests)) = (res.limits.as_ref(), res.requests.as_ref()) else {
+        return Ok(());
+    };
+    let names = [
+        &nv.resource_count_name,
+        &nv.resource_memory_name,
+        &nv.resource_memory_percentage_name,
+        &nv.resource_core_name,
+    ];
+    for name in names.into_iter().filter(|n| !n.is_empty()) {
+        if let (Some(l), Some(r)) = (limits.get(name.as_str()), requests.get(name.as_str())) {
+            // Compare values, not spellings ("1" and "1000m" agree).
+            let same = match (parse_whole(&l.0), parse_whole(&r.0)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => l.0.trim() == r.0.trim(),
+            };
+            if !same {
+                return Err(format!(
+                    "container {:?}, resource {name}: limits {} and requests {} disagree: give the same value, or limits only",
+                    c.name, l.0, r.0
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn container_warnings(r: &ContainerResources, nv: &NvidiaConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if r.memory.is_some_and(|m| m > 0) && r.percentage.is_some() {
+        out.push(format!(
+            "container {:?}: both {} and {} are set; {} wins and the percentage is ignored",
+            r.container,
+            nv.resource_memory_name,
+            nv.resource_memory_percentage_name,
+            nv.resource_memory_name
+        ));
+    }
+    if r.percentage == Some(0) {
+        out.push(format!(
+            "container {:?}: {} 0 means \"not set\": the container gets the GPU's whole memory",
+            r.container, nv.resource_memory_percentage_name
+        ));
+    }
+    if r.memory == Some(0) {
+        out.push(format!(
+            "container {:?}: {} 0 means \"not set\": the container gets the default memory",
+            r.container, nv.resource_memory_name
+        ));
+    }
+    out
+}

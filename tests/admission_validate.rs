@@ -1,0 +1,125 @@
+//! The validating webhook's decisions on real Pod objects.
+
+use std::path::Path;
+
+use gpugate::admission::validate::{Validation, validate_pod};
+use gpugate::config::Config;
+use serde_json::{Value, json};
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pods")
+        .join(name);
+    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn deny(name: &str) -> String {
+    match validate_pod(&fixture(name), &Config::default()) {
+        Validation::Deny(m) => m,
+        other => panic!("{name}: expected a denial, got {other:?}"),
+    }
+}
+
+fn warnings(pod: &Value) -> Vec<String> {
+    match validate_pod(pod, &Config::default()) {
+        Validation::Allow { warnings } => warnings,
+        other => panic!("expected admission, got {other:?}"),
+    }
+}
+
+#[test]
+fn valid_pods_are_admitted_without_warnings() {
+    for name in [
+        "gpu-only.yaml",
+        "slice.yaml",
+        "init-and-sidecar.yaml",
+        "no-gpu.yaml",
+    ] {
+        assert_eq!(warnings(&fixture(name)), Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn denials_say_what_and_how_to_fix() {
+    let m = deny("node-name.yaml");
+    assert!(
+        m.contains("spec.nodeName is \"gpu-a100-1\"") && m.contains("remove spec.nodeName"),
+        "{m}"
+    );
+    let m = deny("privileged.yaml");
+    assert!(
+        m.contains("container \"shell\"") && m.contains("privileged"),
+        "{m}"
+    );
+    let m = deny("cores-150.yaml");
+    assert_eq!(
+        m,
+        "container \"c\", resource nvidia.com/gpucores: 150 is more than 100: allowed 0..=100 (percent of one GPU)"
+    );
+    let m = deny("unknown-policy.yaml");
+    assert_eq!(
+        m,
+        "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex"
+    );
+    let m = deny("forged-allocation.yaml");
+    assert!(
+        m.starts_with("hami.io/vgpu-devices-allocated is written by the vGPU scheduler"),
+        "{m}"
+    );
+    let m = deny("limits-requests-disagree.yaml");
+    assert_eq!(
+        m,
+        "container \"c\", resource nvidia.com/gpumem: limits 4000 and requests 2000 disagree: give the same value, or limits only"
+    );
+}
+
+#[test]
+fn malformed_quantities_are_denied() {
+    for (value, needle) in [
+        ("-1", "negative"),
+        ("0.5", "whole number"),
+        ("lots", "not a Kubernetes quantity"),
+    ] {
+        let mut pod = fixture("slice.yaml");
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = json!(value);
+        match validate_pod(&pod, &Config::default()) {
+            Validation::Deny(m) => {
+                assert!(m.contains("nvidia.com/gpumem") && m.contains(needle), "{m}")
+            }
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+    // Same value, different spelling: no disagreement.
+    let mut pod = fixture("limits-requests-disagree.yaml");
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpumem"] = json!("4k");
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = json!("4000");
+    assert_eq!(warnings(&pod), Vec::<String>::new());
+}
+
+#[test]
+fn legal_but_probably_wrong_requests_get_warnings() {
+    let w = warnings(&fixture("both-memory-forms.yaml"));
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[0].contains("nvidia.com/gpumem wins"), "{w:?}");
+    assert!(w[1].contains("schedulerName is \"volcano\""), "{w:?}");
+    let mut pod = fixture("slice.yaml");
+    pod["spec"]["containers"][0]["resources"]["limits"] =
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"});
+    let w = warnings(&pod);
+    assert!(w[0].contains("whole memory"), "{w:?}");
+}
+
+#[test]
+fn unreadable_objects_are_invalid() {
+    assert!(matches!(
+        validate_pod(&json!([1, 2]), &Config::default()),
+        Validation::Invalid(_)
+    ));
+    assert!(matches!(
+        validate_pod(
+            &json!({"metadata": {"annotations": {"a": 1}}}),
+            &Config::default()
+        ),
+        Validation::Invalid(_)
+    ));
+}
