@@ -161,6 +161,17 @@ fn review(api_version: &str, fixture: &str) -> Value {
     })
 }
 
+/// Posts a review of a fixture pod; returns the status and the parsed answer.
+async fn post_review(s: &Server, path: &str, version: &str, fixture: &str) -> (u16, Value) {
+    let (status, body) = post(s, path, review(version, fixture).to_string().as_bytes()).await;
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// The status message of a review answer.
+fn message(out: &Value) -> &str {
+    out["response"]["status"]["message"].as_str().unwrap_or("")
+}
+
 #[tokio::test]
 async fn reviews_of_real_pods_in_both_versions() {
     let s = start(Timeouts::default()).await;
@@ -187,34 +198,13 @@ async fn reviews_of_real_pods_in_both_versions() {
         );
     }
     // HAMi's path answers the same.
-    let (status, body) = post(
-        &s,
-        "/webhook",
-        review("admission.k8s.io/v1", "privileged.yaml")
-            .to_string()
-            .as_bytes(),
-    )
-    .await;
+    let (status, out) = post_review(&s, "/webhook", "admission.k8s.io/v1", "privileged.yaml").await;
     assert_eq!(status, 200);
-    let out: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(out["response"]["allowed"], false);
     assert_eq!(out["response"]["status"]["code"], 403);
-    assert!(
-        out["response"]["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("privileged")
-    );
+    assert!(message(&out).contains("privileged"));
     // No GPU: admitted without a patch.
-    let (_, body) = post(
-        &s,
-        "/mutate",
-        review("admission.k8s.io/v1", "no-gpu.yaml")
-            .to_string()
-            .as_bytes(),
-    )
-    .await;
-    let out: Value = serde_json::from_slice(&body).unwrap();
+    let (_, out) = post_review(&s, "/mutate", "admission.k8s.io/v1", "no-gpu.yaml").await;
     assert_eq!(
         out["response"],
         json!({"uid": "uid-no-gpu.yaml", "allowed": true})
@@ -248,12 +238,7 @@ async fn bad_bodies() {
     let (_, body) = post(&s, "/mutate", broken.to_string().as_bytes()).await;
     let out: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(out["response"]["status"]["code"], 400);
-    assert!(
-        out["response"]["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot read the Pod")
-    );
+    assert!(message(&out).contains("cannot read the Pod"));
     // Over 7 MiB.
     let (status, _) = post(&s, "/mutate", &vec![b' '; 7 * 1024 * 1024 + 1]).await;
     assert_eq!(status, 413);
@@ -304,34 +289,25 @@ async fn slow_and_silent_clients_are_cut_off() {
 #[tokio::test]
 async fn validate_over_tls() {
     let s = start(Timeouts::default()).await;
-    let (status, body) = post(
+    let (status, out) = post_review(
         &s,
         "/validate",
-        review("admission.k8s.io/v1beta1", "cores-150.yaml")
-            .to_string()
-            .as_bytes(),
+        "admission.k8s.io/v1beta1",
+        "cores-150.yaml",
     )
     .await;
     assert_eq!(status, 200);
-    let out: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1beta1");
     assert_eq!(out["response"]["allowed"], false);
     assert_eq!(out["response"]["status"]["reason"], "Forbidden");
-    assert!(
-        out["response"]["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("150 is more than 100")
-    );
-    let (_, body) = post(
+    assert!(message(&out).contains("150 is more than 100"));
+    let (_, out) = post_review(
         &s,
         "/validate",
-        review("admission.k8s.io/v1", "both-memory-forms.yaml")
-            .to_string()
-            .as_bytes(),
+        "admission.k8s.io/v1",
+        "both-memory-forms.yaml",
     )
     .await;
-    let out: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(out["response"]["allowed"], true);
     assert_eq!(out["response"]["warnings"].as_array().unwrap().len(), 2);
     assert!(out["response"].get("patch").is_none());
