@@ -164,7 +164,7 @@ fn pods_for_other_schedulers_and_without_gpus_are_left_alone() {
 #[test]
 fn denials_name_what_is_wrong() {
     let deny = |name: &str| match mutate_pod(&fixture(name), &Config::default()) {
-        Mutation::Deny(m) => m,
+        Mutation::Deny(d) => d.message,
         other => panic!("{name}: expected a denial, got {other:?}"),
     };
     assert!(deny("privileged.yaml").contains("container \"shell\" is privileged"));
@@ -178,7 +178,10 @@ fn denials_name_what_is_wrong() {
     pod["spec"]["containers"] = json!([]);
     assert_eq!(
         mutate_pod(&pod, &Config::default()),
-        Mutation::Deny("pod has no containers".into())
+        Mutation::Deny(gpugate::admission::Denial::new(
+            gpugate::admission::DenyReason::NoContainers,
+            "pod has no containers"
+        ))
     );
 }
 

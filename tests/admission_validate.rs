@@ -15,7 +15,7 @@ fn fixture(name: &str) -> Value {
 
 fn deny(name: &str) -> String {
     match validate_pod(&fixture(name), &Config::default()) {
-        Validation::Deny(m) => m,
+        Validation::Deny(d) => d.message,
         other => panic!("{name}: expected a denial, got {other:?}"),
     }
 }
@@ -83,7 +83,7 @@ fn malformed_quantities_are_denied() {
         let mut pod = fixture("slice.yaml");
         pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = json!(value);
         match validate_pod(&pod, &Config::default()) {
-            Validation::Deny(m) => {
+            Validation::Deny(gpugate::admission::Denial { message: m, .. }) => {
                 assert!(m.contains("nvidia.com/gpumem") && m.contains(needle), "{m}")
             }
             other => panic!("{value}: {other:?}"),
@@ -122,4 +122,25 @@ fn unreadable_objects_are_invalid() {
         ),
         Validation::Invalid(_)
     ));
+}
+
+#[test]
+fn denials_carry_stable_reason_codes() {
+    use gpugate::admission::DenyReason;
+    for (name, reason) in [
+        ("node-name.yaml", DenyReason::NodeName),
+        ("privileged.yaml", DenyReason::Privileged),
+        ("cores-150.yaml", DenyReason::InvalidRequest),
+        ("unknown-policy.yaml", DenyReason::UnknownPolicy),
+        ("forged-allocation.yaml", DenyReason::ForgedAllocation),
+        (
+            "limits-requests-disagree.yaml",
+            DenyReason::LimitsRequestsMismatch,
+        ),
+    ] {
+        match validate_pod(&fixture(name), &Config::default()) {
+            Validation::Deny(d) => assert_eq!(d.reason, reason, "{name}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use gpugate::config::Config;
 use gpugate::server::certs::{self, CertBundle, CertSpec};
+use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::{AppState, webhook_router};
 use gpugate::server::serve_tls::{Timeouts, serve_tls};
 use gpugate::server::tls::{self, ReloadingCert};
@@ -21,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 struct Server {
     addr: std::net::SocketAddr,
     bundle: CertBundle,
+    state: Arc<AppState>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -48,11 +50,12 @@ async fn start(timeouts: Timeouts) -> Server {
     let config = Arc::new(tls::server_config(cert).unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let state = AppState::new(Config::default(), Metrics::new(None));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(serve_tls(
         listener,
         config,
-        webhook_router(AppState::new(Config::default())),
+        webhook_router(state.clone()),
         timeouts,
         async {
             let _ = rx.await;
@@ -61,6 +64,7 @@ async fn start(timeouts: Timeouts) -> Server {
     Server {
         addr,
         bundle,
+        state,
         stop: Some(tx),
     }
 }
@@ -311,4 +315,25 @@ async fn validate_over_tls() {
     assert_eq!(out["response"]["allowed"], true);
     assert_eq!(out["response"]["warnings"].as_array().unwrap().len(), 2);
     assert!(out["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn metrics_count_requests_results_and_denials() {
+    let s = start(Timeouts::default()).await;
+    post_review(&s, "/mutate", "admission.k8s.io/v1", "gpu-only.yaml").await;
+    post_review(&s, "/mutate", "admission.k8s.io/v1", "no-gpu.yaml").await;
+    post_review(&s, "/validate", "admission.k8s.io/v1", "privileged.yaml").await;
+    post(&s, "/validate", b"[]").await;
+    let text = s.state.metrics.encode();
+    for line in [
+        r#"gpugate_admission_requests_total{webhook="mutate",operation="CREATE",result="patched"} 1"#,
+        r#"gpugate_admission_requests_total{webhook="mutate",operation="CREATE",result="allowed"} 1"#,
+        r#"gpugate_admission_requests_total{webhook="validate",operation="CREATE",result="denied"} 1"#,
+        r#"gpugate_admission_requests_total{webhook="validate",operation="none",result="error"} 1"#,
+        r#"gpugate_admission_denials_total{webhook="validate",reason="privileged"} 1"#,
+        r#"gpugate_admission_duration_seconds_bucket{le="0.0001",webhook="mutate"}"#,
+        r#"gpugate_admission_duration_seconds_count{webhook="validate"} 2"#,
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
 }

@@ -7,52 +7,98 @@ use serde_json::json;
 
 use crate::config::Config;
 
+use super::DenyReason;
 use super::mutate::{Mutation, mutate_pod};
 use super::review::{EnvelopeError, ReviewRequest, ReviewResponse, parse_review};
 use super::validate::{Validation, validate_pod};
 
+/// A review's answer and, when it is a denial, its reason code.
+pub type Decision = (ReviewResponse, Option<DenyReason>);
+
 /// The mutating webhook's answer to one review.
-pub fn mutate_review(req: &ReviewRequest, config: &Config) -> ReviewResponse {
+pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
     if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
-        return ReviewResponse::allow(req);
+        return (ReviewResponse::allow(req), None);
     }
     let Some(object) = &req.object else {
-        return ReviewResponse::errored(&req.api_version, &req.uid, 400, "request has no object");
+        return (no_object(req), None);
     };
     match mutate_pod(object, config) {
-        Mutation::Patch(ops) => ReviewResponse::allow(req).with_patch(ops),
-        Mutation::Skip(_) => ReviewResponse::allow(req),
-        Mutation::Deny(message) => ReviewResponse::deny(req, message),
-        Mutation::Invalid(message) => {
-            ReviewResponse::errored(&req.api_version, &req.uid, 400, message)
-        }
+        Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
+        Mutation::Skip(_) => (ReviewResponse::allow(req), None),
+        Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
+        Mutation::Invalid(message) => (
+            ReviewResponse::errored(&req.api_version, &req.uid, 400, message),
+            None,
+        ),
     }
+}
+
+fn no_object(req: &ReviewRequest) -> ReviewResponse {
+    ReviewResponse::errored(&req.api_version, &req.uid, 400, "request has no object")
 }
 
 /// The validating webhook's answer to one review. Only CREATE of Pods is
 /// judged; the allocation annotations on UPDATE are the scheduler's and the
 /// device plugin's to change.
-pub fn validate_review(req: &ReviewRequest, config: &Config) -> ReviewResponse {
+pub fn validate_review(req: &ReviewRequest, config: &Config) -> Decision {
     if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
-        return ReviewResponse::allow(req);
+        return (ReviewResponse::allow(req), None);
     }
     let Some(object) = &req.object else {
-        return ReviewResponse::errored(&req.api_version, &req.uid, 400, "request has no object");
+        return (no_object(req), None);
     };
     match validate_pod(object, config) {
-        Validation::Allow { warnings } => ReviewResponse::allow(req).with_warnings(warnings),
-        Validation::Deny(message) => ReviewResponse::deny(req, message),
-        Validation::Invalid(message) => {
-            ReviewResponse::errored(&req.api_version, &req.uid, 400, message)
+        Validation::Allow { warnings } => {
+            (ReviewResponse::allow(req).with_warnings(warnings), None)
         }
+        Validation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
+        Validation::Invalid(message) => (
+            ReviewResponse::errored(&req.api_version, &req.uid, 400, message),
+            None,
+        ),
     }
 }
 
+/// What a request came to, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The review's operation, or `none` when the body was not a review.
+    pub operation: String,
+    /// `allowed`, `patched`, `denied` or `error`.
+    pub result: &'static str,
+    pub denial: Option<DenyReason>,
+}
+
 /// Turns a body into an HTTP response with `decide` applied to the review.
-pub fn respond(body: &Bytes, decide: impl FnOnce(&ReviewRequest) -> ReviewResponse) -> Response {
+pub fn respond(
+    body: &Bytes,
+    decide: impl FnOnce(&ReviewRequest) -> Decision,
+) -> (Response, Outcome) {
     match parse_review(body) {
-        Ok(req) => axum::Json(decide(&req).to_json()).into_response(),
-        Err(e) => envelope_error(&e),
+        Ok(req) => {
+            let (answer, denial) = decide(&req);
+            let result = match (answer.allowed, denial) {
+                (true, _) if !answer.patch.is_empty() => "patched",
+                (true, _) => "allowed",
+                (false, Some(_)) => "denied",
+                (false, None) => "error",
+            };
+            let outcome = Outcome {
+                operation: req.operation.clone(),
+                result,
+                denial,
+            };
+            (axum::Json(answer.to_json()).into_response(), outcome)
+        }
+        Err(e) => (
+            envelope_error(&e),
+            Outcome {
+                operation: "none".into(),
+                result: "error",
+                denial: None,
+            },
+        ),
     }
 }
 

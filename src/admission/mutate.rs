@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 use crate::config::Config;
 use crate::engine::request::ContainerResources;
 
+use super::{Denial, DenyReason};
+
 /// What the mutating webhook answers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mutation {
@@ -20,7 +22,7 @@ pub enum Mutation {
     /// Left alone: not gpugate's pod (another scheduler).
     Skip(&'static str),
     /// Refuse, with a message for the pod's author.
-    Deny(String),
+    Deny(Denial),
     /// The object could not be read (HTTP 400 in the status).
     Invalid(String),
 }
@@ -34,10 +36,13 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
         Err(e) => return Mutation::Invalid(format!("cannot read the Pod: {e}")),
     };
     let Some(spec) = pod.spec.as_ref() else {
-        return Mutation::Deny("pod has no spec".into());
+        return Mutation::Deny(Denial::new(DenyReason::NoContainers, "pod has no spec"));
     };
     if spec.containers.is_empty() {
-        return Mutation::Deny("pod has no containers".into());
+        return Mutation::Deny(Denial::new(
+            DenyReason::NoContainers,
+            "pod has no containers",
+        ));
     }
     let ours = config.scheduler.name.as_str();
     match spec.scheduler_name.as_deref().unwrap_or("") {
@@ -61,11 +66,15 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
         for (i, container) in containers.iter().enumerate() {
             let res = match ContainerResources::read(container, nv) {
                 Ok(r) => r,
-                Err(e) => return Mutation::Deny(e.to_string()),
+                Err(e) => {
+                    return Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
+                }
             };
             let gpu = match res.resolve(nv) {
                 Ok(g) => g,
-                Err(e) => return Mutation::Deny(e.to_string()),
+                Err(e) => {
+                    return Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
+                }
             };
             let Some(target) = container_value(&mut mutated, field, i) else {
                 return Mutation::Invalid(format!("spec.{field}[{i}] is not an object"));
@@ -110,14 +119,20 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
     }
     if uses_gpus {
         if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
-            return Mutation::Deny(format!(
-                "pod has spec.nodeName {:?}: a vGPU pod must be placed by the {ours} scheduler; remove spec.nodeName",
-                spec.node_name.as_deref().unwrap_or("")
+            return Mutation::Deny(Denial::new(
+                DenyReason::NodeName,
+                format!(
+                    "pod has spec.nodeName {:?}: a vGPU pod must be placed by the {ours} scheduler; remove spec.nodeName",
+                    spec.node_name.as_deref().unwrap_or("")
+                ),
             ));
         }
         if let Some(name) = first_privileged(&pod) {
-            return Mutation::Deny(format!(
-                "container {name:?} is privileged: a privileged container sees every GPU of the node; remove securityContext.privileged from vGPU pods"
+            return Mutation::Deny(Denial::new(
+                DenyReason::Privileged,
+                format!(
+                    "container {name:?} is privileged: a privileged container sees every GPU of the node; remove securityContext.privileged from vGPU pods"
+                ),
             ));
         }
         if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {

@@ -12,13 +12,15 @@ use crate::engine::PodPlan;
 use crate::engine::quantity::parse_whole;
 use crate::engine::request::ContainerResources;
 
+use super::{Denial, DenyReason};
+
 /// What the validating webhook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Validation {
     Allow {
         warnings: Vec<String>,
     },
-    Deny(String),
+    Deny(Denial),
     /// The object could not be read (HTTP 400 in the status).
     Invalid(String),
 }
@@ -40,8 +42,11 @@ pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
         .chain(labels.keys())
         .find(|k| ALLOCATION_PREFIXES.iter().any(|p| k.starts_with(p)))
     {
-        return Validation::Deny(format!(
-            "{key} is written by the vGPU scheduler and device plugin, not by a pod's author: remove it"
+        return Validation::Deny(Denial::new(
+            DenyReason::ForgedAllocation,
+            format!(
+                "{key} is written by the vGPU scheduler and device plugin, not by a pod's author: remove it"
+            ),
         ));
     }
     let Some(spec) = pod.spec.as_ref() else {
@@ -56,24 +61,31 @@ pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
     let mut warnings = Vec::new();
     for c in containers.clone() {
         if let Err(message) = check_limits_match_requests(c, nv) {
-            return Validation::Deny(message);
+            return Validation::Deny(Denial::new(DenyReason::LimitsRequestsMismatch, message));
         }
         match ContainerResources::read(c, nv) {
             Ok(r) => warnings.extend(container_warnings(&r, nv)),
-            Err(e) => return Validation::Deny(e.to_string()),
+            Err(e) => {
+                return Validation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
+            }
         }
     }
     let plan = match PodPlan::from_pod(&pod, config) {
         Ok(plan) => plan,
-        Err(e) => return Validation::Deny(e.to_string()),
+        Err(e) => {
+            return Validation::Deny(Denial::new(DenyReason::of_plan_error(&e), e.to_string()));
+        }
     };
     if !plan.request.has_gpus() {
         return Validation::Allow { warnings };
     }
     if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-        return Validation::Deny(format!(
-            "spec.nodeName is {node:?}: a vGPU pod must be placed by the {} scheduler, which chooses its GPUs; remove spec.nodeName",
-            config.scheduler.name
+        return Validation::Deny(Denial::new(
+            DenyReason::NodeName,
+            format!(
+                "spec.nodeName is {node:?}: a vGPU pod must be placed by the {} scheduler, which chooses its GPUs; remove spec.nodeName",
+                config.scheduler.name
+            ),
         ));
     }
     if let Some(c) = containers.clone().find(|c| {
@@ -82,9 +94,12 @@ pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
             .and_then(|s| s.privileged)
             .unwrap_or(false)
     }) {
-        return Validation::Deny(format!(
-            "container {:?}: securityContext.privileged is true: a privileged container sees every GPU of the node, so vGPU limits cannot hold; remove it",
-            c.name
+        return Validation::Deny(Denial::new(
+            DenyReason::Privileged,
+            format!(
+                "container {:?}: securityContext.privileged is true: a privileged container sees every GPU of the node, so vGPU limits cannot hold; remove it",
+                c.name
+            ),
         ));
     }
     // The mutating webhook takes over "" and (when forced) default-scheduler.

@@ -10,8 +10,15 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use crate::admission::handler::{mutate_review, respond, validate_review};
+use std::time::Instant;
+
+use axum::response::IntoResponse as _;
+
+use crate::admission::handler::{Decision, mutate_review, respond, validate_review};
+use crate::admission::review::ReviewRequest;
 use crate::config::Config;
+
+use super::metrics::Metrics;
 
 /// kube-apiserver sends at most about 3 MiB objects; an UPDATE carries two.
 /// controller-runtime accepts 7 MiB; larger bodies get HTTP 413.
@@ -21,12 +28,14 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 #[derive(Debug)]
 pub struct AppState {
     pub config: ArcSwap<Config>,
+    pub metrics: Metrics,
 }
 
 impl AppState {
-    pub fn new(config: Config) -> Arc<Self> {
+    pub fn new(config: Config, metrics: Metrics) -> Arc<Self> {
         Arc::new(AppState {
             config: ArcSwap::from_pointee(config),
+            metrics,
         })
     }
 }
@@ -42,18 +51,48 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
 }
 
 async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let config = state.config.load();
-    respond(&body, |req| mutate_review(req, &config))
+    review(&state, "mutate", &body, mutate_review)
 }
 
 async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let config = state.config.load();
-    respond(&body, |req| validate_review(req, &config))
+    review(&state, "validate", &body, validate_review)
 }
 
-/// The admin port: liveness and readiness.
-pub fn admin_router() -> Router {
+fn review(
+    state: &AppState,
+    webhook: &'static str,
+    body: &Bytes,
+    decide: fn(&ReviewRequest, &Config) -> Decision,
+) -> Response {
+    let start = Instant::now();
+    let config = state.config.load();
+    let (response, outcome) = respond(body, |req| decide(req, &config));
+    state.metrics.observe(
+        webhook,
+        &outcome.operation,
+        outcome.result,
+        outcome.denial.map(|d| d.as_str()),
+        start.elapsed(),
+    );
+    response
+}
+
+/// The admin port: liveness, readiness and metrics.
+pub fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
 }

@@ -12,6 +12,7 @@ use crate::cli::ServeArgs;
 use crate::config::Config;
 
 use super::certs::{self, CertSpec, Ensured};
+use super::metrics::Metrics;
 use super::routes::{AppState, admin_router, webhook_router};
 use super::serve_tls::{Timeouts, serve_tls};
 use super::tls::{self, ReloadingCert};
@@ -53,7 +54,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ));
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
-    let state = AppState::new(config);
+    let state = AppState::new(config, Metrics::new(Some(cert.clone())));
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}", args.listen))?;
@@ -72,7 +73,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopping: finishing requests in flight");
         let _ = stop_tx.send(true);
     });
-    let admin_server = axum::serve(admin, admin_router()).with_graceful_shutdown(stopped());
+    let admin_server =
+        axum::serve(admin, admin_router(state.clone())).with_graceful_shutdown(stopped());
     let webhook_server = serve_tls(
         listener,
         tls_config,
