@@ -64,14 +64,10 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
     ];
     for (field, containers) in groups {
         for (i, container) in containers.iter().enumerate() {
-            let res = match ContainerResources::read(container, nv) {
+            let read = ContainerResources::read(container, nv)
+                .and_then(|res| res.resolve(nv).map(|gpu| (res, gpu)));
+            let (res, gpu) = match read {
                 Ok(r) => r,
-                Err(e) => {
-                    return Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
-                }
-            };
-            let gpu = match res.resolve(nv) {
-                Ok(g) => g,
                 Err(e) => {
                     return Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
                 }
