@@ -37,19 +37,26 @@ fn json_device(id: String) -> impl Strategy<Value = DeviceInfo> {
         any::<u32>(),
         any::<String>(),
     )
-        .prop_map(
-            move |(count, devmem, devcore, device_type, numa, health, index, mode)| DeviceInfo {
-                id: id.clone(),
-                count,
-                devmem,
-                devcore,
-                device_type,
-                numa,
-                health,
-                index,
-                mode,
-            },
-        )
+        .prop_map(move |fields| device_info(id.clone(), fields))
+}
+
+type DeviceFields = (u32, u32, u32, String, i32, bool, u32, String);
+
+fn device_info(
+    id: String,
+    (count, devmem, devcore, device_type, numa, health, index, mode): DeviceFields,
+) -> DeviceInfo {
+    DeviceInfo {
+        id,
+        count,
+        devmem,
+        devcore,
+        device_type,
+        numa,
+        health,
+        index,
+        mode,
+    }
 }
 
 /// Devices with unique ids, built from `ids`.
@@ -73,19 +80,7 @@ fn legacy_device(id: String) -> impl Strategy<Value = DeviceInfo> {
         any::<u32>(),
         "[a-z-]{0,10}",
     )
-        .prop_map(
-            move |(count, devmem, devcore, device_type, numa, health, index, mode)| DeviceInfo {
-                id: id.clone(),
-                count,
-                devmem,
-                devcore,
-                device_type,
-                numa,
-                health,
-                index,
-                mode,
-            },
-        )
+        .prop_map(move |fields| device_info(id.clone(), fields))
 }
 
 fn pair_scores() -> impl Strategy<Value = PairScores> {

@@ -49,6 +49,17 @@ async fn serve(cert: Arc<ReloadingCert>) -> std::net::SocketAddr {
     addr
 }
 
+/// Serves `cert` and re-reads its files every 50 ms until the sender is used.
+async fn serve_watched(
+    cert: Arc<ReloadingCert>,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(tls::watch(cert.clone(), Duration::from_millis(50), async {
+        let _ = stop_rx.await;
+    }));
+    (serve(cert).await, stop_tx)
+}
+
 /// Connects trusting `cas`; returns the served leaf certificate.
 async fn served_cert(addr: std::net::SocketAddr, cas: &[&str]) -> Result<Vec<u8>, String> {
     let mut roots = rustls::RootCertStore::empty();
@@ -156,11 +167,7 @@ async fn secret_volume_symlink_swap() {
         std::os::unix::fs::symlink(format!("..data/{f}"), dir.join(f)).unwrap();
     }
     let cert = ReloadingCert::from_files(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(tls::watch(cert.clone(), Duration::from_millis(50), async {
-        let _ = stop_rx.await;
-    }));
-    let addr = serve(cert.clone()).await;
+    let (addr, stop_tx) = serve_watched(cert.clone()).await;
     assert_eq!(
         served_cert(addr, &[&old.ca_cert_pem]).await.unwrap(),
         leaf_der(&old)
@@ -192,11 +199,7 @@ async fn rename_into_place_and_broken_files() {
     let (old, new) = (bundle(), bundle());
     write_pair(&dir, &old);
     let cert = ReloadingCert::from_files(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(tls::watch(cert.clone(), Duration::from_millis(50), async {
-        let _ = stop_rx.await;
-    }));
-    let addr = serve(cert.clone()).await;
+    let (addr, stop_tx) = serve_watched(cert.clone()).await;
     let old_not_after = cert.not_after();
 
     // Garbage in place of the certificate: the old pair stays in service.
