@@ -58,9 +58,10 @@ pub struct ServeArgs {
     /// and 127.0.0.1 are always included.
     #[arg(long = "dns", value_name = "NAME")]
     pub dns: Vec<String>,
-    /// How often the certificate files are re-read, in seconds.
+    /// How often the certificate files and the config file are re-read, in
+    /// seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub tls_reload_seconds: u64,
+    pub reload_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,6 +17,8 @@ use crate::engine::policy::{GpuPolicy, NodePolicy};
 pub struct Config {
     pub scheduler: SchedulerConfig,
     pub nvidia: NvidiaConfig,
+    /// Per-namespace defaults and limits (docs/configuration.md).
+    pub namespace_policies: Vec<crate::admission::policy::NamespacePolicy>,
 }
 
 /// Scheduling defaults.
@@ -186,6 +188,7 @@ impl Config {
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());
         }
+        crate::admission::policy::validate_policies(&self.namespace_policies)?;
         Ok(())
     }
 }

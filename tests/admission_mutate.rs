@@ -18,14 +18,14 @@ fn fixture(name: &str) -> Value {
 
 /// Mutates, applies the patch, checks idempotence; returns the new pod.
 fn mutated(pod: &Value, config: &Config) -> Value {
-    let Mutation::Patch(ops) = mutate_pod(pod, config) else {
-        panic!("expected a patch, got {:?}", mutate_pod(pod, config));
+    let Mutation::Patch(ops) = mutate_pod(pod, config, None) else {
+        panic!("expected a patch, got {:?}", mutate_pod(pod, config, None));
     };
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
     let mut out = pod.clone();
     json_patch::patch(&mut out, &patch).unwrap();
     assert_eq!(
-        mutate_pod(&out, config),
+        mutate_pod(&out, config, None),
         Mutation::Patch(vec![]),
         "a mutated pod must yield no operations"
     );
@@ -33,7 +33,7 @@ fn mutated(pod: &Value, config: &Config) -> Value {
 }
 
 fn ops(pod: &Value, config: &Config) -> Vec<Value> {
-    match mutate_pod(pod, config) {
+    match mutate_pod(pod, config, None) {
         Mutation::Patch(ops) => ops,
         other => panic!("expected a patch, got {other:?}"),
     }
@@ -137,18 +137,18 @@ fn config_defaults_are_written_in_the_pods_units() {
 #[test]
 fn pods_for_other_schedulers_and_without_gpus_are_left_alone() {
     assert!(matches!(
-        mutate_pod(&fixture("other-scheduler.yaml"), &Config::default()),
+        mutate_pod(&fixture("other-scheduler.yaml"), &Config::default(), None),
         Mutation::Skip(_)
     ));
     assert_eq!(
-        mutate_pod(&fixture("no-gpu.yaml"), &Config::default()),
+        mutate_pod(&fixture("no-gpu.yaml"), &Config::default(), None),
         Mutation::Patch(vec![])
     );
     // Without forceOverwriteDefaultScheduler, default-scheduler pods are not ours.
     let mut config = Config::default();
     config.scheduler.force_overwrite_default_scheduler = false;
     assert!(matches!(
-        mutate_pod(&fixture("gpu-only.yaml"), &config),
+        mutate_pod(&fixture("gpu-only.yaml"), &config, None),
         Mutation::Skip(_)
     ));
     // ... but a pod that names no scheduler is.
@@ -163,7 +163,7 @@ fn pods_for_other_schedulers_and_without_gpus_are_left_alone() {
 
 #[test]
 fn denials_name_what_is_wrong() {
-    let deny = |name: &str| match mutate_pod(&fixture(name), &Config::default()) {
+    let deny = |name: &str| match mutate_pod(&fixture(name), &Config::default(), None) {
         Mutation::Deny(d) => d.message,
         other => panic!("{name}: expected a denial, got {other:?}"),
     };
@@ -177,7 +177,7 @@ fn denials_name_what_is_wrong() {
     let mut pod = fixture("gpu-only.yaml");
     pod["spec"]["containers"] = json!([]);
     assert_eq!(
-        mutate_pod(&pod, &Config::default()),
+        mutate_pod(&pod, &Config::default(), None),
         Mutation::Deny(gpugate::admission::Denial::new(
             gpugate::admission::DenyReason::NoContainers,
             "pod has no containers"
@@ -193,7 +193,10 @@ fn unreadable_objects_are_invalid_not_a_panic() {
         json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": [1]}}}]}}),
     ] {
         assert!(
-            matches!(mutate_pod(&bad, &Config::default()), Mutation::Invalid(_)),
+            matches!(
+                mutate_pod(&bad, &Config::default(), None),
+                Mutation::Invalid(_)
+            ),
             "{bad}"
         );
     }
@@ -222,12 +225,12 @@ proptest::proptest! {
         let key = if in_requests { "requests" } else { "limits" };
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "image": "i", "resources": {key: limits}}]}});
-        match mutate_pod(&pod, &config) {
+        match mutate_pod(&pod, &config, None) {
             Mutation::Patch(ops) => {
                 let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
                 let mut out = pod.clone();
                 json_patch::patch(&mut out, &patch).unwrap();
-                proptest::prop_assert_eq!(mutate_pod(&out, &config), Mutation::Patch(vec![]));
+                proptest::prop_assert_eq!(mutate_pod(&out, &config, None), Mutation::Patch(vec![]));
             }
             Mutation::Deny(_) => {}
             other => proptest::prop_assert!(false, "unexpected {:?}", other),

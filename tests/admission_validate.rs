@@ -14,14 +14,14 @@ fn fixture(name: &str) -> Value {
 }
 
 fn deny(name: &str) -> String {
-    match validate_pod(&fixture(name), &Config::default()) {
+    match validate_pod(&fixture(name), &Config::default(), None) {
         Validation::Deny(d) => d.message,
         other => panic!("{name}: expected a denial, got {other:?}"),
     }
 }
 
 fn warnings(pod: &Value) -> Vec<String> {
-    match validate_pod(pod, &Config::default()) {
+    match validate_pod(pod, &Config::default(), None) {
         Validation::Allow { warnings } => warnings,
         other => panic!("expected admission, got {other:?}"),
     }
@@ -82,7 +82,7 @@ fn malformed_quantities_are_denied() {
     ] {
         let mut pod = fixture("slice.yaml");
         pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = json!(value);
-        match validate_pod(&pod, &Config::default()) {
+        match validate_pod(&pod, &Config::default(), None) {
             Validation::Deny(gpugate::admission::Denial { message: m, .. }) => {
                 assert!(m.contains("nvidia.com/gpumem") && m.contains(needle), "{m}")
             }
@@ -112,13 +112,14 @@ fn legal_but_probably_wrong_requests_get_warnings() {
 #[test]
 fn unreadable_objects_are_invalid() {
     assert!(matches!(
-        validate_pod(&json!([1, 2]), &Config::default()),
+        validate_pod(&json!([1, 2]), &Config::default(), None),
         Validation::Invalid(_)
     ));
     assert!(matches!(
         validate_pod(
             &json!({"metadata": {"annotations": {"a": 1}}}),
-            &Config::default()
+            &Config::default(),
+            None
         ),
         Validation::Invalid(_)
     ));
@@ -138,7 +139,7 @@ fn denials_carry_stable_reason_codes() {
             DenyReason::LimitsRequestsMismatch,
         ),
     ] {
-        match validate_pod(&fixture(name), &Config::default()) {
+        match validate_pod(&fixture(name), &Config::default(), None) {
             Validation::Deny(d) => assert_eq!(d.reason, reason, "{name}"),
             other => panic!("{name}: {other:?}"),
         }

@@ -23,7 +23,7 @@ pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
     let Some(object) = &req.object else {
         return (no_object(req), None);
     };
-    match mutate_pod(object, config) {
+    match mutate_pod(object, config, req.namespace.as_deref()) {
         Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
         Mutation::Skip(_) => (ReviewResponse::allow(req), None),
         Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
@@ -48,7 +48,7 @@ pub fn validate_review(req: &ReviewRequest, config: &Config) -> Decision {
     let Some(object) = &req.object else {
         return (no_object(req), None);
     };
-    match validate_pod(object, config) {
+    match validate_pod(object, config, req.namespace.as_deref()) {
         Validation::Allow { warnings } => {
             (ReviewResponse::allow(req).with_warnings(warnings), None)
         }

@@ -3,6 +3,7 @@
 
 pub mod handler;
 pub mod mutate;
+pub mod policy;
 pub mod review;
 pub mod validate;
 
@@ -36,6 +37,7 @@ pub enum DenyReason {
     Privileged,
     ForgedAllocation,
     LimitsRequestsMismatch,
+    PolicyLimit,
 }
 
 impl DenyReason {
@@ -49,6 +51,7 @@ impl DenyReason {
             DenyReason::Privileged => "privileged",
             DenyReason::ForgedAllocation => "forged_allocation",
             DenyReason::LimitsRequestsMismatch => "limits_requests_mismatch",
+            DenyReason::PolicyLimit => "policy_limit",
         }
     }
 

@@ -12,7 +12,9 @@ use serde_json::{Map, Value};
 use crate::config::Config;
 use crate::engine::request::ContainerResources;
 
+use super::policy::{NamespacePolicy, PolicyDefaults, policy_for};
 use super::{Denial, DenyReason};
+use crate::hami::keys;
 
 /// What the mutating webhook answers.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +31,9 @@ pub enum Mutation {
 
 const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
-/// Decides the mutation of a Pod given as raw JSON.
-pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
+/// Decides the mutation of a Pod given as raw JSON, in `namespace` (the
+/// review's; the pod's own or `default` when absent).
+pub fn mutate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Mutation {
     let pod: Pod = match serde_json::from_value(raw.clone()) {
         Ok(p) => p,
         Err(e) => return Mutation::Invalid(format!("cannot read the Pod: {e}")),
@@ -53,6 +56,10 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
     }
 
     let nv = &config.nvidia;
+    let namespace = namespace
+        .or(pod.metadata.namespace.as_deref())
+        .unwrap_or("default");
+    let policy = policy_for(&config.namespace_policies, namespace);
     let mut mutated = raw.clone();
     let mut uses_gpus = false;
     let groups = [
@@ -66,7 +73,7 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
         for (i, container) in containers.iter().enumerate() {
             let read = ContainerResources::read(container, nv)
                 .and_then(|res| res.resolve(nv).map(|gpu| (res, gpu)));
-            let (res, gpu) = match read {
+            let (mut res, gpu) = match read {
                 Ok(r) => r,
                 Err(e) => {
                     return Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string()));
@@ -77,6 +84,9 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
             };
             if gpu.is_some() {
                 uses_gpus = true;
+                if let Some(p) = policy {
+                    apply_policy_defaults(&mut res, target, &p.defaults, nv);
+                }
                 let injected = res.webhook_defaults(nv);
                 if let Some(count) = injected.count {
                     set_limit(target, &nv.resource_count_name, count.to_string());
@@ -131,6 +141,9 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
                 ),
             ));
         }
+        if let Some(p) = policy {
+            set_policy_annotations(&mut mutated, p);
+        }
         if let Some(spec) = mutated.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("schedulerName".into(), Value::from(ours));
             if !nv.runtime_class_name.is_empty() && !spec.contains_key("runtimeClassName") {
@@ -145,6 +158,66 @@ pub fn mutate_pod(raw: &Value, config: &Config) -> Mutation {
     match serde_json::to_value(&patch) {
         Ok(Value::Array(ops)) => Mutation::Patch(ops),
         _ => Mutation::Patch(Vec::new()),
+    }
+}
+
+/// Fills what the container leaves unset from the namespace policy, both in
+/// the pod and in `res` (so the exclusive-GPU rule sees the defaults).
+fn apply_policy_defaults(
+    res: &mut ContainerResources,
+    container: &mut Map<String, Value>,
+    defaults: &PolicyDefaults,
+    nv: &crate::config::NvidiaConfig,
+) {
+    if res.memory.is_none() && res.percentage.is_none() {
+        if let Some(m) = defaults.gpumem {
+            res.memory = Some(m);
+            set_limit(container, &nv.resource_memory_name, m.to_string());
+        } else if let Some(p) = defaults.gpumem_percentage {
+            res.percentage = Some(u64::from(p));
+            set_limit(
+                container,
+                &nv.resource_memory_percentage_name,
+                p.to_string(),
+            );
+        }
+    }
+    if res.cores.is_none()
+        && let Some(c) = defaults.gpucores
+    {
+        res.cores = Some(u64::from(c));
+        set_limit(container, &nv.resource_core_name, c.to_string());
+    }
+}
+
+/// The policy's placement and model annotations, where the pod sets none.
+fn set_policy_annotations(pod: &mut Value, policy: &NamespacePolicy) {
+    let mut wanted: Vec<(&str, String)> = Vec::new();
+    if let Some(p) = policy.defaults.node_scheduler_policy {
+        wanted.push((keys::NODE_SCHEDULER_POLICY, p.to_string()));
+    }
+    if let Some(p) = policy.defaults.gpu_scheduler_policy {
+        wanted.push((keys::GPU_SCHEDULER_POLICY, p.to_string()));
+    }
+    if !policy.limits.allowed_models.is_empty() {
+        wanted.push((keys::USE_GPU_TYPE, policy.limits.allowed_models.join(",")));
+    }
+    if !policy.limits.denied_models.is_empty() {
+        wanted.push((keys::NOUSE_GPU_TYPE, policy.limits.denied_models.join(",")));
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(annotations) = object_at(metadata, "annotations") else {
+        return;
+    };
+    for (key, value) in wanted {
+        annotations
+            .entry(key.to_string())
+            .or_insert(Value::from(value));
     }
 }
 

@@ -12,7 +12,9 @@ use crate::engine::PodPlan;
 use crate::engine::quantity::parse_whole;
 use crate::engine::request::ContainerResources;
 
+use super::policy::{PolicyMode, policy_for};
 use super::{Denial, DenyReason};
+use crate::hami::keys;
 
 /// What the validating webhook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +30,9 @@ pub enum Validation {
 /// Prefixes of the annotations only the scheduler and the device plugin write.
 const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
 
-/// Validates a Pod given as raw JSON on CREATE.
-pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
+/// Validates a Pod given as raw JSON on CREATE in `namespace` (the review's;
+/// the pod's own or `default` when absent).
+pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Validation {
     let pod: Pod = match serde_json::from_value(raw.clone()) {
         Ok(p) => p,
         Err(e) => return Validation::Invalid(format!("cannot read the Pod: {e}")),
@@ -103,6 +106,44 @@ pub fn validate_pod(raw: &Value, config: &Config) -> Validation {
         ));
     }
     // The mutating webhook takes over "" and (when forced) default-scheduler.
+    let namespace = namespace
+        .or(pod.metadata.namespace.as_deref())
+        .unwrap_or("default");
+    if let Some(policy) = policy_for(&config.namespace_policies, namespace) {
+        let list = |key: &str| -> Vec<String> {
+            annotations
+                .get(key)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let violations = policy.violations(
+            &plan.request.containers,
+            &list(keys::USE_GPU_TYPE),
+            &list(keys::NOUSE_GPU_TYPE),
+        );
+        if !violations.is_empty() {
+            match policy.mode {
+                PolicyMode::Enforce => {
+                    return Validation::Deny(Denial::new(
+                        DenyReason::PolicyLimit,
+                        violations.join("; "),
+                    ));
+                }
+                PolicyMode::Warn => warnings.extend(violations),
+                PolicyMode::Audit => {
+                    for v in &violations {
+                        tracing::info!(namespace, policy = %policy.name, violation = %v, "namespace policy violated (audit mode)");
+                    }
+                }
+            }
+        }
+    }
     let scheduler = spec.scheduler_name.as_deref().unwrap_or("");
     let taken_over = scheduler.is_empty()
         || scheduler == config.scheduler.name

@@ -46,6 +46,7 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub denials: Family<DenialLabels, Counter>,
     pub latency: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    pub config_reload_errors: Counter,
     cert_not_after: Gauge,
     cert_reload_errors: Gauge,
     cert: Option<Arc<ReloadingCert>>,
@@ -59,6 +60,7 @@ impl Metrics {
         let latency = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
         );
+        let config_reload_errors = Counter::default();
         let cert_not_after = Gauge::default();
         let cert_reload_errors = Gauge::default();
         registry.register(
@@ -77,6 +79,11 @@ impl Metrics {
             latency.clone(),
         );
         registry.register(
+            "gpugate_config_reload_errors",
+            "Config file reloads refused (the previous config stays in force)",
+            config_reload_errors.clone(),
+        );
+        registry.register(
             "gpugate_tls_cert_not_after_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use",
             cert_not_after.clone(),
@@ -91,6 +98,7 @@ impl Metrics {
             requests,
             denials,
             latency,
+            config_reload_errors,
             cert_not_after,
             cert_reload_errors,
             cert,

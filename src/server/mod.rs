@@ -2,6 +2,7 @@
 //! servers for admission, the extender, health and metrics.
 
 pub mod certs;
+pub mod config_reload;
 pub mod metrics;
 pub mod routes;
 pub mod run;

@@ -27,14 +27,15 @@ pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
-    pub config: ArcSwap<Config>,
+    /// Swapped whole when the config file changes.
+    pub config: Arc<ArcSwap<Config>>,
     pub metrics: Metrics,
 }
 
 impl AppState {
     pub fn new(config: Config, metrics: Metrics) -> Arc<Self> {
         Arc::new(AppState {
-            config: ArcSwap::from_pointee(config),
+            config: Arc::new(ArcSwap::from_pointee(config)),
             metrics,
         })
     }

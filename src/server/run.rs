@@ -11,6 +11,8 @@ use tokio::sync::watch;
 use crate::cli::ServeArgs;
 use crate::config::Config;
 
+use super::config_reload::ConfigFile;
+
 use super::certs::{self, CertSpec, Ensured};
 use super::metrics::Metrics;
 use super::routes::{AppState, admin_router, webhook_router};
@@ -22,9 +24,12 @@ const SELF_MADE_DAYS: u32 = 90;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tls::install_default_provider();
-    let config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
+    let (config_file, config) = match &args.config {
+        Some(path) => {
+            let (file, config) = ConfigFile::load(path.clone())?;
+            (Some(file), config)
+        }
+        None => (None, Config::default()),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -49,12 +54,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cert = ReloadingCert::from_files(&cert_path, &key_path)?;
     tokio::spawn(tls::watch(
         cert.clone(),
-        Duration::from_secs(args.tls_reload_seconds),
+        Duration::from_secs(args.reload_seconds),
         stopped(),
     ));
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
     let state = AppState::new(config, Metrics::new(Some(cert.clone())));
+    if let Some(file) = config_file {
+        let errors = state.metrics.config_reload_errors.clone();
+        tokio::spawn(file.watch(
+            state.config.clone(),
+            Duration::from_secs(args.reload_seconds),
+            move || {
+                errors.inc();
+            },
+            stopped(),
+        ));
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}", args.listen))?;
