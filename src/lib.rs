@@ -11,6 +11,8 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hami;
 pub mod server;
 pub mod simulate;

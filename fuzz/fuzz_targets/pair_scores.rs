@@ -1,4 +1,4 @@
-//! Fuzz target `pair_scores`: the check lives in `gpugate::hami::fuzzing`, shared
+//! Fuzz target `pair_scores`: the check lives in `gpugate::hami::fuzzing` (listed in `gpugate::fuzzing`), shared
 //! with the corpus replay test (`tests/fuzz_corpus.rs`).
 #![no_main]
 

@@ -1,6 +1,8 @@
 //! The admission half of gpugate: the AdmissionReview envelope and the
 //! mutating and validating webhooks (the namespace policy gateway is next).
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handler;
 pub mod mutate;
 pub mod policy;

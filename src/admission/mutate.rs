@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::engine::request::ContainerResources;
 
 use super::policy::{NamespacePolicy, PolicyDefaults, policy_for};
+use super::validate::placement_denial;
 use super::{Denial, DenyReason};
 use crate::hami::keys;
 
@@ -124,22 +125,8 @@ pub fn mutate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Muta
         }
     }
     if uses_gpus {
-        if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
-            return Mutation::Deny(Denial::new(
-                DenyReason::NodeName,
-                format!(
-                    "pod has spec.nodeName {:?}: a vGPU pod must be placed by the {ours} scheduler; remove spec.nodeName",
-                    spec.node_name.as_deref().unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(name) = first_privileged(&pod) {
-            return Mutation::Deny(Denial::new(
-                DenyReason::Privileged,
-                format!(
-                    "container {name:?} is privileged: a privileged container sees every GPU of the node; remove securityContext.privileged from vGPU pods"
-                ),
-            ));
+        if let Some(denial) = placement_denial(&pod, config) {
+            return Mutation::Deny(denial);
         }
         if let Some(p) = policy {
             set_policy_annotations(&mut mutated, p);
@@ -219,21 +206,6 @@ fn set_policy_annotations(pod: &mut Value, policy: &NamespacePolicy) {
             .entry(key.to_string())
             .or_insert(Value::from(value));
     }
-}
-
-fn first_privileged(pod: &Pod) -> Option<&str> {
-    let spec = pod.spec.as_ref()?;
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .find(|c| {
-            c.security_context
-                .as_ref()
-                .and_then(|s| s.privileged)
-                .unwrap_or(false)
-        })
-        .map(|c| c.name.as_str())
 }
 
 /// The container object at `spec.<field>[i]` of the raw pod.

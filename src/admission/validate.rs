@@ -82,30 +82,9 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
     if !plan.request.has_gpus() {
         return Validation::Allow { warnings };
     }
-    if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-        return Validation::Deny(Denial::new(
-            DenyReason::NodeName,
-            format!(
-                "spec.nodeName is {node:?}: a vGPU pod must be placed by the {} scheduler, which chooses its GPUs; remove spec.nodeName",
-                config.scheduler.name
-            ),
-        ));
+    if let Some(denial) = placement_denial(&pod, config) {
+        return Validation::Deny(denial);
     }
-    if let Some(c) = containers.clone().find(|c| {
-        c.security_context
-            .as_ref()
-            .and_then(|s| s.privileged)
-            .unwrap_or(false)
-    }) {
-        return Validation::Deny(Denial::new(
-            DenyReason::Privileged,
-            format!(
-                "container {:?}: securityContext.privileged is true: a privileged container sees every GPU of the node, so vGPU limits cannot hold; remove it",
-                c.name
-            ),
-        ));
-    }
-    // The mutating webhook takes over "" and (when forced) default-scheduler.
     let namespace = namespace
         .or(pod.metadata.namespace.as_deref())
         .unwrap_or("default");
@@ -155,6 +134,40 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
         ));
     }
     Validation::Allow { warnings }
+}
+
+/// What keeps a vGPU pod from being placed with its GPUs limited:
+/// `spec.nodeName` (it would bypass the vGPU scheduler) and privileged
+/// containers (they see every GPU of the node). Shared by both webhooks.
+pub fn placement_denial(pod: &Pod, config: &Config) -> Option<Denial> {
+    let spec = pod.spec.as_ref()?;
+    if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+        return Some(Denial::new(
+            DenyReason::NodeName,
+            format!(
+                "spec.nodeName is {node:?}: a vGPU pod must be placed by the {} scheduler, which chooses its GPUs; remove spec.nodeName",
+                config.scheduler.name
+            ),
+        ));
+    }
+    let privileged = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        })?;
+    Some(Denial::new(
+        DenyReason::Privileged,
+        format!(
+            "container {:?}: securityContext.privileged is true: a privileged container sees every GPU of the node, so vGPU limits cannot hold; remove it",
+            privileged.name
+        ),
+    ))
 }
 
 /// A GPU resource stated in both limits and requests must agree.

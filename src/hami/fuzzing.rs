@@ -1,4 +1,4 @@
-//! Round-trip checks shared by the fuzz targets (`fuzz/fuzz_targets/`) and
+//! Round-trip checks of HAMi's codecs, shared by the fuzz targets (`fuzz/fuzz_targets/`) and
 //! the corpus replay test (`tests/fuzz_corpus.rs`), so both check the same
 //! thing. Each check takes raw bytes; if they are UTF-8 and decode, encoding
 //! the result and decoding again must give the same value. A failed check
@@ -10,28 +10,6 @@ use jiff::Timestamp;
 
 use super::keys::VGPU_DEVICES_ALLOCATED;
 use super::{cordon, handshake, node_lock, pair_scores, pod_devices, register};
-
-/// A round-trip check over raw bytes; panics on failure.
-pub type Check = fn(&[u8]);
-
-/// Every fuzz target, by name (the names of `fuzz/fuzz_targets/*.rs` and of
-/// the corpus directories `fuzz/corpus/*`), with its check.
-pub const TARGETS: &[(&str, Check)] = &[
-    ("node_register", check_node_register),
-    ("pair_scores", check_pair_scores),
-    ("pod_devices", check_pod_devices),
-    ("node_lock", check_node_lock),
-    ("handshake", check_handshake),
-    ("device_cordon", check_device_cordon),
-];
-
-/// The check of the named target; `None` for an unknown name.
-pub fn check_for(target: &str) -> Option<Check> {
-    TARGETS
-        .iter()
-        .find(|(name, _)| *name == target)
-        .map(|(_, check)| *check)
-}
 
 fn text(data: &[u8]) -> Option<&str> {
     std::str::from_utf8(data).ok()
@@ -152,13 +130,5 @@ mod tests {
         assert_eq!(floor_to_second(t), "1969-12-31T23:59:59Z".parse().unwrap());
         let t: Timestamp = "1970-01-01T00:00:00.5Z".parse().unwrap();
         assert_eq!(floor_to_second(t), Timestamp::UNIX_EPOCH);
-    }
-
-    #[test]
-    fn every_target_is_found() {
-        for (name, _) in TARGETS {
-            assert!(check_for(name).is_some());
-        }
-        assert!(check_for("nope").is_none());
     }
 }
