@@ -167,7 +167,9 @@ fn denials_name_what_is_wrong() {
         Mutation::Deny(d) => d.message,
         other => panic!("{name}: expected a denial, got {other:?}"),
     };
-    assert!(deny("privileged.yaml").contains("container \"shell\": securityContext.privileged is true"));
+    assert!(
+        deny("privileged.yaml").contains("container \"shell\": securityContext.privileged is true")
+    );
     assert!(deny("node-name.yaml").contains("spec.nodeName is \"gpu-a100-1\""));
     let m = deny("cores-150.yaml");
     assert!(

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use gpugate::hami::cordon::{DeviceCordon, decode_device_cordon, encode_device_cordon};
 use gpugate::fuzzing;
+use gpugate::hami::cordon::{DeviceCordon, decode_device_cordon, encode_device_cordon};
 use gpugate::hami::handshake::{Handshake, decode_handshake, encode_handshake};
 use gpugate::hami::keys::VGPU_DEVICES_TO_ALLOCATE;
 use gpugate::hami::node_lock::{NodeLock, decode_node_lock, encode_node_lock};
