@@ -59,22 +59,18 @@ impl ConfigFile {
         on_error: impl Fn() + Send,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        tokio::pin!(stop);
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                _ = tick.tick() => match self.reload(&target) {
-                    Ok(true) => tracing::info!(path = %self.path.display(), "config reloaded"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        on_error();
-                        tracing::error!(error = %e, "config not reloaded; the previous config stays in force");
-                    }
-                },
+        super::poll::every(interval, stop, || match self.reload(&target) {
+            Ok(true) => tracing::info!(path = %self.path.display(), "config reloaded"),
+            Ok(false) => {}
+            Err(e) => {
+                on_error();
+                tracing::error!(
+                    error = %e,
+                    "config not reloaded; the previous config stays in force"
+                );
             }
-        }
+        })
+        .await;
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod config_reload;
 pub mod metrics;
+pub mod poll;
 pub mod routes;
 pub mod run;
 pub mod serve_tls;

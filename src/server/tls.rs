@@ -193,21 +193,17 @@ pub async fn watch(
     interval: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(stop);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tick.tick() => match cert.reload() {
-                Ok(Reload::Replaced) => tracing::info!(
-                    cert = %cert.cert_path.display(),
-                    not_after = cert.not_after(),
-                    "serving a new TLS certificate"
-                ),
-                Ok(Reload::Unchanged) => {}
-                Err(e) => tracing::warn!(error = %e, "TLS certificate not reloaded; the previous one stays in service"),
-            },
-        }
-    }
+    super::poll::every(interval, stop, || match cert.reload() {
+        Ok(Reload::Replaced) => tracing::info!(
+            cert = %cert.cert_path.display(),
+            not_after = cert.not_after(),
+            "serving a new TLS certificate"
+        ),
+        Ok(Reload::Unchanged) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "TLS certificate not reloaded; the previous one stays in service"
+        ),
+    })
+    .await;
 }
