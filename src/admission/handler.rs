@@ -17,11 +17,9 @@ pub type Decision = (ReviewResponse, Option<DenyReason>);
 
 /// The mutating webhook's answer to one review.
 pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
-    if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
-        return (ReviewResponse::allow(req), None);
-    }
-    let Some(object) = &req.object else {
-        return (no_object(req), None);
+    let object = match pod_to_create(req) {
+        Ok(object) => object,
+        Err(answer) => return (*answer, None),
     };
     match mutate_pod(object, config, req.namespace.as_deref()) {
         Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
@@ -34,19 +32,29 @@ pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
     }
 }
 
-fn no_object(req: &ReviewRequest) -> ReviewResponse {
-    ReviewResponse::errored(&req.api_version, &req.uid, 400, "request has no object")
+/// The Pod of a CREATE review; anything else is admitted unchanged, and a
+/// review without an object is an error.
+fn pod_to_create(req: &ReviewRequest) -> Result<&serde_json::Value, Box<ReviewResponse>> {
+    if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
+        return Err(Box::new(ReviewResponse::allow(req)));
+    }
+    req.object.as_ref().ok_or_else(|| {
+        Box::new(ReviewResponse::errored(
+            &req.api_version,
+            &req.uid,
+            400,
+            "request has no object",
+        ))
+    })
 }
 
 /// The validating webhook's answer to one review. Only CREATE of Pods is
 /// judged; the allocation annotations on UPDATE are the scheduler's and the
 /// device plugin's to change.
 pub fn validate_review(req: &ReviewRequest, config: &Config) -> Decision {
-    if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
-        return (ReviewResponse::allow(req), None);
-    }
-    let Some(object) = &req.object else {
-        return (no_object(req), None);
+    let object = match pod_to_create(req) {
+        Ok(object) => object,
+        Err(answer) => return (*answer, None),
     };
     match validate_pod(object, config, req.namespace.as_deref()) {
         Validation::Allow { warnings } => {
