@@ -1,9 +1,14 @@
 //! The edge between Kubernetes objects and the engine: reading nodes'
-//! inventories and pods' allocations from HAMi's annotations, and loading
-//! cluster snapshots from files.
+//! inventories and pods' allocations from HAMi's annotations, the cluster
+//! view (nodes, allocation ledger, namespaces, quotas) and where it is fed
+//! from: a snapshot file or the API server.
 
 pub mod convert;
+pub mod shared;
 pub mod snapshot;
+pub mod view;
 
 pub use convert::{NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name};
+pub use shared::SharedCluster;
 pub use snapshot::{Snapshot, SnapshotError, StateReport};
+pub use view::{ClusterView, ViewCounts};

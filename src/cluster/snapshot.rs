@@ -1,23 +1,27 @@
 //! Cluster snapshots: multi-document YAML (or JSON) files of real Kubernetes
-//! `Node` and `Pod` objects, as `kubectl get nodes,pods -o yaml` writes them
-//! (a `List` is unpacked). Used by `gpugate simulate` and by `serve
-//! --cluster` (standalone mode).
+//! `Node`, `Pod`, `Namespace` and `ResourceQuota` objects, as `kubectl get
+//! nodes,pods,namespaces,resourcequotas -A -o yaml` writes them (a `List` is
+//! unpacked). Used by `gpugate simulate` and by `serve --cluster`
+//! (standalone mode).
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::engine::ClusterState;
 
-use super::convert::{node_from_k8s, pod_allocation, pod_name};
+use super::convert::pod_name;
+use super::view::ClusterView;
 
-/// Nodes and pods read from a file, in file order.
+/// Objects read from a file, in file order.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub nodes: Vec<K8sNode>,
     pub pods: Vec<Pod>,
+    pub namespaces: Vec<Namespace>,
+    pub quotas: Vec<ResourceQuota>,
 }
 
 /// A snapshot file that cannot be read.
@@ -94,7 +98,13 @@ impl Snapshot {
             "Pod" => self
                 .pods
                 .push(serde_json::from_value(value).map_err(|e| format!("Pod: {e}"))?),
-            "List" | "NodeList" | "PodList" => {
+            "Namespace" => self
+                .namespaces
+                .push(serde_json::from_value(value).map_err(|e| format!("Namespace: {e}"))?),
+            "ResourceQuota" => self.quotas.push(
+                serde_json::from_value(value).map_err(|e| format!("ResourceQuota: {e}"))?,
+            ),
+            "List" | "NodeList" | "PodList" | "NamespaceList" | "ResourceQuotaList" => {
                 let element = kind.strip_suffix("List").filter(|k| !k.is_empty());
                 let items = match obj.remove("items") {
                     Some(Value::Array(items)) => items,
@@ -105,58 +115,49 @@ impl Snapshot {
                     self.add(item, element)?;
                 }
             }
-            "" => return Err("object without kind: allowed Node, Pod, List".to_string()),
+            "" => return Err("object without kind: allowed Node, Pod, Namespace, ResourceQuota, List".to_string()),
             other => {
                 return Err(format!(
-                    "kind {other} is not supported: allowed Node, Pod, List"
+                    "kind {other} is not supported: allowed Node, Pod, Namespace, ResourceQuota, List"
                 ));
             }
         }
         Ok(())
     }
 
-    /// The engine's state: every registered node and the usage of every
-    /// running pod that holds GPUs.
-    pub fn to_state(&self) -> (ClusterState, StateReport) {
-        let mut state = ClusterState::new();
+    /// The cluster view: every node (registered or not), the allocation of
+    /// every running pod that holds GPUs, namespaces and quotas; with what
+    /// could not be counted.
+    pub fn to_view(&self) -> (ClusterView, StateReport) {
+        let mut view = ClusterView::new();
         let mut report = StateReport::default();
+        for ns in &self.namespaces {
+            view.upsert_namespace(ns);
+        }
+        for q in &self.quotas {
+            view.upsert_quota(q);
+        }
         for node in &self.nodes {
-            match node_from_k8s(node) {
-                Ok((n, warnings)) => {
-                    state.upsert_node(n);
-                    report
-                        .unregistered_nodes
-                        .extend(warnings.iter().map(ToString::to_string));
-                }
-                Err(e) => {
-                    // Known but without usable GPUs: every GPU pod is told
-                    // "node unregistered" for it.
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    state.upsert_node(crate::engine::Node::new(name, Vec::new()));
-                    report.unregistered_nodes.push(e.to_string());
-                }
-            }
+            report.unregistered_nodes.extend(view.upsert_node(node));
         }
         for (i, pod) in self.pods.iter().enumerate() {
-            match pod_allocation(pod) {
-                Ok(Some(a)) => {
-                    let key = snapshot_pod_key(pod, "cluster", i);
-                    if state.allocation(&key).is_some() {
-                        report.unaccounted_pods.push(format!(
-                            "pod {}: uid {key} appears twice; only the first counts",
-                            pod_name(pod)
-                        ));
-                    } else if let Err(e) = state.apply(&key, a) {
-                        report
-                            .unaccounted_pods
-                            .push(format!("pod {}: {e}", pod_name(pod)));
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => report.unaccounted_pods.push(e.to_string()),
+            let key = snapshot_pod_key(pod, "cluster", i);
+            if view.held_allocation(&key).is_some() {
+                report.unaccounted_pods.push(format!(
+                    "pod {}: uid {key} appears twice; only the first counts",
+                    pod_name(pod)
+                ));
+            } else if let Some(problem) = view.upsert_pod(&key, pod) {
+                report.unaccounted_pods.push(problem);
             }
         }
-        (state, report)
+        (view, report)
+    }
+
+    /// The engine's state alone (see [`Snapshot::to_view`]).
+    pub fn to_state(&self) -> (ClusterState, StateReport) {
+        let (view, report) = self.to_view();
+        (view.into_state(), report)
     }
 }
 

@@ -1,0 +1,553 @@
+//! What gpugate knows of the cluster: GPU nodes, the allocation ledger keyed
+//! by pod UID, namespace labels and GPU quotas. It is fed the same way from
+//! a snapshot file (standalone mode) and from the API server's watch events,
+//! one object at a time, so both modes share every rule:
+//!
+//! - a pod holds GPUs while it carries `hami.io/vgpu-node` and
+//!   `hami.io/vgpu-devices-allocated` and has not finished; terminating pods
+//!   keep them until deleted;
+//! - an allocation that names an unknown node or GPU, or cannot be read, is
+//!   kept aside as *unaccounted* (reported, counted against its namespace's
+//!   quota, and applied as soon as its node registers), never dropped;
+//! - a node whose GPU inventory cannot be read stays known with no GPUs, so
+//!   GPU pods are told why it cannot hold them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
+
+use crate::engine::quantity::parse_whole;
+use crate::engine::{Allocation, ClusterState, Node, QuotaAmount, QuotaLimits};
+
+use super::convert::{node_from_k8s, pod_allocation, pod_name};
+
+/// A pod the ledger knows to hold GPUs (applied or unaccounted).
+#[derive(Debug, Clone, PartialEq)]
+struct HeldPod {
+    name: String,
+    namespace: String,
+    amount: QuotaAmount,
+    /// Why the allocation is not in the engine's state, when it is not.
+    unaccounted: Option<String>,
+    allocation: Option<Allocation>,
+}
+
+/// The cluster as gpugate sees it. Not thread-safe by itself; see
+/// [`super::SharedCluster`].
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    state: ClusterState,
+    pods: HashMap<String, HeldPod>,
+    node_problems: BTreeMap<String, Vec<String>>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// `spec.hard` entries named `limits.*`, by namespace and quota name.
+    quotas: HashMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    quota_used: HashMap<String, QuotaAmount>,
+}
+
+/// Counts for metrics and `/readyz` detail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ViewCounts {
+    pub nodes: usize,
+    pub gpus: usize,
+    pub allocations: usize,
+    pub unaccounted: usize,
+    pub nodes_with_problems: usize,
+}
+
+impl ClusterView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The engine's state, for filter, prioritize and bind.
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    /// The engine's state, without the rest.
+    pub fn into_state(self) -> ClusterState {
+        self.state
+    }
+
+    /// Registers or re-registers a node. Returns the problems found, which
+    /// are also kept for [`ClusterView::node_problems`].
+    pub fn upsert_node(&mut self, node: &K8sNode) -> Vec<String> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let (inventory, problems) = match node_from_k8s(node) {
+            Ok((n, warnings)) => (n, warnings.iter().map(ToString::to_string).collect()),
+            // Known but without usable GPUs: every GPU pod is told
+            // "node unregistered" for it.
+            Err(e) => (Node::new(name.clone(), Vec::new()), vec![e.to_string()]),
+        };
+        let stale = self.state.upsert_node(inventory);
+        self.refresh_pods_on(&name, &stale);
+        if problems.is_empty() {
+            self.node_problems.remove(&name);
+        } else {
+            self.node_problems.insert(name, problems.clone());
+        }
+        problems
+    }
+
+    /// Forgets a deleted node. Allocations on it stay in the ledger and count
+    /// again if it comes back.
+    pub fn delete_node(&mut self, name: &str) {
+        self.state.remove_node(name);
+        self.node_problems.remove(name);
+        for p in self.pods.values_mut() {
+            if p.allocation.as_ref().is_some_and(|a| a.node == name) {
+                p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.name));
+            }
+        }
+    }
+
+    /// Records a pod under `key` (its UID). Returns the problem when its
+    /// allocation cannot be counted on a node.
+    pub fn upsert_pod(&mut self, key: &str, pod: &Pod) -> Option<String> {
+        let name = pod_name(pod);
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        match pod_allocation(pod) {
+            Ok(None) => {
+                self.delete_pod(key);
+                None
+            }
+            Ok(Some(allocation)) => {
+                if self
+                    .pods
+                    .get(key)
+                    .is_some_and(|p| p.allocation.as_ref() == Some(&allocation))
+                {
+                    // Status updates of a running pod: nothing changes.
+                    return self.pods.get(key).and_then(|p| p.unaccounted.clone());
+                }
+                self.delete_pod(key);
+                let amount = QuotaAmount::of_allocation(&allocation);
+                let unaccounted = self
+                    .state
+                    .apply(key, allocation.clone())
+                    .err()
+                    .map(|e| format!("pod {name}: {e}"));
+                self.hold(key, name, namespace, amount, Some(allocation), unaccounted)
+            }
+            Err(e) => {
+                self.delete_pod(key);
+                // Unreadable: nothing to place on a node, but the pod is
+                // reported and its namespace is not told it has room it may
+                // not have.
+                self.hold(
+                    key,
+                    name,
+                    namespace,
+                    QuotaAmount::default(),
+                    None,
+                    Some(e.to_string()),
+                )
+            }
+        }
+    }
+
+    fn hold(
+        &mut self,
+        key: &str,
+        name: String,
+        namespace: String,
+        amount: QuotaAmount,
+        allocation: Option<Allocation>,
+        unaccounted: Option<String>,
+    ) -> Option<String> {
+        let used = self.quota_used.entry(namespace.clone()).or_default();
+        *used = used.saturating_add(amount);
+        self.pods.insert(
+            key.to_string(),
+            HeldPod {
+                name,
+                namespace,
+                amount,
+                unaccounted: unaccounted.clone(),
+                allocation,
+            },
+        );
+        unaccounted
+    }
+
+    /// Frees a deleted (or finished) pod's GPUs and quota.
+    pub fn delete_pod(&mut self, key: &str) {
+        let Some(old) = self.pods.remove(key) else {
+            return;
+        };
+        self.state.remove(key);
+        if let Some(used) = self.quota_used.get_mut(&old.namespace) {
+            *used = used.saturating_sub(old.amount);
+            if used.is_zero() {
+                self.quota_used.remove(&old.namespace);
+            }
+        }
+    }
+
+    /// After `node` (re-)registered: applies held allocations on it that
+    /// could not be applied before, and marks those that name GPUs it no
+    /// longer has (`stale`; their usage on the GPUs that remain still counts).
+    fn refresh_pods_on(&mut self, node: &str, stale: &[String]) {
+        let mut on_node: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.allocation.as_ref().is_some_and(|a| a.node == node))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        on_node.sort();
+        for uid in on_node {
+            let applied = self.state.allocation(&uid).is_some();
+            let Some(p) = self.pods.get_mut(&uid) else {
+                continue;
+            };
+            p.unaccounted = if stale.contains(&uid) {
+                Some(format!(
+                    "pod {}: holds a GPU that node {node} no longer reports",
+                    p.name
+                ))
+            } else if applied {
+                None
+            } else {
+                match p.allocation.clone() {
+                    Some(a) => self
+                        .state
+                        .apply(&uid, a)
+                        .err()
+                        .map(|e| format!("pod {}: {e}", p.name)),
+                    None => p.unaccounted.take(),
+                }
+            };
+        }
+    }
+
+    /// The ledger's allocations that are not counted on any node, with why.
+    pub fn unaccounted(&self) -> Vec<(&str, &str)> {
+        let mut out: Vec<(&str, &str)> = self
+            .pods
+            .iter()
+            .filter_map(|(uid, p)| p.unaccounted.as_deref().map(|why| (uid.as_str(), why)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Nodes whose inventory, cordon list or pair scores could not be read.
+    pub fn node_problems(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.node_problems
+    }
+
+    pub fn upsert_namespace(&mut self, ns: &Namespace) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        self.namespace_labels.insert(name, labels);
+    }
+
+    pub fn delete_namespace(&mut self, name: &str) {
+        self.namespace_labels.remove(name);
+    }
+
+    /// A namespace's labels; `None` when the namespace is not known (not
+    /// watched, or not in the snapshot).
+    pub fn namespace_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespace_labels.get(name)
+    }
+
+    pub fn upsert_quota(&mut self, quota: &ResourceQuota) {
+        let ns = quota
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let name = quota.metadata.name.clone().unwrap_or_default();
+        let hard: BTreeMap<String, String> = quota
+            .spec
+            .as_ref()
+            .and_then(|s| s.hard.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with("limits."))
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        self.quotas.entry(ns).or_default().insert(name, hard);
+    }
+
+    pub fn delete_quota(&mut self, namespace: &str, name: &str) {
+        if let Some(q) = self.quotas.get_mut(namespace) {
+            q.remove(name);
+            if q.is_empty() {
+                self.quotas.remove(namespace);
+            }
+        }
+    }
+
+    /// The namespace's GPU limits for the resources named `memory` and
+    /// `cores` (`nvidia.com/gpumem`, `nvidia.com/gpucores`), tightest over its
+    /// quotas, with a message for each value that is not a whole number
+    /// (such a value is ignored, as the quota controller cannot count
+    /// against it either).
+    pub fn quota_limits(
+        &self,
+        namespace: &str,
+        memory: &str,
+        cores: &str,
+    ) -> (QuotaLimits, Vec<String>) {
+        let mut limits = QuotaLimits::default();
+        let mut problems = Vec::new();
+        let Some(quotas) = self.quotas.get(namespace) else {
+            return (limits, problems);
+        };
+        let mem_key = format!("limits.{memory}");
+        let cores_key = format!("limits.{cores}");
+        for (name, hard) in quotas {
+            let mut read = |key: &str| match hard.get(key).map(|v| (v, parse_whole(v))) {
+                None => None,
+                Some((_, Ok(n))) => Some(n),
+                Some((v, Err(e))) => {
+                    problems.push(format!(
+                        "ResourceQuota {namespace}/{name}: {key}={v:?} is ignored: {e}"
+                    ));
+                    None
+                }
+            };
+            let q = QuotaLimits {
+                mem_mib: read(&mem_key),
+                cores: read(&cores_key),
+            };
+            limits = limits.tightest(q);
+        }
+        (limits, problems)
+    }
+
+    /// GPU memory and cores held by the namespace's pods.
+    pub fn quota_used(&self, namespace: &str) -> QuotaAmount {
+        self.quota_used.get(namespace).copied().unwrap_or_default()
+    }
+
+    pub fn counts(&self) -> ViewCounts {
+        ViewCounts {
+            nodes: self.state.nodes().count(),
+            gpus: self.state.nodes().map(|n| n.gpus.len()).sum(),
+            allocations: self.pods.len(),
+            unaccounted: self.pods.values().filter(|p| p.unaccounted.is_some()).count(),
+            nodes_with_problems: self.node_problems.len(),
+        }
+    }
+
+    /// UIDs of every pod the ledger holds GPUs for.
+    pub fn held_pods(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
+    /// The allocation held under `key`, applied or not.
+    pub fn held_allocation(&self, key: &str) -> Option<&Allocation> {
+        self.pods.get(key).and_then(|p| p.allocation.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hami::keys;
+    use k8s_openapi::api::core::v1::ResourceQuotaSpec;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    const REGISTER: &str = r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
+
+    fn node(name: &str, register: &str) -> K8sNode {
+        let mut n = K8sNode::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.annotations = Some(
+            [(keys::NODE_NVIDIA_REGISTER.to_string(), register.to_string())].into(),
+        );
+        n
+    }
+
+    fn pod(ns: &str, name: &str, node: &str, devices: &str, phase: &str) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": phase},
+        }))
+        .unwrap();
+        p.metadata.annotations = Some(
+            [
+                (keys::VGPU_NODE.to_string(), node.to_string()),
+                (keys::VGPU_DEVICES_ALLOCATED.to_string(), devices.to_string()),
+            ]
+            .into(),
+        );
+        p
+    }
+
+    fn quota(ns: &str, name: &str, hard: &[(&str, &str)]) -> ResourceQuota {
+        let mut q = ResourceQuota::default();
+        q.metadata.name = Some(name.into());
+        q.metadata.namespace = Some(ns.into());
+        q.spec = Some(ResourceQuotaSpec {
+            hard: Some(
+                hard.iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        q
+    }
+
+    fn used_mem(view: &ClusterView, node: &str, gpu: usize) -> u64 {
+        view.state().node(node).unwrap().usage[gpu].mem_mib
+    }
+
+    #[test]
+    fn pods_take_and_free_gpus_and_quota() {
+        let mut v = ClusterView::new();
+        assert!(v.upsert_node(&node("n1", REGISTER)).is_empty());
+        let p = pod("team", "a", "n1", "GPU-1,NVIDIA,4000,30:;", "Running");
+        assert_eq!(v.upsert_pod("uid-a", &p), None);
+        assert_eq!(used_mem(&v, "n1", 1), 4000);
+        assert_eq!(
+            v.quota_used("team"),
+            QuotaAmount {
+                mem_mib: 4000,
+                cores: 30
+            }
+        );
+        // A status update changes nothing; finishing frees everything.
+        assert_eq!(v.upsert_pod("uid-a", &p), None);
+        assert_eq!(used_mem(&v, "n1", 1), 4000);
+        let done = pod("team", "a", "n1", "GPU-1,NVIDIA,4000,30:;", "Succeeded");
+        v.upsert_pod("uid-a", &done);
+        assert_eq!(used_mem(&v, "n1", 1), 0);
+        assert_eq!(v.quota_used("team"), QuotaAmount::default());
+        assert_eq!(v.counts().allocations, 0);
+    }
+
+    #[test]
+    fn terminating_pods_keep_their_gpus_until_deleted() {
+        let mut v = ClusterView::new();
+        v.upsert_node(&node("n1", REGISTER));
+        let mut p = pod("team", "a", "n1", "GPU-0,NVIDIA,1000,0:;", "Running");
+        v.upsert_pod("uid-a", &p);
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ));
+        v.upsert_pod("uid-a", &p);
+        assert_eq!(used_mem(&v, "n1", 0), 1000);
+        v.delete_pod("uid-a");
+        assert_eq!(used_mem(&v, "n1", 0), 0);
+    }
+
+    #[test]
+    fn allocations_on_unknown_nodes_wait_and_count_when_the_node_registers() {
+        let mut v = ClusterView::new();
+        let p = pod("team", "a", "late", "GPU-0,NVIDIA,2000,10:;", "Running");
+        let why = v.upsert_pod("uid-a", &p).unwrap();
+        assert!(why.contains("unknown node late"), "{why}");
+        assert_eq!(v.unaccounted().len(), 1);
+        // Quota still counts what the pod holds.
+        assert_eq!(v.quota_used("team").mem_mib, 2000);
+        v.upsert_node(&node("late", REGISTER));
+        assert!(v.unaccounted().is_empty());
+        assert_eq!(used_mem(&v, "late", 0), 2000);
+    }
+
+    #[test]
+    fn a_node_that_loses_a_gpu_reports_the_pods_on_it() {
+        let mut v = ClusterView::new();
+        v.upsert_node(&node("n1", REGISTER));
+        v.upsert_pod(
+            "uid-a",
+            &pod("team", "a", "n1", "GPU-1,NVIDIA,2000,10:;", "Running"),
+        );
+        let one_gpu = r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
+        v.upsert_node(&node("n1", one_gpu));
+        let unaccounted = v.unaccounted();
+        assert_eq!(unaccounted.len(), 1);
+        assert!(unaccounted[0].1.contains("no longer reports"));
+        // Back again: counted again.
+        v.upsert_node(&node("n1", REGISTER));
+        assert_eq!(used_mem(&v, "n1", 1), 2000);
+    }
+
+    #[test]
+    fn unreadable_allocations_are_reported_not_dropped() {
+        let mut v = ClusterView::new();
+        v.upsert_node(&node("n1", REGISTER));
+        let why = v
+            .upsert_pod("uid-a", &pod("team", "a", "n1", "garbage", "Running"))
+            .unwrap();
+        assert!(why.contains("team/a"), "{why}");
+        assert_eq!(v.counts().unaccounted, 1);
+        v.delete_pod("uid-a");
+        assert_eq!(v.counts().unaccounted, 0);
+    }
+
+    #[test]
+    fn garbled_inventory_keeps_the_node_known_without_gpus() {
+        let mut v = ClusterView::new();
+        let problems = v.upsert_node(&node("n1", "not a register"));
+        assert_eq!(problems.len(), 1);
+        assert!(v.state().node("n1").unwrap().gpus.is_empty());
+        assert!(v.node_problems().contains_key("n1"));
+        v.upsert_node(&node("n1", REGISTER));
+        assert!(v.node_problems().is_empty());
+        v.delete_node("n1");
+        assert!(v.state().node("n1").is_none());
+    }
+
+    #[test]
+    fn pods_on_a_deleted_node_are_reported_until_it_returns() {
+        let mut v = ClusterView::new();
+        v.upsert_node(&node("n1", REGISTER));
+        v.upsert_pod(
+            "uid-a",
+            &pod("team", "a", "n1", "GPU-0,NVIDIA,2000,10:;", "Running"),
+        );
+        v.delete_node("n1");
+        assert!(v.unaccounted()[0].1.contains("was deleted"));
+        v.upsert_node(&node("n1", REGISTER));
+        assert!(v.unaccounted().is_empty());
+        assert_eq!(used_mem(&v, "n1", 0), 2000);
+    }
+
+    #[test]
+    fn quota_limits_are_the_tightest_and_bad_values_are_named() {
+        let mut v = ClusterView::new();
+        v.upsert_quota(&quota(
+            "team",
+            "big",
+            &[
+                ("limits.nvidia.com/gpumem", "40000"),
+                ("limits.nvidia.com/gpucores", "abc"),
+                ("requests.nvidia.com/gpumem", "1"),
+            ],
+        ));
+        v.upsert_quota(&quota(
+            "team",
+            "small",
+            &[("limits.nvidia.com/gpumem", "20000")],
+        ));
+        let (limits, problems) = v.quota_limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores");
+        assert_eq!(
+            limits,
+            QuotaLimits {
+                mem_mib: Some(20000),
+                cores: None
+            }
+        );
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("team/big") && problems[0].contains("\"abc\""));
+        v.delete_quota("team", "small");
+        v.delete_quota("team", "big");
+        assert!(
+            v.quota_limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores")
+                .0
+                .is_empty()
+        );
+    }
+}
