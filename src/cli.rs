@@ -62,6 +62,17 @@ pub struct ServeArgs {
     /// seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub reload_seconds: u64,
+    /// Standalone: read Nodes, Pods, Namespaces and ResourceQuotas from this
+    /// snapshot file (the format of `simulate --cluster`) instead of an API
+    /// server.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["kubeconfig", "in_cluster"])]
+    pub cluster: Option<PathBuf>,
+    /// Watch the cluster through the API server of this kubeconfig file.
+    #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch the cluster through the API server of the pod's service account.
+    #[arg(long)]
+    pub in_cluster: bool,
 }
 
 #[derive(Debug, Subcommand)]

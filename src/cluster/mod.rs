@@ -3,10 +3,12 @@
 //! view (nodes, allocation ledger, namespaces, quotas) and where it is fed
 //! from: a snapshot file or the API server.
 
+pub mod client;
 pub mod convert;
 pub mod shared;
 pub mod snapshot;
 pub mod view;
+pub mod watch;
 
 pub use convert::{NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name};
 pub use shared::SharedCluster;

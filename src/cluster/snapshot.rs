@@ -101,9 +101,9 @@ impl Snapshot {
             "Namespace" => self
                 .namespaces
                 .push(serde_json::from_value(value).map_err(|e| format!("Namespace: {e}"))?),
-            "ResourceQuota" => self.quotas.push(
-                serde_json::from_value(value).map_err(|e| format!("ResourceQuota: {e}"))?,
-            ),
+            "ResourceQuota" => self
+                .quotas
+                .push(serde_json::from_value(value).map_err(|e| format!("ResourceQuota: {e}"))?),
             "List" | "NodeList" | "PodList" | "NamespaceList" | "ResourceQuotaList" => {
                 let element = kind.strip_suffix("List").filter(|k| !k.is_empty());
                 let items = match obj.remove("items") {
@@ -115,7 +115,12 @@ impl Snapshot {
                     self.add(item, element)?;
                 }
             }
-            "" => return Err("object without kind: allowed Node, Pod, Namespace, ResourceQuota, List".to_string()),
+            "" => {
+                return Err(
+                    "object without kind: allowed Node, Pod, Namespace, ResourceQuota, List"
+                        .to_string(),
+                );
+            }
             other => {
                 return Err(format!(
                     "kind {other} is not supported: allowed Node, Pod, Namespace, ResourceQuota, List"

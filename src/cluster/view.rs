@@ -251,6 +251,19 @@ impl ClusterView {
         self.namespace_labels.remove(name);
     }
 
+    /// Names of every namespace the view knows.
+    pub fn namespace_names(&self) -> Vec<String> {
+        self.namespace_labels.keys().cloned().collect()
+    }
+
+    /// `namespace/name` of every ResourceQuota the view knows.
+    pub fn quota_keys(&self) -> Vec<String> {
+        self.quotas
+            .iter()
+            .flat_map(|(ns, q)| q.keys().map(move |name| format!("{ns}/{name}")))
+            .collect()
+    }
+
     /// A namespace's labels; `None` when the namespace is not known (not
     /// watched, or not in the snapshot).
     pub fn namespace_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
@@ -333,7 +346,11 @@ impl ClusterView {
             nodes: self.state.nodes().count(),
             gpus: self.state.nodes().map(|n| n.gpus.len()).sum(),
             allocations: self.pods.len(),
-            unaccounted: self.pods.values().filter(|p| p.unaccounted.is_some()).count(),
+            unaccounted: self
+                .pods
+                .values()
+                .filter(|p| p.unaccounted.is_some())
+                .count(),
             nodes_with_problems: self.node_problems.len(),
         }
     }
@@ -361,9 +378,8 @@ mod tests {
     fn node(name: &str, register: &str) -> K8sNode {
         let mut n = K8sNode::default();
         n.metadata.name = Some(name.into());
-        n.metadata.annotations = Some(
-            [(keys::NODE_NVIDIA_REGISTER.to_string(), register.to_string())].into(),
-        );
+        n.metadata.annotations =
+            Some([(keys::NODE_NVIDIA_REGISTER.to_string(), register.to_string())].into());
         n
     }
 
@@ -377,7 +393,10 @@ mod tests {
         p.metadata.annotations = Some(
             [
                 (keys::VGPU_NODE.to_string(), node.to_string()),
-                (keys::VGPU_DEVICES_ALLOCATED.to_string(), devices.to_string()),
+                (
+                    keys::VGPU_DEVICES_ALLOCATED.to_string(),
+                    devices.to_string(),
+                ),
             ]
             .into(),
         );

@@ -10,6 +10,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::cluster::SharedCluster;
+use crate::cluster::watch::WatchObserver;
+
 use super::tls::ReloadingCert;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +37,46 @@ pub struct WebhookLabels {
     pub webhook: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// Watch errors and re-list drift, by kind; handed to the watchers.
+#[derive(Clone, Debug, Default)]
+pub struct WatchMetrics {
+    pub errors: Family<KindLabels, Counter>,
+    pub drift: Family<KindLabels, Counter>,
+    pub objects: Family<KindLabels, Gauge>,
+}
+
+impl WatchObserver for WatchMetrics {
+    fn listed(&self, kind: &'static str, objects: usize, drift: usize) {
+        let labels = KindLabels { kind };
+        self.objects
+            .get_or_create(&labels)
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+        self.drift
+            .get_or_create(&labels)
+            .inc_by(u64::try_from(drift).unwrap_or(u64::MAX));
+    }
+
+    fn error(&self, kind: &'static str, _error: &str) {
+        self.errors.get_or_create(&KindLabels { kind }).inc();
+    }
+}
+
+/// Gauges sampled from the cluster view when metrics are scraped.
+#[derive(Debug, Default)]
+struct ClusterGauges {
+    synced: Gauge,
+    nodes: Gauge,
+    gpus: Gauge,
+    allocations: Gauge,
+    unaccounted: Gauge,
+    nodes_with_problems: Gauge,
+}
+
 fn latency_histogram() -> Histogram {
     // 0.1 ms to about 3.3 s.
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
@@ -50,6 +93,9 @@ pub struct Metrics {
     cert_not_after: Gauge,
     cert_reload_errors: Gauge,
     cert: Option<Arc<ReloadingCert>>,
+    pub watch: WatchMetrics,
+    cluster_gauges: ClusterGauges,
+    cluster: Option<Arc<SharedCluster>>,
 }
 
 impl Metrics {
@@ -93,8 +139,62 @@ impl Metrics {
             "Certificate reloads that failed and kept the previous pair",
             cert_reload_errors.clone(),
         );
+        let watch = WatchMetrics::default();
+        registry.register(
+            "gpugate_watch_errors",
+            "API watch failures (retried with backoff), by kind",
+            watch.errors.clone(),
+        );
+        registry.register(
+            "gpugate_ledger_drift",
+            "Objects a re-list found gone that the watch had missed, by kind",
+            watch.drift.clone(),
+        );
+        registry.register(
+            "gpugate_watch_listed_objects",
+            "Objects in the last full list, by kind",
+            watch.objects.clone(),
+        );
+        let g = ClusterGauges::default();
+        for (name, help, gauge) in [
+            (
+                "gpugate_cluster_synced",
+                "1 once every watched kind has been listed (or the snapshot loaded)",
+                &g.synced,
+            ),
+            (
+                "gpugate_cluster_nodes",
+                "Nodes known (with or without readable GPUs)",
+                &g.nodes,
+            ),
+            (
+                "gpugate_cluster_gpus",
+                "GPUs registered on known nodes",
+                &g.gpus,
+            ),
+            (
+                "gpugate_ledger_allocations",
+                "Pods the ledger holds GPUs for",
+                &g.allocations,
+            ),
+            (
+                "gpugate_ledger_unaccounted",
+                "Held allocations not counted on any node (unknown node or GPU, unreadable)",
+                &g.unaccounted,
+            ),
+            (
+                "gpugate_cluster_nodes_with_problems",
+                "Nodes whose inventory, cordon list or pair scores cannot be read",
+                &g.nodes_with_problems,
+            ),
+        ] {
+            registry.register(name, help, gauge.clone());
+        }
         Metrics {
             registry,
+            watch,
+            cluster_gauges: g,
+            cluster: None,
             requests,
             denials,
             latency,
@@ -103,6 +203,12 @@ impl Metrics {
             cert_reload_errors,
             cert,
         }
+    }
+
+    /// Samples the cluster view's gauges on every scrape.
+    pub fn observing(mut self, cluster: Arc<SharedCluster>) -> Self {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// Records one answered review.
@@ -137,6 +243,19 @@ impl Metrics {
             self.cert_not_after.set(cert.not_after());
             self.cert_reload_errors
                 .set(i64::try_from(cert.reload_errors()).unwrap_or(i64::MAX));
+        }
+        if let Some(cluster) = &self.cluster {
+            let c = cluster.read().counts();
+            let g = &self.cluster_gauges;
+            let set = |gauge: &Gauge, n: usize| {
+                gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+            };
+            set(&g.synced, usize::from(cluster.is_synced()));
+            set(&g.nodes, c.nodes);
+            set(&g.gpus, c.gpus);
+            set(&g.allocations, c.allocations);
+            set(&g.unaccounted, c.unaccounted);
+            set(&g.nodes_with_problems, c.nodes_with_problems);
         }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {

@@ -7,15 +7,16 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse as _;
 use axum::response::Response;
 use axum::routing::{get, post};
 
 use std::time::Instant;
 
-use axum::response::IntoResponse as _;
-
 use crate::admission::handler::{Decision, mutate_review, respond, validate_review};
 use crate::admission::review::ReviewRequest;
+use crate::cluster::SharedCluster;
 use crate::config::Config;
 
 use super::metrics::Metrics;
@@ -30,13 +31,24 @@ pub struct AppState {
     /// Swapped whole when the config file changes.
     pub config: Arc<ArcSwap<Config>>,
     pub metrics: Metrics,
+    /// The cluster view, when serving with one (snapshot or API server).
+    pub cluster: Option<Arc<SharedCluster>>,
 }
 
 impl AppState {
     pub fn new(config: Config, metrics: Metrics) -> Arc<Self> {
+        Self::with_cluster(config, metrics, None)
+    }
+
+    pub fn with_cluster(
+        config: Config,
+        metrics: Metrics,
+        cluster: Option<Arc<SharedCluster>>,
+    ) -> Arc<Self> {
         Arc::new(AppState {
             config: Arc::new(ArcSwap::from_pointee(config)),
             metrics,
+            cluster,
         })
     }
 }
@@ -82,9 +94,22 @@ fn review(
 pub fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// Ready once the cluster view (if any) has been listed in full; the
+/// certificate is loaded before the port opens.
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match &state.cluster {
+        Some(cluster) if !cluster.is_synced() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: cluster state not synced yet\n",
+        )
+            .into_response(),
+        _ => "ok".into_response(),
+    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

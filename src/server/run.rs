@@ -9,6 +9,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cli::ServeArgs;
+use crate::cluster::client::{self, ApiSource};
+use crate::cluster::watch::{self as cluster_watch, WatchSet};
+use crate::cluster::{SharedCluster, Snapshot};
 use crate::config::Config;
 
 use super::config_reload::ConfigFile;
@@ -59,7 +62,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ));
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
-    let state = AppState::new(config, Metrics::new(Some(cert.clone())));
+    let metrics = Metrics::new(Some(cert.clone()));
+    let cluster = cluster_view(&args, &metrics, stopped()).await?;
+    let metrics = match &cluster {
+        Some(c) => metrics.observing(c.clone()),
+        None => metrics,
+    };
+    let state = AppState::with_cluster(config, metrics, cluster);
     if let Some(file) = config_file {
         let errors = state.metrics.config_reload_errors.clone();
         tokio::spawn(file.watch(
@@ -101,6 +110,51 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (admin_result, ()) = tokio::join!(admin_server, webhook_server);
     admin_result.context("admin server")?;
     Ok(())
+}
+
+/// The cluster view: loaded from `--cluster`, or watched through the API
+/// server (`--kubeconfig`, `--in-cluster`); none without those flags (the
+/// webhooks then judge each pod alone, without quotas).
+async fn cluster_view(
+    args: &ServeArgs,
+    metrics: &Metrics,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<Arc<SharedCluster>>> {
+    if let Some(path) = &args.cluster {
+        let snapshot = Snapshot::load(path)?;
+        let (view, report) = snapshot.to_view();
+        for problem in report
+            .unregistered_nodes
+            .iter()
+            .chain(&report.unaccounted_pods)
+        {
+            tracing::warn!(%problem, "snapshot");
+        }
+        let counts = view.counts();
+        tracing::info!(
+            file = %path.display(),
+            nodes = counts.nodes,
+            gpus = counts.gpus,
+            allocations = counts.allocations,
+            "standalone cluster loaded"
+        );
+        return Ok(Some(Arc::new(SharedCluster::new(view, true))));
+    }
+    let source = match (&args.kubeconfig, args.in_cluster) {
+        (Some(path), _) => ApiSource::Kubeconfig(path.clone()),
+        (None, true) => ApiSource::InCluster,
+        (None, false) => return Ok(None),
+    };
+    let client = client::connect(&source).await?;
+    let shared = Arc::new(SharedCluster::default());
+    tokio::spawn(cluster_watch::run(
+        client,
+        shared.clone(),
+        WatchSet { namespaces: false },
+        Arc::new(metrics.watch.clone()),
+        stop,
+    ));
+    Ok(Some(shared))
 }
 
 /// Renews the self-made serving certificate at two thirds of its life; the

@@ -1,0 +1,287 @@
+//! Feeding the cluster view from the API server: one watcher per kind
+//! (Nodes, Pods, ResourceQuotas, and Namespaces when a policy selects by
+//! labels). Objects are applied to the view as they arrive and not kept, so
+//! memory is the view's, not a copy of every Pod.
+//!
+//! A watcher's (re)list is buffered and swapped in whole at its end, so a
+//! restarted watch never shows a half-listed cluster, and objects that
+//! vanished while the watch was down are removed then (counted as drift).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::shared::SharedCluster;
+use super::view::ClusterView;
+
+/// A kind the view is fed with.
+trait Watched: Resource + Clone + Debug + DeserializeOwned + Send + 'static {
+    const KIND: &'static str;
+    /// The view's key for this object (`None` when it has none).
+    fn key(&self) -> Option<String>;
+    fn apply(view: &mut ClusterView, key: &str, obj: &Self);
+    fn delete(view: &mut ClusterView, key: &str);
+    /// Keys of every object of this kind the view holds.
+    fn held(view: &ClusterView) -> Vec<String>;
+}
+
+impl Watched for Node {
+    const KIND: &'static str = "Node";
+    fn key(&self) -> Option<String> {
+        self.metadata.name.clone()
+    }
+    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
+        for problem in view.upsert_node(obj) {
+            tracing::warn!(%problem, "node inventory");
+        }
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        view.delete_node(key);
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.state().nodes().map(|n| n.name.clone()).collect()
+    }
+}
+
+impl Watched for Pod {
+    const KIND: &'static str = "Pod";
+    fn key(&self) -> Option<String> {
+        self.metadata.uid.clone()
+    }
+    fn apply(view: &mut ClusterView, key: &str, obj: &Self) {
+        if let Some(problem) = view.upsert_pod(key, obj) {
+            tracing::warn!(%problem, "allocation not counted on a node");
+        }
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        view.delete_pod(key);
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.held_pods().map(str::to_string).collect()
+    }
+}
+
+impl Watched for ResourceQuota {
+    const KIND: &'static str = "ResourceQuota";
+    fn key(&self) -> Option<String> {
+        Some(format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref()?,
+            self.metadata.name.as_deref()?
+        ))
+    }
+    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
+        view.upsert_quota(obj);
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        if let Some((ns, name)) = key.split_once('/') {
+            view.delete_quota(ns, name);
+        }
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.quota_keys()
+    }
+}
+
+impl Watched for Namespace {
+    const KIND: &'static str = "Namespace";
+    fn key(&self) -> Option<String> {
+        self.metadata.name.clone()
+    }
+    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
+        view.upsert_namespace(obj);
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        view.delete_namespace(key);
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.namespace_names()
+    }
+}
+
+/// Which kinds to watch.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSet {
+    /// Namespaces are only needed (and only allowed by RBAC) when a
+    /// namespace policy selects by labels.
+    pub namespaces: bool,
+}
+
+/// Called once per kind when its first list is complete, and with the
+/// number of objects that a re-list found changed or gone (drift).
+pub trait WatchObserver: Send + Sync + 'static {
+    fn listed(&self, kind: &'static str, objects: usize, drift: usize);
+    fn error(&self, kind: &'static str, error: &str);
+}
+
+/// Runs the watchers until `stop` resolves. The view is marked synced once
+/// every kind has been listed.
+pub async fn run(
+    client: Client,
+    shared: Arc<SharedCluster>,
+    set: WatchSet,
+    observer: Arc<dyn WatchObserver>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let kinds = if set.namespaces { 4 } else { 3 };
+    let synced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let on_first_list = {
+        let shared = shared.clone();
+        move || {
+            if synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == kinds {
+                shared.set_synced(true);
+                tracing::info!("cluster state synced");
+            }
+        }
+    };
+    let nodes = feed::<Node>(
+        Api::all(client.clone()),
+        shared.clone(),
+        observer.clone(),
+        on_first_list.clone(),
+    );
+    let pods = feed::<Pod>(
+        Api::all(client.clone()),
+        shared.clone(),
+        observer.clone(),
+        on_first_list.clone(),
+    );
+    let quotas = feed::<ResourceQuota>(
+        Api::all(client.clone()),
+        shared.clone(),
+        observer.clone(),
+        on_first_list.clone(),
+    );
+    let namespaces = async {
+        if set.namespaces {
+            feed::<Namespace>(Api::all(client), shared, observer, on_first_list).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = nodes => {}
+        _ = pods => {}
+        _ = quotas => {}
+        _ = namespaces => {}
+    }
+}
+
+async fn feed<K>(
+    api: Api<K>,
+    shared: Arc<SharedCluster>,
+    observer: Arc<dyn WatchObserver>,
+    on_first_list: impl Fn(),
+) where
+    K: Watched,
+    K::DynamicType: Default,
+{
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut buffer: Vec<(String, K)> = Vec::new();
+    let mut listed_once = false;
+    loop {
+        match events.try_next().await {
+            Ok(Some(event)) => match event {
+                watcher::Event::Init => buffer.clear(),
+                watcher::Event::InitApply(obj) => {
+                    if let Some(key) = obj.key() {
+                        buffer.push((key, obj));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let objects = buffer.len();
+                    let drift = replace_all(&mut shared.write(), std::mem::take(&mut buffer));
+                    observer.listed(K::KIND, objects, drift);
+                    if !listed_once {
+                        listed_once = true;
+                        on_first_list();
+                    }
+                }
+                watcher::Event::Apply(obj) => {
+                    if let Some(key) = obj.key() {
+                        K::apply(&mut shared.write(), &key, &obj);
+                    }
+                }
+                watcher::Event::Delete(obj) => {
+                    if let Some(key) = obj.key() {
+                        K::delete(&mut shared.write(), &key);
+                    }
+                }
+            },
+            Ok(None) => return,
+            Err(e) => {
+                // The backoff retries; the view keeps its last state.
+                let error = e.to_string();
+                tracing::warn!(kind = K::KIND, %error, "watch failed; retrying");
+                observer.error(K::KIND, &error);
+            }
+        }
+    }
+}
+
+/// Swaps in a complete list of one kind: objects the view holds that the
+/// list lacks are removed. Returns how many were removed (drift: events the
+/// watch missed).
+fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, K)>) -> usize {
+    let listed: HashSet<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    let gone: Vec<String> = K::held(view)
+        .into_iter()
+        .filter(|k| !listed.contains(k.as_str()))
+        .collect();
+    for key in &gone {
+        K::delete(view, key);
+    }
+    for (key, obj) in &objects {
+        K::apply(view, key, obj);
+    }
+    gone.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n
+    }
+
+    #[test]
+    fn a_relist_removes_what_vanished_and_counts_it() {
+        let mut view = ClusterView::new();
+        for n in ["a", "b", "c"] {
+            Node::apply(&mut view, n, &node(n));
+        }
+        let drift = replace_all(
+            &mut view,
+            vec![("a".to_string(), node("a")), ("d".to_string(), node("d"))],
+        );
+        assert_eq!(drift, 2);
+        let mut names = Node::held(&view);
+        names.sort();
+        assert_eq!(names, ["a", "d"]);
+    }
+
+    #[test]
+    fn quota_keys_round_trip_through_delete() {
+        let mut view = ClusterView::new();
+        let mut q = ResourceQuota::default();
+        q.metadata.namespace = Some("team".into());
+        q.metadata.name = Some("gpu".into());
+        let key = q.key().unwrap();
+        ResourceQuota::apply(&mut view, &key, &q);
+        assert_eq!(ResourceQuota::held(&view), std::slice::from_ref(&key));
+        assert_eq!(replace_all::<ResourceQuota>(&mut view, Vec::new()), 1);
+        assert!(ResourceQuota::held(&view).is_empty());
+    }
+}
