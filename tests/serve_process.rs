@@ -1,0 +1,257 @@
+//! `gpugate serve` as a user runs it: a real process with self-made
+//! certificates and a standalone cluster snapshot; readiness, metrics, a
+//! review over TLS, and SIGTERM while a request is half sent (graceful
+//! shutdown must finish it).
+
+use std::io::Read as _;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpugate::server::tls;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A running `gpugate serve`, killed on drop.
+struct Gpugate {
+    child: Child,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Drop for Gpugate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = StdListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn spawn(name: &str, extra: &[&str]) -> Gpugate {
+    let dir = std::env::temp_dir().join(format!("gpugate-proc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (listen, admin) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(listen.to_string())
+        .arg("--admin-listen")
+        .arg(admin.to_string())
+        .arg("--cert-dir")
+        .arg(dir.join("certs"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Gpugate {
+        child,
+        listen,
+        admin,
+        dir,
+    }
+}
+
+/// Plain HTTP GET on the admin port; (status, body).
+fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    Some((status, body))
+}
+
+fn wait_ready(g: &mut Gpugate) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = g.child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = g.child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("gpugate exited early ({status}): {err}");
+        }
+        if admin_get(g.admin, "/readyz").is_some_and(|(s, _)| s == 200) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("gpugate not ready within 30 s");
+}
+
+async fn connect(g: &Gpugate) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let ca = std::fs::read(g.dir.join("certs/ca.crt")).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(&ca).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(g.listen).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+fn review_body() -> Vec<u8> {
+    let pod: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(Path::new(ROOT).join("tests/fixtures/pods/gpu-only.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "6a1b3c9e-0000-4000-8000-000000000001",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": "default",
+            "userInfo": {"username": "test"},
+            "object": pod,
+        }
+    }))
+    .unwrap()
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length body.
+async fn read_response(tls: &mut tokio_rustls::client::TlsStream<TcpStream>) -> (u16, Value) {
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn standalone_serve_is_ready_counts_the_snapshot_and_mutates_over_tls() {
+    let mut g = spawn(
+        "standalone",
+        &[
+            "--cluster",
+            &format!("{ROOT}/examples/demo/cluster.yaml"),
+        ],
+    );
+    wait_ready(&mut g);
+    let (_, metrics) = admin_get(g.admin, "/metrics").unwrap();
+    assert!(metrics.contains("gpugate_cluster_synced 1"), "{metrics}");
+    assert!(metrics.contains("gpugate_cluster_nodes 3"), "{metrics}");
+    assert!(metrics.contains("gpugate_ledger_allocations 1"), "{metrics}");
+
+    let body = review_body();
+    let mut tls = connect(&g).await;
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body).await.unwrap();
+    let (status, review) = read_response(&mut tls).await;
+    assert_eq!(status, 200);
+    assert_eq!(review["response"]["allowed"], true);
+    assert_eq!(review["response"]["patchType"], "JSONPatch");
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_request_in_flight_then_exits_cleanly() {
+    let mut g = spawn(
+        "sigterm",
+        &[
+            "--cluster",
+            &format!("{ROOT}/examples/demo/cluster.yaml"),
+        ],
+    );
+    wait_ready(&mut g);
+    let body = review_body();
+    let mut tls = connect(&g).await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let half = body.len() / 2;
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body[..half]).await.unwrap();
+    tls.flush().await.unwrap();
+    // Let the server start reading the request, then ask it to stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &g.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // New connections are refused while the old one is served.
+    assert!(
+        std::net::TcpStream::connect_timeout(&g.listen, Duration::from_millis(500)).is_err(),
+        "the listener should be closed after SIGTERM"
+    );
+    tls.write_all(&body[half..]).await.unwrap();
+    let (status, review) = read_response(&mut tls).await;
+    assert_eq!(status, 200, "the request in flight must be answered");
+    assert_eq!(review["response"]["allowed"], true);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(s) = g.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "gpugate did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "exit status {exit}");
+}
+
+#[test]
+fn a_bad_snapshot_stops_serve_with_the_file_named() {
+    let dir = std::env::temp_dir().join(format!("gpugate-proc-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("cluster.yaml");
+    std::fs::write(&bad, "kind: Deployment\nmetadata: {name: x}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .arg("--cert-dir")
+        .arg(dir.join("certs"))
+        .arg("--cluster")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cluster.yaml") && err.contains("kind Deployment is not supported"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
