@@ -22,7 +22,7 @@ pub enum Command {
     /// Place pods on a cluster snapshot and show the result.
     Simulate(SimulateArgs),
     /// Serve the admission webhooks over TLS (and health on the admin port).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Certificates for the webhook and extender endpoints.
     #[command(subcommand)]
     Certs(CertsCommand),
@@ -73,6 +73,12 @@ pub struct ServeArgs {
     /// Watch the cluster through the API server of the pod's service account.
     #[arg(long)]
     pub in_cluster: bool,
+    /// Self-managed certificates: keep the CA in this Secret
+    /// (NAMESPACE/NAME), patch the caBundle of gpugate's webhook
+    /// configurations (config `webhooks`), and sign the serving certificate
+    /// into --cert-dir. Needs --kubeconfig or --in-cluster.
+    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "tls_cert")]
+    pub self_signed_secret: Option<crate::server::cert_secret::SecretRef>,
 }
 
 #[derive(Debug, Subcommand)]

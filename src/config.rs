@@ -19,6 +19,27 @@ pub struct Config {
     pub nvidia: NvidiaConfig,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<crate::admission::policy::NamespacePolicy>,
+    /// gpugate's own webhook configurations, whose `caBundle` it keeps
+    /// current with `serve --self-signed-secret`.
+    pub webhooks: WebhookConfigNames,
+}
+
+/// Names of the MutatingWebhookConfiguration and
+/// ValidatingWebhookConfiguration that call gpugate.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WebhookConfigNames {
+    pub mutating: String,
+    pub validating: String,
+}
+
+impl Default for WebhookConfigNames {
+    fn default() -> Self {
+        Self {
+            mutating: "gpugate".to_string(),
+            validating: "gpugate".to_string(),
+        }
+    }
 }
 
 /// Scheduling defaults.

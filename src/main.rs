@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
     };
     match result {

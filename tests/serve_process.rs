@@ -79,7 +79,10 @@ fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     Some((status, body))
 }
 
@@ -160,16 +163,16 @@ async fn read_response(tls: &mut tokio_rustls::client::TlsStream<TcpStream>) -> 
 async fn standalone_serve_is_ready_counts_the_snapshot_and_mutates_over_tls() {
     let mut g = spawn(
         "standalone",
-        &[
-            "--cluster",
-            &format!("{ROOT}/examples/demo/cluster.yaml"),
-        ],
+        &["--cluster", &format!("{ROOT}/examples/demo/cluster.yaml")],
     );
     wait_ready(&mut g);
     let (_, metrics) = admin_get(g.admin, "/metrics").unwrap();
     assert!(metrics.contains("gpugate_cluster_synced 1"), "{metrics}");
     assert!(metrics.contains("gpugate_cluster_nodes 3"), "{metrics}");
-    assert!(metrics.contains("gpugate_ledger_allocations 1"), "{metrics}");
+    assert!(
+        metrics.contains("gpugate_ledger_allocations 1"),
+        "{metrics}"
+    );
 
     let body = review_body();
     let mut tls = connect(&g).await;
@@ -189,10 +192,7 @@ async fn standalone_serve_is_ready_counts_the_snapshot_and_mutates_over_tls() {
 async fn sigterm_finishes_the_request_in_flight_then_exits_cleanly() {
     let mut g = spawn(
         "sigterm",
-        &[
-            "--cluster",
-            &format!("{ROOT}/examples/demo/cluster.yaml"),
-        ],
+        &["--cluster", &format!("{ROOT}/examples/demo/cluster.yaml")],
     );
     wait_ready(&mut g);
     let body = review_body();
@@ -227,7 +227,10 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_cleanly() {
         if let Some(s) = g.child.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "gpugate did not exit after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "gpugate did not exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "exit status {exit}");
@@ -240,7 +243,13 @@ fn a_bad_snapshot_stops_serve_with_the_file_named() {
     let bad = dir.join("cluster.yaml");
     std::fs::write(&bad, "kind: Deployment\nmetadata: {name: x}\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--cert-dir")
         .arg(dir.join("certs"))
         .arg("--cluster")

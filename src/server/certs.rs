@@ -289,15 +289,31 @@ pub fn ensure_dir(
         let info = CertInfo::from_pem(bundle.cert_pem.as_bytes(), &dir.join(TLS_CERT))?;
         return Ok((Ensured::Generated, info.renew_at()));
     };
-    if let (Some(cert), Some(_key)) = (read(TLS_CERT), read(TLS_KEY))
+    ensure_serving(dir, spec, &ca_cert_pem, &ca_key_pem, now)
+}
+
+/// Makes sure `dir` holds a serving certificate for `spec`, signed by the
+/// given CA (whose certificate `dir/ca.crt` must be), that is not yet due for
+/// renewal; signs and writes a new one otherwise (`ca.key` is not written).
+pub fn ensure_serving(
+    dir: &Path,
+    spec: &CertSpec,
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    now: OffsetDateTime,
+) -> Result<(Ensured, OffsetDateTime), CertError> {
+    let read = |name: &str| fs::read_to_string(dir.join(name)).ok();
+    if read(CA_CERT).as_deref() == Some(ca_cert_pem)
+        && let (Some(cert), Some(_key)) = (read(TLS_CERT), read(TLS_KEY))
         && let Ok(info) = CertInfo::from_pem(cert.as_bytes(), &dir.join(TLS_CERT))
         && info.covers(spec)
         && now < info.renew_at()
     {
         return Ok((Ensured::Reused, info.renew_at()));
     }
-    let (cert_pem, key_pem) = sign_serving(spec, &ca_cert_pem, &ca_key_pem, now)?;
+    let (cert_pem, key_pem) = sign_serving(spec, ca_cert_pem, ca_key_pem, now)?;
     fs::create_dir_all(dir).map_err(io(dir))?;
+    write_atomic(&dir.join(CA_CERT), ca_cert_pem, false)?;
     write_atomic(&dir.join(TLS_KEY), &key_pem, true)?;
     write_atomic(&dir.join(TLS_CERT), &cert_pem, false)?;
     let info = CertInfo::from_pem(cert_pem.as_bytes(), &dir.join(TLS_CERT))?;

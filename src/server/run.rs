@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -16,6 +17,7 @@ use crate::config::Config;
 
 use super::config_reload::ConfigFile;
 
+use super::cert_secret::{InClusterCerts, Pass};
 use super::certs::{self, CertSpec, Ensured};
 use super::metrics::Metrics;
 use super::routes::{AppState, admin_router, webhook_router};
@@ -42,15 +44,69 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
 
-    let (cert_path, key_path) = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
+    let client = match api_source(&args)? {
+        Some(source) => Some(client::connect(&source).await?),
+        None => None,
+    };
+    // Shared with the handlers and the config file watcher, so that the
+    // certificate loop sees the current webhook names.
+    let config = Arc::new(ArcSwap::from_pointee(config));
+    let config_now = {
+        let c = config.clone();
+        move || c.load().webhooks.clone()
+    };
+    let (cert_path, key_path) = match (&args.tls_cert, &args.tls_key, &args.self_signed_secret) {
+        (Some(c), Some(k), _) => (c.clone(), k.clone()),
+        (_, _, Some(secret)) => {
+            let Some(client) = client.clone() else {
+                anyhow::bail!("--self-signed-secret needs --kubeconfig or --in-cluster");
+            };
+            let spec = CertSpec::local_and(&args.dns, SELF_MADE_DAYS);
+            let certs = Arc::new(InClusterCerts::new(
+                client,
+                secret.clone(),
+                spec,
+                args.cert_dir.clone(),
+            ));
+            let renew_at = first_in_cluster_pass(&certs, &config_now).await?;
+            let dir = args.cert_dir.clone();
+            tokio::spawn(renew_loop(
+                renew_at,
+                IN_CLUSTER_RECHECK,
+                stopped(),
+                move || {
+                    let certs = certs.clone();
+                    let names = config_now();
+                    async move {
+                        let pass = certs
+                            .ensure(&names, time::OffsetDateTime::now_utc())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        log_pass(&pass);
+                        Ok(pass.renew_at)
+                    }
+                },
+            ));
+            (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
+        }
         _ => {
             let spec = CertSpec::local_and(&args.dns, SELF_MADE_DAYS);
             let dir = args.cert_dir.clone();
             let (what, renew_at) = certs::ensure_dir(&dir, &spec, time::OffsetDateTime::now_utc())
                 .with_context(|| format!("--cert-dir {}", dir.display()))?;
             tracing::info!(dir = %dir.display(), ?what, %renew_at, "self-made certificate");
-            tokio::spawn(renew_loop(dir.clone(), spec, renew_at, stopped()));
+            let renew_dir = dir.clone();
+            tokio::spawn(renew_loop(renew_at, LOCAL_RECHECK, stopped(), move || {
+                let result = certs::ensure_dir(&renew_dir, &spec, time::OffsetDateTime::now_utc())
+                    .map(|(what, next)| {
+                        if what != Ensured::Reused {
+                            tracing::info!(?what, renew_at = %next, "serving certificate renewed");
+                        }
+                        next
+                    })
+                    .map_err(|e| e.to_string());
+                std::future::ready(result)
+            }));
             (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
         }
     };
@@ -63,12 +119,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
     let metrics = Metrics::new(Some(cert.clone()));
-    let cluster = cluster_view(&args, &metrics, stopped()).await?;
+    let cluster = cluster_view(&args, client, &metrics, stopped())?;
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone()),
         None => metrics,
     };
-    let state = AppState::with_cluster(config, metrics, cluster);
+    let state = Arc::new(AppState {
+        config,
+        metrics,
+        cluster,
+    });
     if let Some(file) = config_file {
         let errors = state.metrics.config_reload_errors.clone();
         tokio::spawn(file.watch(
@@ -112,11 +172,61 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the API server is, if gpugate talks to one.
+fn api_source(args: &ServeArgs) -> anyhow::Result<Option<ApiSource>> {
+    Ok(match (&args.kubeconfig, args.in_cluster) {
+        (Some(path), _) => Some(ApiSource::Kubeconfig(path.clone())),
+        (None, true) => Some(ApiSource::InCluster),
+        (None, false) => None,
+    })
+}
+
+/// The first in-cluster certificate pass must succeed before the port
+/// opens; transient API errors are retried every few seconds.
+async fn first_in_cluster_pass(
+    certs: &InClusterCerts,
+    names: &impl Fn() -> crate::config::WebhookConfigNames,
+) -> anyhow::Result<time::OffsetDateTime> {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match certs
+            .ensure(&names(), time::OffsetDateTime::now_utc())
+            .await
+        {
+            Ok(pass) => {
+                log_pass(&pass);
+                return Ok(pass.renew_at);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retry_in = ?wait, "self-managed certificates");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+fn log_pass(pass: &Pass) {
+    if pass.ca_made {
+        tracing::warn!("made a new CA in the Secret");
+    }
+    for hook in &pass.patched {
+        tracing::info!(%hook, "caBundle written");
+    }
+    for config in &pass.missing {
+        tracing::warn!(%config, "webhook configuration not found; caBundle not written (will retry)");
+    }
+    if pass.serving != Ensured::Reused {
+        tracing::info!(renew_at = %pass.renew_at, "serving certificate signed");
+    }
+}
+
 /// The cluster view: loaded from `--cluster`, or watched through the API
 /// server (`--kubeconfig`, `--in-cluster`); none without those flags (the
 /// webhooks then judge each pod alone, without quotas).
-async fn cluster_view(
+fn cluster_view(
     args: &ServeArgs,
+    client: Option<kube::Client>,
     metrics: &Metrics,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<Arc<SharedCluster>>> {
@@ -140,12 +250,9 @@ async fn cluster_view(
         );
         return Ok(Some(Arc::new(SharedCluster::new(view, true))));
     }
-    let source = match (&args.kubeconfig, args.in_cluster) {
-        (Some(path), _) => ApiSource::Kubeconfig(path.clone()),
-        (None, true) => ApiSource::InCluster,
-        (None, false) => return Ok(None),
+    let Some(client) = client else {
+        return Ok(None);
     };
-    let client = client::connect(&source).await?;
     let shared = Arc::new(SharedCluster::default());
     tokio::spawn(cluster_watch::run(
         client,
@@ -157,32 +264,37 @@ async fn cluster_view(
     Ok(Some(shared))
 }
 
-/// Renews the self-made serving certificate at two thirds of its life; the
-/// file watcher then puts it in service.
-async fn renew_loop(
-    dir: std::path::PathBuf,
-    spec: CertSpec,
+/// How often self-made certificate files are re-checked at most.
+const LOCAL_RECHECK: Duration = Duration::from_secs(3600);
+/// How often the in-cluster CA Secret and caBundles are re-checked: a
+/// webhook configuration re-applied without caBundle is repaired this fast.
+const IN_CLUSTER_RECHECK: Duration = Duration::from_secs(60);
+
+/// Runs `renew` at `renew_at` (at two thirds of the certificate's life) and
+/// at least every `recheck`; the file watcher then puts a new certificate
+/// in service. A failure is retried a minute later.
+async fn renew_loop<F, Fut>(
     mut renew_at: time::OffsetDateTime,
+    recheck: Duration,
     stop: impl std::future::Future<Output = ()>,
-) {
+    mut renew: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<time::OffsetDateTime, String>>,
+{
     tokio::pin!(stop);
     loop {
         let wait = (renew_at - time::OffsetDateTime::now_utc())
             .try_into()
             .unwrap_or(Duration::ZERO)
-            // Re-check at least hourly: timers drift across suspends.
-            .min(Duration::from_secs(3600));
+            // Timers drift across suspends; re-check regularly.
+            .min(recheck);
         tokio::select! {
             _ = &mut stop => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        match certs::ensure_dir(&dir, &spec, time::OffsetDateTime::now_utc()) {
-            Ok((what, next)) => {
-                if what != Ensured::Reused {
-                    tracing::info!(?what, renew_at = %next, "serving certificate renewed");
-                }
-                renew_at = next;
-            }
+        match renew().await {
+            Ok(next) => renew_at = next,
             Err(e) => {
                 tracing::error!(error = %e, "cannot renew the serving certificate; retrying in a minute");
                 renew_at = time::OffsetDateTime::now_utc() + time::Duration::minutes(1);

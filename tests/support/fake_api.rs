@@ -1,0 +1,191 @@
+//! An in-memory kube-apiserver for tests, behind kube's mock service
+//! (tower-test): objects stored as JSON by path, resourceVersions, 404, 409
+//! on create and on stale replaces, JSON and merge patches, and injected
+//! failures. It answers what the real server would for the calls gpugate
+//! makes, so tests check the writes themselves, not a script of them.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// One request as the fake saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    objects: BTreeMap<String, Value>,
+    version: u64,
+    seen: Vec<Seen>,
+    /// (method, path fragment, status, times left)
+    failures: Vec<(Method, String, u16, usize)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FakeApi {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": reason, "code": code}),
+    )
+}
+
+impl FakeApi {
+    /// A kube client whose requests this fake answers (until the client is dropped).
+    pub fn client(&self) -> kube::Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let fake = self.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let (code, value) = fake.answer(&parts, &bytes);
+                let response = Response::builder()
+                    .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&value).unwrap_or_default()))
+                    .unwrap();
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Stores an object at its path (as a test's starting state).
+    pub fn put(&self, path: &str, mut object: Value) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.version += 1;
+        object["metadata"]["resourceVersion"] = json!(inner.version.to_string());
+        inner.objects.insert(path.to_string(), object);
+    }
+
+    pub fn get(&self, path: &str) -> Option<Value> {
+        self.inner.lock().unwrap().objects.get(path).cloned()
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.inner.lock().unwrap().seen.clone()
+    }
+
+    /// The next `times` requests with this method whose path contains
+    /// `fragment` fail with `code`.
+    pub fn fail(&self, method: Method, fragment: &str, code: u16, times: usize) {
+        self.inner
+            .lock()
+            .unwrap()
+            .failures
+            .push((method, fragment.to_string(), code, times));
+    }
+
+    fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> (u16, Value) {
+        let mut inner = self.inner.lock().unwrap();
+        let path = parts.uri.path().to_string();
+        let content_type = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        inner.seen.push(Seen {
+            method: parts.method.clone(),
+            path: path.clone(),
+            content_type: content_type.clone(),
+            body: body.clone(),
+        });
+        if let Some(f) = inner
+            .failures
+            .iter_mut()
+            .find(|f| f.0 == parts.method && path.contains(&f.1) && f.3 > 0)
+        {
+            f.3 -= 1;
+            let code = f.2;
+            let reason = match code {
+                404 => "NotFound",
+                409 => "Conflict",
+                _ => "InternalError",
+            };
+            return status(code, reason, "injected failure");
+        }
+        match parts.method {
+            Method::GET => match inner.objects.get(&path) {
+                Some(o) => (200, o.clone()),
+                None => status(404, "NotFound", &format!("{path} not found")),
+            },
+            Method::POST => {
+                let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+                let item = format!("{path}/{name}");
+                if inner.objects.contains_key(&item) {
+                    return status(409, "AlreadyExists", &format!("{item} already exists"));
+                }
+                inner.version += 1;
+                let mut o = body;
+                o["metadata"]["resourceVersion"] = json!(inner.version.to_string());
+                o["metadata"]["uid"] = json!(format!("uid-{}", inner.version));
+                inner.objects.insert(item, o.clone());
+                (201, o)
+            }
+            Method::PUT => {
+                let Some(old) = inner.objects.get(&path) else {
+                    return status(404, "NotFound", &format!("{path} not found"));
+                };
+                let want = body["metadata"]["resourceVersion"].as_str();
+                if want.is_some() && want != old["metadata"]["resourceVersion"].as_str() {
+                    return status(409, "Conflict", "the object has been modified");
+                }
+                inner.version += 1;
+                let mut o = body;
+                o["metadata"]["resourceVersion"] = json!(inner.version.to_string());
+                inner.objects.insert(path, o.clone());
+                (200, o)
+            }
+            Method::PATCH => {
+                let Some(mut o) = inner.objects.get(&path).cloned() else {
+                    return status(404, "NotFound", &format!("{path} not found"));
+                };
+                match content_type.as_deref() {
+                    Some("application/json-patch+json") => {
+                        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(body) else {
+                            return status(400, "BadRequest", "not a JSON patch");
+                        };
+                        if let Err(e) = json_patch::patch(&mut o, &patch) {
+                            return status(422, "Invalid", &e.to_string());
+                        }
+                    }
+                    Some("application/merge-patch+json")
+                    | Some("application/strategic-merge-patch+json") => {
+                        let want = body["metadata"]["resourceVersion"].as_str();
+                        if want.is_some() && want != o["metadata"]["resourceVersion"].as_str() {
+                            return status(409, "Conflict", "the object has been modified");
+                        }
+                        json_patch::merge(&mut o, &body);
+                    }
+                    other => return status(415, "UnsupportedMediaType", &format!("{other:?}")),
+                }
+                inner.version += 1;
+                o["metadata"]["resourceVersion"] = json!(inner.version.to_string());
+                inner.objects.insert(path, o.clone());
+                (200, o)
+            }
+            Method::DELETE => match inner.objects.remove(&path) {
+                Some(o) => (200, o),
+                None => status(404, "NotFound", &format!("{path} not found")),
+            },
+            _ => status(405, "MethodNotAllowed", "method not allowed"),
+        }
+    }
+}
