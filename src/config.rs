@@ -55,6 +55,19 @@ pub struct SchedulerConfig {
     /// Take over vGPU pods whose schedulerName is `default-scheduler`
     /// (HAMi: `--force-overwrite-default-scheduler`).
     pub force_overwrite_default_scheduler: bool,
+    /// What `/filter` answers: every feasible node (`all`, so that
+    /// kube-scheduler's own scoring and `/prioritize` choose), or only the
+    /// best one under the node policy (`best`, as HAMi does).
+    pub filter_mode: FilterMode,
+}
+
+/// See [`SchedulerConfig::filter_mode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilterMode {
+    #[default]
+    All,
+    Best,
 }
 
 impl Default for SchedulerConfig {
@@ -64,6 +77,7 @@ impl Default for SchedulerConfig {
             node_scheduler_policy: NodePolicy::Binpack,
             gpu_scheduler_policy: GpuPolicy::Spread,
             force_overwrite_default_scheduler: true,
+            filter_mode: FilterMode::All,
         }
     }
 }

@@ -3,16 +3,16 @@
 //! review over TLS, and SIGTERM while a request is half sent (graceful
 //! shutdown must finish it).
 
+mod support {
+    pub mod https;
+}
+
 use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpugate::server::tls;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -106,21 +106,7 @@ fn wait_ready(g: &mut Gpugate) {
 
 async fn connect(g: &Gpugate) -> tokio_rustls::client::TlsStream<TcpStream> {
     let ca = std::fs::read(g.dir.join("certs/ca.crt")).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(&ca).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(g.listen).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap()
+    support::https::connect_trusting(g.listen, &ca).await
 }
 
 fn review_body() -> Vec<u8> {

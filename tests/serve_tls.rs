@@ -2,147 +2,22 @@
 //! Pod fixtures in v1 and v1beta1, bad bodies, oversized bodies, and slow
 //! or silent clients.
 
+mod support {
+    pub mod https;
+}
+
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use gpugate::config::Config;
-use gpugate::server::certs::{self, CertBundle, CertSpec};
 use gpugate::server::metrics::Metrics;
-use gpugate::server::routes::{AppState, webhook_router};
-use gpugate::server::serve_tls::{Timeouts, serve_tls};
-use gpugate::server::tls::{self, ReloadingCert};
-use rustls::pki_types::ServerName;
-use rustls::pki_types::pem::PemObject as _;
+use gpugate::server::routes::AppState;
+use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
+use support::https::{Server, connect, post, start};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
-
-struct Server {
-    addr: std::net::SocketAddr,
-    bundle: CertBundle,
-    state: Arc<AppState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
-
-async fn start(timeouts: Timeouts) -> Server {
-    let dir = std::env::temp_dir().join(format!(
-        "gpugate-serve-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    let bundle = certs::generate(
-        &CertSpec::local_and(&[], 7),
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
-    certs::write_dir(&dir, &bundle).unwrap();
-    let cert = ReloadingCert::from_files(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
-    let config = Arc::new(tls::server_config(cert).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = AppState::new(Config::default(), Metrics::new(None));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tls(
-        listener,
-        config,
-        webhook_router(state.clone()),
-        timeouts,
-        async {
-            let _ = rx.await;
-        },
-    ));
-    Server {
-        addr,
-        bundle,
-        state,
-        stop: Some(tx),
-    }
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
-
-async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(
-            rustls::pki_types::CertificateDer::from_pem_slice(s.bundle.ca_cert_pem.as_bytes())
-                .unwrap(),
-        )
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(s.addr).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap()
-}
-
-/// One HTTP/1.1 request; returns (status, body).
-async fn post(s: &Server, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let mut tls = connect(s).await;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes()).await.unwrap();
-    // The server may answer (413) before reading all of a large body.
-    let _ = tls.write_all(body).await;
-    let mut raw = Vec::new();
-    let _ = tls.read_to_end(&mut raw).await;
-    let text = String::from_utf8_lossy(&raw);
-    let status: u16 = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(raw.len(), |i| i + 4);
-    let mut body = raw[split..].to_vec();
-    if text
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body = dechunk(&body);
-    }
-    (status, body)
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size =
-            usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap_or(0);
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
-        b = &b[eol + 2 + size + 2..];
-    }
-}
+use tokio::net::TcpStream;
 
 fn review(api_version: &str, fixture: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -178,7 +53,11 @@ fn message(out: &Value) -> &str {
 
 #[tokio::test]
 async fn reviews_of_real_pods_in_both_versions() {
-    let s = start(Timeouts::default()).await;
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
     for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
         let req = review(version, "gpu-only.yaml");
         let (status, body) = post(&s, "/mutate", req.to_string().as_bytes()).await;
@@ -217,7 +96,11 @@ async fn reviews_of_real_pods_in_both_versions() {
 
 #[tokio::test]
 async fn bad_bodies() {
-    let s = start(Timeouts::default()).await;
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
     let (status, body) = post(&s, "/mutate", b"{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}").await;
     assert_eq!(status, 400);
     let out: Value = serde_json::from_slice(&body).unwrap();
@@ -253,11 +136,14 @@ async fn bad_bodies() {
 
 #[tokio::test]
 async fn slow_and_silent_clients_are_cut_off() {
-    let s = start(Timeouts {
-        handshake: Duration::from_millis(300),
-        header_read: Duration::from_millis(300),
-        drain: Duration::from_secs(1),
-    })
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts {
+            handshake: Duration::from_millis(300),
+            header_read: Duration::from_millis(300),
+            drain: Duration::from_secs(1),
+        },
+    )
     .await;
     // Connects but never starts TLS.
     let mut tcp = TcpStream::connect(s.addr).await.unwrap();
@@ -292,7 +178,11 @@ async fn slow_and_silent_clients_are_cut_off() {
 
 #[tokio::test]
 async fn validate_over_tls() {
-    let s = start(Timeouts::default()).await;
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
     let (status, out) = post_review(
         &s,
         "/validate",
@@ -319,7 +209,11 @@ async fn validate_over_tls() {
 
 #[tokio::test]
 async fn metrics_count_requests_results_and_denials() {
-    let s = start(Timeouts::default()).await;
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
     post_review(&s, "/mutate", "admission.k8s.io/v1", "gpu-only.yaml").await;
     post_review(&s, "/mutate", "admission.k8s.io/v1", "no-gpu.yaml").await;
     post_review(&s, "/validate", "admission.k8s.io/v1", "privileged.yaml").await;

@@ -25,6 +25,8 @@ use super::convert::{node_from_k8s, pod_allocation, pod_name};
 #[derive(Debug, Clone, PartialEq)]
 struct HeldPod {
     name: String,
+    /// `spec.priority`, for choosing preemption victims.
+    priority: i32,
     namespace: String,
     amount: QuotaAmount,
     /// Why the allocation is not in the engine's state, when it is not.
@@ -132,7 +134,17 @@ impl ClusterView {
                     .apply(key, allocation.clone())
                     .err()
                     .map(|e| format!("pod {name}: {e}"));
-                self.hold(key, name, namespace, amount, Some(allocation), unaccounted)
+                self.hold(
+                    key,
+                    HeldPod {
+                        name,
+                        priority: pod_priority(pod),
+                        namespace,
+                        amount,
+                        unaccounted,
+                        allocation: Some(allocation),
+                    },
+                )
             }
             Err(e) => {
                 self.delete_pod(key);
@@ -141,38 +153,71 @@ impl ClusterView {
                 // not have.
                 self.hold(
                     key,
-                    name,
-                    namespace,
-                    QuotaAmount::default(),
-                    None,
-                    Some(e.to_string()),
+                    HeldPod {
+                        name,
+                        priority: pod_priority(pod),
+                        namespace,
+                        amount: QuotaAmount::default(),
+                        unaccounted: Some(e.to_string()),
+                        allocation: None,
+                    },
                 )
             }
         }
     }
 
-    fn hold(
+    fn hold(&mut self, key: &str, pod: HeldPod) -> Option<String> {
+        let used = self.quota_used.entry(pod.namespace.clone()).or_default();
+        *used = used.saturating_add(pod.amount);
+        let unaccounted = pod.unaccounted.clone();
+        self.pods.insert(key.to_string(), pod);
+        unaccounted
+    }
+
+    /// Commits an allocation that gpugate chose (bind) for a pod that does
+    /// not carry it yet. Refused when the node or a GPU is unknown; the
+    /// caller chose it against this view, under the same lock.
+    pub fn reserve(
         &mut self,
         key: &str,
-        name: String,
-        namespace: String,
-        amount: QuotaAmount,
-        allocation: Option<Allocation>,
-        unaccounted: Option<String>,
-    ) -> Option<String> {
-        let used = self.quota_used.entry(namespace.clone()).or_default();
-        *used = used.saturating_add(amount);
-        self.pods.insert(
-            key.to_string(),
+        pod: &Pod,
+        allocation: Allocation,
+    ) -> Result<(), crate::engine::ApplyError> {
+        let amount = QuotaAmount::of_allocation(&allocation);
+        self.state.apply(key, allocation.clone())?;
+        if let Some(old) = self.pods.remove(key) {
+            self.release_quota(&old);
+        }
+        self.hold(
+            key,
             HeldPod {
-                name,
-                namespace,
+                name: pod_name(pod),
+                priority: pod_priority(pod),
+                namespace: pod
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_string()),
                 amount,
-                unaccounted: unaccounted.clone(),
-                allocation,
+                unaccounted: None,
+                allocation: Some(allocation),
             },
         );
-        unaccounted
+        Ok(())
+    }
+
+    /// The priority of a held pod (0 when unknown).
+    pub fn held_priority(&self, key: &str) -> Option<i32> {
+        self.pods.get(key).map(|p| p.priority)
+    }
+
+    fn release_quota(&mut self, old: &HeldPod) {
+        if let Some(used) = self.quota_used.get_mut(&old.namespace) {
+            *used = used.saturating_sub(old.amount);
+            if used.is_zero() {
+                self.quota_used.remove(&old.namespace);
+            }
+        }
     }
 
     /// Frees a deleted (or finished) pod's GPUs and quota.
@@ -181,12 +226,7 @@ impl ClusterView {
             return;
         };
         self.state.remove(key);
-        if let Some(used) = self.quota_used.get_mut(&old.namespace) {
-            *used = used.saturating_sub(old.amount);
-            if used.is_zero() {
-                self.quota_used.remove(&old.namespace);
-            }
-        }
+        self.release_quota(&old);
     }
 
     /// After `node` (re-)registered: applies held allocations on it that
@@ -364,6 +404,10 @@ impl ClusterView {
     pub fn held_allocation(&self, key: &str) -> Option<&Allocation> {
         self.pods.get(key).and_then(|p| p.allocation.as_ref())
     }
+}
+
+fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -228,6 +228,29 @@ impl ClusterState {
         })
     }
 
+    /// Whether the pod would fit on `node` if the given allocations (on that
+    /// node) were gone: preemption's question. Only that node is copied.
+    pub fn fit_without(
+        &self,
+        plan: &PodPlan,
+        node: &str,
+        removed: &[&Allocation],
+    ) -> Result<(), Rejection> {
+        let mut n = self
+            .nodes
+            .get(node)
+            .ok_or(Rejection::NodeUnregistered)?
+            .clone();
+        for a in removed.iter().filter(|a| a.node == node) {
+            for (uuid, u) in a.usage_by_gpu() {
+                if let Some(pos) = n.position(uuid) {
+                    n.sub_usage(pos, &u);
+                }
+            }
+        }
+        fit_pod(&n, plan, &mut Scratch::default())
+    }
+
     /// Evaluates, picks the best node and assigns GPUs there: HAMi's
     /// single-node answer.
     pub fn place(&self, plan: &PodPlan) -> Result<Allocation, Vec<(String, Rejection)>> {

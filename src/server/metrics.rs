@@ -42,6 +42,19 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    /// `filter`, `prioritize`, `bind` or `preempt`.
+    pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbResultLabels {
+    pub verb: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
 /// Watch errors and re-list drift, by kind; handed to the watchers.
 #[derive(Clone, Debug, Default)]
 pub struct WatchMetrics {
@@ -90,6 +103,8 @@ pub struct Metrics {
     pub denials: Family<DenialLabels, Counter>,
     pub latency: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     pub config_reload_errors: Counter,
+    pub extender_requests: Family<VerbResultLabels, Counter>,
+    pub extender_latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
     cert_not_after: Gauge,
     cert_reload_errors: Gauge,
     cert: Option<Arc<ReloadingCert>>,
@@ -138,6 +153,21 @@ impl Metrics {
             "gpugate_tls_cert_reload_errors",
             "Certificate reloads that failed and kept the previous pair",
             cert_reload_errors.clone(),
+        );
+        let extender_requests = Family::<VerbResultLabels, Counter>::default();
+        let extender_latency =
+            Family::<VerbLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "gpugate_extender_requests",
+            "Extender calls answered, by verb and result",
+            extender_requests.clone(),
+        );
+        registry.register(
+            "gpugate_extender_duration_seconds",
+            "Time to answer an extender call, by verb",
+            extender_latency.clone(),
         );
         let watch = WatchMetrics::default();
         registry.register(
@@ -192,6 +222,8 @@ impl Metrics {
         }
         Metrics {
             registry,
+            extender_requests,
+            extender_latency,
             watch,
             cluster_gauges: g,
             cluster: None,
@@ -234,6 +266,17 @@ impl Metrics {
         }
         self.latency
             .get_or_create(&WebhookLabels { webhook })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one extender call.
+    pub fn observe_extender(&self, verb: &'static str, ok: bool, elapsed: Duration) {
+        let result = if ok { "ok" } else { "error" };
+        self.extender_requests
+            .get_or_create(&VerbResultLabels { verb, result })
+            .inc();
+        self.extender_latency
+            .get_or_create(&VerbLabels { verb })
             .observe(elapsed.as_secs_f64());
     }
 

@@ -18,6 +18,8 @@ use crate::admission::handler::{Decision, mutate_review, respond, validate_revie
 use crate::admission::review::ReviewRequest;
 use crate::cluster::SharedCluster;
 use crate::config::Config;
+use crate::extender::Extender;
+use crate::extender::wire::{BindingResult, FilterResult, HostPriority, PreemptionResult};
 
 use super::metrics::Metrics;
 
@@ -33,6 +35,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The cluster view, when serving with one (snapshot or API server).
     pub cluster: Option<Arc<SharedCluster>>,
+    /// The scheduler extender, over `cluster`.
+    pub extender: Option<Extender>,
 }
 
 impl AppState {
@@ -48,17 +52,23 @@ impl AppState {
         Arc::new(AppState {
             config: Arc::new(ArcSwap::from_pointee(config)),
             metrics,
+            extender: cluster.clone().map(Extender::new),
             cluster,
         })
     }
 }
 
-/// The TLS port: `/mutate` (and HAMi's `/webhook`) and `/validate`.
+/// The TLS port: `/mutate` (and HAMi's `/webhook`), `/validate`, and the
+/// extender's `/filter`, `/prioritize`, `/bind` and `/preempt`.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/webhook", post(mutate))
         .route("/validate", post(validate))
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/bind", post(bind))
+        .route("/preempt", post(preempt))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -88,6 +98,86 @@ fn review(
         start.elapsed(),
     );
     response
+}
+
+const NO_CLUSTER: &str =
+    "gpugate runs without cluster state: start it with --cluster, --kubeconfig or --in-cluster";
+
+/// Runs one extender verb and records it; every answer is HTTP 200 JSON.
+fn extender_call<T: serde::Serialize>(
+    state: &AppState,
+    verb: &'static str,
+    call: impl FnOnce(&Extender, &Config) -> (T, Option<String>),
+    without_cluster: impl FnOnce(&str) -> T,
+) -> Response {
+    let start = Instant::now();
+    let (answer, error) = match &state.extender {
+        Some(extender) => call(extender, &state.config.load()),
+        None => (without_cluster(NO_CLUSTER), Some(NO_CLUSTER.to_string())),
+    };
+    if let Some(e) = &error {
+        tracing::warn!(verb, error = %e, "extender");
+    }
+    state
+        .metrics
+        .observe_extender(verb, error.is_none(), start.elapsed());
+    axum::Json(answer).into_response()
+}
+
+async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    extender_call(
+        &state,
+        "filter",
+        |x, config| {
+            let r = x.filter(config, &body);
+            let e = (!r.error.is_empty()).then(|| r.error.clone());
+            (r, e)
+        },
+        |e: &str| FilterResult::error(e),
+    )
+}
+
+/// kube-scheduler's HostPriorityList has no error field: a request that
+/// cannot be scored gets an empty list (no preference) and is logged.
+async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    extender_call(
+        &state,
+        "prioritize",
+        |x, config| match x.prioritize(config, &body) {
+            Ok(list) => (list, None),
+            Err(e) => (Vec::new(), Some(e)),
+        },
+        |_| Vec::<HostPriority>::new(),
+    )
+}
+
+async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    extender_call(
+        &state,
+        "bind",
+        |x, config| {
+            let r = x.bind(config, &body);
+            let e = (!r.error.is_empty()).then(|| r.error.clone());
+            (r, e)
+        },
+        |e| BindingResult {
+            error: e.to_string(),
+        },
+    )
+}
+
+/// ExtenderPreemptionResult has no error field either: a request that cannot
+/// be judged gets no candidate nodes (nothing is preempted) and is logged.
+async fn preempt(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    extender_call(
+        &state,
+        "preempt",
+        |x, config| match x.preempt(config, &body) {
+            Ok(r) => (r, None),
+            Err(e) => (PreemptionResult::default(), Some(e)),
+        },
+        |_| PreemptionResult::default(),
+    )
 }
 
 /// The admin port: liveness, readiness and metrics.

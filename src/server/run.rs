@@ -127,6 +127,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         config,
         metrics,
+        extender: cluster.clone().map(crate::extender::Extender::new),
         cluster,
     });
     if let Some(file) = config_file {
