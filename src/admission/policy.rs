@@ -2,10 +2,14 @@
 //! requests, from the config file's `namespacePolicies`.
 //!
 //! A policy applies to the namespaces it names (exact names, or globs with
-//! `*`); the first matching policy in file order wins. Its defaults are
+//! `*`) and/or whose labels match its `namespaceSelector` (Kubernetes'
+//! label selector: `matchLabels`, `matchExpressions`); when both are given a
+//! namespace must match both. The first matching policy in file order wins. Its defaults are
 //! written into pods by the mutating webhook; its limits are checked by the
 //! validating webhook and, by `mode`, deny (`enforce`), admit with warnings
 //! (`warn`) or are only logged (`audit`).
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
@@ -19,13 +23,83 @@ pub struct NamespacePolicy {
     /// Names the policy in messages and logs.
     pub name: String,
     /// Namespaces it applies to: exact names or globs (`ml-*`, `*`).
+    #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Namespaces it applies to, by their labels.
+    #[serde(default)]
+    pub namespace_selector: Option<LabelSelector>,
     #[serde(default)]
     pub mode: PolicyMode,
     #[serde(default)]
     pub defaults: PolicyDefaults,
     #[serde(default)]
     pub limits: PolicyLimits,
+}
+
+/// Kubernetes' label selector (`metav1.LabelSelector`): every
+/// `matchLabels` pair and every expression must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub match_expressions: Vec<LabelExpression>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelExpression {
+    pub key: String,
+    pub operator: LabelOperator,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum LabelOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| {
+                let value = labels.get(&e.key);
+                match e.operator {
+                    LabelOperator::In => value.is_some_and(|v| e.values.contains(v)),
+                    LabelOperator::NotIn => value.is_none_or(|v| !e.values.contains(v)),
+                    LabelOperator::Exists => value.is_some(),
+                    LabelOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for e in &self.match_expressions {
+            match e.operator {
+                LabelOperator::In | LabelOperator::NotIn if e.values.is_empty() => {
+                    return Err(format!(
+                        "namespaceSelector: {:?} {:?} needs values",
+                        e.key, e.operator
+                    ));
+                }
+                LabelOperator::Exists | LabelOperator::DoesNotExist if !e.values.is_empty() => {
+                    return Err(format!(
+                        "namespaceSelector: {:?} {:?} takes no values",
+                        e.key, e.operator
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a limit violation does.
@@ -87,16 +161,50 @@ impl Default for PolicyLimits {
     }
 }
 
-/// The policy for a namespace, if any.
+/// The policy for a namespace, if any, judged by its name alone (see
+/// [`policy_for_namespace`]).
 pub fn policy_for<'a>(
     policies: &'a [NamespacePolicy],
     namespace: &str,
 ) -> Option<&'a NamespacePolicy> {
+    policy_for_namespace(policies, namespace, None)
+}
+
+/// The policy for a namespace with these labels, if any. Without labels
+/// (the namespace is not known to gpugate) only the label Kubernetes sets on
+/// every namespace, `kubernetes.io/metadata.name`, is assumed, so a selector
+/// on other labels does not match.
+pub fn policy_for_namespace<'a>(
+    policies: &'a [NamespacePolicy],
+    namespace: &str,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<&'a NamespacePolicy> {
+    let assumed;
+    let labels = match labels {
+        Some(l) => l,
+        None => {
+            assumed = BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_string(),
+                namespace.to_string(),
+            )]);
+            &assumed
+        }
+    };
     policies.iter().find(|p| {
-        p.namespaces
-            .iter()
-            .any(|pattern| name_matches(pattern, namespace))
+        (p.namespaces.is_empty()
+            || p.namespaces
+                .iter()
+                .any(|pattern| name_matches(pattern, namespace)))
+            && p.namespace_selector
+                .as_ref()
+                .is_none_or(|s| s.matches(labels))
     })
+}
+
+/// Whether any policy selects namespaces by labels (so that gpugate needs
+/// to know namespaces' labels).
+pub fn selects_by_labels(policies: &[NamespacePolicy]) -> bool {
+    policies.iter().any(|p| p.namespace_selector.is_some())
 }
 
 /// Exact match, or `*` as any run of characters.
@@ -132,10 +240,16 @@ pub fn validate_policies(policies: &[NamespacePolicy]) -> Result<(), String> {
         if !names.insert(p.name.as_str()) {
             return Err(format!("{at}: the name is used twice"));
         }
-        if p.namespaces.is_empty() || p.namespaces.iter().any(|n| n.trim().is_empty()) {
+        if p.namespaces.is_empty() && p.namespace_selector.is_none() {
             return Err(format!(
-                "{at}: namespaces must list at least one non-empty name"
+                "{at}: give namespaces, a namespaceSelector, or both"
             ));
+        }
+        if p.namespaces.iter().any(|n| n.trim().is_empty()) {
+            return Err(format!("{at}: namespaces must not contain empty names"));
+        }
+        if let Some(sel) = &p.namespace_selector {
+            sel.check().map_err(|e| format!("{at}: {e}"))?;
         }
         let d = &p.defaults;
         if d.gpucores.is_some_and(|c| c > 100) {
@@ -272,10 +386,86 @@ mod tests {
         NamespacePolicy {
             name: "ml".into(),
             namespaces: vec!["ml".into()],
+            namespace_selector: None,
             mode: PolicyMode::Enforce,
             defaults: PolicyDefaults::default(),
             limits,
         }
+    }
+
+    #[test]
+    fn namespaces_by_labels_and_by_name_and_labels() {
+        let selector: LabelSelector = serde_yaml_ng::from_str(
+            "matchLabels: {team: research}\nmatchExpressions:\n  - {key: tier, operator: NotIn, values: [prod]}\n",
+        )
+        .unwrap();
+        let mut by_labels = policy(PolicyLimits::default());
+        by_labels.name = "research".into();
+        by_labels.namespaces = Vec::new();
+        by_labels.namespace_selector = Some(selector.clone());
+        let mut both = by_labels.clone();
+        both.name = "both".into();
+        both.namespaces = vec!["lab-*".into()];
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ps = [both, by_labels];
+        let research = labels(&[("team", "research")]);
+        assert_eq!(
+            policy_for_namespace(&ps, "lab-1", Some(&research))
+                .unwrap()
+                .name,
+            "both"
+        );
+        assert_eq!(
+            policy_for_namespace(&ps, "x", Some(&research))
+                .unwrap()
+                .name,
+            "research"
+        );
+        let prod = labels(&[("team", "research"), ("tier", "prod")]);
+        assert!(policy_for_namespace(&ps, "x", Some(&prod)).is_none());
+        // Unknown labels: only kubernetes.io/metadata.name is assumed.
+        assert!(policy_for_namespace(&ps, "x", None).is_none());
+        let mut by_name_label = policy(PolicyLimits::default());
+        by_name_label.namespaces = Vec::new();
+        by_name_label.namespace_selector = Some(LabelSelector {
+            match_expressions: vec![LabelExpression {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: LabelOperator::In,
+                values: vec!["a".into(), "b".into()],
+            }],
+            ..Default::default()
+        });
+        assert!(policy_for_namespace(std::slice::from_ref(&by_name_label), "b", None).is_some());
+        assert!(selects_by_labels(&ps) && !selects_by_labels(&[policy(PolicyLimits::default())]));
+    }
+
+    #[test]
+    fn selectors_are_checked() {
+        let mut p = policy(PolicyLimits::default());
+        p.namespaces = Vec::new();
+        assert!(
+            validate_policies(std::slice::from_ref(&p))
+                .unwrap_err()
+                .contains("namespaceSelector")
+        );
+        p.namespace_selector = Some(LabelSelector {
+            match_expressions: vec![LabelExpression {
+                key: "team".into(),
+                operator: LabelOperator::In,
+                values: Vec::new(),
+            }],
+            ..Default::default()
+        });
+        assert!(
+            validate_policies(std::slice::from_ref(&p))
+                .unwrap_err()
+                .contains("needs values")
+        );
     }
 
     #[test]

@@ -258,7 +258,10 @@ fn cluster_view(
     tokio::spawn(cluster_watch::run(
         client,
         shared.clone(),
-        WatchSet { namespaces: false },
+        // Namespace labels serve namespace policies' selectors; watching
+        // them always lets a reloaded config add a selector without a
+        // restart (RBAC: namespaces get/list/watch).
+        WatchSet { namespaces: true },
         Arc::new(metrics.watch.clone()),
         stop,
     ));
