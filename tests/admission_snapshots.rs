@@ -70,7 +70,8 @@ fn answers() {
     let config = Config::default();
     for fixture in FIXTURES {
         for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
-            let req = parse_review(&review(version, fixture)).unwrap();
+            let body = review(version, fixture);
+            let req = parse_review(&body).unwrap();
             let mutate = readable(mutate_review(&req, &config).0.to_json());
             let validate = readable(validate_review(&req, &config).0.to_json());
             let name = fixture.trim_end_matches(".yaml");

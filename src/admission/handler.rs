@@ -1,16 +1,17 @@
 //! HTTP handlers of the admission webhooks: body in, AdmissionReview out.
 
 use axum::body::Bytes;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::config::Config;
 
 use super::DenyReason;
-use super::mutate::{Mutation, mutate_pod};
-use super::review::{EnvelopeError, ReviewRequest, ReviewResponse, parse_review};
-use super::validate::{Validation, validate_pod};
+use super::mutate::{Mutation, mutate};
+use super::pod::PodView;
+use super::review::{EnvelopeError, ReviewObject, ReviewRequest, ReviewResponse, parse_review};
+use super::validate::{Validation, validate};
 
 /// A review's answer and, when it is a denial, its reason code.
 pub type Decision = (ReviewResponse, Option<DenyReason>);
@@ -21,31 +22,39 @@ pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
         Ok(object) => object,
         Err(answer) => return (*answer, None),
     };
-    match mutate_pod(object, config, req.namespace.as_deref()) {
+    match mutate(object, config, req.namespace.as_deref()) {
         Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
         Mutation::Skip(_) => (ReviewResponse::allow(req), None),
         Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
         Mutation::Invalid(message) => (
-            ReviewResponse::errored(&req.api_version, &req.uid, 400, message),
+            ReviewResponse::errored(req.api_version, &req.uid, 400, message),
             None,
         ),
     }
 }
 
 /// The Pod of a CREATE review; anything else is admitted unchanged, and a
-/// review without an object is an error.
-fn pod_to_create(req: &ReviewRequest) -> Result<&serde_json::Value, Box<ReviewResponse>> {
+/// review without an object, or with one that is not a readable Pod, is an
+/// error.
+fn pod_to_create<'r, 'a>(
+    req: &'r ReviewRequest<'a>,
+) -> Result<&'r PodView<'a>, Box<ReviewResponse>> {
     if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
         return Err(Box::new(ReviewResponse::allow(req)));
     }
-    req.object.as_ref().ok_or_else(|| {
+    let error = |message: &str| {
         Box::new(ReviewResponse::errored(
-            &req.api_version,
+            req.api_version,
             &req.uid,
             400,
-            "request has no object",
+            message,
         ))
-    })
+    };
+    match &req.object {
+        ReviewObject::Pod(pod) => Ok(pod),
+        ReviewObject::Missing => Err(error("request has no object")),
+        ReviewObject::Unreadable(message) => Err(error(message)),
+    }
 }
 
 /// The validating webhook's answer to one review. Only CREATE of Pods is
@@ -56,13 +65,13 @@ pub fn validate_review(req: &ReviewRequest, config: &Config) -> Decision {
         Ok(object) => object,
         Err(answer) => return (*answer, None),
     };
-    match validate_pod(object, config, req.namespace.as_deref()) {
+    match validate(object, config, req.namespace.as_deref()) {
         Validation::Allow { warnings } => {
             (ReviewResponse::allow(req).with_warnings(warnings), None)
         }
         Validation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
         Validation::Invalid(message) => (
-            ReviewResponse::errored(&req.api_version, &req.uid, 400, message),
+            ReviewResponse::errored(req.api_version, &req.uid, 400, message),
             None,
         ),
     }
@@ -93,11 +102,11 @@ pub fn respond(
                 (false, None) => "error",
             };
             let outcome = Outcome {
-                operation: req.operation.clone(),
+                operation: req.operation.into_owned(),
                 result,
                 denial,
             };
-            (axum::Json(answer.to_json()).into_response(), outcome)
+            (json_response(answer.to_body()), outcome)
         }
         Err(e) => (
             envelope_error(&e),
@@ -115,8 +124,7 @@ pub fn respond(
 fn envelope_error(e: &EnvelopeError) -> Response {
     match e.recovered() {
         Some((api_version, uid)) => {
-            axum::Json(ReviewResponse::errored(api_version, uid, 400, e.to_string()).to_json())
-                .into_response()
+            json_response(ReviewResponse::errored(api_version, uid, 400, e.to_string()).to_body())
         }
         None => (
             StatusCode::BAD_REQUEST,
@@ -124,4 +132,16 @@ fn envelope_error(e: &EnvelopeError) -> Response {
         )
             .into_response(),
     }
+}
+
+/// HTTP 200 with a JSON body, as `axum::Json` answers.
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }

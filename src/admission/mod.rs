@@ -1,10 +1,14 @@
 //! The admission half of gpugate: the AdmissionReview envelope and the
 //! mutating and validating webhooks (the namespace policy gateway is next).
 
+pub mod answer;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handler;
+pub mod lean;
 pub mod mutate;
+pub mod patch;
+pub mod pod;
 pub mod policy;
 pub mod review;
 pub mod validate;

@@ -5,32 +5,53 @@
 //! an array of numbers, kube-rs/kube#1781) and recover the request's `uid`
 //! even when the body cannot be fully parsed, so kube-apiserver gets an
 //! answer it can match to its request.
+//!
+//! A review is read in one pass straight into the few fields the webhooks
+//! use, borrowing from the body (see [`super::lean`]); the envelope is read
+//! as leniently as before (a `uid` that is not a string is no uid), the pod
+//! as strictly as before for the fields read.
 
-use base64::Engine as _;
-use serde::Serialize;
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde::de::{Deserialize, MapAccess};
+use serde_json::value::RawValue;
+
+use super::lean::{IfObject, Loose, ObjectFields};
+use super::pod::PodView;
+
+pub use super::answer::{ReviewResponse, Status};
 
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
-const KIND: &str = "AdmissionReview";
+pub(super) const KIND: &str = "AdmissionReview";
 
-/// One admission request, as much of it as gpugate reads.
+/// One admission request, as much of it as gpugate reads, borrowed from the
+/// request body.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReviewRequest {
+pub struct ReviewRequest<'a> {
     /// `admission.k8s.io/v1` or `admission.k8s.io/v1beta1`, echoed back.
-    pub api_version: String,
-    pub uid: String,
+    pub api_version: &'static str,
+    pub uid: Cow<'a, str>,
     /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: String,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
+    pub operation: Cow<'a, str>,
+    pub namespace: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
     /// The object's kind (`request.kind.kind`), e.g. `Pod`.
-    pub kind: Option<String>,
-    /// The raw object: patches are computed against it, not against a
-    /// re-serialised typed copy.
-    pub object: Option<Value>,
-    pub old_object: Option<Value>,
+    pub kind: Option<Cow<'a, str>>,
+    /// `request.object`, read as a Pod.
+    pub object: ReviewObject<'a>,
     pub dry_run: bool,
+}
+
+/// `request.object` of a review.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReviewObject<'a> {
+    /// Absent or `null` (DELETE, CONNECT).
+    Missing,
+    Pod(PodView<'a>),
+    /// Not a readable Pod: the message for the answer (another kind of
+    /// object, or a field of the wrong type).
+    Unreadable(String),
 }
 
 /// A body that is not an AdmissionReview (HTTP 400), or one that is but is
@@ -63,48 +84,146 @@ impl EnvelopeError {
 }
 
 /// Parses an AdmissionReview request body.
-pub fn parse_review(body: &[u8]) -> Result<ReviewRequest, EnvelopeError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson {
-        problem: e.to_string(),
+///
+/// One pass reads the envelope and the pod together. Only when that fails
+/// is the body read again with the object kept as raw JSON, to tell a body
+/// that is not JSON from a review whose object is not a readable Pod (which
+/// is answered, naming the problem).
+pub fn parse_review(body: &[u8]) -> Result<ReviewRequest<'_>, EnvelopeError> {
+    let not_json = |problem: String| EnvelopeError::NotJson {
+        problem,
         recovered: scan_ids(body),
-    })?;
-    let Some(obj) = value.as_object() else {
+    };
+    // serde_json checks UTF-8 only in strings it reads; a JSON body must be
+    // UTF-8 throughout, including the members skipped unread.
+    let text = std::str::from_utf8(body).map_err(|e| not_json(format!("not UTF-8: {e}")))?;
+    if let Ok(review) = serde_json::from_str::<IfObject<Envelope<Option<PodView>>>>(text) {
+        return review_request(review, |pod| {
+            pod.map_or(ReviewObject::Missing, ReviewObject::Pod)
+        });
+    }
+    let review = serde_json::from_str::<IfObject<Envelope<Option<&RawValue>>>>(text)
+        .map_err(|e| not_json(e.to_string()))?;
+    review_request(review, |raw| match raw {
+        None => ReviewObject::Missing,
+        Some(raw) => match PodView::from_json(raw.get()) {
+            Ok(pod) => ReviewObject::Pod(pod),
+            Err(message) => ReviewObject::Unreadable(message),
+        },
+    })
+}
+
+/// The members of an AdmissionReview gpugate reads, with `request.object`
+/// read as `O`.
+#[derive(Default)]
+struct Envelope<'a, O> {
+    api_version: Loose<'a>,
+    kind: Loose<'a>,
+    request: IfObject<RequestFields<'a, O>>,
+}
+
+/// The members of `request` gpugate reads.
+#[derive(Default)]
+struct RequestFields<'a, O> {
+    uid: Loose<'a>,
+    operation: Loose<'a>,
+    namespace: Loose<'a>,
+    name: Loose<'a>,
+    kind: IfObject<KindFields<'a>>,
+    object: O,
+    dry_run: Loose<'a>,
+}
+
+/// `request.kind` (a GroupVersionKind); only `kind` is read.
+#[derive(Default)]
+struct KindFields<'a> {
+    kind: Loose<'a>,
+}
+
+impl<'de, O: Deserialize<'de> + Default> ObjectFields<'de> for Envelope<'de, O> {
+    const NAME: &'static str = KIND;
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "apiVersion" => self.api_version = map.next_value()?,
+            "kind" => self.kind = map.next_value()?,
+            "request" => self.request = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl<'de, O: Deserialize<'de> + Default> ObjectFields<'de> for RequestFields<'de, O> {
+    const NAME: &'static str = "AdmissionRequest";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "uid" => self.uid = map.next_value()?,
+            "operation" => self.operation = map.next_value()?,
+            "namespace" => self.namespace = map.next_value()?,
+            "name" => self.name = map.next_value()?,
+            "kind" => self.kind = map.next_value()?,
+            "object" => self.object = map.next_value()?,
+            "dryRun" => self.dry_run = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl<'de> ObjectFields<'de> for KindFields<'de> {
+    const NAME: &'static str = "GroupVersionKind";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        if key != "kind" {
+            return Ok(false);
+        }
+        self.kind = map.next_value()?;
+        Ok(true)
+    }
+}
+
+/// Checks the envelope read and turns it into a request, with `object`
+/// turning the object read into what the webhooks see.
+fn review_request<'a, O>(
+    review: IfObject<Envelope<'a, O>>,
+    object: impl FnOnce(O) -> ReviewObject<'a>,
+) -> Result<ReviewRequest<'a>, EnvelopeError> {
+    let Some(envelope) = review.0 else {
         return Err(EnvelopeError::NotAdmissionReview(
             "not a JSON object".into(),
         ));
     };
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind != KIND || (api_version != V1 && api_version != V1BETA1) {
-        return Err(EnvelopeError::NotAdmissionReview(format!(
-            "apiVersion {api_version:?}, kind {kind:?}: expected {V1} or {V1BETA1} {KIND}"
-        )));
-    }
-    let Some(request) = obj.get("request").and_then(Value::as_object) else {
+    let api_version = envelope.api_version.text().unwrap_or_default();
+    let kind = envelope.kind.text().unwrap_or_default();
+    let api_version = match (api_version.as_ref(), kind.as_ref()) {
+        (V1, KIND) => V1,
+        (V1BETA1, KIND) => V1BETA1,
+        _ => {
+            return Err(EnvelopeError::NotAdmissionReview(format!(
+                "apiVersion {api_version:?}, kind {kind:?}: expected {V1} or {V1BETA1} {KIND}"
+            )));
+        }
+    };
+    let Some(request) = envelope.request.0 else {
         return Err(EnvelopeError::NotAdmissionReview("no request".into()));
     };
-    let text = |k: &str| request.get(k).and_then(Value::as_str).map(str::to_string);
-    let uid = text("uid")
+    let uid = request
+        .uid
+        .text()
         .filter(|u| !u.is_empty())
         .ok_or(EnvelopeError::NoUid)?;
-    let object = |k: &str| request.get(k).filter(|v| !v.is_null()).cloned();
+    let non_empty = |l: Loose<'a>| l.text().filter(|s| !s.is_empty());
     Ok(ReviewRequest {
-        api_version: api_version.to_string(),
+        api_version,
         uid,
-        operation: text("operation").unwrap_or_default(),
-        namespace: text("namespace").filter(|s| !s.is_empty()),
-        name: text("name").filter(|s| !s.is_empty()),
-        kind: request
-            .get("kind")
-            .and_then(|k| k.get("kind"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        object: object("object"),
-        old_object: object("oldObject"),
-        dry_run: request
-            .get("dryRun")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        operation: request.operation.text().unwrap_or_default(),
+        namespace: non_empty(request.namespace),
+        name: non_empty(request.name),
+        kind: request.kind.0.and_then(|k| k.kind.text()),
+        object: object(request.object),
+        dry_run: request.dry_run.bool().unwrap_or(false),
     })
 }
 
@@ -131,114 +250,11 @@ fn scan_string(text: &str, key: &str) -> Option<String> {
     (end <= 256 && !value.contains('\\')).then(|| value.to_string())
 }
 
-/// `status` of an AdmissionResponse.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Status {
-    pub code: u16,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
-
-/// The answer to one review.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReviewResponse {
-    pub api_version: String,
-    pub uid: String,
-    pub allowed: bool,
-    pub status: Option<Status>,
-    /// RFC 6902 operations; sent only when there is at least one.
-    pub patch: Vec<Value>,
-    pub warnings: Vec<String>,
-}
-
-impl ReviewResponse {
-    fn new(api_version: &str, uid: &str, allowed: bool, status: Option<Status>) -> Self {
-        ReviewResponse {
-            api_version: api_version.to_string(),
-            uid: uid.to_string(),
-            allowed,
-            status,
-            patch: Vec::new(),
-            warnings: Vec::new(),
-        }
-    }
-
-    /// Admit, unchanged.
-    pub fn allow(req: &ReviewRequest) -> Self {
-        Self::new(&req.api_version, &req.uid, true, None)
-    }
-
-    /// Refuse with a message for the person who created the object (HTTP
-    /// 403 Forbidden in the status, as controller-runtime's `Denied`).
-    pub fn deny(req: &ReviewRequest, message: impl Into<String>) -> Self {
-        Self::new(
-            &req.api_version,
-            &req.uid,
-            false,
-            Some(Status {
-                code: 403,
-                message: message.into(),
-                reason: "Forbidden".into(),
-            }),
-        )
-    }
-
-    /// Refuse because the request itself could not be handled.
-    pub fn errored(api_version: &str, uid: &str, code: u16, message: impl Into<String>) -> Self {
-        Self::new(
-            api_version,
-            uid,
-            false,
-            Some(Status {
-                code,
-                message: message.into(),
-                reason: String::new(),
-            }),
-        )
-    }
-
-    pub fn with_patch(mut self, ops: Vec<Value>) -> Self {
-        self.patch = ops;
-        self
-    }
-
-    pub fn with_warnings(mut self, warnings: Vec<String>) -> Self {
-        self.warnings = warnings;
-        self
-    }
-
-    /// The AdmissionReview to send back.
-    pub fn to_json(&self) -> Value {
-        let mut response = serde_json::json!({
-            "uid": self.uid,
-            "allowed": self.allowed,
-        });
-        if let Some(status) = &self.status {
-            response["status"] = serde_json::to_value(status).unwrap_or(Value::Null);
-        }
-        if !self.patch.is_empty() {
-            let bytes = Value::Array(self.patch.clone()).to_string();
-            response["patchType"] = Value::from("JSONPatch");
-            response["patch"] =
-                Value::from(base64::engine::general_purpose::STANDARD.encode(bytes));
-        }
-        if !self.warnings.is_empty() {
-            response["warnings"] = Value::from(self.warnings.clone());
-        }
-        serde_json::json!({
-            "apiVersion": self.api_version,
-            "kind": KIND,
-            "response": response,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use base64::Engine as _;
+    use serde_json::{Value, json};
 
     fn body(api_version: &str) -> Vec<u8> {
         json!({
@@ -263,13 +279,14 @@ mod tests {
     #[test]
     fn both_versions_parse_and_are_echoed() {
         for v in [V1, V1BETA1] {
-            let r = parse_review(&body(v)).unwrap();
+            let body = body(v);
+            let r = parse_review(&body).unwrap();
             assert_eq!(r.api_version, v);
             assert_eq!(r.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
             assert_eq!(r.operation, "CREATE");
             assert_eq!(r.namespace.as_deref(), Some("ml"));
             assert_eq!(r.kind.as_deref(), Some("Pod"));
-            assert!(r.object.is_some() && r.old_object.is_none());
+            assert!(matches!(r.object, ReviewObject::Pod(_)));
             let out = ReviewResponse::allow(&r).to_json();
             assert_eq!(
                 out,
@@ -281,7 +298,8 @@ mod tests {
 
     #[test]
     fn patch_is_base64_and_only_when_present() {
-        let r = parse_review(&body(V1)).unwrap();
+        let body = body(V1);
+        let r = parse_review(&body).unwrap();
         let ops =
             vec![json!({"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"})];
         let out = ReviewResponse::allow(&r).with_patch(ops.clone()).to_json();
@@ -301,7 +319,8 @@ mod tests {
 
     #[test]
     fn deny_and_warnings() {
-        let r = parse_review(&body(V1BETA1)).unwrap();
+        let body = body(V1BETA1);
+        let r = parse_review(&body).unwrap();
         let out = ReviewResponse::deny(&r, "container \"c\": no")
             .with_warnings(vec!["careful".into()])
             .to_json();

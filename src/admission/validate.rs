@@ -2,16 +2,16 @@
 //! message that names the container, the field and what is allowed; warn
 //! about what is legal but probably wrong.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, Pod};
 use serde_json::Value;
 
 use crate::config::{Config, NvidiaConfig};
-use crate::engine::PodPlan;
+use crate::engine::annotations::Annotations as _;
 use crate::engine::quantity::parse_whole;
-use crate::engine::request::ContainerResources;
+use crate::engine::request::{ContainerResources, ContainerSpec as _, PodRequest};
+use crate::engine::{PlanError, PodPlan};
 
+use super::lean::Pairs;
+use super::pod::{ContainerView, PodView};
 use super::policy::{PolicyMode, policy_for};
 use super::{Denial, DenyReason};
 use crate::hami::keys;
@@ -30,21 +30,20 @@ pub enum Validation {
 /// Prefixes of the annotations only the scheduler and the device plugin write.
 const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
 
-/// Validates a Pod given as raw JSON on CREATE in `namespace` (the review's;
-/// the pod's own or `default` when absent).
+/// Validates a Pod given as a parsed JSON value (tests and tools; the
+/// webhook reads the request body with [`validate`] directly).
 pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Validation {
-    let pod: Pod = match serde_json::from_value(raw.clone()) {
-        Ok(p) => p,
-        Err(e) => return Validation::Invalid(format!("cannot read the Pod: {e}")),
-    };
-    let empty = BTreeMap::new();
-    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    if let Some(key) = annotations
-        .keys()
-        .chain(labels.keys())
-        .find(|k| ALLOCATION_PREFIXES.iter().any(|p| k.starts_with(p)))
-    {
+    let text = raw.to_string();
+    match PodView::from_json(&text) {
+        Ok(pod) => validate(&pod, config, namespace),
+        Err(message) => Validation::Invalid(message),
+    }
+}
+
+/// Validates a Pod on CREATE in `namespace` (the review's; the pod's own
+/// or `default` when absent).
+pub fn validate(pod: &PodView<'_>, config: &Config, namespace: Option<&str>) -> Validation {
+    if let Some(key) = forged_allocation_key(pod) {
         return Validation::Deny(Denial::new(
             DenyReason::ForgedAllocation,
             format!(
@@ -56,13 +55,8 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
         return Validation::Allow { warnings: vec![] };
     };
     let nv = &config.nvidia;
-    let containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers);
     let mut warnings = Vec::new();
-    for c in containers.clone() {
+    for c in spec.all_containers() {
         if let Err(message) = check_limits_match_requests(c, nv) {
             return Validation::Deny(Denial::new(DenyReason::LimitsRequestsMismatch, message));
         }
@@ -73,7 +67,10 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
             }
         }
     }
-    let plan = match PodPlan::from_pod(&pod, config) {
+    let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv)
+        .map_err(PlanError::from)
+        .and_then(|request| PodPlan::from_parts(request, pod, config));
+    let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
             return Validation::Deny(Denial::new(DenyReason::of_plan_error(&e), e.to_string()));
@@ -82,16 +79,13 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
     if !plan.request.has_gpus() {
         return Validation::Allow { warnings };
     }
-    if let Some(denial) = placement_denial(&pod, config) {
+    if let Some(denial) = placement_denial(pod, config) {
         return Validation::Deny(denial);
     }
-    let namespace = namespace
-        .or(pod.metadata.namespace.as_deref())
-        .unwrap_or("default");
+    let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     if let Some(policy) = policy_for(&config.namespace_policies, namespace) {
         let list = |key: &str| -> Vec<String> {
-            annotations
-                .get(key)
+            pod.annotation(key)
                 .map(|v| {
                     v.split(',')
                         .map(str::trim)
@@ -123,7 +117,7 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
             }
         }
     }
-    let scheduler = spec.scheduler_name.as_deref().unwrap_or("");
+    let scheduler = spec.scheduler_name.get().map_or("", |n| n.as_ref());
     let taken_over = scheduler.is_empty()
         || scheduler == config.scheduler.name
         || (scheduler == "default-scheduler" && config.scheduler.force_overwrite_default_scheduler);
@@ -139,7 +133,7 @@ pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Va
 /// What keeps a vGPU pod from being placed with its GPUs limited:
 /// `spec.nodeName` (it would bypass the vGPU scheduler) and privileged
 /// containers (they see every GPU of the node). Shared by both webhooks.
-pub fn placement_denial(pod: &Pod, config: &Config) -> Option<Denial> {
+pub fn placement_denial(pod: &PodView<'_>, config: &Config) -> Option<Denial> {
     let spec = pod.spec.as_ref()?;
     if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
         return Some(Denial::new(
@@ -150,17 +144,7 @@ pub fn placement_denial(pod: &Pod, config: &Config) -> Option<Denial> {
             ),
         ));
     }
-    let privileged = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-        .find(|c| {
-            c.security_context
-                .as_ref()
-                .and_then(|s| s.privileged)
-                .unwrap_or(false)
-        })?;
+    let privileged = spec.all_containers().find(|c| c.privileged)?;
     Some(Denial::new(
         DenyReason::Privileged,
         format!(
@@ -170,14 +154,20 @@ pub fn placement_denial(pod: &Pod, config: &Config) -> Option<Denial> {
     ))
 }
 
+/// The first allocation annotation, else label, a pod's author wrote (in
+/// key order, as a map lists them).
+fn forged_allocation_key<'p>(pod: &'p PodView<'_>) -> Option<&'p str> {
+    let forged = |pairs: Option<&'p Pairs<'_>>| {
+        pairs?
+            .keys()
+            .filter(|k| ALLOCATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .min()
+    };
+    forged(pod.annotations()).or_else(|| forged(pod.labels()))
+}
+
 /// A GPU resource stated in both limits and requests must agree.
-fn check_limits_match_requests(c: &Container, nv: &NvidiaConfig) -> Result<(), String> {
-    let Some(res) = c.resources.as_ref() else {
-        return Ok(());
-    };
-    let (Some(limits), Some(requests)) = (res.limits.as_ref(), res.requests.as_ref()) else {
-        return Ok(());
-    };
+fn check_limits_match_requests(c: &ContainerView<'_>, nv: &NvidiaConfig) -> Result<(), String> {
     let names = [
         &nv.resource_count_name,
         &nv.resource_memory_name,
@@ -185,16 +175,16 @@ fn check_limits_match_requests(c: &Container, nv: &NvidiaConfig) -> Result<(), S
         &nv.resource_core_name,
     ];
     for name in names.into_iter().filter(|n| !n.is_empty()) {
-        if let (Some(l), Some(r)) = (limits.get(name.as_str()), requests.get(name.as_str())) {
+        if let (Some(l), Some(r)) = (c.limit(name), c.request(name)) {
             // Compare values, not spellings ("1" and "1000m" agree).
-            let same = match (parse_whole(&l.0), parse_whole(&r.0)) {
+            let same = match (parse_whole(l), parse_whole(r)) {
                 (Ok(a), Ok(b)) => a == b,
-                _ => l.0.trim() == r.0.trim(),
+                _ => l.trim() == r.trim(),
             };
             if !same {
                 return Err(format!(
-                    "container {:?}, resource {name}: limits {} and requests {} disagree: give the same value, or limits only",
-                    c.name, l.0, r.0
+                    "container {:?}, resource {name}: limits {l} and requests {r} disagree: give the same value, or limits only",
+                    c.name
                 ));
             }
         }

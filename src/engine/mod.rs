@@ -8,6 +8,7 @@
 //! - [`state`] holds nodes and allocations and answers for every node.
 
 pub mod allocation;
+pub mod annotations;
 pub mod device;
 pub mod fit;
 pub mod plan;

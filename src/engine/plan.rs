@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::config::Config;
 use crate::hami::keys;
 
+use super::annotations::Annotations;
 use super::policy::{GpuPolicy, NodePolicy, UnknownPolicy};
 use super::request::{PodRequest, RequestError};
 use super::selection::{Selection, SelectionError};
@@ -40,8 +41,21 @@ impl PodPlan {
     pub fn from_pod(pod: &Pod, config: &Config) -> Result<Self, PlanError> {
         let empty = BTreeMap::new();
         let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        Self::from_parts(
+            PodRequest::from_pod(pod, &config.nvidia)?,
+            annotations,
+            config,
+        )
+    }
+
+    /// A plan from a pod's request (read already) and its annotations.
+    pub fn from_parts(
+        request: PodRequest,
+        annotations: &impl Annotations,
+        config: &Config,
+    ) -> Result<Self, PlanError> {
         Ok(PodPlan {
-            request: PodRequest::from_pod(pod, &config.nvidia)?,
+            request,
             selection: Selection::from_annotations(annotations)?,
             node_policy: policy_override(
                 annotations,
@@ -68,14 +82,14 @@ impl PodPlan {
 }
 
 fn policy_override<P>(
-    annotations: &BTreeMap<String, String>,
+    annotations: &impl Annotations,
     key: &'static str,
     default: P,
 ) -> Result<P, PlanError>
 where
     P: std::str::FromStr<Err = UnknownPolicy>,
 {
-    match annotations.get(key) {
+    match annotations.annotation(key) {
         None => Ok(default),
         Some(v) => v.parse().map_err(|source| PlanError::Policy {
             annotation: key,

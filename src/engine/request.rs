@@ -4,7 +4,9 @@
 //! Unlike HAMi, a value that cannot be honoured is an error naming the
 //! container and the resource: never clamped, never silently dropped.
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::NvidiaConfig;
@@ -82,13 +84,22 @@ impl PodRequest {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(PodRequest::default());
         };
-        let init = spec.init_containers.iter().flatten().map(|c| (c, true));
-        let app = spec.containers.iter().map(|c| (c, false));
+        Self::from_containers(spec.init_containers.iter().flatten(), &spec.containers, cfg)
+    }
+
+    /// Reads init containers, then app containers, from any view of them.
+    pub fn from_containers<'c, C: ContainerSpec + 'c>(
+        init: impl IntoIterator<Item = &'c C>,
+        app: impl IntoIterator<Item = &'c C>,
+        cfg: &NvidiaConfig,
+    ) -> Result<Self, RequestError> {
+        let init = init.into_iter().map(|c| (c, true));
+        let app = app.into_iter().map(|c| (c, false));
         let containers = init
             .chain(app)
             .map(|(c, init)| {
                 Ok(ContainerRequest {
-                    name: c.name.clone(),
+                    name: c.name().to_string(),
                     init,
                     gpu: ContainerResources::read(c, cfg)?.resolve(cfg)?,
                 })
@@ -96,6 +107,40 @@ impl PodRequest {
             .collect::<Result<Vec<_>, RequestError>>()?;
         Ok(PodRequest { containers })
     }
+}
+
+/// What the engine reads of a container: its name and resource quantities
+/// as written. Implemented for k8s-openapi's `Container` (the scheduler
+/// side) and for the admission webhooks' borrowed view of a pod, so both
+/// read requests with the same code.
+pub trait ContainerSpec {
+    fn name(&self) -> &str;
+    /// `resources.limits[resource]`, as written.
+    fn limit(&self, resource: &str) -> Option<&str>;
+    /// `resources.requests[resource]`, as written.
+    fn request(&self, resource: &str) -> Option<&str>;
+    /// The limit, else the request: what a container asks for.
+    fn quantity(&self, resource: &str) -> Option<&str> {
+        self.limit(resource).or_else(|| self.request(resource))
+    }
+}
+
+impl ContainerSpec for Container {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn limit(&self, resource: &str) -> Option<&str> {
+        quantity_in(self.resources.as_ref()?.limits.as_ref()?, resource)
+    }
+
+    fn request(&self, resource: &str) -> Option<&str> {
+        quantity_in(self.resources.as_ref()?.requests.as_ref()?, resource)
+    }
+}
+
+fn quantity_in<'a>(map: &'a BTreeMap<String, Quantity>, resource: &str) -> Option<&'a str> {
+    map.get(resource).map(|q| q.0.as_str())
 }
 
 /// A GPU request that cannot be honoured.
@@ -126,27 +171,21 @@ pub struct InjectedDefaults {
     pub cores: Option<u32>,
 }
 
-fn lookup<'a>(res: Option<&'a ResourceRequirements>, name: &str) -> Option<&'a Quantity> {
-    let res = res?;
-    res.limits
-        .as_ref()
-        .and_then(|l| l.get(name))
-        .or_else(|| res.requests.as_ref().and_then(|r| r.get(name)))
-}
-
 impl ContainerResources {
     /// Reads the four GPU resources of a container; malformed, negative or
     /// fractional quantities are errors.
-    pub fn read(c: &Container, cfg: &NvidiaConfig) -> Result<Self, RequestError> {
-        let res = c.resources.as_ref();
+    pub fn read<C: ContainerSpec + ?Sized>(
+        c: &C,
+        cfg: &NvidiaConfig,
+    ) -> Result<Self, RequestError> {
         let read = |name: &str| -> Result<Option<u64>, RequestError> {
             if name.is_empty() {
                 return Ok(None);
             }
-            lookup(res, name)
+            c.quantity(name)
                 .map(|q| {
-                    parse_whole(&q.0).map_err(|e| RequestError {
-                        container: c.name.clone(),
+                    parse_whole(q).map_err(|e| RequestError {
+                        container: c.name().to_string(),
                         resource: name.to_string(),
                         problem: format!("{e}: allowed a whole number of at least 0"),
                     })
@@ -154,7 +193,7 @@ impl ContainerResources {
                 .transpose()
         };
         Ok(ContainerResources {
-            container: c.name.clone(),
+            container: c.name().to_string(),
             count: read(&cfg.resource_count_name)?,
             memory: read(&cfg.resource_memory_name)?,
             percentage: read(&cfg.resource_memory_percentage_name)?,
@@ -285,7 +324,7 @@ impl ContainerResources {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
 
     fn container(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
         let map = |kv: &[(&str, &str)]| -> Option<BTreeMap<String, Quantity>> {

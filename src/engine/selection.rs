@@ -7,10 +7,9 @@
 //! HAMi #707). A value containing `*` is a case-insensitive glob over the
 //! whole model name.
 
-use std::collections::BTreeMap;
-
 use crate::hami::keys;
 
+use super::annotations::Annotations;
 use super::device::Gpu;
 
 /// Lower-case words of a model name.
@@ -99,16 +98,14 @@ fn comma_list(value: &str) -> impl Iterator<Item = &str> {
 
 impl Selection {
     /// Reads the selection annotations of a pod.
-    pub fn from_annotations(
-        annotations: &BTreeMap<String, String>,
-    ) -> Result<Self, SelectionError> {
-        let get = |k: &str| annotations.get(k).map(String::as_str).unwrap_or("");
+    pub fn from_annotations(annotations: &impl Annotations) -> Result<Self, SelectionError> {
+        let get = |k: &str| annotations.annotation(k).unwrap_or("");
         let models = |k: &str| -> Vec<ModelPattern> {
             comma_list(get(k)).filter_map(ModelPattern::parse).collect()
         };
         let uuids = |k: &str| -> Vec<String> { comma_list(get(k)).map(str::to_string).collect() };
         // Go's strconv.ParseBool, as HAMi reads it, plus any letter case.
-        let numa_bind = match annotations.get(keys::NUMA_BIND).map(|v| v.trim()) {
+        let numa_bind = match annotations.annotation(keys::NUMA_BIND).map(str::trim) {
             None | Some("") => false,
             Some("1" | "t" | "T") => true,
             Some("0" | "f" | "F") => false,
@@ -148,6 +145,7 @@ impl Selection {
 mod tests {
     use super::*;
     use crate::engine::device::Usage;
+    use std::collections::BTreeMap;
 
     fn gpu(model: &str) -> Gpu {
         Gpu::new("GPU-0", 0, model, Usage::default())
