@@ -17,19 +17,19 @@ fn stages(c: &mut Criterion) {
     let body = Bytes::from(pod_review::review(8_000));
     let config = Config::default();
     c.bench_function("mutate 8 KB: respond (whole handler)", |b| {
-        b.iter(|| respond(black_box(&body), |req| mutate_review(req, &config)))
+        b.iter(|| respond(black_box(&body), |req| mutate_review(req, &config, None)))
     });
     c.bench_function("validate 8 KB: respond (whole handler)", |b| {
-        b.iter(|| respond(black_box(&body), |req| validate_review(req, &config)))
+        b.iter(|| respond(black_box(&body), |req| validate_review(req, &config, None)))
     });
     c.bench_function("mutate 8 KB: parse_review", |b| {
         b.iter(|| parse_review(black_box(&body)))
     });
     let req = parse_review(&body).expect("a review");
     c.bench_function("mutate 8 KB: mutate_review", |b| {
-        b.iter(|| mutate_review(black_box(&req), &config))
+        b.iter(|| mutate_review(black_box(&req), &config, None))
     });
-    let (answer, _) = mutate_review(&req, &config);
+    let (answer, _) = mutate_review(&req, &config, None);
     c.bench_function("mutate 8 KB: answer to JSON bytes", |b| {
         b.iter(|| serde_json::to_vec(&black_box(&answer).to_json()))
     });

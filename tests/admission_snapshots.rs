@@ -72,8 +72,8 @@ fn answers() {
         for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
             let body = review(version, fixture);
             let req = parse_review(&body).unwrap();
-            let mutate = readable(mutate_review(&req, &config).0.to_json());
-            let validate = readable(validate_review(&req, &config).0.to_json());
+            let mutate = readable(mutate_review(&req, &config, None).0.to_json());
+            let validate = readable(validate_review(&req, &config, None).0.to_json());
             let name = fixture.trim_end_matches(".yaml");
             let v = version.rsplit('/').next().unwrap_or(version);
             insta::assert_json_snapshot!(

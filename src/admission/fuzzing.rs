@@ -23,9 +23,9 @@ pub fn check_admission_review(data: &[u8]) {
         Config::from_yaml(POLICY_CONFIG, "fuzz").unwrap_or_default(),
     ];
     for config in &configs {
-        let (answer, _) = validate_review(&req, config);
+        let (answer, _) = validate_review(&req, config, None);
         assert_eq!(answer.uid, req.uid);
-        let (answer, _) = mutate_review(&req, config);
+        let (answer, _) = mutate_review(&req, config, None);
         assert_eq!(
             answer.to_json()["response"]["uid"],
             Value::from(req.uid.as_ref())
@@ -52,7 +52,7 @@ pub fn check_admission_review(data: &[u8]) {
         let again = review.to_string();
         let again = parse_review(again.as_bytes())
             .unwrap_or_else(|e| panic!("the patched review does not parse: {e}"));
-        let (second, _) = mutate_review(&again, config);
+        let (second, _) = mutate_review(&again, config, None);
         assert!(
             second.patch.is_empty(),
             "not idempotent: {:?}",

@@ -5,6 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::cluster::ClusterView;
 use crate::config::Config;
 
 use super::DenyReason;
@@ -17,12 +18,16 @@ use super::validate::{Validation, validate};
 pub type Decision = (ReviewResponse, Option<DenyReason>);
 
 /// The mutating webhook's answer to one review.
-pub fn mutate_review(req: &ReviewRequest, config: &Config) -> Decision {
+pub fn mutate_review(
+    req: &ReviewRequest,
+    config: &Config,
+    cluster: Option<&ClusterView>,
+) -> Decision {
     let object = match pod_to_create(req) {
         Ok(object) => object,
         Err(answer) => return (*answer, None),
     };
-    match mutate(object, config, req.namespace.as_deref()) {
+    match mutate(object, config, req.namespace.as_deref(), cluster) {
         Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
         Mutation::Skip(_) => (ReviewResponse::allow(req), None),
         Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
@@ -60,12 +65,16 @@ fn pod_to_create<'r, 'a>(
 /// The validating webhook's answer to one review. Only CREATE of Pods is
 /// judged; the allocation annotations on UPDATE are the scheduler's and the
 /// device plugin's to change.
-pub fn validate_review(req: &ReviewRequest, config: &Config) -> Decision {
+pub fn validate_review(
+    req: &ReviewRequest,
+    config: &Config,
+    cluster: Option<&ClusterView>,
+) -> Decision {
     let object = match pod_to_create(req) {
         Ok(object) => object,
         Err(answer) => return (*answer, None),
     };
-    match validate(object, config, req.namespace.as_deref()) {
+    match validate(object, config, req.namespace.as_deref(), cluster) {
         Validation::Allow { warnings } => {
             (ReviewResponse::allow(req).with_warnings(warnings), None)
         }

@@ -1,5 +1,5 @@
 //! The admission half of gpugate: the AdmissionReview envelope and the
-//! mutating and validating webhooks (the namespace policy gateway is next).
+//! mutating and validating webhooks, and the namespace policy gateway.
 
 pub mod answer;
 #[doc(hidden)]
@@ -44,6 +44,7 @@ pub enum DenyReason {
     ForgedAllocation,
     LimitsRequestsMismatch,
     PolicyLimit,
+    QuotaExceeded,
 }
 
 impl DenyReason {
@@ -58,6 +59,7 @@ impl DenyReason {
             DenyReason::ForgedAllocation => "forged_allocation",
             DenyReason::LimitsRequestsMismatch => "limits_requests_mismatch",
             DenyReason::PolicyLimit => "policy_limit",
+            DenyReason::QuotaExceeded => "quota_exceeded",
         }
     }
 

@@ -17,9 +17,10 @@ use crate::engine::request::{ContainerResources, ContainerSpec as _};
 use super::lean::Slot;
 use super::patch::{ContainerEdits, PodEdits};
 use super::pod::{ContainerView, PodView};
-use super::policy::{NamespacePolicy, PolicyDefaults, policy_for};
+use super::policy::{NamespacePolicy, PolicyDefaults, policy_for_namespace};
 use super::validate::placement_denial;
 use super::{Denial, DenyReason};
+use crate::cluster::ClusterView;
 use crate::hami::keys;
 
 /// What the mutating webhook answers.
@@ -42,14 +43,20 @@ const DEFAULT_SCHEDULER: &str = "default-scheduler";
 pub fn mutate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Mutation {
     let text = raw.to_string();
     match PodView::from_json(&text) {
-        Ok(pod) => mutate(&pod, config, namespace),
+        Ok(pod) => mutate(&pod, config, namespace, None),
         Err(message) => Mutation::Invalid(message),
     }
 }
 
 /// Decides the mutation of a Pod in `namespace` (the review's; the pod's
 /// own or `default` when absent).
-pub fn mutate(pod: &PodView<'_>, config: &Config, namespace: Option<&str>) -> Mutation {
+/// With the cluster view, namespace policies may select by labels.
+pub fn mutate(
+    pod: &PodView<'_>,
+    config: &Config,
+    namespace: Option<&str>,
+    cluster: Option<&ClusterView>,
+) -> Mutation {
     let Some(spec) = pod.spec.as_ref() else {
         return Mutation::Deny(Denial::new(DenyReason::NoContainers, "pod has no spec"));
     };
@@ -69,7 +76,8 @@ pub fn mutate(pod: &PodView<'_>, config: &Config, namespace: Option<&str>) -> Mu
 
     let nv = &config.nvidia;
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
-    let policy = policy_for(&config.namespace_policies, namespace);
+    let labels = cluster.and_then(|v| v.namespace_labels(namespace));
+    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels);
     let mut edits = PodEdits::default();
     let mut uses_gpus = false;
     for (init, containers) in [(true, &spec.init_containers), (false, &spec.containers)] {

@@ -12,8 +12,11 @@ use crate::engine::{PlanError, PodPlan};
 
 use super::lean::Pairs;
 use super::pod::{ContainerView, PodView};
-use super::policy::{PolicyMode, policy_for};
+use super::policy::{PolicyMode, policy_for_namespace};
 use super::{Denial, DenyReason};
+use crate::cluster::ClusterView;
+use crate::engine::QuotaAmount;
+use crate::engine::quota::QuotaResource;
 use crate::hami::keys;
 
 /// What the validating webhook answers.
@@ -35,14 +38,20 @@ const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
 pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Validation {
     let text = raw.to_string();
     match PodView::from_json(&text) {
-        Ok(pod) => validate(&pod, config, namespace),
+        Ok(pod) => validate(&pod, config, namespace, None),
         Err(message) => Validation::Invalid(message),
     }
 }
 
 /// Validates a Pod on CREATE in `namespace` (the review's; the pod's own
-/// or `default` when absent).
-pub fn validate(pod: &PodView<'_>, config: &Config, namespace: Option<&str>) -> Validation {
+/// or `default` when absent). With the cluster view, namespace policies may
+/// select by labels and the namespace's GPU quota is checked.
+pub fn validate(
+    pod: &PodView<'_>,
+    config: &Config,
+    namespace: Option<&str>,
+    cluster: Option<&ClusterView>,
+) -> Validation {
     if let Some(key) = forged_allocation_key(pod) {
         return Validation::Deny(Denial::new(
             DenyReason::ForgedAllocation,
@@ -83,7 +92,29 @@ pub fn validate(pod: &PodView<'_>, config: &Config, namespace: Option<&str>) -> 
         return Validation::Deny(denial);
     }
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
-    if let Some(policy) = policy_for(&config.namespace_policies, namespace) {
+    if let Some(view) = cluster {
+        let (limits, problems) =
+            view.quota_limits(namespace, &nv.resource_memory_name, &nv.resource_core_name);
+        warnings.extend(problems);
+        if let Err(e) = limits.check(
+            view.quota_used(namespace),
+            QuotaAmount::of_request(&plan.request),
+            u64::from(nv.memory_factor),
+        ) {
+            let key = match e.resource {
+                QuotaResource::Memory => &nv.resource_memory_name,
+                QuotaResource::Cores => &nv.resource_core_name,
+            };
+            return Validation::Deny(Denial::new(
+                DenyReason::QuotaExceeded,
+                format!(
+                    "namespace {namespace} is over its GPU quota (ResourceQuota limits.{key}): {e}"
+                ),
+            ));
+        }
+    }
+    let labels = cluster.and_then(|v| v.namespace_labels(namespace));
+    if let Some(policy) = policy_for_namespace(&config.namespace_policies, namespace, labels) {
         let list = |key: &str| -> Vec<String> {
             pod.annotation(key)
                 .map(|v| {

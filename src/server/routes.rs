@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use crate::admission::handler::{Decision, mutate_review, respond, validate_review};
 use crate::admission::review::ReviewRequest;
-use crate::cluster::SharedCluster;
+use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
 use crate::extender::Extender;
 use crate::extender::wire::{BindingResult, FilterResult, HostPriority, PreemptionResult};
@@ -85,11 +85,14 @@ fn review(
     state: &AppState,
     webhook: &'static str,
     body: &Bytes,
-    decide: fn(&ReviewRequest, &Config) -> Decision,
+    decide: fn(&ReviewRequest, &Config, Option<&ClusterView>) -> Decision,
 ) -> Response {
     let start = Instant::now();
     let config = state.config.load();
-    let (response, outcome) = respond(body, |req| decide(req, &config));
+    let (response, outcome) = respond(body, |req| match &state.cluster {
+        Some(cluster) => decide(req, &config, Some(&cluster.read())),
+        None => decide(req, &config, None),
+    });
     state.metrics.observe(
         webhook,
         &outcome.operation,
