@@ -21,18 +21,31 @@ use wire::{
     PreemptionResult,
 };
 
+/// How `/bind` commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindMode {
+    /// Standalone (`--cluster`): the ledger is the whole truth.
+    Ledger,
+    /// With an API server, bind must write the pod's annotations, take the
+    /// node lock and create the Binding; until that transaction exists,
+    /// `/bind` refuses rather than record GPUs for a pod that stays Pending.
+    ApiUnsupported,
+}
+
 /// The extender over one cluster view.
 #[derive(Debug)]
 pub struct Extender {
     cluster: Arc<SharedCluster>,
     recent: RecentPods,
+    bind_mode: BindMode,
 }
 
 impl Extender {
-    pub fn new(cluster: Arc<SharedCluster>) -> Self {
+    pub fn new(cluster: Arc<SharedCluster>, bind_mode: BindMode) -> Self {
         Self {
             cluster,
             recent: RecentPods::default(),
+            bind_mode,
         }
     }
 
@@ -62,6 +75,13 @@ impl Extender {
     /// pod's UID. The pod is the one the latest `/filter` call with that UID
     /// carried.
     pub fn bind(&self, config: &Config, body: &[u8]) -> BindingResult {
+        if self.bind_mode == BindMode::ApiUnsupported {
+            return BindingResult {
+                error: "gpugate: /bind against an API server is not available in this version; \
+                        configure kube-scheduler without bindVerb (filter and prioritize work)"
+                    .to_string(),
+            };
+        }
         let result = BindingArgs::parse(body)
             .map_err(|e| e.to_string())
             .and_then(|args| self.bind_in_ledger(config, &args));
@@ -132,4 +152,23 @@ fn already_bound(
             held.node, args.node
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_with_an_api_server_refuses_instead_of_pretending() {
+        let x = Extender::new(
+            Arc::new(SharedCluster::new(Default::default(), true)),
+            BindMode::ApiUnsupported,
+        );
+        let r = x.bind(
+            &Config::default(),
+            br#"{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"}"#,
+        );
+        assert!(r.error.contains("not available"), "{}", r.error);
+        assert_eq!(x.cluster().read().counts().allocations, 0);
+    }
 }

@@ -44,6 +44,8 @@ impl AppState {
         Self::with_cluster(config, metrics, None)
     }
 
+    /// A state over a standalone cluster view: `/bind` commits to the
+    /// ledger (see [`crate::extender::BindMode`]).
     pub fn with_cluster(
         config: Config,
         metrics: Metrics,
@@ -52,7 +54,9 @@ impl AppState {
         Arc::new(AppState {
             config: Arc::new(ArcSwap::from_pointee(config)),
             metrics,
-            extender: cluster.clone().map(Extender::new),
+            extender: cluster
+                .clone()
+                .map(|c| Extender::new(c, crate::extender::BindMode::Ledger)),
             cluster,
         })
     }

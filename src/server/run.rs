@@ -14,6 +14,7 @@ use crate::cluster::client::{self, ApiSource};
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
 use crate::cluster::{SharedCluster, Snapshot};
 use crate::config::Config;
+use crate::extender::{BindMode, Extender};
 
 use super::config_reload::ConfigFile;
 
@@ -127,7 +128,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         config,
         metrics,
-        extender: cluster.clone().map(crate::extender::Extender::new),
+        extender: cluster.clone().map(|c| {
+            let mode = if args.cluster.is_some() {
+                BindMode::Ledger
+            } else {
+                BindMode::ApiUnsupported
+            };
+            Extender::new(c, mode)
+        }),
         cluster,
     });
     if let Some(file) = config_file {
