@@ -77,7 +77,14 @@ pub struct ServeArgs {
     /// (NAMESPACE/NAME), patch the caBundle of gpugate's webhook
     /// configurations (config `webhooks`), and sign the serving certificate
     /// into --cert-dir. Needs --kubeconfig or --in-cluster.
-    #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "tls_cert")]
+    /// The Service's DNS name (`--dns gpugate.gpugate.svc`) is required:
+    /// kube-apiserver checks it.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        conflicts_with = "tls_cert",
+        requires = "dns"
+    )]
     pub self_signed_secret: Option<crate::server::cert_secret::SecretRef>,
 }
 

@@ -87,7 +87,12 @@ async fn filter_answers_the_feasible_names_and_every_reason() {
 #[tokio::test]
 async fn filter_with_full_nodes_answers_full_nodes() {
     let s = server(Config::default()).await;
-    let node = |n: &str| json!({"metadata": {"name": n, "labels": {"zone": "a"}}});
+    // Fields gpugate does not model must come back unchanged.
+    let node = |n: &str| {
+        json!({"metadata": {"name": n, "labels": {"zone": "a"}},
+               "status": {"images": [{"names": ["busybox"], "sizeBytes": 1}]},
+               "futureField": {"x": 1}})
+    };
     let out = call(
         &s,
         "/filter",
@@ -97,7 +102,7 @@ async fn filter_with_full_nodes_answers_full_nodes() {
     .await;
     assert_eq!(out["Nodes"]["items"].as_array().unwrap().len(), 1);
     assert_eq!(out["Nodes"]["items"][0]["metadata"]["name"], "gpu-2");
-    assert_eq!(out["Nodes"]["items"][0]["metadata"]["labels"]["zone"], "a");
+    assert_eq!(out["Nodes"]["items"][0], node("gpu-2"));
     assert!(out.get("NodeNames").is_none());
 }
 
@@ -258,30 +263,157 @@ async fn bind_refuses_what_it_cannot_check() {
     assert_eq!(out["Error"], "ExtenderBindingArgs: Node is missing");
 }
 
-#[tokio::test]
-async fn preempt_keeps_the_fewest_lowest_priority_gpu_victims() {
-    let s = server(Config::default()).await;
-    let args = json!({
-        "Pod": pod("ml", "urgent", "u-1", json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}), 2000),
-        "NodeNameToVictims": null,
-        "NodeNameToMetaVictims": {
-            // Either victim frees a whole GPU: the lower-priority one is kept;
-            // a victim without GPUs (kube-scheduler's own choice) stays.
-            "gpu-1": {"Pods": [{"UID": HIGH}, {"UID": LOW}, {"UID": "cpu-only-pod"}], "NumPDBViolations": 0},
-            // Nothing on cpu-1 can make room for a GPU: the node is dropped.
-            "cpu-1": {"Pods": [{"UID": "cpu-only-pod"}], "NumPDBViolations": 0}
-        }
-    });
-    let out = call(&s, "/preempt", args).await;
-    let nodes = out["NodeNameToMetaVictims"].as_object().unwrap();
-    assert_eq!(nodes.keys().collect::<Vec<_>>(), ["gpu-1"]);
-    let uids: Vec<&str> = nodes["gpu-1"]["Pods"]
+fn victims_of(out: &Value, node: &str) -> Vec<String> {
+    out["NodeNameToMetaVictims"][node]["Pods"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p["UID"].as_str().unwrap())
-        .collect();
-    assert_eq!(uids, ["cpu-only-pod", LOW]);
+        .map(|p| p["UID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn preemption(priority: i64, victims: Value) -> Value {
+    json!({
+        "Pod": pod("ml", "urgent", "u-1", json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}), priority),
+        "NodeNameToVictims": null,
+        "NodeNameToMetaVictims": victims,
+    })
+}
+
+#[tokio::test]
+async fn preempt_keeps_kube_schedulers_victims_and_adds_the_fewest_lowest_gpu_holders() {
+    let s = server(Config::default()).await;
+    // gpu-1's two GPUs are held whole by LOW (priority 0) and HIGH (1000).
+    // kube-scheduler proposes only a CPU victim: LOW is added, the cheapest
+    // GPU holder that makes room. cpu-1 can never hold a GPU: dropped.
+    let out = call(
+        &s,
+        "/preempt",
+        preemption(
+            2000,
+            json!({
+                "gpu-1": {"Pods": [{"UID": "cpu-only-pod"}], "NumPDBViolations": 0},
+                "cpu-1": {"Pods": [{"UID": "cpu-only-pod"}], "NumPDBViolations": 0}
+            }),
+        ),
+    )
+    .await;
+    let nodes = out["NodeNameToMetaVictims"].as_object().unwrap();
+    assert_eq!(nodes.keys().collect::<Vec<_>>(), ["gpu-1"]);
+    assert_eq!(victims_of(&out, "gpu-1"), ["cpu-only-pod", LOW]);
+}
+
+#[tokio::test]
+async fn preempt_never_drops_a_proposed_victim() {
+    let s = server(Config::default()).await;
+    // kube-scheduler chose HIGH itself: removing it frees a GPU, so nothing
+    // is added, and nothing it needs is taken away.
+    let out = call(
+        &s,
+        "/preempt",
+        preemption(
+            2000,
+            json!({"gpu-1": {"Pods": [{"UID": HIGH}, {"UID": "cpu-only-pod"}]}}),
+        ),
+    )
+    .await;
+    assert_eq!(victims_of(&out, "gpu-1"), [HIGH, "cpu-only-pod"]);
+    // gpu-2 has a free GPU already: the proposed victims stay as they are.
+    let out = call(
+        &s,
+        "/preempt",
+        preemption(2000, json!({"gpu-2": {"Pods": [{"UID": "cpu-only-pod"}]}})),
+    )
+    .await;
+    assert_eq!(victims_of(&out, "gpu-2"), ["cpu-only-pod"]);
+}
+
+#[tokio::test]
+async fn preempt_only_evicts_gpu_holders_of_lower_priority() {
+    let s = server(Config::default()).await;
+    // At priority 500 only LOW may go; at 0 nobody may: the node is dropped.
+    let out = call(
+        &s,
+        "/preempt",
+        preemption(500, json!({"gpu-1": {"Pods": []}})),
+    )
+    .await;
+    assert_eq!(victims_of(&out, "gpu-1"), [LOW]);
+    let out = call(
+        &s,
+        "/preempt",
+        preemption(0, json!({"gpu-1": {"Pods": []}})),
+    )
+    .await;
+    assert_eq!(out["NodeNameToMetaVictims"], json!({}));
+}
+
+#[tokio::test]
+async fn a_percent_request_is_checked_against_the_quota_at_bind() {
+    let s = server(Config::default()).await;
+    // capped uses 6000 of 8000 MiB; 50% of a 16384 MiB T4 is 8192 MiB.
+    let half = pod(
+        "capped",
+        "p",
+        "u-half",
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}),
+        0,
+    );
+    let out = call(&s, "/filter", json!({"Pod": half, "NodeNames": ["gpu-2"]})).await;
+    assert_eq!(
+        out["NodeNames"],
+        json!(["gpu-2"]),
+        "the MiB are not known before a GPU is chosen"
+    );
+    let out = call(
+        &s,
+        "/bind",
+        json!({"PodName": "p", "PodNamespace": "capped", "PodUID": "u-half", "Node": "gpu-2"}),
+    )
+    .await;
+    let e = out["Error"].as_str().unwrap();
+    assert!(
+        e.contains("ResourceQuotaNotFit (GPU memory 8192 MiB requested, 6000 MiB of 8000 MiB"),
+        "{e}"
+    );
+    assert!(
+        s.state
+            .cluster
+            .as_ref()
+            .unwrap()
+            .read()
+            .held_allocation("u-half")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn binding_a_pod_without_gpus_records_nothing() {
+    let s = server(Config::default()).await;
+    let cpu = pod("ml", "c", "u-cpu", json!({"cpu": "1"}), 0);
+    let out = call(
+        &s,
+        "/filter",
+        json!({"Pod": cpu, "NodeNames": ["cpu-1", "gpu-1"]}),
+    )
+    .await;
+    assert_eq!(out["NodeNames"], json!(["cpu-1", "gpu-1"]));
+    let out = call(
+        &s,
+        "/bind",
+        json!({"PodName": "c", "PodNamespace": "ml", "PodUID": "u-cpu", "Node": "cpu-1"}),
+    )
+    .await;
+    assert_eq!(out, json!({}));
+    assert!(
+        s.state
+            .cluster
+            .as_ref()
+            .unwrap()
+            .read()
+            .held_allocation("u-cpu")
+            .is_none()
+    );
 }
 
 #[tokio::test]

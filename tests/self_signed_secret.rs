@@ -232,9 +232,12 @@ async fn an_expiring_ca_is_rotated_and_the_old_one_stays_trusted_meanwhile() {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     api.put(
         SECRET,
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "gpugate-ca", "namespace": "gpugate"},
-               "data": {"ca.crt": b64(&old.ca_cert_pem), "ca.key": b64(&old.ca_key_pem)}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "gpugate-ca", "namespace": "gpugate",
+                            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                            "annotations": {"meta.helm.sh/release-name": "gpugate"}},
+               "data": {"ca.crt": b64(&old.ca_cert_pem), "ca.key": b64(&old.ca_key_pem),
+                        "tls.crt": b64("kept"), "tls.key": b64("kept")}}),
     );
     let pass = manager(&api, &dir)
         .ensure(&WebhookConfigNames::default(), now)
@@ -252,9 +255,44 @@ async fn an_expiring_ca_is_rotated_and_the_old_one_stays_trusted_meanwhile() {
         .find(|s| s.method == Method::PUT && s.path == SECRET)
         .expect("the Secret is replaced, not recreated");
     assert!(replace.body["metadata"]["resourceVersion"].is_string());
+    // Only the CA keys changed: the owner's metadata, the (immutable) type
+    // and other keys are kept.
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(
+        secret["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "Helm"
+    );
+    assert_eq!(
+        secret["metadata"]["annotations"]["meta.helm.sh/release-name"],
+        "gpugate"
+    );
+    assert_eq!(secret["data"]["tls.crt"], b64("kept"));
     let bundle = &ca_bundles(&api)[0];
     assert!(bundle.contains(&old.ca_cert_pem), "old CA still trusted");
     handshake(&dir, bundle).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_unreadable_ca_is_replaced_and_not_kept_as_previous() {
+    let api = cluster_with_webhooks();
+    let dir = tmpdir("garbage");
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    api.put(
+        SECRET,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "gpugate-ca", "namespace": "gpugate"},
+               "data": {"ca.crt": b64("not a certificate"), "ca.key": b64("nor a key")}}),
+    );
+    let pass = manager(&api, &dir)
+        .ensure(&WebhookConfigNames::default(), OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    assert!(pass.ca_made);
+    let secret = api.get(SECRET).unwrap();
+    assert!(secret["data"].get("ca-previous.crt").is_none(), "{secret}");
+    assert!(!ca_bundles(&api)[0].contains("not a certificate"));
+    handshake(&dir, &ca_bundles(&api)[0]).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

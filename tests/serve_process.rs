@@ -55,7 +55,9 @@ fn spawn(name: &str, extra: &[&str]) -> Gpugate {
         .arg(dir.join("certs"))
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        // A file, not a pipe: nobody reads the log while the test runs, and
+        // a full pipe would block the server.
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     Gpugate {
@@ -90,10 +92,7 @@ fn wait_ready(g: &mut Gpugate) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = g.child.try_wait() {
-            let mut err = String::new();
-            if let Some(mut e) = g.child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
+            let err = std::fs::read_to_string(g.dir.join("stderr.log")).unwrap_or_default();
             panic!("gpugate exited early ({status}): {err}");
         }
         if admin_get(g.admin, "/readyz").is_some_and(|(s, _)| s == 200) {

@@ -41,6 +41,11 @@ pub struct ClusterView {
     state: ClusterState,
     pods: HashMap<String, HeldPod>,
     node_problems: BTreeMap<String, Vec<String>>,
+    /// Nodes without a GPU inventory annotation (CPU nodes): known, quiet.
+    plain_nodes: std::collections::HashSet<String>,
+    /// The annotations each node was last registered from, so that node
+    /// updates that do not touch them (status, heartbeats) cost nothing.
+    node_sources: HashMap<String, [Option<String>; 3]>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// `spec.hard` entries named `limits.*`, by namespace and quota name.
     quotas: HashMap<String, BTreeMap<String, BTreeMap<String, String>>>,
@@ -76,15 +81,27 @@ impl ClusterView {
     /// are also kept for [`ClusterView::node_problems`].
     pub fn upsert_node(&mut self, node: &K8sNode) -> Vec<String> {
         let name = node.metadata.name.clone().unwrap_or_default();
+        let sources = node_sources(node);
+        if self.node_sources.get(&name) == Some(&sources) && self.state.node(&name).is_some() {
+            return self.node_problems.get(&name).cloned().unwrap_or_default();
+        }
+        self.node_sources.insert(name.clone(), sources);
+        self.plain_nodes.remove(&name);
         let (inventory, problems) = match node_from_k8s(node) {
             Ok((n, warnings)) => (n, warnings.iter().map(ToString::to_string).collect()),
             // Known but without usable GPUs: every GPU pod is told
-            // "node unregistered" for it.
+            // "node unregistered" for it. A node that never registered GPUs
+            // is a plain CPU node, not a problem.
+            Err(e @ crate::cluster::NodeError::Unregistered { .. }) => {
+                tracing::debug!(node = %name, "{e}");
+                self.plain_nodes.insert(name.clone());
+                (Node::new(name.clone(), Vec::new()), vec![e.to_string()])
+            }
             Err(e) => (Node::new(name.clone(), Vec::new()), vec![e.to_string()]),
         };
         let stale = self.state.upsert_node(inventory);
         self.refresh_pods_on(&name, &stale);
-        if problems.is_empty() {
+        if problems.is_empty() || self.plain_nodes.contains(&name) {
             self.node_problems.remove(&name);
         } else {
             self.node_problems.insert(name, problems.clone());
@@ -92,11 +109,25 @@ impl ClusterView {
         problems
     }
 
+    /// Whether the node is known with exactly these GPU annotations (an
+    /// update that [`ClusterView::upsert_node`] would ignore).
+    pub fn node_unchanged(&self, node: &K8sNode) -> bool {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        self.state.node(name).is_some() && self.node_sources.get(name) == Some(&node_sources(node))
+    }
+
+    /// Whether the node is known and has no GPU inventory annotation.
+    pub fn is_plain_node(&self, name: &str) -> bool {
+        self.plain_nodes.contains(name)
+    }
+
     /// Forgets a deleted node. Allocations on it stay in the ledger and count
     /// again if it comes back.
     pub fn delete_node(&mut self, name: &str) {
         self.state.remove_node(name);
         self.node_problems.remove(name);
+        self.plain_nodes.remove(name);
+        self.node_sources.remove(name);
         for p in self.pods.values_mut() {
             if p.allocation.as_ref().is_some_and(|a| a.node == name) {
                 p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.name));
@@ -404,6 +435,23 @@ impl ClusterView {
     pub fn held_allocation(&self, key: &str) -> Option<&Allocation> {
         self.pods.get(key).and_then(|p| p.allocation.as_ref())
     }
+}
+
+/// The annotations a node's GPU view is read from.
+fn node_sources(node: &K8sNode) -> [Option<String>; 3] {
+    use crate::hami::keys;
+    let get = |k: &str| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+    };
+    [
+        get(keys::NODE_NVIDIA_REGISTER),
+        get(keys::NODE_NVIDIA_SCORE),
+        get(keys::DEVICE_CORDON),
+    ]
 }
 
 fn pod_priority(pod: &Pod) -> i32 {

@@ -29,6 +29,11 @@ trait Watched: Resource + Clone + Debug + DeserializeOwned + Send + 'static {
     fn delete(view: &mut ClusterView, key: &str);
     /// Keys of every object of this kind the view holds.
     fn held(view: &ClusterView) -> Vec<String>;
+    /// Whether a re-list must keep the object until it is swapped in; when
+    /// not, only its key is kept (and it is applied as "holds nothing").
+    fn worth_keeping(&self) -> bool {
+        true
+    }
 }
 
 impl Watched for Node {
@@ -36,9 +41,15 @@ impl Watched for Node {
     fn key(&self) -> Option<String> {
         self.metadata.name.clone()
     }
-    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
-        for problem in view.upsert_node(obj) {
-            tracing::warn!(%problem, "node inventory");
+    fn apply(view: &mut ClusterView, key: &str, obj: &Self) {
+        if view.node_unchanged(obj) {
+            return;
+        }
+        let problems = view.upsert_node(obj);
+        if !view.is_plain_node(key) {
+            for problem in problems {
+                tracing::warn!(%problem, "node inventory");
+            }
         }
     }
     fn delete(view: &mut ClusterView, key: &str) {
@@ -64,6 +75,13 @@ impl Watched for Pod {
     }
     fn held(view: &ClusterView) -> Vec<String> {
         view.held_pods().map(str::to_string).collect()
+    }
+    /// Most pods hold no GPUs: a re-list keeps only their UIDs.
+    fn worth_keeping(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::hami::keys::VGPU_NODE))
     }
 }
 
@@ -108,13 +126,13 @@ impl Watched for Namespace {
 /// Which kinds to watch.
 #[derive(Debug, Clone, Copy)]
 pub struct WatchSet {
-    /// Namespaces are only needed (and only allowed by RBAC) when a
-    /// namespace policy selects by labels.
+    /// Namespaces give namespace policies their labels; they need RBAC
+    /// (namespaces list/watch) and do not gate readiness.
     pub namespaces: bool,
 }
 
-/// Called once per kind when its first list is complete, and with the
-/// number of objects that a re-list found changed or gone (drift).
+/// Told of every complete list of a kind, with the number of objects the
+/// view held that the list lacked (drift), and of watch failures.
 pub trait WatchObserver: Send + Sync + 'static {
     fn listed(&self, kind: &'static str, objects: usize, drift: usize);
     fn error(&self, kind: &'static str, error: &str);
@@ -129,7 +147,9 @@ pub async fn run(
     observer: Arc<dyn WatchObserver>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let kinds = if set.namespaces { 4 } else { 3 };
+    // Namespaces (labels for policy selectors) do not gate readiness: without
+    // RBAC for them, policies fall back to matching by name.
+    let kinds = 3;
     let synced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let on_first_list = {
         let shared = shared.clone();
@@ -160,7 +180,7 @@ pub async fn run(
     );
     let namespaces = async {
         if set.namespaces {
-            feed::<Namespace>(Api::all(client), shared, observer, on_first_list).await;
+            feed::<Namespace>(Api::all(client), shared, observer, || {}).await;
         } else {
             std::future::pending::<()>().await;
         }
@@ -186,7 +206,7 @@ async fn feed<K>(
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut buffer: Vec<(String, K)> = Vec::new();
+    let mut buffer: Vec<(String, Option<K>)> = Vec::new();
     let mut listed_once = false;
     loop {
         match events.try_next().await {
@@ -194,7 +214,8 @@ async fn feed<K>(
                 watcher::Event::Init => buffer.clear(),
                 watcher::Event::InitApply(obj) => {
                     if let Some(key) = obj.key() {
-                        buffer.push((key, obj));
+                        let keep = obj.worth_keeping().then_some(obj);
+                        buffer.push((key, keep));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -229,9 +250,10 @@ async fn feed<K>(
 }
 
 /// Swaps in a complete list of one kind: objects the view holds that the
-/// list lacks are removed. Returns how many were removed (drift: events the
-/// watch missed).
-fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, K)>) -> usize {
+/// list lacks are removed, listed objects without a body (not worth
+/// keeping) are applied as holding nothing. Returns how many were removed
+/// (drift: deletions the watch missed).
+fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, Option<K>)>) -> usize {
     let listed: HashSet<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
     let gone: Vec<String> = K::held(view)
         .into_iter()
@@ -241,7 +263,10 @@ fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, K)>) ->
         K::delete(view, key);
     }
     for (key, obj) in &objects {
-        K::apply(view, key, obj);
+        match obj {
+            Some(obj) => K::apply(view, key, obj),
+            None => K::delete(view, key),
+        }
     }
     gone.len()
 }
@@ -264,12 +289,36 @@ mod tests {
         }
         let drift = replace_all(
             &mut view,
-            vec![("a".to_string(), node("a")), ("d".to_string(), node("d"))],
+            vec![
+                ("a".to_string(), Some(node("a"))),
+                ("d".to_string(), Some(node("d"))),
+            ],
         );
         assert_eq!(drift, 2);
         let mut names = Node::held(&view);
         names.sort();
         assert_eq!(names, ["a", "d"]);
+    }
+
+    #[test]
+    fn a_relist_keeps_only_the_uids_of_pods_without_gpus() {
+        let mut with: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"uid": "u1", "namespace": "ns", "name": "p",
+                         "annotations": {"hami.io/vgpu-node": "n1",
+                                         "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,10,0:;"}},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        assert!(with.worth_keeping());
+        let mut view = ClusterView::new();
+        Pod::apply(&mut view, "u1", &with);
+        assert_eq!(Pod::held(&view), ["u1"]);
+        // Listed again without its allocation: only the key is buffered, and
+        // the pod is applied as holding nothing.
+        with.metadata.annotations = None;
+        assert!(!with.worth_keeping());
+        assert_eq!(replace_all::<Pod>(&mut view, vec![("u1".into(), None)]), 0);
+        assert!(Pod::held(&view).is_empty());
     }
 
     #[test]

@@ -8,23 +8,20 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::{ClusterView, pod_name};
 use crate::config::{Config, FilterMode};
-use crate::engine::{PodPlan, QuotaAmount, QuotaExceeded};
+use crate::engine::{Memory, PodPlan, QuotaAmount, QuotaExceeded};
 
-use super::wire::{Candidates, ExtenderArgs, FilterResult, HostPriority, NodeList};
+use super::wire::{Candidates, ExtenderArgs, FilterResult, HostPriority, NodeList, node_name};
 
-/// Reason given to every candidate when the pod's namespace quota is full.
-fn quota_reason(e: &QuotaExceeded) -> String {
-    format!("ResourceQuotaNotFit ({e})")
-}
-
-/// The pod's namespace quota check, as the filter applies it: requests in
-/// percent of a GPU count 0 MiB until placed.
+/// The pod's namespace quota check before a GPU is chosen, as the reason
+/// every candidate is given. A request in percent of a GPU's memory has no
+/// MiB yet: it is refused only when the namespace has no memory left at all
+/// (bind checks the resolved MiB).
 pub fn quota_check(
     view: &ClusterView,
     pod: &Pod,
     plan: &PodPlan,
     config: &Config,
-) -> Result<(), QuotaExceeded> {
+) -> Result<(), String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let (limits, _) = view.quota_limits(
         namespace,
@@ -34,11 +31,25 @@ pub fn quota_check(
     if limits.is_empty() {
         return Ok(());
     }
-    limits.check(
-        view.quota_used(namespace),
-        QuotaAmount::of_request(&plan.request),
-        u64::from(config.nvidia.memory_factor),
-    )
+    let used = view.quota_used(namespace);
+    let factor = u64::from(config.nvidia.memory_factor);
+    limits
+        .check(used, QuotaAmount::of_request(&plan.request), factor)
+        .map_err(|e: QuotaExceeded| format!("ResourceQuotaNotFit ({e})"))?;
+    let percent = plan.request.containers.iter().any(|c| {
+        c.gpu
+            .is_some_and(|g| matches!(g.memory, Memory::Percent(_)))
+    });
+    if let Some(limit) = limits.mem_mib.map(|l| l.saturating_mul(factor.max(1)))
+        && percent
+        && used.mem_mib >= limit
+    {
+        return Err(format!(
+            "ResourceQuotaNotFit (GPU memory in percent of a GPU requested, {} MiB of {limit} MiB already used)",
+            used.mem_mib
+        ));
+    }
+    Ok(())
 }
 
 /// Which candidates can hold the pod, and why the others cannot.
@@ -52,8 +63,7 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     let feasible: Vec<String> = if !plan.request.has_gpus() {
         // Not a GPU pod: nothing for gpugate to judge.
         names.clone()
-    } else if let Err(e) = quota_check(view, &args.pod, &plan, config) {
-        let reason = quota_reason(&e);
+    } else if let Err(reason) = quota_check(view, &args.pod, &plan, config) {
         for n in &names {
             result.failed_nodes.insert(n.clone(), reason.clone());
         }
@@ -94,7 +104,7 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
             result.nodes = Some(NodeList {
                 items: nodes
                     .iter()
-                    .filter(|n| n.metadata.name.as_deref().is_some_and(|x| keep.contains(x)))
+                    .filter(|n| keep.contains(node_name(n)))
                     .cloned()
                     .collect(),
             });

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::cluster::{SharedCluster, pod_name};
 use crate::config::Config;
-use crate::engine::PodPlan;
+use crate::engine::{PodPlan, QuotaAmount};
 
 use recent::RecentPods;
 use wire::{
@@ -67,6 +67,9 @@ impl Extender {
 
     pub fn prioritize(&self, config: &Config, body: &[u8]) -> Result<Vec<HostPriority>, String> {
         let args = ExtenderArgs::parse(body).map_err(|e| e.to_string())?;
+        if !self.cluster.is_synced() {
+            return Err("gpugate: cluster state not synced yet".to_string());
+        }
         filter::prioritize(&self.cluster.read(), config, &args)
     }
 
@@ -111,18 +114,37 @@ impl Extender {
             ));
         }
         let plan = PodPlan::from_pod(&pod, config).map_err(|e| format!("pod {who}: {e}"))?;
+        if !plan.request.has_gpus() {
+            // Nothing for the ledger to hold.
+            self.recent.forget(&args.pod_uid);
+            return Ok(());
+        }
         let mut view = self.cluster.write();
         // A concurrent bind of the same pod may have won meanwhile.
         if let Some(answer) = already_bound(&view, args, &who) {
             return answer;
         }
-        if let Err(e) = filter::quota_check(&view, &pod, &plan, config) {
-            return Err(format!("pod {who}: ResourceQuotaNotFit ({e})"));
+        if let Err(reason) = filter::quota_check(&view, &pod, &plan, config) {
+            return Err(format!("pod {who}: {reason}"));
         }
         let allocation = view
             .state()
             .assign(&plan, &args.node)
             .map_err(|r| format!("pod {who} does not fit on node {}: {r}", args.node))?;
+        // Requests in percent of a GPU's memory have their MiB only now.
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let (limits, _) = view.quota_limits(
+            namespace,
+            &config.nvidia.resource_memory_name,
+            &config.nvidia.resource_core_name,
+        );
+        if let Err(e) = limits.check(
+            view.quota_used(namespace),
+            QuotaAmount::of_allocation(&allocation),
+            u64::from(config.nvidia.memory_factor),
+        ) {
+            return Err(format!("pod {who}: ResourceQuotaNotFit ({e})"));
+        }
         view.reserve(&args.pod_uid, &pod, allocation)
             .map_err(|e| format!("pod {who}: {e}"))?;
         self.recent.forget(&args.pod_uid);
@@ -132,6 +154,9 @@ impl Extender {
 
     pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, String> {
         let args = PreemptionArgs::parse(body).map_err(|e| e.to_string())?;
+        if !self.cluster.is_synced() {
+            return Err("gpugate: cluster state not synced yet".to_string());
+        }
         preempt::preempt(&self.cluster.read(), config, &args)
     }
 }

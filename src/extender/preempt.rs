@@ -1,10 +1,16 @@
-//! `/preempt`: of the victims kube-scheduler proposes on each node, keep
-//! only the GPU holders whose removal really lets the pod's GPUs fit, as few
-//! and as low in priority as possible; drop nodes where removing every
-//! proposed victim still does not make room.
+//! `/preempt`: kube-scheduler proposes, per candidate node, the victims its
+//! own checks need gone (CPU, memory, pods, ports: GPU resources are
+//! `ignoredByScheduler`). Each of them was kept by its "reprieve" pass only
+//! because it is needed, so gpugate keeps every proposed victim: dropping
+//! one would nominate the pod to a node where kube-scheduler's own fit
+//! fails, and a node with no victims left is taken at once.
 //!
-//! Victims that hold no GPU on the node are kept as proposed: kube-scheduler
-//! chose them for resources gpugate does not judge (CPU, memory, ports).
+//! What gpugate adds is the GPU side: when removing the proposed victims
+//! does not free enough GPU, the fewest further GPU holders on that node
+//! with a priority below the preemptor's are added, lowest priority first;
+//! a node where even that does not make room is dropped.
+
+use std::collections::HashSet;
 
 use crate::cluster::{ClusterView, pod_name};
 use crate::config::Config;
@@ -19,57 +25,68 @@ pub fn preempt(
 ) -> Result<PreemptionResult, String> {
     let plan = PodPlan::from_pod(&args.pod, config)
         .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
+    let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     let mut result = PreemptionResult::default();
     for (node, proposed) in &args.victims {
-        if !plan.request.has_gpus() {
-            result.node_name_to_meta_victims.insert(
-                node.clone(),
-                meta(proposed.uids.iter().cloned(), proposed.pdb_violations),
-            );
-            continue;
+        let mut uids = proposed.uids.clone();
+        if plan.request.has_gpus() {
+            let proposed_set: HashSet<&str> = proposed.uids.iter().map(String::as_str).collect();
+            let removed: Vec<&Allocation> = proposed
+                .uids
+                .iter()
+                .filter_map(|uid| gpu_allocation_on(view, uid, node))
+                .collect();
+            // Further GPU holders on the node that the preemptor may evict.
+            let mut extra: Vec<(i32, &str, &Allocation)> = view
+                .held_pods()
+                .filter(|uid| !proposed_set.contains(uid))
+                .filter_map(|uid| {
+                    let a = gpu_allocation_on(view, uid, node)?;
+                    let priority = view.held_priority(uid).unwrap_or(0);
+                    (priority < preemptor_priority).then_some((priority, uid, a))
+                })
+                .collect();
+            // Lowest priority first; UID breaks ties so the answer is stable.
+            extra.sort_by_key(|(priority, uid, _)| (*priority, *uid));
+            let Some(added) = fewest_extra(view, &plan, node, &removed, &extra) else {
+                continue;
+            };
+            uids.extend(added.into_iter().map(str::to_string));
         }
-        let (mut gpu, other): (Vec<(&str, &Allocation)>, Vec<&str>) = {
-            let mut gpu = Vec::new();
-            let mut other = Vec::new();
-            for uid in &proposed.uids {
-                match view.held_allocation(uid) {
-                    Some(a) if a.node == *node => gpu.push((uid.as_str(), a)),
-                    _ => other.push(uid.as_str()),
-                }
-            }
-            (gpu, other)
-        };
-        // Lowest priority first; UID breaks ties so the answer is stable.
-        gpu.sort_by_key(|(uid, _)| (view.held_priority(uid).unwrap_or(0), *uid));
-        let Some(chosen) = fewest_victims(view, &plan, node, &gpu) else {
-            continue;
-        };
-        let uids = other
-            .into_iter()
-            .map(str::to_string)
-            .chain(chosen.into_iter().map(str::to_string));
-        result
-            .node_name_to_meta_victims
-            .insert(node.clone(), meta(uids, proposed.pdb_violations));
+        result.node_name_to_meta_victims.insert(
+            node.clone(),
+            MetaVictims {
+                pods: uids.into_iter().map(|uid| MetaPod { uid }).collect(),
+                num_pdb_violations: proposed.pdb_violations,
+            },
+        );
     }
     Ok(result)
 }
 
-/// Removes victims in order until the pod fits, then gives back (highest
-/// priority first) every victim the pod does not need gone. `None` when even
-/// all of them are not enough.
-fn fewest_victims<'a>(
+/// The pod's allocation when it holds at least one GPU on `node`.
+fn gpu_allocation_on<'v>(view: &'v ClusterView, uid: &str, node: &str) -> Option<&'v Allocation> {
+    view.held_allocation(uid)
+        .filter(|a| a.node == node && a.grant_count() > 0)
+}
+
+/// With `removed` gone, adds entries of `extra` in order until the pod fits,
+/// then gives back (highest priority first) every added one it does not
+/// need. `None` when even all of them are not enough.
+fn fewest_extra<'a>(
     view: &ClusterView,
     plan: &PodPlan,
     node: &str,
-    ordered: &[(&'a str, &Allocation)],
+    removed: &[&Allocation],
+    extra: &[(i32, &'a str, &Allocation)],
 ) -> Option<Vec<&'a str>> {
-    let fits = |set: &[(&'a str, &Allocation)]| {
-        let removed: Vec<&Allocation> = set.iter().map(|(_, a)| *a).collect();
-        view.state().fit_without(plan, node, &removed).is_ok()
+    let fits = |added: &[(i32, &'a str, &Allocation)]| {
+        let mut gone: Vec<&Allocation> = removed.to_vec();
+        gone.extend(added.iter().map(|(_, _, a)| *a));
+        view.state().fit_without(plan, node, &gone).is_ok()
     };
-    let mut taken: Vec<(&'a str, &Allocation)> = Vec::new();
-    let mut rest = ordered.iter();
+    let mut taken: Vec<(i32, &'a str, &Allocation)> = Vec::new();
+    let mut rest = extra.iter();
     while !fits(&taken) {
         taken.push(*rest.next()?);
     }
@@ -86,12 +103,5 @@ fn fewest_victims<'a>(
             taken = without;
         }
     }
-    Some(taken.into_iter().map(|(uid, _)| uid).collect())
-}
-
-fn meta(uids: impl Iterator<Item = String>, pdb_violations: i64) -> MetaVictims {
-    MetaVictims {
-        pods: uids.map(|uid| MetaPod { uid }).collect(),
-        num_pdb_violations: pdb_violations,
-    }
+    Some(taken.into_iter().map(|(_, uid, _)| uid).collect())
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -61,19 +61,25 @@ pub struct ExtenderArgs {
 #[derive(Debug, Clone)]
 pub enum Candidates {
     Names(Vec<String>),
-    Nodes(Vec<Node>),
+    /// Whole Node objects, kept as sent so that the answer echoes them
+    /// unchanged (fields k8s-openapi does not know included).
+    Nodes(Vec<Value>),
 }
 
 impl Candidates {
     pub fn names(&self) -> Vec<String> {
         match self {
             Candidates::Names(n) => n.clone(),
-            Candidates::Nodes(nodes) => nodes
-                .iter()
-                .map(|n| n.metadata.name.clone().unwrap_or_default())
-                .collect(),
+            Candidates::Nodes(nodes) => nodes.iter().map(|n| node_name(n).to_string()).collect(),
         }
     }
+}
+
+/// `metadata.name` of a Node given as JSON (empty when absent).
+pub fn node_name(node: &Value) -> &str {
+    node.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 impl ExtenderArgs {
@@ -130,7 +136,7 @@ impl FilterResult {
 /// A `v1.NodeList` as kube-scheduler reads it back.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeList {
-    pub items: Vec<Node>,
+    pub items: Vec<Value>,
 }
 
 /// One entry of a `HostPriorityList`.

@@ -219,25 +219,30 @@ impl InClusterCerts {
                 return Ok((ca.clone(), false));
             }
             let made = certs::generate(&self.spec, now)?;
+            // The old CA stays trusted while certificates it signed may
+            // still be served, but only if it is a CA that still works.
+            let previous = current.map(|c| c.cert_pem).filter(|pem| {
+                CertInfo::from_pem(pem.as_bytes(), Path::new(certs::CA_CERT))
+                    .is_ok_and(|i| i.not_after > now)
+            });
             let ca = Ca {
                 cert_pem: made.ca_cert_pem,
                 key_pem: made.ca_key_pem,
-                previous_cert_pem: current.map(|c| c.cert_pem),
+                previous_cert_pem: previous,
             };
             let result = match existing {
                 None => {
-                    api.create(&PostParams::default(), &self.secret_object(&ca, None))
+                    api.create(&PostParams::default(), &self.new_secret(&ca))
                         .await
                 }
+                // Only the CA keys change: labels, annotations, owners and
+                // the Secret's type (immutable) are kept. Its
                 // resourceVersion makes the replace fail if another replica
                 // rotated first; then its CA is read and used.
-                Some(old) => {
-                    api.replace(
-                        &self.secret.name,
-                        &PostParams::default(),
-                        &self.secret_object(&ca, old.metadata.resource_version),
-                    )
-                    .await
+                Some(mut old) => {
+                    put_ca(&mut old, &ca);
+                    api.replace(&self.secret.name, &PostParams::default(), &old)
+                        .await
                 }
             };
             match result {
@@ -253,35 +258,18 @@ impl InClusterCerts {
         Err(CertSecretError::Contended(self.secret.clone()))
     }
 
-    fn secret_object(&self, ca: &Ca, resource_version: Option<String>) -> Secret {
-        let mut data = BTreeMap::from([
-            (
-                certs::CA_CERT.to_string(),
-                ByteString(ca.cert_pem.clone().into_bytes()),
-            ),
-            (
-                certs::CA_KEY.to_string(),
-                ByteString(ca.key_pem.clone().into_bytes()),
-            ),
-        ]);
-        if let Some(prev) = &ca.previous_cert_pem {
-            data.insert(
-                PREVIOUS_CA_CERT.to_string(),
-                ByteString(prev.clone().into_bytes()),
-            );
-        }
+    fn new_secret(&self, ca: &Ca) -> Secret {
         let mut s = Secret {
-            data: Some(data),
             type_: Some("Opaque".to_string()),
             ..Default::default()
         };
         s.metadata.name = Some(self.secret.name.clone());
         s.metadata.namespace = Some(self.secret.namespace.clone());
-        s.metadata.resource_version = resource_version;
         s.metadata.labels = Some(BTreeMap::from([(
             "app.kubernetes.io/managed-by".to_string(),
             "gpugate".to_string(),
         )]));
+        put_ca(&mut s, ca);
         s
     }
 
@@ -315,6 +303,30 @@ impl InClusterCerts {
                 .await?;
         }
         Ok(Some(hooks))
+    }
+}
+
+/// Writes the CA into a Secret's data, leaving its other keys alone.
+fn put_ca(secret: &mut Secret, ca: &Ca) {
+    let data = secret.data.get_or_insert_with(BTreeMap::new);
+    data.insert(
+        certs::CA_CERT.to_string(),
+        ByteString(ca.cert_pem.clone().into_bytes()),
+    );
+    data.insert(
+        certs::CA_KEY.to_string(),
+        ByteString(ca.key_pem.clone().into_bytes()),
+    );
+    match &ca.previous_cert_pem {
+        Some(prev) => {
+            data.insert(
+                PREVIOUS_CA_CERT.to_string(),
+                ByteString(prev.clone().into_bytes()),
+            );
+        }
+        None => {
+            data.remove(PREVIOUS_CA_CERT);
+        }
     }
 }
 

@@ -27,6 +27,10 @@ use super::metrics::Metrics;
 /// controller-runtime accepts 7 MiB; larger bodies get HTTP 413.
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 
+/// kube-scheduler sends whole Node objects to an extender that is not
+/// `nodeCacheCapable` (10-20 KiB each): room for about 5,000 of them.
+pub const MAX_EXTENDER_BODY_BYTES: usize = 96 * 1024 * 1024;
+
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
@@ -69,11 +73,15 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
         .route("/mutate", post(mutate))
         .route("/webhook", post(mutate))
         .route("/validate", post(validate))
-        .route("/filter", post(filter))
-        .route("/prioritize", post(prioritize))
-        .route("/bind", post(bind))
-        .route("/preempt", post(preempt))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .merge(
+            Router::new()
+                .route("/filter", post(filter))
+                .route("/prioritize", post(prioritize))
+                .route("/bind", post(bind))
+                .route("/preempt", post(preempt))
+                .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES)),
+        )
         .with_state(state)
 }
 

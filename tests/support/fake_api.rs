@@ -147,6 +147,10 @@ impl FakeApi {
                 if want.is_some() && want != old["metadata"]["resourceVersion"].as_str() {
                     return status(409, "Conflict", "the object has been modified");
                 }
+                // Secrets' type is immutable.
+                if old.get("type").is_some() && old.get("type") != body.get("type") {
+                    return status(422, "Invalid", "type: field is immutable");
+                }
                 inner.version += 1;
                 let mut o = body;
                 o["metadata"]["resourceVersion"] = json!(inner.version.to_string());
