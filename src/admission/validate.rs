@@ -93,14 +93,9 @@ pub fn validate(
     }
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     if let Some(view) = cluster {
-        let (limits, problems) =
-            view.quota_limits(namespace, &nv.resource_memory_name, &nv.resource_core_name);
+        let (quota, problems) = view.quota(namespace, nv);
         warnings.extend(problems);
-        if let Err(e) = limits.check(
-            view.quota_used(namespace),
-            QuotaAmount::of_request(&plan.request),
-            u64::from(nv.memory_factor),
-        ) {
+        if let Err(e) = quota.check(QuotaAmount::of_request(&plan.request)) {
             let key = match e.resource {
                 QuotaResource::Memory => &nv.resource_memory_name,
                 QuotaResource::Cores => &nv.resource_core_name,

@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
 
+use crate::config::NvidiaConfig;
 use crate::engine::quantity::parse_whole;
-use crate::engine::{Allocation, ClusterState, Node, QuotaAmount, QuotaLimits};
+use crate::engine::{Allocation, ClusterState, NamespaceQuota, Node, QuotaAmount, QuotaLimits};
 
 use super::convert::{node_from_k8s, pod_allocation, pod_name};
 
@@ -81,11 +82,10 @@ impl ClusterView {
     /// are also kept for [`ClusterView::node_problems`].
     pub fn upsert_node(&mut self, node: &K8sNode) -> Vec<String> {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let sources = node_sources(node);
-        if self.node_sources.get(&name) == Some(&sources) && self.state.node(&name).is_some() {
+        if self.node_unchanged(node) {
             return self.node_problems.get(&name).cloned().unwrap_or_default();
         }
-        self.node_sources.insert(name.clone(), sources);
+        self.node_sources.insert(name.clone(), node_sources(node));
         self.plain_nodes.remove(&name);
         let (inventory, problems) = match node_from_k8s(node) {
             Ok((n, warnings)) => (n, warnings.iter().map(ToString::to_string).collect()),
@@ -405,6 +405,19 @@ impl ClusterView {
             limits = limits.tightest(q);
         }
         (limits, problems)
+    }
+
+    /// The namespace's quota under the config's resource names and
+    /// `memoryFactor`, with a message for each quota value that is ignored.
+    pub fn quota(&self, namespace: &str, nv: &NvidiaConfig) -> (NamespaceQuota, Vec<String>) {
+        let (limits, problems) =
+            self.quota_limits(namespace, &nv.resource_memory_name, &nv.resource_core_name);
+        let quota = NamespaceQuota {
+            limits,
+            used: self.quota_used(namespace),
+            memory_factor: u64::from(nv.memory_factor),
+        };
+        (quota, problems)
     }
 
     /// GPU memory and cores held by the namespace's pods.

@@ -25,7 +25,7 @@ pub use allocation::{Allocation, DeviceGrant};
 pub use device::{Gpu, Node, Usage};
 pub use plan::{PlanError, PodPlan};
 pub use policy::{GpuPolicy, NodePolicy};
-pub use quota::{QuotaAmount, QuotaExceeded, QuotaLimits};
+pub use quota::{NamespaceQuota, QuotaAmount, QuotaExceeded, QuotaLimits};
 pub use reason::{Reason, Rejection};
 pub use request::{GpuRequest, Memory, PodRequest};
 pub use state::{ApplyError, ClusterState, Evaluation, FeasibleNode};

@@ -106,6 +106,11 @@ impl QuotaLimits {
         }
     }
 
+    /// The memory limit as requests count it: scaled by `memoryFactor`.
+    pub fn memory_limit_mib(&self, memory_factor: u64) -> Option<u64> {
+        self.mem_mib.map(|l| l.saturating_mul(memory_factor.max(1)))
+    }
+
     /// Whether `add` still fits beside `used`. The memory limit is in the
     /// units users request and is scaled by `memory_factor` (config
     /// `memoryFactor`), as requests are.
@@ -115,8 +120,7 @@ impl QuotaLimits {
         add: QuotaAmount,
         memory_factor: u64,
     ) -> Result<(), QuotaExceeded> {
-        if let Some(limit) = self.mem_mib {
-            let limit = limit.saturating_mul(memory_factor.max(1));
+        if let Some(limit) = self.memory_limit_mib(memory_factor) {
             if add.mem_mib > 0 && used.mem_mib.saturating_add(add.mem_mib) > limit {
                 return Err(QuotaExceeded {
                     resource: QuotaResource::Memory,
@@ -138,6 +142,28 @@ impl QuotaLimits {
             });
         }
         Ok(())
+    }
+}
+
+/// One namespace's quota as a pod is judged against it: the limits, what
+/// its pods hold, and `memoryFactor` (which scales the memory limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceQuota {
+    pub limits: QuotaLimits,
+    pub used: QuotaAmount,
+    pub memory_factor: u64,
+}
+
+impl NamespaceQuota {
+    /// Whether `add` still fits.
+    pub fn check(&self, add: QuotaAmount) -> Result<(), QuotaExceeded> {
+        self.limits.check(self.used, add, self.memory_factor)
+    }
+
+    /// The memory limit in MiB as requests count it (scaled by
+    /// `memoryFactor`), when there is one.
+    pub fn memory_limit_mib(&self) -> Option<u64> {
+        self.limits.memory_limit_mib(self.memory_factor)
     }
 }
 

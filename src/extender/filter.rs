@@ -23,30 +23,24 @@ pub fn quota_check(
     config: &Config,
 ) -> Result<(), String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let (limits, _) = view.quota_limits(
-        namespace,
-        &config.nvidia.resource_memory_name,
-        &config.nvidia.resource_core_name,
-    );
-    if limits.is_empty() {
+    let (quota, _) = view.quota(namespace, &config.nvidia);
+    if quota.limits.is_empty() {
         return Ok(());
     }
-    let used = view.quota_used(namespace);
-    let factor = u64::from(config.nvidia.memory_factor);
-    limits
-        .check(used, QuotaAmount::of_request(&plan.request), factor)
+    quota
+        .check(QuotaAmount::of_request(&plan.request))
         .map_err(|e: QuotaExceeded| format!("ResourceQuotaNotFit ({e})"))?;
     let percent = plan.request.containers.iter().any(|c| {
         c.gpu
             .is_some_and(|g| matches!(g.memory, Memory::Percent(_)))
     });
-    if let Some(limit) = limits.mem_mib.map(|l| l.saturating_mul(factor.max(1)))
+    if let Some(limit) = quota.memory_limit_mib()
         && percent
-        && used.mem_mib >= limit
+        && quota.used.mem_mib >= limit
     {
         return Err(format!(
             "ResourceQuotaNotFit (GPU memory in percent of a GPU requested, {} MiB of {limit} MiB already used)",
-            used.mem_mib
+            quota.used.mem_mib
         ));
     }
     Ok(())

@@ -133,16 +133,8 @@ impl Extender {
             .map_err(|r| format!("pod {who} does not fit on node {}: {r}", args.node))?;
         // Requests in percent of a GPU's memory have their MiB only now.
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let (limits, _) = view.quota_limits(
-            namespace,
-            &config.nvidia.resource_memory_name,
-            &config.nvidia.resource_core_name,
-        );
-        if let Err(e) = limits.check(
-            view.quota_used(namespace),
-            QuotaAmount::of_allocation(&allocation),
-            u64::from(config.nvidia.memory_factor),
-        ) {
+        let (quota, _) = view.quota(namespace, &config.nvidia);
+        if let Err(e) = quota.check(QuotaAmount::of_allocation(&allocation)) {
             return Err(format!("pod {who}: ResourceQuotaNotFit ({e})"));
         }
         view.reserve(&args.pod_uid, &pod, allocation)

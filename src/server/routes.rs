@@ -18,8 +18,8 @@ use crate::admission::handler::{Decision, mutate_review, respond, validate_revie
 use crate::admission::review::ReviewRequest;
 use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
-use crate::extender::Extender;
 use crate::extender::wire::{BindingResult, FilterResult, HostPriority, PreemptionResult};
+use crate::extender::{BindMode, Extender};
 
 use super::metrics::Metrics;
 
@@ -49,18 +49,32 @@ impl AppState {
     }
 
     /// A state over a standalone cluster view: `/bind` commits to the
-    /// ledger (see [`crate::extender::BindMode`]).
+    /// ledger (see [`BindMode`]).
     pub fn with_cluster(
         config: Config,
         metrics: Metrics,
         cluster: Option<Arc<SharedCluster>>,
     ) -> Arc<Self> {
-        Arc::new(AppState {
-            config: Arc::new(ArcSwap::from_pointee(config)),
+        Self::assemble(
+            Arc::new(ArcSwap::from_pointee(config)),
             metrics,
-            extender: cluster
-                .clone()
-                .map(|c| Extender::new(c, crate::extender::BindMode::Ledger)),
+            cluster,
+            BindMode::Ledger,
+        )
+    }
+
+    /// A state sharing `config` with its reloader; the extender, if there
+    /// is a cluster view, binds in `bind_mode`.
+    pub fn assemble(
+        config: Arc<ArcSwap<Config>>,
+        metrics: Metrics,
+        cluster: Option<Arc<SharedCluster>>,
+        bind_mode: BindMode,
+    ) -> Arc<Self> {
+        Arc::new(AppState {
+            config,
+            metrics,
+            extender: cluster.clone().map(|c| Extender::new(c, bind_mode)),
             cluster,
         })
     }

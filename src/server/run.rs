@@ -14,7 +14,7 @@ use crate::cluster::client::{self, ApiSource};
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
 use crate::cluster::{SharedCluster, Snapshot};
 use crate::config::Config;
-use crate::extender::{BindMode, Extender};
+use crate::extender::BindMode;
 
 use super::config_reload::ConfigFile;
 
@@ -125,19 +125,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(c) => metrics.observing(c.clone()),
         None => metrics,
     };
-    let state = Arc::new(AppState {
-        config,
-        metrics,
-        extender: cluster.clone().map(|c| {
-            let mode = if args.cluster.is_some() {
-                BindMode::Ledger
-            } else {
-                BindMode::ApiUnsupported
-            };
-            Extender::new(c, mode)
-        }),
-        cluster,
-    });
+    let bind_mode = if args.cluster.is_some() {
+        BindMode::Ledger
+    } else {
+        BindMode::ApiUnsupported
+    };
+    let state = AppState::assemble(config, metrics, cluster, bind_mode);
     if let Some(file) = config_file {
         let errors = state.metrics.config_reload_errors.clone();
         tokio::spawn(file.watch(
