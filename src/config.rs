@@ -22,6 +22,9 @@ pub struct Config {
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
     /// current with `serve --self-signed-secret`.
     pub webhooks: WebhookConfigNames,
+    /// Rate limit and timeout of gpugate's API calls (bind, node lock,
+    /// events). Read at start; a reload does not change them.
+    pub api: crate::cluster::api::ApiLimits,
 }
 
 /// Names of the MutatingWebhookConfiguration and
@@ -59,6 +62,33 @@ pub struct SchedulerConfig {
     /// kube-scheduler's own scoring and `/prioritize` choose), or only the
     /// best one under the node policy (`best`, as HAMi does).
     pub filter_mode: FilterMode,
+    /// HAMi's node lock, taken by `/bind` against an API server.
+    pub node_lock: NodeLockConfig,
+}
+
+/// HAMi's node lock (`hami.io/mutex.lock`, hami-compat.md 4.3).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NodeLockConfig {
+    /// Take the lock at bind. HAMi's device plugin finds the pod it sets up
+    /// through it; turn it off only without HAMi's device plugin.
+    pub enabled: bool,
+    /// Age after which a lock is taken over (HAMi: 5 minutes).
+    pub expiry_seconds: u64,
+    /// How long a bind waits for a node locked by another pod before it
+    /// fails (kube-scheduler then retries). Keep it below the extender's
+    /// `httpTimeout` in kube-scheduler's configuration.
+    pub wait_seconds: f64,
+}
+
+impl Default for NodeLockConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            expiry_seconds: 300,
+            wait_seconds: 10.0,
+        }
+    }
 }
 
 /// See [`SchedulerConfig::filter_mode`].
@@ -78,6 +108,7 @@ impl Default for SchedulerConfig {
             gpu_scheduler_policy: GpuPolicy::Spread,
             force_overwrite_default_scheduler: true,
             filter_mode: FilterMode::All,
+            node_lock: NodeLockConfig::default(),
         }
     }
 }
@@ -223,6 +254,17 @@ impl Config {
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());
         }
+        let lock = &self.scheduler.node_lock;
+        if lock.expiry_seconds == 0 {
+            return Err("scheduler.nodeLock.expirySeconds must be at least 1".to_string());
+        }
+        if !(lock.wait_seconds.is_finite() && (0.0..=600.0).contains(&lock.wait_seconds)) {
+            return Err(format!(
+                "scheduler.nodeLock.waitSeconds is {}, allowed 0 to 600",
+                lock.wait_seconds
+            ));
+        }
+        self.api.validate()?;
         crate::admission::policy::validate_policies(&self.namespace_policies)?;
         Ok(())
     }

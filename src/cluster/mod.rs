@@ -3,8 +3,11 @@
 //! view (nodes, allocation ledger, namespaces, quotas) and where it is fed
 //! from: a snapshot file or the API server.
 
+pub mod api;
 pub mod client;
 pub mod convert;
+pub mod events;
+pub mod lock;
 pub mod shared;
 pub mod snapshot;
 pub mod view;

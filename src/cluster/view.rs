@@ -33,6 +33,22 @@ struct HeldPod {
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
     allocation: Option<Allocation>,
+    reservation: Reservation,
+}
+
+/// Where a bind of the pod stands. A reserved allocation is gpugate's own
+/// choice, made before the pod carries it: watch events that do not show it
+/// yet (the pod as it was before the patch, a re-list without it) must not
+/// drop it, or a second bind could take the same GPUs meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Reservation {
+    /// Read from the pod's annotations: the pod is the truth.
+    #[default]
+    Settled,
+    /// Chosen by a bind that is still writing to the API server.
+    InFlight,
+    /// Written and bound; held until the watch shows the pod carrying it.
+    Bound,
 }
 
 /// The cluster as gpugate sees it. Not thread-safe by itself; see
@@ -144,19 +160,32 @@ impl ClusterView {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_string());
+        let reserved = self
+            .pods
+            .get(key)
+            .is_some_and(|p| p.reservation != Reservation::Settled);
         match pod_allocation(pod) {
+            Ok(None) if reserved => None,
             Ok(None) => {
                 self.delete_pod(key);
                 None
             }
             Ok(Some(allocation)) => {
-                if self
+                if let Some(held) = self
                     .pods
-                    .get(key)
-                    .is_some_and(|p| p.allocation.as_ref() == Some(&allocation))
+                    .get_mut(key)
+                    .filter(|p| p.allocation.as_ref() == Some(&allocation))
                 {
-                    // Status updates of a running pod: nothing changes.
-                    return self.pods.get(key).and_then(|p| p.unaccounted.clone());
+                    // Status updates of a running pod: nothing changes. A
+                    // bound reservation is now carried by the pod itself.
+                    if held.reservation == Reservation::Bound {
+                        held.reservation = Reservation::Settled;
+                    }
+                    return held.unaccounted.clone();
+                }
+                if reserved {
+                    // The pod as it was before bind wrote its annotations.
+                    return None;
                 }
                 self.delete_pod(key);
                 let amount = QuotaAmount::of_allocation(&allocation);
@@ -174,9 +203,11 @@ impl ClusterView {
                         amount,
                         unaccounted,
                         allocation: Some(allocation),
+                        reservation: Reservation::Settled,
                     },
                 )
             }
+            Err(_) if reserved => None,
             Err(e) => {
                 self.delete_pod(key);
                 // Unreadable: nothing to place on a node, but the pod is
@@ -191,6 +222,7 @@ impl ClusterView {
                         amount: QuotaAmount::default(),
                         unaccounted: Some(e.to_string()),
                         allocation: None,
+                        reservation: Reservation::Settled,
                     },
                 )
             }
@@ -205,9 +237,12 @@ impl ClusterView {
         unaccounted
     }
 
-    /// Commits an allocation that gpugate chose (bind) for a pod that does
-    /// not carry it yet. Refused when the node or a GPU is unknown; the
-    /// caller chose it against this view, under the same lock.
+    /// Records an allocation that gpugate chose (bind) for a pod that does
+    /// not carry it yet, replacing whatever the pod held before. Refused when
+    /// the node or a GPU is unknown; the caller chose it against this view,
+    /// under the same lock. Until [`ClusterView::mark_bound`] or
+    /// [`ClusterView::release_reservation`], watch events of the pod that do
+    /// not show it are ignored.
     pub fn reserve(
         &mut self,
         key: &str,
@@ -215,9 +250,20 @@ impl ClusterView {
         allocation: Allocation,
     ) -> Result<(), crate::engine::ApplyError> {
         let amount = QuotaAmount::of_allocation(&allocation);
-        self.state.apply(key, allocation.clone())?;
-        if let Some(old) = self.pods.remove(key) {
-            self.release_quota(&old);
+        let old = self.pods.remove(key);
+        if let Some(old) = &old {
+            self.state.remove(key);
+            self.release_quota(old);
+        }
+        if let Err(e) = self.state.apply(key, allocation.clone()) {
+            if let Some(old) = old {
+                // Put back what was there.
+                if let Some(a) = old.allocation.clone() {
+                    let _ = self.state.apply(key, a);
+                }
+                self.hold(key, old);
+            }
+            return Err(e);
         }
         self.hold(
             key,
@@ -232,9 +278,68 @@ impl ClusterView {
                 amount,
                 unaccounted: None,
                 allocation: Some(allocation),
+                reservation: Reservation::InFlight,
             },
         );
         Ok(())
+    }
+
+    /// The pod of a reservation is bound: the allocation stays held until
+    /// the watch shows the pod carrying it.
+    pub fn mark_bound(&mut self, key: &str) {
+        if let Some(p) = self.pods.get_mut(key) {
+            p.reservation = Reservation::Bound;
+        }
+    }
+
+    /// The reservation is the truth from now on (standalone mode, where no
+    /// watch will show the pod).
+    pub fn settle(&mut self, key: &str) {
+        if let Some(p) = self.pods.get_mut(key) {
+            p.reservation = Reservation::Settled;
+        }
+    }
+
+    /// Undoes a reservation whose bind failed. Returns whether there was
+    /// one in flight.
+    pub fn release_reservation(&mut self, key: &str) -> bool {
+        let in_flight = self
+            .pods
+            .get(key)
+            .is_some_and(|p| p.reservation == Reservation::InFlight);
+        if in_flight {
+            self.delete_pod(key);
+        }
+        in_flight
+    }
+
+    /// A complete list lacks the pod: it was deleted while the watch was
+    /// down, unless a bind of it is in flight (the list may predate it; the
+    /// bind itself fails and releases if the pod is gone).
+    pub fn pod_missing_from_list(&mut self, key: &str) {
+        if !self.is_binding(key) {
+            self.delete_pod(key);
+        }
+    }
+
+    /// Whether a bind of the pod is in flight.
+    pub fn is_binding(&self, key: &str) -> bool {
+        self.pods
+            .get(key)
+            .is_some_and(|p| p.reservation == Reservation::InFlight)
+    }
+
+    /// The pod was listed without an allocation (a re-list keeps only the
+    /// UIDs of such pods), or is missing from a list (which may lag behind
+    /// a pod just created): frees what it held, unless gpugate reserved it.
+    pub fn pod_holds_nothing(&mut self, key: &str) {
+        if !self
+            .pods
+            .get(key)
+            .is_some_and(|p| p.reservation != Reservation::Settled)
+        {
+            self.delete_pod(key);
+        }
     }
 
     /// The priority of a held pod (0 when unknown).

@@ -27,6 +27,14 @@ trait Watched: Resource + Clone + Debug + DeserializeOwned + Send + 'static {
     fn key(&self) -> Option<String>;
     fn apply(view: &mut ClusterView, key: &str, obj: &Self);
     fn delete(view: &mut ClusterView, key: &str);
+    /// A re-list lacks an object the view holds.
+    fn missing(view: &mut ClusterView, key: &str) {
+        Self::delete(view, key);
+    }
+    /// A re-list has the object but only its key was kept.
+    fn holds_nothing(view: &mut ClusterView, key: &str) {
+        Self::delete(view, key);
+    }
     /// Keys of every object of this kind the view holds.
     fn held(view: &ClusterView) -> Vec<String>;
     /// Whether a re-list must keep the object until it is swapped in; when
@@ -72,6 +80,12 @@ impl Watched for Pod {
     }
     fn delete(view: &mut ClusterView, key: &str) {
         view.delete_pod(key);
+    }
+    fn missing(view: &mut ClusterView, key: &str) {
+        view.pod_missing_from_list(key);
+    }
+    fn holds_nothing(view: &mut ClusterView, key: &str) {
+        view.pod_holds_nothing(key);
     }
     fn held(view: &ClusterView) -> Vec<String> {
         view.held_pods().map(str::to_string).collect()
@@ -260,12 +274,12 @@ fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, Option<
         .filter(|k| !listed.contains(k.as_str()))
         .collect();
     for key in &gone {
-        K::delete(view, key);
+        K::missing(view, key);
     }
     for (key, obj) in &objects {
         match obj {
             Some(obj) => K::apply(view, key, obj),
-            None => K::delete(view, key),
+            None => K::holds_nothing(view, key),
         }
     }
     gone.len()

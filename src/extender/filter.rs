@@ -107,6 +107,56 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     result
 }
 
+/// Nodes named in one event note, at most.
+const NOTE_NODES: usize = 20;
+
+/// For a pod no candidate can hold: one note per reason code (the reason's
+/// first word, `CardInsufficientMemory`, `ResourceQuotaNotFit`, …) with the
+/// nodes that gave it, most frequent first, for `FilteringFailed` events.
+/// Nothing when some node fits or the call failed.
+pub fn failure_notes(result: &FilterResult) -> Vec<String> {
+    let feasible = result.node_names.as_ref().map_or(0, Vec::len)
+        + result.nodes.as_ref().map_or(0, |n| n.items.len());
+    if feasible > 0 || !result.error.is_empty() {
+        return Vec::new();
+    }
+    let mut by_code: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (node, reason) in result
+        .failed_nodes
+        .iter()
+        .chain(&result.failed_and_unresolvable_nodes)
+    {
+        let code = reason.split([' ', '(', ':', ';']).next().unwrap_or(reason);
+        by_code.entry(code).or_default().push(node);
+    }
+    let mut groups: Vec<(&str, Vec<&str>)> = by_code.into_iter().collect();
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    groups
+        .into_iter()
+        .map(|(code, mut nodes)| {
+            nodes.sort_unstable();
+            let shown = nodes.len().min(NOTE_NODES);
+            let more = nodes.len() - shown;
+            let mut note = format!(
+                "{code} on {} node(s): {}",
+                nodes.len(),
+                nodes[..shown].join(", ")
+            );
+            if more > 0 {
+                note.push_str(&format!(" and {more} more"));
+            }
+            if let Some(example) = result
+                .failed_nodes
+                .get(nodes[0])
+                .or_else(|| result.failed_and_unresolvable_nodes.get(nodes[0]))
+            {
+                note.push_str(&format!(" (e.g. {}: {example})", nodes[0]));
+            }
+            note
+        })
+        .collect()
+}
+
 /// 0..=10 per candidate, in the order given: the node policy's priority for
 /// nodes that can hold the pod, 0 for the others.
 pub fn prioritize(

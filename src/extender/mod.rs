@@ -4,6 +4,7 @@
 //! Every answer is HTTP 200 with problems in the `Error` field, as
 //! kube-scheduler expects; a body that cannot be read is such a problem.
 
+pub mod bind;
 pub mod filter;
 pub mod preempt;
 pub mod recent;
@@ -15,6 +16,8 @@ use crate::cluster::{SharedCluster, pod_name};
 use crate::config::Config;
 use crate::engine::{PodPlan, QuotaAmount};
 
+use crate::cluster::events::PodEvent;
+use bind::ApiBinder;
 use recent::RecentPods;
 use wire::{
     BindingArgs, BindingResult, ExtenderArgs, FilterResult, HostPriority, PreemptionArgs,
@@ -22,14 +25,12 @@ use wire::{
 };
 
 /// How `/bind` commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum BindMode {
     /// Standalone (`--cluster`): the ledger is the whole truth.
     Ledger,
-    /// With an API server, bind must write the pod's annotations, take the
-    /// node lock and create the Binding; until that transaction exists,
-    /// `/bind` refuses rather than record GPUs for a pod that stays Pending.
-    ApiUnsupported,
+    /// With an API server: the transaction of [`bind`].
+    Api(Box<ApiBinder>),
 }
 
 /// The extender over one cluster view.
@@ -49,6 +50,14 @@ impl Extender {
         }
     }
 
+    /// The API-server binder, when binding through one.
+    pub fn api_binder(&self) -> Option<&ApiBinder> {
+        match &self.bind_mode {
+            BindMode::Api(b) => Some(b),
+            BindMode::Ledger => None,
+        }
+    }
+
     pub fn cluster(&self) -> &Arc<SharedCluster> {
         &self.cluster
     }
@@ -61,8 +70,18 @@ impl Extender {
         if !self.cluster.is_synced() {
             return FilterResult::error("gpugate: cluster state not synced yet");
         }
-        self.recent.remember(&args.pod);
-        filter::filter(&self.cluster.read(), config, &args)
+        if let BindMode::Ledger = self.bind_mode {
+            self.recent.remember(&args.pod);
+        }
+        let result = filter::filter(&self.cluster.read(), config, &args);
+        if let Some(binder) = self.api_binder() {
+            for note in filter::failure_notes(&result) {
+                binder
+                    .events()
+                    .emit(PodEvent::new(&args.pod, true, "FilteringFailed", note));
+            }
+        }
+        result
     }
 
     pub fn prioritize(&self, config: &Config, body: &[u8]) -> Result<Vec<HostPriority>, String> {
@@ -73,26 +92,28 @@ impl Extender {
         filter::prioritize(&self.cluster.read(), config, &args)
     }
 
-    /// Standalone bind: the GPUs are chosen on the node kube-scheduler
-    /// picked, against the current ledger, and recorded there under the
-    /// pod's UID. The pod is the one the latest `/filter` call with that UID
-    /// carried.
-    pub fn bind(&self, config: &Config, body: &[u8]) -> BindingResult {
-        if self.bind_mode == BindMode::ApiUnsupported {
-            return BindingResult {
-                error: "gpugate: /bind against an API server is not available in this version; \
-                        configure kube-scheduler without bindVerb (filter and prioritize work)"
-                    .to_string(),
-            };
-        }
-        let result = BindingArgs::parse(body)
-            .map_err(|e| e.to_string())
-            .and_then(|args| self.bind_in_ledger(config, &args));
+    /// Commits kube-scheduler's choice of node: through the API server (see
+    /// [`bind`]), or, standalone, into the ledger only.
+    pub async fn bind(&self, config: &Config, body: &[u8]) -> BindingResult {
+        let result = match BindingArgs::parse(body) {
+            Err(e) => Err(e.to_string()),
+            Ok(_) if !self.cluster.is_synced() => {
+                Err("gpugate: cluster state not synced yet".to_string())
+            }
+            Ok(args) => match &self.bind_mode {
+                BindMode::Api(binder) => binder.bind(&self.cluster, config, &args).await,
+                BindMode::Ledger => self.bind_in_ledger(config, &args),
+            },
+        };
         BindingResult {
             error: result.err().unwrap_or_default(),
         }
     }
 
+    /// Standalone bind: the GPUs are chosen on the node kube-scheduler
+    /// picked, against the current ledger, and recorded there under the
+    /// pod's UID. The pod is the one the latest `/filter` call with that UID
+    /// carried.
     fn bind_in_ledger(&self, config: &Config, args: &BindingArgs) -> Result<(), String> {
         let who = format!("{}/{}", args.pod_namespace, args.pod_name);
         if let Some(answer) = already_bound(&self.cluster.read(), args, &who) {
@@ -139,6 +160,7 @@ impl Extender {
         }
         view.reserve(&args.pod_uid, &pod, allocation)
             .map_err(|e| format!("pod {who}: {e}"))?;
+        view.settle(&args.pod_uid);
         self.recent.forget(&args.pod_uid);
         tracing::info!(pod = %who, node = %args.node, "bound (ledger)");
         Ok(())
@@ -169,23 +191,4 @@ fn already_bound(
             held.node, args.node
         ))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bind_with_an_api_server_refuses_instead_of_pretending() {
-        let x = Extender::new(
-            Arc::new(SharedCluster::new(Default::default(), true)),
-            BindMode::ApiUnsupported,
-        );
-        let r = x.bind(
-            &Config::default(),
-            br#"{"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"}"#,
-        );
-        assert!(r.error.contains("not available"), "{}", r.error);
-        assert_eq!(x.cluster().read().counts().allocations, 0);
-    }
 }

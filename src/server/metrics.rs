@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::watch::WatchObserver;
+use crate::extender::bind::BindMetrics;
 
 use super::tls::ReloadingCert;
 
@@ -109,6 +110,8 @@ pub struct Metrics {
     cert_reload_errors: Gauge,
     cert: Option<Arc<ReloadingCert>>,
     pub watch: WatchMetrics,
+    /// Handed to the API-server binder.
+    pub bind: BindMetrics,
     cluster_gauges: ClusterGauges,
     cluster: Option<Arc<SharedCluster>>,
 }
@@ -185,6 +188,23 @@ impl Metrics {
             "Objects in the last full list, by kind",
             watch.objects.clone(),
         );
+        let bind = BindMetrics::default();
+        registry.register(
+            "gpugate_bind",
+            "Binds through the API server, by result and code (bound, already_bound, \
+             node_lock_contention, conflict, does_not_fit, quota_exceeded, api_error, ...)",
+            bind.outcomes.clone(),
+        );
+        registry.register(
+            "gpugate_node_lock_wait_seconds",
+            "Time a bind waited for its node (in-process queue and hami.io/mutex.lock)",
+            bind.lock_wait.clone(),
+        );
+        registry.register(
+            "gpugate_bind_rollback_failures",
+            "Undo steps of failed binds that failed too (annotations left, lock not released)",
+            bind.rollback_failures.clone(),
+        );
         let g = ClusterGauges::default();
         for (name, help, gauge) in [
             (
@@ -225,6 +245,7 @@ impl Metrics {
             extender_requests,
             extender_latency,
             watch,
+            bind,
             cluster_gauges: g,
             cluster: None,
             requests,

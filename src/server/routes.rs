@@ -181,18 +181,23 @@ async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 }
 
 async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    extender_call(
-        &state,
-        "bind",
-        |x, config| {
-            let r = x.bind(config, &body);
-            let e = (!r.error.is_empty()).then(|| r.error.clone());
-            (r, e)
+    let start = Instant::now();
+    let result = match &state.extender {
+        Some(x) => {
+            // The config of the moment, not held across the API calls.
+            let config = state.config.load_full();
+            x.bind(&config, &body).await
+        }
+        None => BindingResult {
+            error: NO_CLUSTER.to_string(),
         },
-        |e| BindingResult {
-            error: e.to_string(),
-        },
-    )
+    };
+    let ok = result.error.is_empty();
+    if !ok {
+        tracing::warn!(verb = "bind", error = %result.error, "extender");
+    }
+    state.metrics.observe_extender("bind", ok, start.elapsed());
+    axum::Json(result).into_response()
 }
 
 /// ExtenderPreemptionResult has no error field either: a request that cannot

@@ -10,11 +10,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cli::ServeArgs;
+use crate::cluster::api::ApiCalls;
 use crate::cluster::client::{self, ApiSource};
+use crate::cluster::events::EventSink;
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
 use crate::cluster::{SharedCluster, Snapshot};
 use crate::config::Config;
 use crate::extender::BindMode;
+use crate::extender::bind::ApiBinder;
 
 use super::config_reload::ConfigFile;
 
@@ -120,15 +123,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
     let metrics = Metrics::new(Some(cert.clone()));
-    let cluster = cluster_view(&args, client, &metrics, stopped())?;
+    let cluster = cluster_view(&args, client.clone(), &metrics, stopped())?;
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone()),
         None => metrics,
     };
-    let bind_mode = if args.cluster.is_some() {
-        BindMode::Ledger
-    } else {
-        BindMode::ApiUnsupported
+    let bind_mode = match (&args.cluster, &client) {
+        (None, Some(client)) => {
+            let api_limits = config.load().api.clone();
+            let scheduler = config.load().scheduler.name.clone();
+            let instance = std::env::var("POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .ok();
+            BindMode::Api(Box::new(ApiBinder::new(
+                ApiCalls::new(client.clone(), &api_limits),
+                EventSink::spawn(client.clone(), &scheduler, instance),
+                metrics.bind.clone(),
+            )))
+        }
+        _ => BindMode::Ledger,
     };
     let state = AppState::assemble(config, metrics, cluster, bind_mode);
     if let Some(file) = config_file {

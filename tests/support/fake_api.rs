@@ -27,8 +27,8 @@ struct Inner {
     objects: BTreeMap<String, Value>,
     version: u64,
     seen: Vec<Seen>,
-    /// (method, path fragment, status, times left)
-    failures: Vec<(Method, String, u16, usize)>,
+    /// (method, path fragment, status, matches to let through first, times left)
+    failures: Vec<(Method, String, u16, usize, usize)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -73,6 +73,37 @@ impl FakeApi {
         inner.objects.insert(path.to_string(), object);
     }
 
+    /// Changes a stored object in place (as another client would), bumping
+    /// its resourceVersion. Returns false when there is no such object.
+    pub fn update(&self, path: &str, change: impl FnOnce(&mut Value)) -> bool {
+        let mut inner = self.inner.lock().unwrap();
+        inner.version += 1;
+        let version = inner.version;
+        match inner.objects.get_mut(path) {
+            Some(o) => {
+                change(o);
+                o["metadata"]["resourceVersion"] = json!(version.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every stored object whose path starts with `prefix`.
+    pub fn list(&self, prefix: &str) -> Vec<(String, Value)> {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn delete(&self, path: &str) -> Option<Value> {
+        self.inner.lock().unwrap().objects.remove(path)
+    }
+
     pub fn get(&self, path: &str) -> Option<Value> {
         self.inner.lock().unwrap().objects.get(path).cloned()
     }
@@ -85,11 +116,16 @@ impl FakeApi {
     /// The next `times` requests with this method whose path contains
     /// `fragment` fail with `code`.
     pub fn fail(&self, method: Method, fragment: &str, code: u16, times: usize) {
+        self.fail_after(method, fragment, code, 0, times);
+    }
+
+    /// Like [`FakeApi::fail`], after letting `skip` matching requests through.
+    pub fn fail_after(&self, method: Method, fragment: &str, code: u16, skip: usize, times: usize) {
         self.inner
             .lock()
             .unwrap()
             .failures
-            .push((method, fragment.to_string(), code, times));
+            .push((method, fragment.to_string(), code, skip, times));
     }
 
     fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> (u16, Value) {
@@ -107,13 +143,21 @@ impl FakeApi {
             content_type: content_type.clone(),
             body: body.clone(),
         });
-        if let Some(f) = inner
+        let mut injected = None;
+        for f in inner
             .failures
             .iter_mut()
-            .find(|f| f.0 == parts.method && path.contains(&f.1) && f.3 > 0)
+            .filter(|f| f.0 == parts.method && path.contains(&f.1) && f.4 > 0)
         {
-            f.3 -= 1;
-            let code = f.2;
+            if f.3 > 0 {
+                f.3 -= 1;
+                continue;
+            }
+            f.4 -= 1;
+            injected = Some(f.2);
+            break;
+        }
+        if let Some(code) = injected {
             let reason = match code {
                 404 => "NotFound",
                 409 => "Conflict",
@@ -126,6 +170,32 @@ impl FakeApi {
                 Some(o) => (200, o.clone()),
                 None => status(404, "NotFound", &format!("{path} not found")),
             },
+            Method::POST if path.ends_with("/binding") => {
+                // pods/NAME/binding: assigns the pod once, to the UID asked.
+                let pod_path = path.trim_end_matches("/binding").to_string();
+                let version = inner.version + 1;
+                let Some(pod) = inner.objects.get_mut(&pod_path) else {
+                    return status(404, "NotFound", &format!("{pod_path} not found"));
+                };
+                if let Some(uid) = body["metadata"]["uid"].as_str()
+                    && Some(uid) != pod["metadata"]["uid"].as_str()
+                {
+                    return status(409, "Conflict", "Precondition failed: UID in precondition");
+                }
+                if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                    return status(
+                        409,
+                        "Conflict",
+                        &format!("pod is already assigned to node {n:?}"),
+                    );
+                }
+                pod["spec"]["nodeName"] = body["target"]["name"].clone();
+                pod["metadata"]["resourceVersion"] = json!(version.to_string());
+                inner.version = version;
+                let (_, mut ok) = status(201, "", "");
+                ok["status"] = json!("Success");
+                (201, ok)
+            }
             Method::POST => {
                 let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
                 let item = format!("{path}/{name}");

@@ -1,0 +1,316 @@
+//! The API server calls of bind: reads and writes of one pod or node, each
+//! rate-limited and with its own deadline, and errors that say which call
+//! failed and how (not found, conflict, refused, no answer).
+//!
+//! Watches do not go through here: they hold a request open for minutes and
+//! are paced by the watcher's own backoff.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// Rate limit and timeout of gpugate's own API calls (config `api`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApiLimits {
+    /// Sustained requests per second (kube-scheduler's default is 50;
+    /// HAMi's 5 throttled its users, HAMi #745).
+    pub qps: f64,
+    /// Requests allowed at once above the sustained rate.
+    pub burst: u32,
+    /// How long one request may take before it counts as failed.
+    pub timeout_seconds: f64,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            qps: 50.0,
+            burst: 100,
+            timeout_seconds: 10.0,
+        }
+    }
+}
+
+impl ApiLimits {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.qps.is_finite() && self.qps > 0.0) {
+            return Err(format!("api.qps is {}, must be above 0", self.qps));
+        }
+        if self.burst == 0 {
+            return Err("api.burst must be at least 1".to_string());
+        }
+        if !(self.timeout_seconds.is_finite()
+            && self.timeout_seconds > 0.0
+            && self.timeout_seconds <= 300.0)
+        {
+            return Err(format!(
+                "api.timeoutSeconds is {}, allowed above 0 up to 300",
+                self.timeout_seconds
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_seconds)
+    }
+}
+
+/// A token bucket: `burst` requests at once, then `qps` per second. A
+/// caller that finds the bucket empty takes a token on credit and waits for
+/// it, so waiters are served in the order they came.
+#[derive(Debug)]
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl RateLimiter {
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: if qps > 0.0 { qps } else { 1.0 },
+            burst,
+            bucket: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Waits until a request may be sent.
+    pub async fn acquire(&self) {
+        let wait = {
+            let mut bucket = self.bucket.lock().await;
+            let now = Instant::now();
+            let (tokens, last) = *bucket;
+            let refilled =
+                (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst) - 1.0;
+            *bucket = (refilled, now);
+            if refilled >= 0.0 {
+                return;
+            }
+            Duration::from_secs_f64(-refilled / self.qps)
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// An API call that did not do what was asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{what}: not found")]
+    NotFound { what: String },
+    /// The object changed since it was read (resourceVersion precondition),
+    /// or already exists, or (for a Binding) the pod is already bound.
+    #[error("{what}: conflict: {message}")]
+    Conflict { what: String, message: String },
+    #[error("{what}: the API server answered {code}: {message}")]
+    Refused {
+        what: String,
+        code: u16,
+        message: String,
+    },
+    #[error("{what}: no answer within {seconds} s")]
+    Timeout { what: String, seconds: f64 },
+    #[error("{what}: {message}")]
+    Transport { what: String, message: String },
+}
+
+impl ApiError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::NotFound { .. })
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ApiError::Conflict { .. })
+    }
+
+    fn from_kube(what: String, e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => match status.code {
+                404 => ApiError::NotFound { what },
+                409 => ApiError::Conflict {
+                    what,
+                    message: status.message,
+                },
+                code => ApiError::Refused {
+                    what,
+                    code,
+                    message: status.message,
+                },
+            },
+            other => ApiError::Transport {
+                what,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The calls bind makes, over one client.
+pub struct ApiCalls {
+    client: Client,
+    limiter: RateLimiter,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ApiCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiCalls")
+            .field("limiter", &self.limiter)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiCalls {
+    pub fn new(client: Client, limits: &ApiLimits) -> Self {
+        Self {
+            client,
+            limiter: RateLimiter::new(limits.qps, limits.burst),
+            timeout: limits.timeout(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn call<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        self.limiter.acquire().await;
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ApiError::from_kube(what(), e)),
+            Err(_) => Err(ApiError::Timeout {
+                what: what(),
+                seconds: self.timeout.as_secs_f64(),
+            }),
+        }
+    }
+
+    fn pods(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    pub async fn get_pod(&self, namespace: &str, name: &str) -> Result<Pod, ApiError> {
+        self.call(
+            || format!("GET pod {namespace}/{name}"),
+            self.pods(namespace).get(name),
+        )
+        .await
+    }
+
+    /// A JSON merge patch of a pod (with `metadata.resourceVersion` in the
+    /// patch it applies only to that version).
+    pub async fn merge_patch_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Pod, ApiError> {
+        self.call(
+            || format!("PATCH pod {namespace}/{name}"),
+            self.pods(namespace)
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await
+    }
+
+    /// `POST pods/NAME/binding`: assigns the pod (only this UID) to `node`.
+    pub async fn bind_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), ApiError> {
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        self.call(
+            || format!("POST binding of pod {namespace}/{name} to node {node}"),
+            self.pods(namespace).create_subresource::<_, Value>(
+                "binding",
+                name,
+                &PostParams::default(),
+                &binding,
+            ),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn get_node(&self, name: &str) -> Result<Node, ApiError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        self.call(|| format!("GET node {name}"), nodes.get(name))
+            .await
+    }
+
+    pub async fn merge_patch_node(&self, name: &str, patch: &Value) -> Result<Node, ApiError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        self.call(
+            || format!("PATCH node {name}"),
+            nodes.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bucket_allows_a_burst_then_the_rate() {
+        let limiter = RateLimiter::new(10.0, 3);
+        let start = Instant::now();
+        for _ in 0..3 {
+            limiter.acquire().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        for _ in 0..5 {
+            limiter.acquire().await;
+        }
+        // Five more at 10/s: 0.5 s.
+        let waited = start.elapsed().as_secs_f64();
+        assert!((0.49..0.52).contains(&waited), "{waited}");
+    }
+
+    #[test]
+    fn limits_are_validated() {
+        assert!(ApiLimits::default().validate().is_ok());
+        for bad in [
+            ApiLimits {
+                qps: 0.0,
+                ..Default::default()
+            },
+            ApiLimits {
+                qps: f64::NAN,
+                ..Default::default()
+            },
+            ApiLimits {
+                burst: 0,
+                ..Default::default()
+            },
+            ApiLimits {
+                timeout_seconds: 0.0,
+                ..Default::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Taking and releasing HAMi's node lock (`hami.io/mutex.lock` on the Node,
+//! hami-compat.md 4.3) so that HAMi's device plugin, which releases it when
+//! the pod's GPUs are set up, sees the same protocol as with hami-scheduler:
+//!
+//! - free, expired (older than the expiry, 5 minutes by default) or held by
+//!   a pod that no longer exists (or has finished): taken, with a
+//!   resourceVersion precondition, so two writers cannot both win;
+//! - held by the same pod: already ours (a retried bind);
+//! - held by another live pod: wait, re-reading, until the deadline;
+//! - unreadable: refused with the value, never overwritten (a writer gpugate
+//!   does not understand may rely on it).
+//!
+//! Inside one gpugate process binds to the same node also queue on an
+//! in-process mutex first, so they do not race each other on the API.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::json;
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use crate::hami::keys::NODE_LOCK;
+use crate::hami::node_lock::{decode_node_lock, encode_node_lock};
+use crate::hami::{LockHolder, NodeLock};
+
+use super::api::{ApiCalls, ApiError};
+
+/// How often a held lock is re-read while waiting for it.
+const POLL: Duration = Duration::from_millis(200);
+/// Release attempts when the node keeps changing under us.
+const RELEASE_ATTEMPTS: usize = 5;
+
+/// Why the lock was not taken.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "node {node} is locked by pod {holder} since {since} (hami.io/mutex.lock; released by HAMi's \
+         device plugin once that pod's GPUs are set up, or after {expiry_seconds} s); \
+         waited {waited_ms} ms"
+    )]
+    Contention {
+        node: String,
+        holder: String,
+        since: String,
+        expiry_seconds: u64,
+        waited_ms: u128,
+    },
+    #[error("another bind to node {node} in this gpugate did not finish within {waited_ms} ms")]
+    LocalBusy { node: String, waited_ms: u128 },
+    #[error(
+        "node {node}: hami.io/mutex.lock {value:?} cannot be read ({problem}); it is left alone: \
+         remove the annotation if no scheduler holds it"
+    )]
+    Unreadable {
+        node: String,
+        value: String,
+        problem: String,
+    },
+    #[error("node lock: {0}")]
+    Api(#[from] ApiError),
+}
+
+impl LockError {
+    /// A stable code for metrics and events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LockError::Contention { .. } | LockError::LocalBusy { .. } => "node_lock_contention",
+            LockError::Unreadable { .. } => "node_lock_unreadable",
+            LockError::Api(_) => "api_error",
+        }
+    }
+}
+
+/// How the lock was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    Free,
+    /// The same pod held it already (a retried bind).
+    AlreadyOurs,
+    /// Taken over from a holder that expired, no longer exists or has
+    /// finished; says which.
+    TakenOver(String),
+}
+
+/// Per-node in-process queues.
+#[derive(Debug, Default)]
+pub struct NodeLocks {
+    local: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// One bind's turn on a node inside this process. Dropping it lets the
+/// next bind to the node go.
+#[derive(Debug)]
+pub struct LocalTurn {
+    _guard: OwnedMutexGuard<()>,
+}
+
+impl NodeLocks {
+    /// Waits for this process's turn on `node`, until `deadline`.
+    pub async fn local_turn(&self, node: &str, deadline: Instant) -> Result<LocalTurn, LockError> {
+        let start = Instant::now();
+        let mutex = {
+            let mut map = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            // Forget queues nobody uses, so node churn does not grow the map.
+            if map.len() > 1024 {
+                map.retain(|_, m| Arc::strong_count(m) > 1);
+            }
+            map.entry(node.to_string()).or_default().clone()
+        };
+        match tokio::time::timeout_at(deadline, mutex.lock_owned()).await {
+            Ok(guard) => Ok(LocalTurn { _guard: guard }),
+            Err(_) => Err(LockError::LocalBusy {
+                node: node.to_string(),
+                waited_ms: start.elapsed().as_millis(),
+            }),
+        }
+    }
+
+    /// Takes the lock on `node` for pod `namespace/name`, waiting for a
+    /// live holder until `deadline`; a lock older than `expiry` is stale.
+    pub async fn acquire(
+        &self,
+        api: &ApiCalls,
+        node: &str,
+        (namespace, name): (&str, &str),
+        expiry: Duration,
+        deadline: Instant,
+    ) -> Result<Taken, LockError> {
+        let start = Instant::now();
+        loop {
+            let current = api.get_node(node).await?;
+            let rv = current.metadata.resource_version.clone();
+            let value = current
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NODE_LOCK))
+                .cloned();
+            let taken = match value {
+                None => Taken::Free,
+                Some(value) => {
+                    let lock = decode_node_lock(&value).map_err(|e| LockError::Unreadable {
+                        node: node.to_string(),
+                        value: value.clone(),
+                        problem: e.problem.clone(),
+                    })?;
+                    if lock.is_held_by(namespace, name) {
+                        return Ok(Taken::AlreadyOurs);
+                    }
+                    match stale(api, &lock, expiry).await? {
+                        Some(why) => Taken::TakenOver(why),
+                        None => {
+                            let waited = start.elapsed();
+                            if Instant::now() + POLL > deadline {
+                                return Err(LockError::Contention {
+                                    node: node.to_string(),
+                                    holder: lock.holder.as_ref().map_or_else(
+                                        || "(unnamed, old HAMi)".to_string(),
+                                        |h| format!("{}/{}", h.namespace, h.name),
+                                    ),
+                                    since: encode_node_lock(&NodeLock {
+                                        time: lock.time,
+                                        holder: None,
+                                    }),
+                                    expiry_seconds: expiry.as_secs(),
+                                    waited_ms: waited.as_millis(),
+                                });
+                            }
+                            tokio::time::sleep(POLL).await;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let value = encode_node_lock(&NodeLock::new(Timestamp::now(), namespace, name));
+            let patch = json!({"metadata": {
+                "resourceVersion": rv,
+                "annotations": {NODE_LOCK: value},
+            }});
+            match api.merge_patch_node(node, &patch).await {
+                Ok(_) => return Ok(taken),
+                // Someone changed the node since the read: read again.
+                Err(e) if e.is_conflict() && Instant::now() < deadline => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Releases the lock if pod `namespace/name` holds it; a lock held by
+    /// anyone else, or none, is left alone.
+    pub async fn release(
+        &self,
+        api: &ApiCalls,
+        node: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let mut last = None;
+        for _ in 0..RELEASE_ATTEMPTS {
+            let current = match api.get_node(node).await {
+                Ok(n) => n,
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            let ours = current
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NODE_LOCK))
+                .and_then(|v| decode_node_lock(v).ok())
+                .is_some_and(|l| l.is_held_by(namespace, name));
+            if !ours {
+                return Ok(());
+            }
+            let patch = json!({"metadata": {
+                "resourceVersion": current.metadata.resource_version,
+                "annotations": {NODE_LOCK: null},
+            }});
+            match api.merge_patch_node(node, &patch).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_conflict() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ApiError::Conflict {
+            what: format!("release node lock on {node}"),
+            message: "the node kept changing".to_string(),
+        }))
+    }
+}
+
+/// Why a lock held by someone else may be taken over, if it may.
+async fn stale(
+    api: &ApiCalls,
+    lock: &NodeLock,
+    expiry: Duration,
+) -> Result<Option<String>, ApiError> {
+    if lock.is_expired(Timestamp::now(), expiry) {
+        return Ok(Some(format!(
+            "expired (taken {}, expiry {} s)",
+            lock.time,
+            expiry.as_secs()
+        )));
+    }
+    let Some(LockHolder { namespace, name }) = &lock.holder else {
+        return Ok(None);
+    };
+    match api.get_pod(namespace, name).await {
+        Err(e) if e.is_not_found() => Ok(Some(format!("holder {namespace}/{name} is gone"))),
+        Err(e) => Err(e),
+        Ok(pod) => {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            Ok(matches!(phase, Some("Succeeded" | "Failed"))
+                .then(|| format!("holder {namespace}/{name} has finished")))
+        }
+    }
+}

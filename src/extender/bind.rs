@@ -1,0 +1,524 @@
+//! `/bind` against the API server: the one place where gpugate commits a
+//! placement (design.md). In order:
+//!
+//! 1. read the pod from the API server (its UID must be the one bound;
+//!    a pod already on that node is success, on another node an error);
+//! 2. wait for this process's turn on the node (bounded);
+//! 3. choose the GPUs on that node against the ledger and reserve them
+//!    under the pod's UID, with the namespace quota checked, under the
+//!    ledger's write lock;
+//! 4. take HAMi's node lock (when a regular container asks for GPUs);
+//! 5. patch the pod's allocation annotations and label, with the
+//!    resourceVersion read in 1 as precondition (re-read on conflict);
+//! 6. create the Binding.
+//!
+//! A failure at any step undoes the steps before it (annotations removed,
+//! node lock released, reservation dropped) and is answered with what
+//! failed; a rollback that fails too is named in the answer and counted.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::cluster::SharedCluster;
+use crate::cluster::api::{ApiCalls, ApiError};
+use crate::cluster::events::{EventSink, PodEvent};
+use crate::cluster::lock::{NodeLocks, Taken};
+use crate::config::Config;
+use crate::engine::{Allocation, PodPlan, QuotaAmount};
+use crate::hami::keys;
+use crate::hami::pod_devices::encode_pod_devices;
+
+use super::filter::quota_check;
+use super::wire::BindingArgs;
+
+/// Re-reads of the pod when its resourceVersion moved under the patch.
+const PATCH_ATTEMPTS: usize = 3;
+/// Label values are at most 63 characters; longer node names get only the
+/// annotation (HAMi's device plugin reads the annotation).
+const LABEL_VALUE_MAX: usize = 63;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BindLabels {
+    /// `ok` or `error`.
+    pub result: &'static str,
+    /// What happened: `bound`, `already_bound`, `node_lock_contention`, …
+    pub code: &'static str,
+}
+
+/// What bind reports to Prometheus.
+#[derive(Debug, Clone)]
+pub struct BindMetrics {
+    pub outcomes: Family<BindLabels, Counter>,
+    /// Time from asking for the node (in-process turn and HAMi's lock) to
+    /// holding it, for binds that got it.
+    pub lock_wait: Histogram,
+    /// Undo steps that failed (each is also in the bind's error).
+    pub rollback_failures: Counter,
+}
+
+impl Default for BindMetrics {
+    fn default() -> Self {
+        Self {
+            outcomes: Family::default(),
+            // 1 ms to about 33 s.
+            lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            rollback_failures: Counter::default(),
+        }
+    }
+}
+
+/// A bind that did not happen: a stable code and the whole story.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindFailure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl BindFailure {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn api(who: &str, e: &ApiError) -> Self {
+        let code = match e {
+            ApiError::NotFound { .. } => "pod_not_found",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::Timeout { .. } => "api_timeout",
+            _ => "api_error",
+        };
+        Self::new(code, format!("pod {who}: {e}"))
+    }
+}
+
+/// Binds through the API server.
+#[derive(Debug)]
+pub struct ApiBinder {
+    api: ApiCalls,
+    locks: NodeLocks,
+    events: EventSink,
+    pub metrics: BindMetrics,
+}
+
+/// What the steps so far changed, for the undo.
+#[derive(Debug, Default, Clone, Copy)]
+struct Done {
+    locked: bool,
+    /// The annotation patch may have been applied.
+    annotated: bool,
+}
+
+impl ApiBinder {
+    pub fn new(api: ApiCalls, events: EventSink, metrics: BindMetrics) -> Self {
+        Self {
+            api,
+            locks: NodeLocks::default(),
+            events,
+            metrics,
+        }
+    }
+
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    /// Runs the transaction; the answer's error is empty on success.
+    pub async fn bind(
+        &self,
+        cluster: &SharedCluster,
+        config: &Config,
+        args: &BindingArgs,
+    ) -> Result<(), String> {
+        let result = self.transaction(cluster, config, args).await;
+        let (result_label, code) = match &result {
+            Ok(code) => ("ok", *code),
+            Err(f) => ("error", f.code),
+        };
+        self.metrics
+            .outcomes
+            .get_or_create(&BindLabels {
+                result: result_label,
+                code,
+            })
+            .inc();
+        result.map(|_| ()).map_err(|f| f.message)
+    }
+
+    async fn transaction(
+        &self,
+        cluster: &SharedCluster,
+        config: &Config,
+        args: &BindingArgs,
+    ) -> Result<&'static str, BindFailure> {
+        let (ns, name, node) = (
+            args.pod_namespace.as_str(),
+            args.pod_name.as_str(),
+            args.node.as_str(),
+        );
+        let who = format!("{ns}/{name}");
+        let pod = self
+            .api
+            .get_pod(ns, name)
+            .await
+            .map_err(|e| BindFailure::api(&who, &e))?;
+        if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
+            return Err(BindFailure::new(
+                "pod_replaced",
+                format!(
+                    "pod {who}: its uid is {}, not {} (deleted and created again)",
+                    pod.metadata.uid.as_deref().unwrap_or("(none)"),
+                    args.pod_uid
+                ),
+            ));
+        }
+        if let Some(bound) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            // kube-scheduler retries a bind whose answer it did not get.
+            return if bound == node {
+                Ok("already_bound")
+            } else {
+                Err(BindFailure::new(
+                    "bound_elsewhere",
+                    format!("pod {who}: already bound to node {bound}, not {node}"),
+                ))
+            };
+        }
+        let plan = PodPlan::from_pod(&pod, config)
+            .map_err(|e| BindFailure::new("invalid_pod", format!("pod {who}: {e}")))?;
+        if !plan.request.has_gpus() {
+            self.api
+                .bind_pod(ns, name, &args.pod_uid, node)
+                .await
+                .map_err(|e| BindFailure::api(&who, &e))?;
+            return Ok("bound_without_gpus");
+        }
+
+        let lock_config = &config.scheduler.node_lock;
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_secs_f64(lock_config.wait_seconds);
+        let _turn = self.locks.local_turn(node, deadline).await.map_err(|e| {
+            self.failed(&pod, BindFailure::new(e.code(), format!("pod {who}: {e}")))
+        })?;
+        let allocation =
+            reserve(cluster, config, &pod, &plan, args, &who).map_err(|f| self.failed(&pod, f))?;
+
+        let mut done = Done::default();
+        let regular_gpus = plan
+            .request
+            .containers
+            .iter()
+            .any(|c| !c.init && c.gpu.is_some());
+        if lock_config.enabled && regular_gpus {
+            let expiry = Duration::from_secs(lock_config.expiry_seconds);
+            match self
+                .locks
+                .acquire(&self.api, node, (ns, name), expiry, deadline)
+                .await
+            {
+                Ok(taken) => {
+                    // Even a lock this pod held already (a bind before
+                    // that could not release it) is released on failure.
+                    done.locked = true;
+                    if let Taken::TakenOver(why) = &taken {
+                        tracing::warn!(pod = %who, node, %why, "node lock taken over");
+                    }
+                }
+                Err(e) => {
+                    let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
+                    return Err(self.undo(cluster, &pod, args, done, f).await);
+                }
+            }
+        }
+        self.metrics
+            .lock_wait
+            .observe(asked.elapsed().as_secs_f64());
+
+        done.annotated = true;
+        if let Err(f) = self.annotate(&pod, args, &allocation, &who).await {
+            if f.code == "conflict" || f.code == "pod_not_found" || f.code == "pod_replaced" {
+                // Refused outright: nothing was written.
+                done.annotated = false;
+            }
+            return Err(self.undo(cluster, &pod, args, done, f).await);
+        }
+
+        if let Err(e) = self.api.bind_pod(ns, name, &args.pod_uid, node).await {
+            // A lost answer or a concurrent retry may have bound it here.
+            let bound_here = matches!(
+                self.api.get_pod(ns, name).await,
+                Ok(p) if p.metadata.uid == pod.metadata.uid
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            );
+            if !bound_here {
+                let f = BindFailure::api(&who, &e);
+                return Err(self.undo(cluster, &pod, args, done, f).await);
+            }
+        }
+        cluster.write().mark_bound(&args.pod_uid);
+        tracing::info!(pod = %who, node, gpus = allocation.grant_count(), "bound");
+        self.events.emit(PodEvent::new(
+            &pod,
+            false,
+            "BindingSucceeded",
+            format!(
+                "bound to node {node} with GPUs {}",
+                gpu_list(&allocation).join(", ")
+            ),
+        ));
+        Ok("bound")
+    }
+
+    /// Writes the allocation onto the pod, with its resourceVersion as
+    /// precondition; on a conflict, reads the pod again and retries if it
+    /// is still the same, unbound pod.
+    async fn annotate(
+        &self,
+        pod: &Pod,
+        args: &BindingArgs,
+        allocation: &Allocation,
+        who: &str,
+    ) -> Result<(), BindFailure> {
+        let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
+        let mut version = pod.metadata.resource_version.clone();
+        let mut patch = allocation_patch(allocation, Timestamp::now().as_second());
+        for attempt in 1..=PATCH_ATTEMPTS {
+            patch["metadata"]["resourceVersion"] = json!(version);
+            match self.api.merge_patch_pod(ns, name, &patch).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_conflict() && attempt < PATCH_ATTEMPTS => {
+                    let fresh = self
+                        .api
+                        .get_pod(ns, name)
+                        .await
+                        .map_err(|e| BindFailure::api(who, &e))?;
+                    if fresh.metadata.uid != pod.metadata.uid {
+                        return Err(BindFailure::new(
+                            "pod_replaced",
+                            format!("pod {who}: deleted and created again during bind"),
+                        ));
+                    }
+                    if let Some(n) = fresh.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                        return Err(BindFailure::new(
+                            "bound_elsewhere",
+                            format!("pod {who}: bound to node {n} by someone else during bind"),
+                        ));
+                    }
+                    version = fresh.metadata.resource_version;
+                }
+                Err(e) => return Err(BindFailure::api(who, &e)),
+            }
+        }
+        Err(BindFailure::new(
+            "conflict",
+            format!("pod {who}: kept changing during bind"),
+        ))
+    }
+
+    /// Undoes what `done` says was done, drops the reservation, and returns
+    /// the failure with any undo step that failed too.
+    async fn undo(
+        &self,
+        cluster: &SharedCluster,
+        pod: &Pod,
+        args: &BindingArgs,
+        done: Done,
+        mut failure: BindFailure,
+    ) -> BindFailure {
+        let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
+        let mut problems = Vec::new();
+        if done.annotated
+            && let Err(e) = self.api.merge_patch_pod(ns, name, &removal_patch()).await
+            && !e.is_not_found()
+        {
+            problems.push(format!("removing the allocation annotations: {e}"));
+        }
+        if done.locked
+            && let Err(e) = self.locks.release(&self.api, &args.node, ns, name).await
+        {
+            problems.push(format!("releasing the node lock: {e}"));
+        }
+        cluster.write().release_reservation(&args.pod_uid);
+        if !problems.is_empty() {
+            self.metrics
+                .rollback_failures
+                .inc_by(u64::try_from(problems.len()).unwrap_or(u64::MAX));
+            failure.message = format!(
+                "{}; undo incomplete: {}",
+                failure.message,
+                problems.join("; ")
+            );
+        }
+        self.failed(pod, failure)
+    }
+
+    fn failed(&self, pod: &Pod, failure: BindFailure) -> BindFailure {
+        self.events.emit(PodEvent::new(
+            pod,
+            true,
+            "BindingFailed",
+            failure.message.clone(),
+        ));
+        failure
+    }
+}
+
+/// Step 3: the GPUs on the node, reserved under the pod's UID.
+fn reserve(
+    cluster: &SharedCluster,
+    config: &Config,
+    pod: &Pod,
+    plan: &PodPlan,
+    args: &BindingArgs,
+    who: &str,
+) -> Result<Allocation, BindFailure> {
+    let mut view = cluster.write();
+    if view.is_binding(&args.pod_uid) {
+        return Err(BindFailure::new(
+            "bind_in_progress",
+            format!("pod {who}: another bind of this pod is in progress"),
+        ));
+    }
+    // The pod is not bound: whatever its annotations say it holds (a bind
+    // that failed before, HAMi's filter) is on no node.
+    view.delete_pod(&args.pod_uid);
+    quota_check(&view, pod, plan, config)
+        .map_err(|reason| BindFailure::new("quota_exceeded", format!("pod {who}: {reason}")))?;
+    let allocation = view.state().assign(plan, &args.node).map_err(|r| {
+        BindFailure::new(
+            "does_not_fit",
+            format!("pod {who} does not fit on node {}: {r}", args.node),
+        )
+    })?;
+    // Requests in percent of a GPU's memory have their MiB only now.
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let (quota, _) = view.quota(namespace, &config.nvidia);
+    quota
+        .check(QuotaAmount::of_allocation(&allocation))
+        .map_err(|e| {
+            BindFailure::new(
+                "quota_exceeded",
+                format!("pod {who}: ResourceQuotaNotFit ({e})"),
+            )
+        })?;
+    view.reserve(&args.pod_uid, pod, allocation.clone())
+        .map_err(|e| BindFailure::new("does_not_fit", format!("pod {who}: {e}")))?;
+    Ok(allocation)
+}
+
+/// HAMi's allocation annotations and label (hami-compat.md 4.1), as a merge
+/// patch.
+pub fn allocation_patch(allocation: &Allocation, now_unix: i64) -> Value {
+    let devices = encode_pod_devices(&allocation.to_pod_devices());
+    let now = now_unix.to_string();
+    let mut labels = BTreeMap::new();
+    if allocation.node.len() <= LABEL_VALUE_MAX {
+        labels.insert(keys::VGPU_NODE, json!(allocation.node));
+    }
+    json!({"metadata": {
+        "annotations": {
+            keys::VGPU_NODE: allocation.node,
+            keys::VGPU_TIME: now,
+            keys::VGPU_DEVICES_TO_ALLOCATE: devices,
+            keys::VGPU_DEVICES_ALLOCATED: devices,
+            keys::BIND_PHASE: "allocating",
+            keys::BIND_TIME: now,
+        },
+        "labels": labels,
+    }})
+}
+
+/// Removes everything [`allocation_patch`] writes.
+pub fn removal_patch() -> Value {
+    json!({"metadata": {
+        "annotations": {
+            keys::VGPU_NODE: null,
+            keys::VGPU_TIME: null,
+            keys::VGPU_DEVICES_TO_ALLOCATE: null,
+            keys::VGPU_DEVICES_ALLOCATED: null,
+            keys::BIND_PHASE: null,
+            keys::BIND_TIME: null,
+        },
+        "labels": {keys::VGPU_NODE: null},
+    }})
+}
+
+/// `uuid` of every GPU granted, in container order, without repeats.
+fn gpu_list(allocation: &Allocation) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for d in allocation.containers.iter().flatten() {
+        if !out.contains(&d.uuid.as_str()) {
+            out.push(&d.uuid);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::DeviceGrant;
+
+    #[test]
+    fn the_patch_writes_what_hamis_device_plugin_reads() {
+        let a = Allocation {
+            node: "gpu-1".into(),
+            containers: vec![
+                vec![],
+                vec![DeviceGrant {
+                    uuid: "GPU-a".into(),
+                    mem_mib: 3000,
+                    cores: 30,
+                }],
+            ],
+            init_count: 1,
+        };
+        let p = allocation_patch(&a, 1_700_000_000);
+        let ann = &p["metadata"]["annotations"];
+        assert_eq!(ann["hami.io/vgpu-node"], "gpu-1");
+        assert_eq!(
+            ann["hami.io/vgpu-devices-allocated"],
+            ";GPU-a,NVIDIA,3000,30:;"
+        );
+        assert_eq!(
+            ann["hami.io/vgpu-devices-to-allocate"],
+            ann["hami.io/vgpu-devices-allocated"]
+        );
+        assert_eq!(ann["hami.io/bind-phase"], "allocating");
+        assert_eq!(ann["hami.io/bind-time"], "1700000000");
+        assert_eq!(ann["hami.io/vgpu-time"], "1700000000");
+        assert_eq!(p["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
+        // Everything written is removed by the undo.
+        let mut pod = json!({"metadata": {"annotations": {"keep": "x"}, "labels": {"app": "y"}}});
+        json_patch::merge(&mut pod, &p);
+        json_patch::merge(&mut pod, &removal_patch());
+        assert_eq!(
+            pod,
+            json!({"metadata": {"annotations": {"keep": "x"}, "labels": {"app": "y"}}})
+        );
+    }
+
+    #[test]
+    fn a_node_name_too_long_for_a_label_is_only_annotated() {
+        let a = Allocation {
+            node: "n".repeat(64),
+            containers: vec![],
+            init_count: 0,
+        };
+        let p = allocation_patch(&a, 0);
+        assert_eq!(p["metadata"]["labels"], json!({}));
+        assert_eq!(
+            p["metadata"]["annotations"]["hami.io/vgpu-node"],
+            "n".repeat(64)
+        );
+    }
+}

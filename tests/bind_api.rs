@@ -1,0 +1,651 @@
+//! `/bind` against an API server (the in-memory one of support/fake_api.rs,
+//! behind kube's tower-test mock): every write of the transaction, the node
+//! lock's rules, the undo after each failure point, many binds at once with
+//! injected failures, and a ledger rebuilt from the annotations.
+
+mod support {
+    pub mod fake_api;
+}
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpugate::cluster::api::{ApiCalls, ApiLimits};
+use gpugate::cluster::events::{EventSink, PodEvent};
+use gpugate::cluster::{ClusterView, SharedCluster, pod_allocation};
+use gpugate::config::Config;
+use gpugate::extender::bind::{ApiBinder, BindMetrics};
+use gpugate::extender::{BindMode, Extender};
+use http::Method;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{Value, json};
+use support::fake_api::FakeApi;
+use tokio::sync::mpsc::Receiver;
+
+const LOCK: &str = "hami.io/mutex.lock";
+
+fn node_path(name: &str) -> String {
+    format!("/api/v1/nodes/{name}")
+}
+
+fn pod_path(ns: &str, name: &str) -> String {
+    format!("/api/v1/namespaces/{ns}/pods/{name}")
+}
+
+/// A node with `gpus` T4s of 16 GiB, each shared by up to 4 pods.
+fn node(name: &str, gpus: usize) -> Value {
+    let devices: Vec<Value> = (0..gpus)
+        .map(|i| {
+            json!({"id": format!("GPU-{name}-{i}"), "index": i, "count": 4, "devmem": 16384,
+                   "devcore": 100, "type": "NVIDIA Tesla T4", "numa": 0, "health": true,
+                   "mode": "hami-core"})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {
+            "hami.io/node-nvidia-register": serde_json::to_string(&devices).unwrap()
+        }},
+        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 4).to_string()}}
+    })
+}
+
+/// A pending pod of one container asking for `mem` MiB and `cores` of one GPU.
+fn pod(ns: &str, name: &str, uid: &str, mem: u64, cores: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": {
+                "nvidia.com/gpu": "1",
+                "nvidia.com/gpumem": mem.to_string(),
+                "nvidia.com/gpucores": cores.to_string(),
+            }}}]
+        },
+        "status": {"phase": "Pending"}
+    })
+}
+
+struct Rig {
+    api: FakeApi,
+    cluster: Arc<SharedCluster>,
+    extender: Extender,
+    events: Receiver<PodEvent>,
+    config: Config,
+}
+
+fn config(wait_seconds: f64) -> Config {
+    let mut c = Config::default();
+    c.scheduler.node_lock.wait_seconds = wait_seconds;
+    c
+}
+
+impl Rig {
+    fn new(nodes: &[Value], pods: &[Value], config: Config) -> Self {
+        let api = FakeApi::default();
+        let mut view = ClusterView::new();
+        for n in nodes {
+            api.put(
+                &node_path(n["metadata"]["name"].as_str().unwrap()),
+                n.clone(),
+            );
+            let k: Node = serde_json::from_value(n.clone()).unwrap();
+            view.upsert_node(&k);
+        }
+        for p in pods {
+            let m = &p["metadata"];
+            api.put(
+                &pod_path(
+                    m["namespace"].as_str().unwrap(),
+                    m["name"].as_str().unwrap(),
+                ),
+                p.clone(),
+            );
+            let k: Pod = serde_json::from_value(p.clone()).unwrap();
+            view.upsert_pod(m["uid"].as_str().unwrap(), &k);
+        }
+        let cluster = Arc::new(SharedCluster::new(view, true));
+        let (sink, events) = EventSink::channel(1000);
+        let binder = ApiBinder::new(
+            ApiCalls::new(api.client(), &ApiLimits::default()),
+            sink,
+            BindMetrics::default(),
+        );
+        let extender = Extender::new(cluster.clone(), BindMode::Api(Box::new(binder)));
+        Rig {
+            api,
+            cluster,
+            extender,
+            events,
+            config,
+        }
+    }
+
+    /// kube-scheduler's ExtenderBindingArgs; returns the answer's error.
+    async fn bind(&self, ns: &str, name: &str, uid: &str, node: &str) -> String {
+        let body = json!({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": node});
+        self.extender
+            .bind(&self.config, body.to_string().as_bytes())
+            .await
+            .error
+    }
+
+    fn pod(&self, ns: &str, name: &str) -> Value {
+        self.api.get(&pod_path(ns, name)).unwrap()
+    }
+
+    fn lock(&self, node: &str) -> Option<String> {
+        self.api.get(&node_path(node)).unwrap()["metadata"]["annotations"][LOCK]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    fn held(&self, uid: &str) -> Option<gpugate::engine::Allocation> {
+        self.cluster.read().held_allocation(uid).cloned()
+    }
+
+    /// What the API server holds, fed to the view as the watch would.
+    fn deliver_watch_events(&self) {
+        let mut view = self.cluster.write();
+        for (_, p) in self.api.list("/api/v1/namespaces/") {
+            let k: Pod = serde_json::from_value(p.clone()).unwrap();
+            view.upsert_pod(p["metadata"]["uid"].as_str().unwrap(), &k);
+        }
+    }
+
+    fn writes(&self) -> Vec<(Method, String)> {
+        self.api
+            .seen()
+            .into_iter()
+            .filter(|s| s.method != Method::GET)
+            .map(|s| (s.method, s.path))
+            .collect()
+    }
+
+    fn drain_events(&mut self) -> Vec<PodEvent> {
+        let mut out = Vec::new();
+        while let Ok(e) = self.events.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+}
+
+fn annotations(pod: &Value) -> &serde_json::Map<String, Value> {
+    static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
+    pod["metadata"]["annotations"]
+        .as_object()
+        .unwrap_or_else(|| EMPTY.get_or_init(Default::default))
+}
+
+fn has_allocation_annotations(pod: &Value) -> bool {
+    annotations(pod).keys().any(|k| k.starts_with("hami.io/"))
+        || pod["metadata"]["labels"]["hami.io/vgpu-node"].is_string()
+}
+
+#[tokio::test]
+async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
+    let mut rig = Rig::new(
+        &[node("gpu-1", 2)],
+        &[pod("ml", "train-0", "u-0", 4000, 30)],
+        config(1.0),
+    );
+    assert_eq!(rig.bind("ml", "train-0", "u-0", "gpu-1").await, "");
+
+    let p = rig.pod("ml", "train-0");
+    assert_eq!(p["spec"]["nodeName"], "gpu-1");
+    let a = annotations(&p);
+    assert_eq!(a["hami.io/vgpu-node"], "gpu-1");
+    assert_eq!(a["hami.io/bind-phase"], "allocating");
+    let devices = a["hami.io/vgpu-devices-allocated"].as_str().unwrap();
+    assert!(
+        devices.starts_with("GPU-gpu-1-") && devices.ends_with(",NVIDIA,4000,30:;"),
+        "{devices}"
+    );
+    assert_eq!(a["hami.io/vgpu-devices-to-allocate"], devices);
+    assert_eq!(p["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
+    // HAMi's device plugin finds the pod through the lock and releases it.
+    let lock = rig.lock("gpu-1").unwrap();
+    assert!(lock.ends_with("Z,ml,train-0"), "{lock}");
+
+    // The writes, in order, each with its precondition.
+    assert_eq!(
+        rig.writes(),
+        [
+            (Method::PATCH, node_path("gpu-1")),
+            (Method::PATCH, pod_path("ml", "train-0")),
+            (
+                Method::POST,
+                format!("{}/binding", pod_path("ml", "train-0"))
+            ),
+        ]
+    );
+    let seen = rig.api.seen();
+    let patches: Vec<_> = seen.iter().filter(|s| s.method == Method::PATCH).collect();
+    for p in &patches {
+        assert_eq!(
+            p.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert!(
+            p.body["metadata"]["resourceVersion"].is_string(),
+            "no precondition: {}",
+            p.body
+        );
+    }
+    let binding = &seen.last().unwrap().body;
+    assert_eq!(
+        binding["target"],
+        json!({"apiVersion": "v1", "kind": "Node", "name": "gpu-1"})
+    );
+    assert_eq!(binding["metadata"]["uid"], "u-0");
+
+    // The ledger holds the same allocation the pod carries.
+    let held = rig.held("u-0").unwrap();
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert_eq!(pod_allocation(&k).unwrap().unwrap(), held);
+    let events = rig.drain_events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].reason, "BindingSucceeded");
+    assert!(events[0].note.contains("gpu-1"), "{}", events[0].note);
+
+    // kube-scheduler retries when it lost the answer: success, no writes.
+    let before = rig.writes().len();
+    assert_eq!(rig.bind("ml", "train-0", "u-0", "gpu-1").await, "");
+    assert_eq!(rig.writes().len(), before);
+    // ... but not to another node.
+    let e = rig.bind("ml", "train-0", "u-0", "gpu-2").await;
+    assert!(e.contains("already bound to node gpu-1"), "{e}");
+}
+
+#[tokio::test]
+async fn a_node_locked_by_a_live_pod_is_waited_for_then_refused_and_nothing_stays() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut n = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    n["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let mut rig = Rig::new(&[n], &[holder, pod("ml", "p", "u-p", 1000, 0)], config(0.5));
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("node gpu-1 is locked by pod ml/holder"), "{e}");
+    assert!(e.contains("waited"), "{e}");
+    assert!(rig.lock("gpu-1").unwrap().ends_with(",ml,holder"));
+    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
+    assert_eq!(rig.held("u-p"), None);
+    assert!(rig.writes().is_empty(), "{:?}", rig.writes());
+    assert_eq!(rig.drain_events()[0].reason, "BindingFailed");
+
+    // Released meanwhile (as HAMi's device plugin does): the next try binds.
+    rig.api.update(&node_path("gpu-1"), |n| {
+        n["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LOCK);
+    });
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+}
+
+#[tokio::test]
+async fn a_lock_that_expired_or_whose_holder_is_gone_is_taken_over() {
+    let mut expired = node("gpu-1", 1);
+    expired["metadata"]["annotations"][LOCK] = json!("2020-01-01T00:00:00Z,ml,old");
+    let mut dangling = node("gpu-2", 1);
+    let now = jiff::Timestamp::now().to_string();
+    dangling["metadata"]["annotations"][LOCK] = json!(format!("{now},ml,deleted-pod"));
+    // Written by an old HAMi without a holder, and recent: contention.
+    let mut legacy = node("gpu-3", 1);
+    legacy["metadata"]["annotations"][LOCK] = json!(now);
+    let rig = Rig::new(
+        &[expired, dangling, legacy],
+        &[
+            pod("ml", "a", "u-a", 1000, 0),
+            pod("ml", "b", "u-b", 1000, 0),
+            pod("ml", "c", "u-c", 1000, 0),
+        ],
+        config(0.3),
+    );
+    assert_eq!(rig.bind("ml", "a", "u-a", "gpu-1").await, "");
+    assert!(rig.lock("gpu-1").unwrap().ends_with(",ml,a"));
+    assert_eq!(rig.bind("ml", "b", "u-b", "gpu-2").await, "");
+    assert!(rig.lock("gpu-2").unwrap().ends_with(",ml,b"));
+    let e = rig.bind("ml", "c", "u-c", "gpu-3").await;
+    assert!(e.contains("(unnamed, old HAMi)"), "{e}");
+}
+
+#[tokio::test]
+async fn an_unreadable_lock_is_never_overwritten() {
+    let mut n = node("gpu-1", 1);
+    n["metadata"]["annotations"][LOCK] = json!("locked by ops, do not touch");
+    let rig = Rig::new(&[n], &[pod("ml", "p", "u-p", 1000, 0)], config(1.0));
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("cannot be read"), "{e}");
+    assert!(e.contains("remove the annotation"), "{e}");
+    assert_eq!(rig.lock("gpu-1").unwrap(), "locked by ops, do not touch");
+    assert!(rig.writes().is_empty());
+    assert_eq!(rig.held("u-p"), None);
+}
+
+/// Each failure point, then: no annotations, no lock, nothing in the ledger,
+/// and the same bind succeeds once the API server is well again.
+#[tokio::test]
+async fn every_failure_point_is_undone() {
+    let cases: [(Method, &str, u16, &str); 5] = [
+        (Method::GET, "/pods/p", 500, "GET pod ml/p"),
+        (Method::PATCH, "/nodes/gpu-1", 500, "PATCH node gpu-1"),
+        (Method::PATCH, "/pods/p", 500, "PATCH pod ml/p"),
+        (Method::POST, "/binding", 500, "POST binding"),
+        (Method::POST, "/binding", 404, "not found"),
+    ];
+    for (method, fragment, code, needle) in cases {
+        let mut rig = Rig::new(
+            &[node("gpu-1", 1)],
+            &[pod("ml", "p", "u-p", 2000, 10)],
+            config(1.0),
+        );
+        rig.api.fail(method.clone(), fragment, code, 1);
+        let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+        let case = format!("{method} {fragment} {code}");
+        assert!(e.contains(needle), "{case}: {e}");
+        assert!(!e.contains("undo incomplete"), "{case}: {e}");
+        let p = rig.pod("ml", "p");
+        assert!(!has_allocation_annotations(&p), "{case}: {p}");
+        assert!(p["spec"]["nodeName"].is_null(), "{case}");
+        assert_eq!(rig.lock("gpu-1"), None, "{case}");
+        assert_eq!(rig.held("u-p"), None, "{case}");
+        assert_eq!(
+            rig.cluster.read().state().node("gpu-1").unwrap().usage[0].slots,
+            0,
+            "{case}"
+        );
+        // A pod that could not be read gets no event (there is nothing to
+        // attach it to); every other failure is on the pod.
+        let events = rig.drain_events();
+        if method == Method::GET {
+            assert!(events.is_empty(), "{case}");
+        } else {
+            assert_eq!(events.len(), 1, "{case}");
+            assert_eq!(events[0].reason, "BindingFailed", "{case}");
+            assert!(events[0].warning, "{case}");
+        }
+        assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "", "{case}");
+        assert_eq!(rig.pod("ml", "p")["spec"]["nodeName"], "gpu-1", "{case}");
+    }
+}
+
+#[tokio::test]
+async fn an_undo_that_fails_too_is_reported() {
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[pod("ml", "p", "u-p", 2000, 10)],
+        config(1.0),
+    );
+    rig.api.fail(Method::POST, "/binding", 500, 1);
+    // The annotation patch and the lock go through; removing them does not.
+    rig.api.fail_after(Method::PATCH, "/pods/p", 503, 1, 1);
+    rig.api.fail_after(Method::PATCH, "/nodes/gpu-1", 500, 1, 1);
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("POST binding"), "{e}");
+    assert!(e.contains("undo incomplete"), "{e}");
+    assert!(e.contains("removing the allocation annotations"), "{e}");
+    assert!(e.contains("releasing the node lock"), "{e}");
+    // The ledger is released regardless; what is left on the API server is
+    // named in the error (and counted in gpugate_bind_rollback_failures).
+    assert_eq!(rig.held("u-p"), None);
+    assert!(has_allocation_annotations(&rig.pod("ml", "p")));
+    // The next bind of the same pod replaces the leftovers and the lock.
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+}
+
+#[tokio::test]
+async fn a_pod_changed_between_read_and_patch_is_read_again() {
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[pod("ml", "p", "u-p", 2000, 10)],
+        config(1.0),
+    );
+    rig.api.fail(Method::PATCH, "/pods/p", 409, 1);
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+    let pod_patches: Vec<_> = rig
+        .api
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == Method::PATCH && s.path.contains("/pods/"))
+        .collect();
+    assert_eq!(pod_patches.len(), 2);
+    assert!(has_allocation_annotations(&rig.pod("ml", "p")));
+}
+
+#[tokio::test]
+async fn a_replaced_pod_or_unknown_pod_is_refused() {
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[pod("ml", "p", "u-new", 2000, 10)],
+        config(1.0),
+    );
+    let e = rig.bind("ml", "p", "u-old", "gpu-1").await;
+    assert!(e.contains("its uid is u-new, not u-old"), "{e}");
+    let e = rig.bind("ml", "nope", "u-x", "gpu-1").await;
+    assert!(e.contains("not found"), "{e}");
+    let e = rig.bind("ml", "p", "u-new", "no-such-node").await;
+    assert!(e.contains("does not fit on node no-such-node"), "{e}");
+    assert!(rig.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_pod_that_does_not_fit_any_more_is_refused_before_any_write() {
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[
+            pod("ml", "a", "u-a", 12000, 10),
+            pod("ml", "b", "u-b", 12000, 10),
+        ],
+        config(1.0),
+    );
+    assert_eq!(rig.bind("ml", "a", "u-a", "gpu-1").await, "");
+    let writes = rig.writes().len();
+    let e = rig.bind("ml", "b", "u-b", "gpu-1").await;
+    assert!(e.contains("does not fit on node gpu-1"), "{e}");
+    assert_eq!(rig.writes().len(), writes);
+}
+
+/// Without HAMi's device plugin to release locks, the lock is off; many
+/// binds at once across nodes and on one node, with API failures injected:
+/// afterwards the ledger equals the annotations, no GPU is over-committed,
+/// and a ledger rebuilt from the API server's objects (a restart) is equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_binds_at_once_with_failures_leave_ledger_and_annotations_equal() {
+    let nodes: Vec<Value> = (0..3).map(|i| node(&format!("gpu-{i}"), 2)).collect();
+    // 3 nodes × 2 GPUs × 4 slots = 24 slots; 40 pods of 5,000 MiB: at most
+    // 3 per GPU by memory (16,384 MiB), so at most 18 can be placed.
+    let pods: Vec<Value> = (0..40)
+        .map(|i| pod("ml", &format!("p{i}"), &format!("u-{i}"), 5000, 10))
+        .collect();
+    let mut c = config(2.0);
+    c.scheduler.node_lock.enabled = false;
+    let rig = Arc::new(Rig::new(&nodes, &pods, c));
+    rig.api.fail(Method::PATCH, "/pods/p1", 500, 1);
+    rig.api.fail(Method::POST, "/binding", 500, 3);
+    rig.api.fail(Method::PATCH, "/pods/p2", 409, 2);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let rig = rig.clone();
+        tasks.push(tokio::spawn(async move {
+            // Half go to gpu-0 (one node, contended), the rest spread.
+            let node = match i % 4 {
+                1 => "gpu-1",
+                3 => "gpu-2",
+                _ => "gpu-0",
+            };
+            rig.bind("ml", &format!("p{i}"), &format!("u-{i}"), node)
+                .await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await.unwrap().is_empty() {
+            ok += 1;
+        }
+    }
+    assert!(ok >= 12, "only {ok} binds succeeded");
+    check_consistent(&rig);
+    rig.deliver_watch_events();
+    check_consistent(&rig);
+
+    // Restart: a ledger built from what the API server holds.
+    let mut fresh = ClusterView::new();
+    for (_, n) in rig.api.list("/api/v1/nodes/") {
+        fresh.upsert_node(&serde_json::from_value(n).unwrap());
+    }
+    for (_, p) in rig.api.list("/api/v1/namespaces/") {
+        let k: Pod = serde_json::from_value(p.clone()).unwrap();
+        fresh.upsert_pod(p["metadata"]["uid"].as_str().unwrap(), &k);
+    }
+    let before = rig.cluster.read();
+    let mut a: Vec<_> = before
+        .held_pods()
+        .map(|u| (u.to_string(), before.held_allocation(u).cloned()))
+        .collect();
+    let mut b: Vec<_> = fresh
+        .held_pods()
+        .map(|u| (u.to_string(), fresh.held_allocation(u).cloned()))
+        .collect();
+    a.sort_by(|x, y| x.0.cmp(&y.0));
+    b.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(a, b);
+    for n in before.state().nodes() {
+        let m = fresh.state().node(&n.name).unwrap();
+        assert_eq!(n.usage, m.usage, "{}", n.name);
+    }
+}
+
+/// Bound pods carry exactly what the ledger holds; unbound pods carry
+/// nothing and hold nothing; no GPU holds more than it has.
+fn check_consistent(rig: &Rig) {
+    let view = rig.cluster.read();
+    let mut per_gpu: std::collections::HashMap<String, (u64, u32, u32)> = Default::default();
+    for (path, p) in rig.api.list("/api/v1/namespaces/") {
+        let uid = p["metadata"]["uid"].as_str().unwrap();
+        let k: Pod = serde_json::from_value(p.clone()).unwrap();
+        if p["spec"]["nodeName"].is_string() {
+            let a = pod_allocation(&k)
+                .unwrap()
+                .expect("bound pod without annotations");
+            assert_eq!(a.node, p["spec"]["nodeName"].as_str().unwrap());
+            assert_eq!(view.held_allocation(uid), Some(&a), "{path}");
+            for (uuid, u) in a.usage_by_gpu() {
+                let e = per_gpu.entry(uuid.to_string()).or_default();
+                e.0 += u.mem_mib;
+                e.1 += u.cores;
+                e.2 += u.slots;
+            }
+        } else {
+            assert!(!has_allocation_annotations(&p), "{path}: {p}");
+            assert_eq!(view.held_allocation(uid), None, "{path}");
+        }
+    }
+    for n in view.state().nodes() {
+        for (g, used) in n.gpus.iter().zip(&n.usage) {
+            let (mem, cores, slots) = per_gpu.get(&g.uuid).copied().unwrap_or_default();
+            let cap = &g.capacity;
+            assert!(
+                mem <= cap.mem_mib && cores <= cap.cores && slots <= cap.slots,
+                "{} over-committed",
+                g.uuid
+            );
+            assert_eq!((used.mem_mib, used.cores, used.slots), (mem, cores, slots));
+        }
+    }
+}
+
+/// With the node lock on, binds to one node queue: a simulated device
+/// plugin releases each lock as HAMi's does, and every bind gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn binds_to_one_node_wait_for_the_lock_the_device_plugin_releases() {
+    let pods: Vec<Value> = (0..6)
+        .map(|i| pod("ml", &format!("p{i}"), &format!("u-{i}"), 1000, 0))
+        .collect();
+    let rig = Arc::new(Rig::new(&[node("gpu-1", 2)], &pods, config(10.0)));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let plugin = {
+        let api = rig.api.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut released = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let Some(holder) = api.get(&node_path("gpu-1")).unwrap()["metadata"]["annotations"]
+                    [LOCK]
+                    .as_str()
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
+                let name = holder.rsplit(',').next().unwrap().to_string();
+                // Only once the holder is bound, as kubelet calls Allocate then.
+                if api.get(&pod_path("ml", &name)).unwrap()["spec"]["nodeName"].is_string() {
+                    api.update(&pod_path("ml", &name), |p| {
+                        p["metadata"]["annotations"]["hami.io/bind-phase"] = json!("success");
+                    });
+                    api.update(&node_path("gpu-1"), |n| {
+                        n["metadata"]["annotations"]
+                            .as_object_mut()
+                            .unwrap()
+                            .remove(LOCK);
+                    });
+                    released += 1;
+                }
+            }
+            released
+        })
+    };
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let rig = rig.clone();
+        tasks.push(tokio::spawn(async move {
+            rig.bind("ml", &format!("p{i}"), &format!("u-{i}"), "gpu-1")
+                .await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), "");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(plugin.await.unwrap() >= 5);
+    rig.deliver_watch_events();
+    check_consistent(&rig);
+}
+
+#[tokio::test]
+async fn events_reach_the_api_server() {
+    let api = FakeApi::default();
+    let sink = EventSink::spawn(api.client(), "hami-scheduler", Some("gpugate-0".into()));
+    let p: Pod = serde_json::from_value(pod("ml", "p", "u-p", 1, 0)).unwrap();
+    sink.emit(PodEvent::new(
+        &p,
+        true,
+        "FilteringFailed",
+        "CardInsufficientMemory on 2 node(s): a, b".into(),
+    ));
+    let mut found = None;
+    for _ in 0..100 {
+        found = api
+            .list("/apis/events.k8s.io/v1/namespaces/ml/events/")
+            .into_iter()
+            .next();
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, e) = found.expect("no event posted");
+    assert_eq!(e["reason"], "FilteringFailed");
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["regarding"]["uid"], "u-p");
+    assert_eq!(e["reportingController"], "hami-scheduler");
+    assert!(
+        e["note"]
+            .as_str()
+            .unwrap()
+            .contains("CardInsufficientMemory")
+    );
+}
