@@ -64,6 +64,23 @@ pub struct SchedulerConfig {
     pub filter_mode: FilterMode,
     /// HAMi's node lock, taken by `/bind` against an API server.
     pub node_lock: NodeLockConfig,
+    /// Gang scheduling (pods labelled `pod-group.scheduling.sigs.k8s.io/name`).
+    pub gang: GangConfig,
+}
+
+/// Gang scheduling.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct GangConfig {
+    /// How long capacity stays held for the members of a group that is
+    /// being placed (from the last member bound); then it is released.
+    pub hold_seconds: u64,
+}
+
+impl Default for GangConfig {
+    fn default() -> Self {
+        Self { hold_seconds: 60 }
+    }
 }
 
 /// HAMi's node lock (`hami.io/mutex.lock`, hami-compat.md 4.3).
@@ -109,6 +126,7 @@ impl Default for SchedulerConfig {
             force_overwrite_default_scheduler: true,
             filter_mode: FilterMode::All,
             node_lock: NodeLockConfig::default(),
+            gang: GangConfig::default(),
         }
     }
 }
@@ -262,6 +280,12 @@ impl Config {
             return Err(format!(
                 "scheduler.nodeLock.waitSeconds is {}, allowed 0 to 600",
                 lock.wait_seconds
+            ));
+        }
+        if self.scheduler.gang.hold_seconds == 0 || self.scheduler.gang.hold_seconds > 3600 {
+            return Err(format!(
+                "scheduler.gang.holdSeconds is {}, allowed 1 to 3600",
+                self.scheduler.gang.hold_seconds
             ));
         }
         self.api.validate()?;

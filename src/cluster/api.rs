@@ -26,6 +26,9 @@ pub struct ApiLimits {
     pub burst: u32,
     /// How long one request may take before it counts as failed.
     pub timeout_seconds: f64,
+    /// How often every watch is restarted with a fresh list, which finds
+    /// and repairs what the watch missed (counted in `gpugate_ledger_drift`).
+    pub resync_seconds: u64,
 }
 
 impl Default for ApiLimits {
@@ -34,6 +37,7 @@ impl Default for ApiLimits {
             qps: 50.0,
             burst: 100,
             timeout_seconds: 10.0,
+            resync_seconds: 300,
         }
     }
 }
@@ -53,6 +57,12 @@ impl ApiLimits {
             return Err(format!(
                 "api.timeoutSeconds is {}, allowed above 0 up to 300",
                 self.timeout_seconds
+            ));
+        }
+        if self.resync_seconds < 10 {
+            return Err(format!(
+                "api.resyncSeconds is {}, at least 10",
+                self.resync_seconds
             ));
         }
         Ok(())

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
 
 use crate::config::NvidiaConfig;
+use crate::engine::gang::{GangKey, gang_label};
 use crate::engine::quantity::parse_whole;
 use crate::engine::{Allocation, ClusterState, NamespaceQuota, Node, QuotaAmount, QuotaLimits};
 
@@ -67,6 +68,12 @@ pub struct ClusterView {
     /// `spec.hard` entries named `limits.*`, by namespace and quota name.
     quotas: HashMap<String, BTreeMap<String, BTreeMap<String, String>>>,
     quota_used: HashMap<String, QuotaAmount>,
+    /// Unfinished pods of gang groups, by group and UID (trimmed copies).
+    gangs: HashMap<GangKey, BTreeMap<String, Pod>>,
+    member_gang: HashMap<String, GangKey>,
+    /// Capacity held for members of groups being placed, by member UID:
+    /// the group and when the hold ends (Unix ms).
+    gang_holds: HashMap<String, (GangKey, i64)>,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -154,6 +161,7 @@ impl ClusterView {
     /// Records a pod under `key` (its UID). Returns the problem when its
     /// allocation cannot be counted on a node.
     pub fn upsert_pod(&mut self, key: &str, pod: &Pod) -> Option<String> {
+        self.track_gang_member(key, pod);
         let name = pod_name(pod);
         let namespace = pod
             .metadata
@@ -167,7 +175,7 @@ impl ClusterView {
         match pod_allocation(pod) {
             Ok(None) if reserved => None,
             Ok(None) => {
-                self.delete_pod(key);
+                self.forget_allocation(key);
                 None
             }
             Ok(Some(allocation)) => {
@@ -187,7 +195,7 @@ impl ClusterView {
                     // The pod as it was before bind wrote its annotations.
                     return None;
                 }
-                self.delete_pod(key);
+                self.forget_allocation(key);
                 let amount = QuotaAmount::of_allocation(&allocation);
                 let unaccounted = self
                     .state
@@ -209,7 +217,7 @@ impl ClusterView {
             }
             Err(_) if reserved => None,
             Err(e) => {
-                self.delete_pod(key);
+                self.forget_allocation(key);
                 // Unreadable: nothing to place on a node, but the pod is
                 // reported and its namespace is not told it has room it may
                 // not have.
@@ -308,7 +316,7 @@ impl ClusterView {
             .get(key)
             .is_some_and(|p| p.reservation == Reservation::InFlight);
         if in_flight {
-            self.delete_pod(key);
+            self.forget_allocation(key);
         }
         in_flight
     }
@@ -333,12 +341,14 @@ impl ClusterView {
     /// UIDs of such pods), or is missing from a list (which may lag behind
     /// a pod just created): frees what it held, unless gpugate reserved it.
     pub fn pod_holds_nothing(&mut self, key: &str) {
+        // Gang members are listed whole, so this pod is in no group.
+        self.untrack_gang_member(key);
         if !self
             .pods
             .get(key)
             .is_some_and(|p| p.reservation != Reservation::Settled)
         {
-            self.delete_pod(key);
+            self.forget_allocation(key);
         }
     }
 
@@ -356,8 +366,16 @@ impl ClusterView {
         }
     }
 
-    /// Frees a deleted (or finished) pod's GPUs and quota.
+    /// Forgets a deleted pod: its GPUs, quota, group membership and the
+    /// capacity held for it.
     pub fn delete_pod(&mut self, key: &str) {
+        self.forget_allocation(key);
+        self.untrack_gang_member(key);
+        self.release_gang_hold(key);
+    }
+
+    /// Frees what a pod holds (GPUs and quota); the pod itself may live on.
+    pub fn forget_allocation(&mut self, key: &str) {
         let Some(old) = self.pods.remove(key) else {
             return;
         };
@@ -553,6 +571,131 @@ impl ClusterView {
     pub fn held_allocation(&self, key: &str) -> Option<&Allocation> {
         self.pods.get(key).and_then(|p| p.allocation.as_ref())
     }
+
+    /// Keeps the pod as a member of its gang group while it is unfinished
+    /// and labelled with a readable group (see [`crate::engine::gang`]).
+    fn track_gang_member(&mut self, key: &str, pod: &Pod) {
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let label = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| gang_label(namespace, l).ok().flatten());
+        match label.filter(|_| !finished) {
+            Some(label) => {
+                if self.member_gang.get(key) != Some(&label.key) {
+                    self.untrack_gang_member(key);
+                }
+                let mut slim = pod.clone();
+                slim.metadata.managed_fields = None;
+                slim.status = None;
+                self.member_gang.insert(key.to_string(), label.key.clone());
+                self.gangs
+                    .entry(label.key)
+                    .or_default()
+                    .insert(key.to_string(), slim);
+            }
+            None => self.untrack_gang_member(key),
+        }
+    }
+
+    fn untrack_gang_member(&mut self, key: &str) {
+        if let Some(group) = self.member_gang.remove(key)
+            && let Some(members) = self.gangs.get_mut(&group)
+        {
+            members.remove(key);
+            if members.is_empty() {
+                self.gangs.remove(&group);
+            }
+        }
+    }
+
+    /// The known unfinished members of a group, by UID.
+    pub fn gang_members(&self, group: &GangKey) -> Option<&BTreeMap<String, Pod>> {
+        self.gangs.get(group)
+    }
+
+    /// Holds capacity for a member that is not bound yet, until `until_ms`
+    /// (Unix ms). Other pods see it as used; members of the group do not.
+    pub fn hold_for_gang(
+        &mut self,
+        key: &str,
+        group: &GangKey,
+        allocation: Allocation,
+        until_ms: i64,
+    ) -> Result<(), crate::engine::ApplyError> {
+        self.release_gang_hold(key);
+        self.state.apply(&gang_hold_key(key), allocation)?;
+        self.gang_holds
+            .insert(key.to_string(), (group.clone(), until_ms));
+        Ok(())
+    }
+
+    /// Drops the capacity held for a member (it is being bound, or gone).
+    pub fn release_gang_hold(&mut self, key: &str) {
+        if self.gang_holds.remove(key).is_some() {
+            self.state.remove(&gang_hold_key(key));
+        }
+    }
+
+    /// Drops every hold of a group; returns the latest end among them.
+    pub fn release_gang_holds(&mut self, group: &GangKey) -> Option<i64> {
+        let keys: Vec<(String, i64)> = self
+            .gang_holds
+            .iter()
+            .filter(|(_, (g, _))| g == group)
+            .map(|(k, (_, until))| (k.clone(), *until))
+            .collect();
+        for (k, _) in &keys {
+            self.release_gang_hold(k);
+        }
+        keys.into_iter().map(|(_, until)| until).max()
+    }
+
+    /// The engine state without the holds of `group`: what its members are
+    /// judged on.
+    pub fn state_without_gang_holds(&self, group: &GangKey) -> ClusterState {
+        let mut state = self.state.clone();
+        for (k, (g, _)) in &self.gang_holds {
+            if g == group {
+                state.remove(&gang_hold_key(k));
+            }
+        }
+        state
+    }
+
+    /// Whether `group` has holds.
+    pub fn has_gang_holds(&self, group: &GangKey) -> bool {
+        self.gang_holds.values().any(|(g, _)| g == group)
+    }
+
+    /// Drops holds that ended at or before `now_ms`; returns how many.
+    pub fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
+        let ended: Vec<String> = self
+            .gang_holds
+            .iter()
+            .filter(|(_, (_, until))| *until <= now_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &ended {
+            self.release_gang_hold(k);
+        }
+        ended.len()
+    }
+
+    /// Number of members capacity is held for.
+    pub fn gang_hold_count(&self) -> usize {
+        self.gang_holds.len()
+    }
+}
+
+/// The engine-state key of a gang hold (never a pod UID).
+fn gang_hold_key(key: &str) -> String {
+    format!("gang-hold/{key}")
 }
 
 /// The annotations a node's GPU view is read from.
@@ -778,5 +921,94 @@ mod tests {
                 .0
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_reservation_survives_events_that_do_not_show_it_yet() {
+        let mut view = ClusterView::new();
+        view.upsert_node(&node("n1", REGISTER));
+        let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
+        let allocation = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+        let before = p.clone();
+        p.metadata.annotations = None;
+        view.reserve("uid-p", &p, allocation.clone()).unwrap();
+        // The pod as it was before the patch, and a re-list without it.
+        assert_eq!(view.upsert_pod("uid-p", &p), None);
+        view.pod_holds_nothing("uid-p");
+        view.pod_missing_from_list("uid-p");
+        assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+        // Bound: still held until the pod shows it, then settled.
+        view.mark_bound("uid-p");
+        view.pod_missing_from_list("uid-p");
+        assert!(view.held_allocation("uid-p").is_none());
+        view.reserve("uid-p", &p, allocation.clone()).unwrap();
+        view.mark_bound("uid-p");
+        view.upsert_pod("uid-p", &p);
+        assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+        view.upsert_pod("uid-p", &before);
+        view.upsert_pod("uid-p", &p);
+        assert!(
+            view.held_allocation("uid-p").is_none(),
+            "settled: the pod is the truth"
+        );
+        // A failed bind releases only an in-flight reservation.
+        view.reserve("uid-p", &p, allocation.clone()).unwrap();
+        assert!(view.release_reservation("uid-p"));
+        assert!(!view.release_reservation("uid-p"));
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+    }
+
+    #[test]
+    fn gang_members_and_holds_follow_their_pods() {
+        let mut view = ClusterView::new();
+        view.upsert_node(&node("n1", REGISTER));
+        let member = |name: &str, phase: &str| {
+            let mut p = pod("ns", name, "n1", "", phase);
+            p.metadata.annotations = None;
+            p.metadata.labels = Some(
+                [
+                    (crate::engine::gang::GROUP_NAME.to_string(), "g".to_string()),
+                    (
+                        crate::engine::gang::GROUP_MIN_AVAILABLE.to_string(),
+                        "2".to_string(),
+                    ),
+                ]
+                .into(),
+            );
+            p
+        };
+        let group = GangKey {
+            namespace: "ns".into(),
+            name: "g".into(),
+        };
+        view.upsert_pod("uid-a", &member("a", "Pending"));
+        view.upsert_pod("uid-b", &member("b", "Pending"));
+        assert_eq!(view.gang_members(&group).unwrap().len(), 2);
+        let a = pod("ns", "a", "n1", "GPU-1,NVIDIA,16384,100:;", "Pending");
+        let alloc = crate::cluster::pod_allocation(&a).unwrap().unwrap();
+        view.hold_for_gang("uid-a", &group, alloc, 1_000).unwrap();
+        assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 16384);
+        assert_eq!(
+            view.state_without_gang_holds(&group)
+                .node("n1")
+                .unwrap()
+                .usage[1]
+                .mem_mib,
+            0
+        );
+        // Finished and deleted members leave the group; holds go with them.
+        view.upsert_pod("uid-b", &member("b", "Succeeded"));
+        assert_eq!(view.gang_members(&group).unwrap().len(), 1);
+        view.delete_pod("uid-a");
+        assert!(view.gang_members(&group).is_none());
+        assert_eq!(view.gang_hold_count(), 0);
+        assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 0);
+        // Holds end at their time.
+        let a = pod("ns", "a", "n1", "GPU-1,NVIDIA,16384,100:;", "Pending");
+        let alloc = crate::cluster::pod_allocation(&a).unwrap().unwrap();
+        view.hold_for_gang("uid-a", &group, alloc, 1_000).unwrap();
+        assert_eq!(view.expire_gang_holds(999), 0);
+        assert_eq!(view.expire_gang_holds(1_000), 1);
+        assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 0);
     }
 }

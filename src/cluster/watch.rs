@@ -90,12 +90,18 @@ impl Watched for Pod {
     fn held(view: &ClusterView) -> Vec<String> {
         view.held_pods().map(str::to_string).collect()
     }
-    /// Most pods hold no GPUs: a re-list keeps only their UIDs.
+    /// Most pods hold no GPUs and are in no gang group: a re-list keeps
+    /// only their UIDs.
     fn worth_keeping(&self) -> bool {
         self.metadata
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(crate::hami::keys::VGPU_NODE))
+            || self
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(crate::engine::gang::GROUP_NAME))
     }
 }
 
@@ -143,6 +149,10 @@ pub struct WatchSet {
     /// Namespaces give namespace policies their labels; they need RBAC
     /// (namespaces list/watch) and do not gate readiness.
     pub namespaces: bool,
+    /// Every this often each watch is restarted with a fresh full list:
+    /// the reconciliation that finds (and counts as drift) what a watch
+    /// missed.
+    pub resync: std::time::Duration,
 }
 
 /// Told of every complete list of a kind, with the number of objects the
@@ -179,22 +189,25 @@ pub async fn run(
         shared.clone(),
         observer.clone(),
         on_first_list.clone(),
+        set.resync,
     );
     let pods = feed::<Pod>(
         Api::all(client.clone()),
         shared.clone(),
         observer.clone(),
         on_first_list.clone(),
+        set.resync,
     );
     let quotas = feed::<ResourceQuota>(
         Api::all(client.clone()),
         shared.clone(),
         observer.clone(),
         on_first_list.clone(),
+        set.resync,
     );
     let namespaces = async {
         if set.namespaces {
-            feed::<Namespace>(Api::all(client), shared, observer, || {}).await;
+            feed::<Namespace>(Api::all(client), shared, observer, || {}, set.resync).await;
         } else {
             std::future::pending::<()>().await;
         }
@@ -213,15 +226,38 @@ async fn feed<K>(
     shared: Arc<SharedCluster>,
     observer: Arc<dyn WatchObserver>,
     on_first_list: impl Fn(),
+    resync: std::time::Duration,
 ) where
     K: Watched,
     K::DynamicType: Default,
 {
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut buffer: Vec<(String, Option<K>)> = Vec::new();
+    // Consistent lists: a list served from a lagging cache would count (and
+    // undo) changes the watch has already applied as drift.
+    let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
     let mut listed_once = false;
+    loop {
+        let events = watcher(api.clone(), config.clone())
+            .default_backoff()
+            .boxed();
+        let restart = tokio::time::sleep(resync);
+        tokio::select! {
+            () = restart => {}
+            () = feed_until_end(events, &shared, &*observer, &mut listed_once, &on_first_list) => return,
+        }
+    }
+}
+
+/// Applies one watcher's events until its stream ends.
+async fn feed_until_end<K>(
+    mut events: futures::stream::BoxStream<'_, Result<watcher::Event<K>, watcher::Error>>,
+    shared: &SharedCluster,
+    observer: &dyn WatchObserver,
+    listed_once: &mut bool,
+    on_first_list: &impl Fn(),
+) where
+    K: Watched,
+{
+    let mut buffer: Vec<(String, Option<K>)> = Vec::new();
     loop {
         match events.try_next().await {
             Ok(Some(event)) => match event {
@@ -236,8 +272,8 @@ async fn feed<K>(
                     let objects = buffer.len();
                     let drift = replace_all(&mut shared.write(), std::mem::take(&mut buffer));
                     observer.listed(K::KIND, objects, drift);
-                    if !listed_once {
-                        listed_once = true;
+                    if !*listed_once {
+                        *listed_once = true;
                         on_first_list();
                     }
                 }

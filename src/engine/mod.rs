@@ -11,6 +11,7 @@ pub mod allocation;
 pub mod annotations;
 pub mod device;
 pub mod fit;
+pub mod gang;
 pub mod plan;
 pub mod policy;
 pub mod quantity;

@@ -28,16 +28,17 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::cluster::SharedCluster;
 use crate::cluster::api::{ApiCalls, ApiError};
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::cluster::lock::{NodeLocks, Taken};
+use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
 use crate::engine::{Allocation, PodPlan, QuotaAmount};
 use crate::hami::keys;
 use crate::hami::pod_devices::encode_pod_devices;
 
 use super::filter::quota_check;
+use super::gang;
 use super::wire::BindingArgs;
 
 /// Re-reads of the pod when its resourceVersion moved under the patch.
@@ -390,13 +391,34 @@ fn reserve(
     }
     // The pod is not bound: whatever its annotations say it holds (a bind
     // that failed before, HAMi's filter) is on no node.
-    view.delete_pod(&args.pod_uid);
-    quota_check(&view, pod, plan, config)
+    view.forget_allocation(&args.pod_uid);
+    reserve_in_view(&mut view, config, pod, plan, &args.pod_uid, &args.node, who)
+}
+
+/// Chooses the pod's GPUs on `node` against the view (its gang group's
+/// holds set aside), checks the namespace quota, reserves them under `uid`,
+/// and holds capacity for the group members still needed. The caller holds
+/// the view's write lock.
+pub fn reserve_in_view(
+    view: &mut ClusterView,
+    config: &Config,
+    pod: &Pod,
+    plan: &PodPlan,
+    uid: &str,
+    node: &str,
+    who: &str,
+) -> Result<Allocation, BindFailure> {
+    quota_check(view, pod, plan, config)
         .map_err(|reason| BindFailure::new("quota_exceeded", format!("pod {who}: {reason}")))?;
-    let allocation = view.state().assign(plan, &args.node).map_err(|r| {
+    // Members are placed on the state without their group's holds; the
+    // holds are recomputed below.
+    if let Ok(Some(label)) = gang::label_of(pod) {
+        view.release_gang_holds(&label.key);
+    }
+    let allocation = view.state().assign(plan, node).map_err(|r| {
         BindFailure::new(
             "does_not_fit",
-            format!("pod {who} does not fit on node {}: {r}", args.node),
+            format!("pod {who} does not fit on node {node}: {r}"),
         )
     })?;
     // Requests in percent of a GPU's memory have their MiB only now.
@@ -410,8 +432,12 @@ fn reserve(
                 format!("pod {who}: ResourceQuotaNotFit ({e})"),
             )
         })?;
-    view.reserve(&args.pod_uid, pod, allocation.clone())
+    view.reserve(uid, pod, allocation.clone())
         .map_err(|e| BindFailure::new("does_not_fit", format!("pod {who}: {e}")))?;
+    let held = gang::hold_for_rest(view, config, pod, Timestamp::now().as_millisecond());
+    if held > 0 {
+        tracing::info!(pod = %who, members = held, "gang: capacity held for the rest of the group");
+    }
     Ok(allocation)
 }
 

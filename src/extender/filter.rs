@@ -54,16 +54,25 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
         Err(e) => return FilterResult::error(format!("pod {}: {e}", pod_name(&args.pod))),
     };
     let mut result = FilterResult::default();
+    // Reasons that hold for every node: the namespace quota, the gang group.
+    let pod_wide = || {
+        quota_check(view, &args.pod, &plan, config)
+            .and_then(|()| super::gang::state_for(view, config, &args.pod, &plan))
+    };
     let feasible: Vec<String> = if !plan.request.has_gpus() {
         // Not a GPU pod: nothing for gpugate to judge.
         names.clone()
-    } else if let Err(reason) = quota_check(view, &args.pod, &plan, config) {
-        for n in &names {
-            result.failed_nodes.insert(n.clone(), reason.clone());
-        }
-        Vec::new()
     } else {
-        let eval = view.state().evaluate(&plan, Some(&names));
+        let state = match pod_wide() {
+            Ok(state) => state,
+            Err(reason) => {
+                for n in &names {
+                    result.failed_nodes.insert(n.clone(), reason.clone());
+                }
+                return finish(result, &args.candidates, Vec::new());
+            }
+        };
+        let eval = state.evaluate(&plan, Some(&names));
         for (node, rejection) in &eval.rejected {
             let target = if rejection.is_unresolvable() {
                 &mut result.failed_and_unresolvable_nodes
@@ -91,7 +100,16 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
             }
         }
     };
-    match &args.candidates {
+    finish(result, &args.candidates, feasible)
+}
+
+/// Answers the feasible nodes in the form they were asked in.
+fn finish(
+    mut result: FilterResult,
+    candidates: &Candidates,
+    feasible: Vec<String>,
+) -> FilterResult {
+    match candidates {
         Candidates::Names(_) => result.node_names = Some(feasible),
         Candidates::Nodes(nodes) => {
             let keep: HashSet<&str> = feasible.iter().map(String::as_str).collect();
@@ -173,7 +191,14 @@ pub fn prioritize(
             .map(|host| HostPriority { host, score: 0 })
             .collect());
     }
-    let eval = view.state().evaluate(&plan, Some(&names));
+    // A member of a gang group that cannot be placed gets no preference.
+    let Ok(state) = super::gang::state_for(view, config, &args.pod, &plan) else {
+        return Ok(names
+            .into_iter()
+            .map(|host| HostPriority { host, score: 0 })
+            .collect());
+    };
+    let eval = state.evaluate(&plan, Some(&names));
     let priority: std::collections::HashMap<&str, u8> =
         eval.feasible.iter().map(|f| (f.node, f.priority)).collect();
     Ok(names

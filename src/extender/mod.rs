@@ -6,6 +6,7 @@
 
 pub mod bind;
 pub mod filter;
+pub mod gang;
 pub mod preempt;
 pub mod recent;
 pub mod wire;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use crate::cluster::{SharedCluster, pod_name};
 use crate::config::Config;
-use crate::engine::{PodPlan, QuotaAmount};
+use crate::engine::PodPlan;
 
 use crate::cluster::events::PodEvent;
 use bind::ApiBinder;
@@ -145,21 +146,16 @@ impl Extender {
         if let Some(answer) = already_bound(&view, args, &who) {
             return answer;
         }
-        if let Err(reason) = filter::quota_check(&view, &pod, &plan, config) {
-            return Err(format!("pod {who}: {reason}"));
-        }
-        let allocation = view
-            .state()
-            .assign(&plan, &args.node)
-            .map_err(|r| format!("pod {who} does not fit on node {}: {r}", args.node))?;
-        // Requests in percent of a GPU's memory have their MiB only now.
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let (quota, _) = view.quota(namespace, &config.nvidia);
-        if let Err(e) = quota.check(QuotaAmount::of_allocation(&allocation)) {
-            return Err(format!("pod {who}: ResourceQuotaNotFit ({e})"));
-        }
-        view.reserve(&args.pod_uid, &pod, allocation)
-            .map_err(|e| format!("pod {who}: {e}"))?;
+        bind::reserve_in_view(
+            &mut view,
+            config,
+            &pod,
+            &plan,
+            &args.pod_uid,
+            &args.node,
+            &who,
+        )
+        .map_err(|f| f.message)?;
         view.settle(&args.pod_uid);
         self.recent.forget(&args.pod_uid);
         tracing::info!(pod = %who, node = %args.node, "bound (ledger)");

@@ -123,7 +123,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
     let metrics = Metrics::new(Some(cert.clone()));
-    let cluster = cluster_view(&args, client.clone(), &metrics, stopped())?;
+    let resync = config.load().api.resync_seconds;
+    let cluster = cluster_view(&args, resync, client.clone(), &metrics, stopped())?;
+    if let Some(cluster) = &cluster {
+        tokio::spawn(expire_gang_holds(cluster.clone(), stopped()));
+    }
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone()),
         None => metrics,
@@ -241,6 +245,7 @@ fn log_pass(pass: &Pass) {
 /// webhooks then judge each pod alone, without quotas).
 fn cluster_view(
     args: &ServeArgs,
+    resync_seconds: u64,
     client: Option<kube::Client>,
     metrics: &Metrics,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -275,11 +280,39 @@ fn cluster_view(
         // Namespace labels serve namespace policies' selectors; watching
         // them always lets a reloaded config add a selector without a
         // restart (RBAC: namespaces get/list/watch).
-        WatchSet { namespaces: true },
+        WatchSet {
+            namespaces: true,
+            resync: Duration::from_secs(resync_seconds),
+        },
         Arc::new(metrics.watch.clone()),
         stop,
     ));
     Ok(Some(shared))
+}
+
+/// Ends gang holds whose time is up (scheduler.gang.holdSeconds), so that
+/// capacity held for a group that never completes is given back.
+async fn expire_gang_holds(
+    cluster: Arc<SharedCluster>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = tick.tick() => {
+                if cluster.read().gang_hold_count() == 0 {
+                    continue;
+                }
+                let now = jiff::Timestamp::now().as_millisecond();
+                let ended = cluster.write().expire_gang_holds(now);
+                if ended > 0 {
+                    tracing::info!(members = ended, "gang: held capacity released (hold ended)");
+                }
+            }
+        }
+    }
 }
 
 /// How often self-made certificate files are re-checked at most.

@@ -1,0 +1,284 @@
+//! Gang scheduling: pods of one group are placed all or nothing. A group is
+//! named by the coscheduling labels `pod-group.scheduling.sigs.k8s.io/name`
+//! and `pod-group.scheduling.sigs.k8s.io/min-available` (sig-scheduling's
+//! lightweight coscheduling), and lives in the pod's namespace.
+//!
+//! The question the extender asks: can `min-available` members be running
+//! at once, counting those already placed and placing the others one by one
+//! (each on the best node under its policy) on what is left?
+
+use std::collections::BTreeMap;
+
+use super::allocation::Allocation;
+use super::plan::PodPlan;
+use super::state::ClusterState;
+
+/// The group's name.
+pub const GROUP_NAME: &str = "pod-group.scheduling.sigs.k8s.io/name";
+/// How many members must be placed together.
+pub const GROUP_MIN_AVAILABLE: &str = "pod-group.scheduling.sigs.k8s.io/min-available";
+
+/// A group: namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GangKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for GangKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod's membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangLabel {
+    pub key: GangKey,
+    pub min_available: u32,
+}
+
+/// Reads a pod's group labels. No group label: `Ok(None)`. A group label
+/// with a missing, non-numeric or zero `min-available` is an error (the pod
+/// cannot be placed as its author meant).
+pub fn gang_label(
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<GangLabel>, String> {
+    let Some(name) = labels.get(GROUP_NAME).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let min_available = match labels.get(GROUP_MIN_AVAILABLE) {
+        None => {
+            return Err(format!(
+                "label {GROUP_NAME}={name} needs {GROUP_MIN_AVAILABLE} (how many members must run together)"
+            ));
+        }
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                format!("label {GROUP_MIN_AVAILABLE}={v:?} must be a whole number of at least 1")
+            })?,
+    };
+    Ok(Some(GangLabel {
+        key: GangKey {
+            namespace: namespace.to_string(),
+            name: name.clone(),
+        },
+        min_available,
+    }))
+}
+
+/// Why the group cannot be placed now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GangShortfall {
+    #[error(
+        "GangIncomplete (group {group} has {members} member(s), min-available is {min_available}; \
+         waiting for more)"
+    )]
+    Incomplete {
+        group: GangKey,
+        members: usize,
+        min_available: u32,
+    },
+    #[error(
+        "GangNotFit (group {group}: {placed} member(s) placed and {fit} more fit at once, \
+         min-available is {min_available})"
+    )]
+    NotFit {
+        group: GangKey,
+        placed: usize,
+        fit: usize,
+        min_available: u32,
+    },
+}
+
+/// Places pending members one by one on `state` (changed: each placement is
+/// applied), `first` before the others, until `min_available` members are
+/// placed counting the `placed` ones. Returns the new placements by member
+/// key, or why the group cannot be placed.
+pub fn place_gang(
+    state: &mut ClusterState,
+    label: &GangLabel,
+    placed: usize,
+    pending: &[(String, PodPlan)],
+) -> Result<Vec<(String, Allocation)>, GangShortfall> {
+    let members = placed + pending.len();
+    let min = usize::try_from(label.min_available).unwrap_or(usize::MAX);
+    if members < min {
+        return Err(GangShortfall::Incomplete {
+            group: label.key.clone(),
+            members,
+            min_available: label.min_available,
+        });
+    }
+    let mut out = Vec::new();
+    for (key, plan) in pending {
+        if placed + out.len() >= min {
+            break;
+        }
+        if let Ok(a) = state.place(plan)
+            && state.apply(&format!("gang-trial/{key}"), a.clone()).is_ok()
+        {
+            out.push((key.clone(), a));
+        }
+    }
+    for (key, _) in &out {
+        state.remove(&format!("gang-trial/{key}"));
+    }
+    if placed + out.len() < min {
+        return Err(GangShortfall::NotFit {
+            group: label.key.clone(),
+            placed,
+            fit: out.len(),
+            min_available: label.min_available,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::device::{Gpu, Node, Usage};
+    use crate::engine::policy::{GpuPolicy, NodePolicy};
+    use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn labels_are_read_and_checked() {
+        assert_eq!(gang_label("ns", &labels(&[("app", "x")])), Ok(None));
+        let g = gang_label(
+            "ns",
+            &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, "4")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(g.key.to_string(), "ns/train");
+        assert_eq!(g.min_available, 4);
+        for bad in ["0", "-1", "four", ""] {
+            let e = gang_label(
+                "ns",
+                &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, bad)]),
+            )
+            .unwrap_err();
+            assert!(e.contains("at least 1"), "{bad}: {e}");
+        }
+        let e = gang_label("ns", &labels(&[(GROUP_NAME, "train")])).unwrap_err();
+        assert!(e.contains("needs"), "{e}");
+    }
+
+    fn state(nodes: usize, gpus: u32) -> ClusterState {
+        let mut s = ClusterState::new();
+        for n in 0..nodes {
+            let name = format!("n{n}");
+            s.upsert_node(Node::new(
+                name.clone(),
+                (0..gpus)
+                    .map(|i| {
+                        Gpu::new(
+                            format!("GPU-{name}-{i}"),
+                            i,
+                            "NVIDIA A100",
+                            Usage {
+                                slots: 10,
+                                mem_mib: 40960,
+                                cores: 100,
+                            },
+                        )
+                    })
+                    .collect(),
+            ));
+        }
+        s
+    }
+
+    fn whole_gpu() -> PodPlan {
+        PodPlan::new(
+            PodRequest {
+                containers: vec![ContainerRequest {
+                    name: "c".into(),
+                    init: false,
+                    gpu: Some(GpuRequest {
+                        count: 1,
+                        memory: Memory::Percent(100),
+                        cores: 100,
+                    }),
+                }],
+            },
+            NodePolicy::Binpack,
+            GpuPolicy::Spread,
+        )
+    }
+
+    fn pending(n: usize) -> Vec<(String, PodPlan)> {
+        (0..n).map(|i| (format!("m{i}"), whole_gpu())).collect()
+    }
+
+    fn label(min: u32) -> GangLabel {
+        GangLabel {
+            key: GangKey {
+                namespace: "ns".into(),
+                name: "g".into(),
+            },
+            min_available: min,
+        }
+    }
+
+    #[test]
+    fn a_gang_that_fits_only_as_a_whole_is_placed_whole() {
+        let mut s = state(2, 2);
+        let placed = place_gang(&mut s, &label(4), 0, &pending(4)).unwrap();
+        assert_eq!(placed.len(), 4);
+        let mut gpus: Vec<&str> = placed
+            .iter()
+            .flat_map(|(_, a)| a.containers.iter().flatten().map(|d| d.uuid.as_str()))
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        assert_eq!(gpus.len(), 4, "each member on its own GPU");
+        // The trial placements are not left in the state.
+        assert_eq!(s.allocations().count(), 0);
+    }
+
+    #[test]
+    fn one_gpu_short_places_nobody() {
+        let mut s = state(1, 3);
+        let e = place_gang(&mut s, &label(4), 0, &pending(4)).unwrap_err();
+        assert_eq!(
+            e,
+            GangShortfall::NotFit {
+                group: label(4).key,
+                placed: 0,
+                fit: 3,
+                min_available: 4
+            }
+        );
+        assert!(e.to_string().starts_with("GangNotFit"), "{e}");
+        assert_eq!(s.allocations().count(), 0);
+    }
+
+    #[test]
+    fn placed_members_count_and_only_the_rest_must_fit() {
+        let mut s = state(1, 2);
+        let placed = place_gang(&mut s, &label(4), 2, &pending(3)).unwrap();
+        assert_eq!(placed.len(), 2);
+    }
+
+    #[test]
+    fn too_few_members_is_incomplete() {
+        let mut s = state(4, 4);
+        let e = place_gang(&mut s, &label(4), 1, &pending(2)).unwrap_err();
+        assert!(e.to_string().starts_with("GangIncomplete"), "{e}");
+        assert!(e.to_string().contains("3 member(s)"), "{e}");
+    }
+}
