@@ -122,7 +122,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new(Some(cert.clone()));
     let cluster = cluster_view(&args, client, &metrics, stopped())?;
     let metrics = match &cluster {
-        Some(c) => metrics.observing(c.clone()),
+        Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
     };
     let bind_mode = if args.cluster.is_some() {
