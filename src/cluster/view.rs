@@ -691,6 +691,35 @@ impl ClusterView {
     pub fn gang_hold_count(&self) -> usize {
         self.gang_holds.len()
     }
+
+    /// Namespaces with at least one ResourceQuota (with or without GPU
+    /// limits), in no particular order.
+    pub fn quota_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.quotas.keys().map(String::as_str)
+    }
+
+    /// Namespaces whose held pods count against quota (see
+    /// [`ClusterView::quota_used`]; the amount may be zero), in no
+    /// particular order.
+    pub fn quota_used_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.quota_used.keys().map(String::as_str)
+    }
+
+    /// `(namespace, pod name, allocation)` of every held pod whose
+    /// allocation could be read, applied or not, in no particular order.
+    /// The pod name is without its namespace.
+    pub fn held_pod_allocations(&self) -> impl Iterator<Item = (&str, &str, &Allocation)> {
+        self.pods.values().filter_map(|p| {
+            let name = p
+                .name
+                .strip_prefix(p.namespace.as_str())
+                .and_then(|n| n.strip_prefix('/'))
+                .unwrap_or(&p.name);
+            p.allocation
+                .as_ref()
+                .map(|a| (p.namespace.as_str(), name, a))
+        })
+    }
 }
 
 /// The engine-state key of a gang hold (never a pod UID).

@@ -1,17 +1,27 @@
-//! Prometheus metrics of the admission server, served on the admin port.
+//! Prometheus metrics of the admission server, served on the admin port:
+//! gpugate's own (`gpugate_*`) and, with a cluster view, HAMi's scheduler
+//! gauges (`hami_*`, see [`HamiGauges`]).
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use arc_swap::ArcSwap;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::cluster::SharedCluster;
 use crate::cluster::watch::WatchObserver;
+use crate::cluster::{ClusterView, SharedCluster};
+use crate::config::Config;
+use crate::engine::Usage;
 use crate::extender::bind::BindMetrics;
 
 use super::tls::ReloadingCert;
@@ -113,7 +123,15 @@ pub struct Metrics {
     /// Handed to the API-server binder.
     pub bind: BindMetrics,
     cluster_gauges: ClusterGauges,
-    cluster: Option<Arc<SharedCluster>>,
+    observed: Option<Observed>,
+}
+
+/// The cluster view sampled on scrape, and the config that names the quota
+/// resources.
+#[derive(Debug)]
+struct Observed {
+    cluster: Arc<SharedCluster>,
+    config: Arc<ArcSwap<Config>>,
 }
 
 impl Metrics {
@@ -247,7 +265,7 @@ impl Metrics {
             watch,
             bind,
             cluster_gauges: g,
-            cluster: None,
+            observed: None,
             requests,
             denials,
             latency,
@@ -258,9 +276,10 @@ impl Metrics {
         }
     }
 
-    /// Samples the cluster view's gauges on every scrape.
-    pub fn observing(mut self, cluster: Arc<SharedCluster>) -> Self {
-        self.cluster = Some(cluster);
+    /// Samples the cluster view's gauges, and HAMi's, on every scrape.
+    /// `config` (the live one, swapped on reload) names the quota resources.
+    pub fn observing(mut self, cluster: Arc<SharedCluster>, config: Arc<ArcSwap<Config>>) -> Self {
+        self.observed = Some(Observed { cluster, config });
         self
     }
 
@@ -308,8 +327,17 @@ impl Metrics {
             self.cert_reload_errors
                 .set(i64::try_from(cert.reload_errors()).unwrap_or(i64::MAX));
         }
-        if let Some(cluster) = &self.cluster {
-            let c = cluster.read().counts();
+        let mut hami = None;
+        if let Some(Observed { cluster, config }) = &self.observed {
+            let config = config.load();
+            let nv = &config.nvidia;
+            // One read lock: copy what the gauges need, encode after.
+            let (c, sample) = {
+                let view = cluster.read();
+                let sample =
+                    HamiGauges::sample(&view, &nv.resource_memory_name, &nv.resource_core_name);
+                (view.counts(), sample)
+            };
             let g = &self.cluster_gauges;
             let set = |gauge: &Gauge, n: usize| {
                 gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -320,11 +348,636 @@ impl Metrics {
             set(&g.allocations, c.allocations);
             set(&g.unaccounted, c.unaccounted);
             set(&g.nodes_with_problems, c.nodes_with_problems);
+            hami = Some(sample);
         }
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        let mut encoded = encode_registry(&mut out, &self.registry);
+        if let Some(sample) = hami {
+            // A registry of this scrape only: series of pods and GPUs that
+            // are gone are never kept.
+            let mut registry = Registry::with_labels(std::iter::once((
+                Cow::Borrowed("zone"),
+                Cow::Borrowed(HAMI_ZONE),
+            )));
+            registry.register_collector(Box::new(sample));
+            encoded = encoded.and_then(|()| encode_registry(&mut out, &registry));
+        }
+        if encoded.and_then(|()| encode_eof(&mut out)).is_err() {
             out.clear();
         }
         out
+    }
+}
+
+/// The constant label HAMi's scheduler puts on its cluster gauges.
+const HAMI_ZONE: &str = "vGPU";
+
+/// Bytes in a MiB: HAMi's gauges report memory in bytes.
+const MIB: u64 = 1024 * 1024;
+
+/// HAMi's scheduler gauges (`cmd/scheduler/metrics.go`), sampled from the
+/// cluster view on each scrape and encoded through a registry of that
+/// scrape only, with the constant label `zone="vGPU"`. Dashboards and
+/// alerts written for hami-scheduler keep working:
+///
+/// - per node and GPU (`node`, `device_uuid`, `device_index`, `device_type`;
+///   `device_type` is the model the device plugin registered):
+///   `hami_gpu_memory_limit_bytes` (the GPU's memory),
+///   `hami_gpu_core_limit_ratio` (its cores, `devcore`),
+///   `hami_gpu_memory_allocated_bytes` (+ `device_cores`: memory held),
+///   `hami_gpu_shared_count` (vGPUs held), `hami_gpu_core_allocated_ratio`
+///   (cores held), `hami_node_gpu_overview` (+ `device_cores` and
+///   `device_memory_limit` in MiB: memory held) and
+///   `hami_node_gpu_memory_allocated_ratio` (held / total memory, not
+///   emitted for a GPU that reports no memory);
+/// - per namespace and quota resource: `hami_resource_quota_used`
+///   (`namespace`, `quota_name`, `limit`) and `hami_resource_quota_limit`
+///   (`namespace`, `quota_name`), see [`QuotaRow`];
+/// - per held pod, container and GPU: `hami_vgpu_memory_allocated_bytes` and
+///   `hami_vgpu_core_allocated_ratio` (`namespace`, `node`, `pod`,
+///   `container_index`, `device_uuid`), from the pod's allocation as the
+///   ledger holds it (applied to its node or not); `container_index`
+///   counts init containers first, as HAMi's device annotations do.
+///
+/// Left out: `hami_node_gpu_mig_instance_info` (gpugate does not hand out
+/// MIG instances), `hami_build_info`, and the names HAMi's
+/// `--legacy-metrics` adds (`GPUDeviceMemoryLimit`, `nodeGPUOverview`,
+/// `QuotaUsed`, `vGPUMemoryAllocated`, …).
+///
+/// Where HAMi's code (at 4707fb02, v2.10.0, the version hami-compat.md
+/// describes) mixes values up, the gauges carry what their names and
+/// hami-compat.md section 7 say: that code emits Usedcores as
+/// `hami_gpu_core_limit_ratio` and Totalcore as
+/// `hami_gpu_core_allocated_ratio` for non-AMD GPUs, and swaps the
+/// `device_cores` and `device_memory_limit` values of
+/// `hami_node_gpu_overview`. Core values are the registered `devcore` and
+/// the cores held, unscaled (HAMi rescales only AMD's to 100, and some HAMi
+/// versions all; the same numbers for GPUs registered with 100 cores).
+#[derive(Debug, Default)]
+struct HamiGauges {
+    /// Node name order, then GPU index order.
+    gpus: Vec<GpuRow>,
+    /// Namespace order, memory before cores.
+    quotas: Vec<QuotaRow>,
+    /// Namespace, pod, container and GPU order.
+    vgpus: Vec<VgpuRow>,
+}
+
+/// One GPU of one node, with its labels rendered.
+#[derive(Debug)]
+struct GpuRow {
+    node: String,
+    uuid: String,
+    index: String,
+    model: String,
+    /// `capacity.cores`, for `device_cores`.
+    total_cores: String,
+    /// `capacity.mem_mib`, for `device_memory_limit`.
+    total_mem_mib: String,
+    capacity: Usage,
+    used: Usage,
+}
+
+/// One GPU quota resource of one namespace, as HAMi's quota cache keys
+/// them: `quota_name` is the **resource name** (`nvidia.com/gpumem`,
+/// `nvidia.com/gpucores`, or what `resourceMemoryName` and
+/// `resourceCoreName` say), not the ResourceQuota object's name; several
+/// ResourceQuotas of a namespace make one row with the tightest limit (as
+/// HAMi and Kubernetes both enforce the tightest). `used` is what the
+/// namespace's held pods take (memory in MiB as granted, i.e. after
+/// `memoryFactor`; cores in percent of a GPU); `limit` is the ResourceQuota
+/// value as written (not scaled by `memoryFactor`), `"0"` in the `limit`
+/// label when there is none, and `hami_resource_quota_limit` is emitted only
+/// when there is one.
+///
+/// Rows exist for a resource with a limit, and for both resources of a
+/// namespace whose pods hold GPUs. Unlike HAMi, whose cache keeps an entry
+/// at 0 forever once a namespace has used GPUs, a namespace without limits
+/// whose last GPU pod is gone has no rows.
+#[derive(Debug)]
+struct QuotaRow {
+    namespace: String,
+    resource: String,
+    used: u64,
+    limit: Option<u64>,
+}
+
+/// One GPU granted to one container of a held pod.
+#[derive(Debug)]
+struct VgpuRow {
+    namespace: String,
+    node: String,
+    pod: String,
+    container: usize,
+    uuid: String,
+    mem_mib: u64,
+    cores: u32,
+}
+
+impl HamiGauges {
+    /// Copies what the gauges need; `memory` and `cores` are the quota
+    /// resource names.
+    fn sample(view: &ClusterView, memory: &str, cores: &str) -> Self {
+        let gpus = view
+            .state()
+            .nodes()
+            .flat_map(|n| {
+                n.gpus.iter().zip(&n.usage).map(|(g, used)| GpuRow {
+                    node: n.name.clone(),
+                    uuid: g.uuid.clone(),
+                    index: g.index.to_string(),
+                    model: g.model.clone(),
+                    total_cores: g.capacity.cores.to_string(),
+                    total_mem_mib: g.capacity.mem_mib.to_string(),
+                    capacity: g.capacity,
+                    used: *used,
+                })
+            })
+            .collect();
+
+        let namespaces: BTreeSet<&str> = view
+            .quota_namespaces()
+            .chain(view.quota_used_namespaces())
+            .collect();
+        let mut quotas = Vec::new();
+        for ns in namespaces {
+            let used = view.quota_used(ns);
+            // Values that are not whole numbers are ignored here as by the
+            // quota check; the check reports them.
+            let (limits, _) = view.quota_limits(ns, memory, cores);
+            for (resource, used_amount, limit) in [
+                (memory, used.mem_mib, limits.mem_mib),
+                (cores, used.cores, limits.cores),
+            ] {
+                if limit.is_some() || !used.is_zero() {
+                    quotas.push(QuotaRow {
+                        namespace: ns.to_string(),
+                        resource: resource.to_string(),
+                        used: used_amount,
+                        limit,
+                    });
+                }
+            }
+        }
+
+        let mut vgpus: Vec<VgpuRow> = view
+            .held_pod_allocations()
+            .flat_map(|(namespace, pod, a)| {
+                a.containers
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(container, devices)| {
+                        devices
+                            .iter()
+                            // HAMi skips grants without a UUID too.
+                            .filter(|d| !d.uuid.is_empty())
+                            .map(move |d| VgpuRow {
+                                namespace: namespace.to_string(),
+                                node: a.node.clone(),
+                                pod: pod.to_string(),
+                                container,
+                                uuid: d.uuid.clone(),
+                                mem_mib: d.mem_mib,
+                                cores: d.cores,
+                            })
+                    })
+            })
+            .collect();
+        vgpus.sort_unstable_by(|a, b| {
+            (&a.namespace, &a.pod, a.container, &a.uuid, &a.node).cmp(&(
+                &b.namespace,
+                &b.pod,
+                b.container,
+                &b.uuid,
+                &b.node,
+            ))
+        });
+        HamiGauges {
+            gpus,
+            quotas,
+            vgpus,
+        }
+    }
+}
+
+impl GpuRow {
+    fn labels(&self) -> [(&'static str, &str); 4] {
+        [
+            ("node", &self.node),
+            ("device_uuid", &self.uuid),
+            ("device_index", &self.index),
+            ("device_type", &self.model),
+        ]
+    }
+}
+
+impl VgpuRow {
+    fn labels<'a>(&'a self, container: &'a str) -> [(&'static str, &'a str); 5] {
+        [
+            ("namespace", &self.namespace),
+            ("node", &self.node),
+            ("pod", &self.pod),
+            ("container_index", container),
+            ("device_uuid", &self.uuid),
+        ]
+    }
+}
+
+/// Encodes one gauge family; nothing at all when it has no series.
+fn gauge_family<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+fn bytes(mib: u64) -> u64 {
+    mib.saturating_mul(MIB)
+}
+
+impl Collector for HamiGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let e = &mut encoder;
+        let gpus = &self.gpus;
+        gauge_family(
+            e,
+            "hami_gpu_memory_limit_bytes",
+            "Device memory limit for a certain GPU.",
+            gpus.iter().map(|g| (g.labels(), bytes(g.capacity.mem_mib))),
+        )?;
+        gauge_family(
+            e,
+            "hami_gpu_core_limit_ratio",
+            "Device core limit for a certain GPU.",
+            gpus.iter().map(|g| (g.labels(), g.capacity.cores)),
+        )?;
+        gauge_family(
+            e,
+            "hami_gpu_memory_allocated_bytes",
+            "Device memory allocated for a certain GPU.",
+            gpus.iter().map(|g| {
+                let [node, uuid, index, model] = g.labels();
+                (
+                    [node, uuid, index, ("device_cores", &g.total_cores), model],
+                    bytes(g.used.mem_mib),
+                )
+            }),
+        )?;
+        gauge_family(
+            e,
+            "hami_gpu_shared_count",
+            "Number of containers sharing this GPU.",
+            gpus.iter().map(|g| (g.labels(), g.used.slots)),
+        )?;
+        gauge_family(
+            e,
+            "hami_gpu_core_allocated_ratio",
+            "Device core allocated for a certain GPU.",
+            gpus.iter().map(|g| (g.labels(), g.used.cores)),
+        )?;
+        gauge_family(
+            e,
+            "hami_node_gpu_overview",
+            "GPU overview on a certain node.",
+            gpus.iter().map(|g| {
+                let [node, uuid, index, model] = g.labels();
+                (
+                    [
+                        node,
+                        uuid,
+                        index,
+                        ("device_cores", &g.total_cores),
+                        ("device_memory_limit", &g.total_mem_mib),
+                        model,
+                    ],
+                    bytes(g.used.mem_mib),
+                )
+            }),
+        )?;
+        gauge_family(
+            e,
+            "hami_node_gpu_memory_allocated_ratio",
+            "GPU Memory Allocated Percentage on a certain GPU.",
+            gpus.iter()
+                .filter(|g| g.capacity.mem_mib > 0)
+                .map(|g| (g.labels(), ratio(g.used.mem_mib, g.capacity.mem_mib))),
+        )?;
+
+        let limits: Vec<String> = self
+            .quotas
+            .iter()
+            .map(|q| q.limit.unwrap_or(0).to_string())
+            .collect();
+        gauge_family(
+            e,
+            "hami_resource_quota_used",
+            "resourcequota usage for a certain device.",
+            self.quotas.iter().zip(&limits).map(|(q, limit)| {
+                (
+                    [
+                        ("namespace", q.namespace.as_str()),
+                        ("quota_name", &q.resource),
+                        ("limit", limit),
+                    ],
+                    q.used,
+                )
+            }),
+        )?;
+        gauge_family(
+            e,
+            "hami_resource_quota_limit",
+            "resourcequota limit for a certain device.",
+            self.quotas.iter().filter_map(|q| {
+                q.limit.map(|limit| {
+                    (
+                        [
+                            ("namespace", q.namespace.as_str()),
+                            ("quota_name", &q.resource),
+                        ],
+                        limit,
+                    )
+                })
+            }),
+        )?;
+
+        let containers: Vec<String> = self.vgpus.iter().map(|v| v.container.to_string()).collect();
+        gauge_family(
+            e,
+            "hami_vgpu_memory_allocated_bytes",
+            "vGPU memory allocated from a container.",
+            self.vgpus
+                .iter()
+                .zip(&containers)
+                .map(|(v, c)| (v.labels(c), bytes(v.mem_mib))),
+        )?;
+        gauge_family(
+            e,
+            "hami_vgpu_core_allocated_ratio",
+            "vGPU core allocated from a container.",
+            self.vgpus
+                .iter()
+                .zip(&containers)
+                .map(|(v, c)| (v.labels(c), v.cores)),
+        )?;
+        Ok(())
+    }
+}
+
+/// `part / whole` as a float (`whole` is not 0).
+fn ratio(part: u64, whole: u64) -> f64 {
+    // MiB counts stay far below 2^52, where f64 is exact.
+    part as f64 / whole as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Snapshot;
+
+    const HIGH: &str = "0b4f3f2e-0000-4000-8000-00000000a002";
+
+    /// Metrics over tests/fixtures/cluster/extender.yaml, with the cluster
+    /// and the config they observe.
+    fn fixture() -> (Metrics, Arc<SharedCluster>, Arc<ArcSwap<Config>>) {
+        let snapshot = Snapshot::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/cluster/extender.yaml"),
+        )
+        .unwrap();
+        let (view, report) = snapshot.to_view();
+        assert!(report.unaccounted_pods.is_empty(), "{report:?}");
+        let cluster = Arc::new(SharedCluster::new(view, true));
+        let config = Arc::new(ArcSwap::from_pointee(Config::default()));
+        let metrics = Metrics::new(None).observing(cluster.clone(), config.clone());
+        (metrics, cluster, config)
+    }
+
+    /// The value of the series written exactly as `series` (name and
+    /// labels), if it is in `text`.
+    fn value<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+    }
+
+    /// How many series of the metric `name` are in `text`.
+    fn series_count(text: &str, name: &str) -> usize {
+        let prefix = format!("{name}{{");
+        text.lines().filter(|l| l.starts_with(&prefix)).count()
+    }
+
+    const T4: &str = r#"device_type="NVIDIA Tesla T4""#;
+
+    fn gpu(node: &str, uuid: &str, index: u32) -> String {
+        format!(r#"zone="vGPU",node="{node}",device_uuid="{uuid}",device_index="{index}""#)
+    }
+
+    #[test]
+    fn hami_gpu_gauges_read_capacity_and_usage_of_every_gpu() {
+        let (metrics, cluster, _) = fixture();
+        // A GPU that reports no memory has no memory ratio.
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-0", "annotations": {
+                crate::hami::keys::NODE_NVIDIA_REGISTER:
+                    r#"[{"id":"GPU-0-0","index":0,"count":4,"devmem":0,"devcore":100,"type":"NVIDIA A10","health":true}]"#
+            }}
+        }))
+        .unwrap();
+        assert!(cluster.write().upsert_node(&node).is_empty());
+        let text = metrics.encode();
+
+        let g10 = gpu("gpu-1", "GPU-1-0", 0);
+        let g21 = gpu("gpu-2", "GPU-2-1", 1);
+        let g20 = gpu("gpu-2", "GPU-2-0", 0);
+        let cases = [
+            // 16384 MiB
+            (
+                format!("hami_gpu_memory_limit_bytes{{{g10},{T4}}}"),
+                "17179869184",
+            ),
+            (format!("hami_gpu_core_limit_ratio{{{g10},{T4}}}"), "100"),
+            // low-0 holds GPU-1-0 in full.
+            (
+                format!(r#"hami_gpu_memory_allocated_bytes{{{g10},device_cores="100",{T4}}}"#),
+                "17179869184",
+            ),
+            (format!("hami_gpu_shared_count{{{g10},{T4}}}"), "1"),
+            (
+                format!("hami_gpu_core_allocated_ratio{{{g10},{T4}}}"),
+                "100",
+            ),
+            // user-0 holds 6000 MiB and 20 cores of GPU-2-1.
+            (
+                format!(r#"hami_gpu_memory_allocated_bytes{{{g21},device_cores="100",{T4}}}"#),
+                "6291456000",
+            ),
+            (format!("hami_gpu_core_allocated_ratio{{{g21},{T4}}}"), "20"),
+            (
+                format!(
+                    r#"hami_node_gpu_overview{{{g21},device_cores="100",device_memory_limit="16384",{T4}}}"#
+                ),
+                "6291456000",
+            ),
+            (
+                format!("hami_node_gpu_memory_allocated_ratio{{{g21},{T4}}}"),
+                "0.3662109375",
+            ),
+            (
+                format!("hami_node_gpu_memory_allocated_ratio{{{g10},{T4}}}"),
+                "1.0",
+            ),
+            // GPU-2-0 is free.
+            (format!("hami_gpu_shared_count{{{g20},{T4}}}"), "0"),
+            (
+                format!("hami_node_gpu_memory_allocated_ratio{{{g20},{T4}}}"),
+                "0.0",
+            ),
+            (
+                format!(
+                    r#"hami_gpu_memory_limit_bytes{{{},device_type="NVIDIA A10"}}"#,
+                    gpu("gpu-0", "GPU-0-0", 0)
+                ),
+                "0",
+            ),
+        ];
+        for (series, want) in &cases {
+            assert_eq!(value(&text, series), Some(*want), "{series} in\n{text}");
+        }
+        // Four T4s and the A10 (cpu-1 has no GPUs); the A10 has no ratio.
+        for name in [
+            "hami_gpu_memory_limit_bytes",
+            "hami_gpu_core_limit_ratio",
+            "hami_gpu_memory_allocated_bytes",
+            "hami_gpu_shared_count",
+            "hami_gpu_core_allocated_ratio",
+            "hami_node_gpu_overview",
+        ] {
+            assert_eq!(series_count(&text, name), 5, "{name}");
+        }
+        assert_eq!(
+            series_count(&text, "hami_node_gpu_memory_allocated_ratio"),
+            4
+        );
+        assert!(!text.contains("cpu-1"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn hami_quota_gauges_are_keyed_by_namespace_and_resource_name() {
+        let (metrics, _, _) = fixture();
+        let text = metrics.encode();
+        let cases = [
+            // capped: ResourceQuota `gpu` limits gpumem to 8000; user-0 holds 6000 MiB, 20 cores.
+            (
+                r#"hami_resource_quota_used{zone="vGPU",namespace="capped",quota_name="nvidia.com/gpumem",limit="8000"}"#,
+                "6000",
+            ),
+            (
+                r#"hami_resource_quota_limit{zone="vGPU",namespace="capped",quota_name="nvidia.com/gpumem"}"#,
+                "8000",
+            ),
+            (
+                r#"hami_resource_quota_used{zone="vGPU",namespace="capped",quota_name="nvidia.com/gpucores",limit="0"}"#,
+                "20",
+            ),
+            // batch: no quota, two whole T4s in use.
+            (
+                r#"hami_resource_quota_used{zone="vGPU",namespace="batch",quota_name="nvidia.com/gpumem",limit="0"}"#,
+                "32768",
+            ),
+            (
+                r#"hami_resource_quota_used{zone="vGPU",namespace="batch",quota_name="nvidia.com/gpucores",limit="0"}"#,
+                "200",
+            ),
+        ];
+        for (series, want) in cases {
+            assert_eq!(value(&text, series), Some(want), "{series} in\n{text}");
+        }
+        assert_eq!(series_count(&text, "hami_resource_quota_used"), 4);
+        // Only capped's gpumem has a limit.
+        assert_eq!(series_count(&text, "hami_resource_quota_limit"), 1);
+    }
+
+    #[test]
+    fn hami_quota_names_follow_the_config_in_force() {
+        let (metrics, _, config) = fixture();
+        let mut renamed = Config::default();
+        renamed.nvidia.resource_memory_name = "example.com/vmem".to_string();
+        config.store(Arc::new(renamed));
+        let text = metrics.encode();
+        // The fixture's quota limits nvidia.com/gpumem, which no longer counts.
+        assert_eq!(
+            value(
+                &text,
+                r#"hami_resource_quota_used{zone="vGPU",namespace="capped",quota_name="example.com/vmem",limit="0"}"#
+            ),
+            Some("6000"),
+            "{text}"
+        );
+        assert_eq!(series_count(&text, "hami_resource_quota_limit"), 0);
+        assert!(!text.contains("nvidia.com/gpumem"));
+    }
+
+    #[test]
+    fn hami_vgpu_series_follow_held_pods_and_go_with_them() {
+        let (metrics, cluster, _) = fixture();
+        let high = r#"{zone="vGPU",namespace="batch",node="gpu-1",pod="high-0",container_index="0",device_uuid="GPU-1-1"}"#;
+        let user = r#"{zone="vGPU",namespace="capped",node="gpu-2",pod="user-0",container_index="0",device_uuid="GPU-2-1"}"#;
+        let text = metrics.encode();
+        for (series, want) in [
+            (
+                format!("hami_vgpu_memory_allocated_bytes{high}"),
+                "17179869184",
+            ),
+            (format!("hami_vgpu_core_allocated_ratio{high}"), "100"),
+            (
+                format!("hami_vgpu_memory_allocated_bytes{user}"),
+                "6291456000",
+            ),
+            (format!("hami_vgpu_core_allocated_ratio{user}"), "20"),
+        ] {
+            assert_eq!(value(&text, &series), Some(want), "{series} in\n{text}");
+        }
+        assert_eq!(series_count(&text, "hami_vgpu_memory_allocated_bytes"), 3);
+        assert_eq!(series_count(&text, "hami_vgpu_core_allocated_ratio"), 3);
+
+        cluster.write().delete_pod(HIGH);
+        let text = metrics.encode();
+        assert!(!text.contains("high-0"), "{text}");
+        assert_eq!(series_count(&text, "hami_vgpu_memory_allocated_bytes"), 2);
+        let g11 = gpu("gpu-1", "GPU-1-1", 1);
+        assert_eq!(
+            value(&text, &format!("hami_gpu_shared_count{{{g11},{T4}}}")),
+            Some("0")
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"hami_resource_quota_used{zone="vGPU",namespace="batch",quota_name="nvidia.com/gpumem",limit="0"}"#
+            ),
+            Some("16384")
+        );
+        assert_eq!(
+            value(&text, &format!("hami_vgpu_core_allocated_ratio{user}")),
+            Some("20")
+        );
+    }
+
+    #[test]
+    fn without_a_cluster_view_there_are_no_hami_gauges() {
+        let text = Metrics::new(None).encode();
+        assert!(!text.contains("hami_"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
     }
 }

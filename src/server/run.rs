@@ -129,7 +129,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(expire_gang_holds(cluster.clone(), stopped()));
     }
     let metrics = match &cluster {
-        Some(c) => metrics.observing(c.clone()),
+        Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
     };
     let bind_mode = match (&args.cluster, &client) {
