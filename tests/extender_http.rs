@@ -82,6 +82,15 @@ async fn filter_answers_the_feasible_names_and_every_reason() {
         "node unregistered"
     );
     assert!(out.get("Error").is_none(), "{out}");
+    // Counted by reason code, for dashboards and alerts.
+    let metrics = s.state.metrics.encode();
+    for line in [
+        "gpugate_filter_decisions_total{result=\"feasible\"} 1",
+        "gpugate_filter_rejections_total{reason=\"CardInsufficientMemory\"} 1",
+        "gpugate_filter_rejections_total{reason=\"NodeUnregistered\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
 }
 
 #[tokio::test]

@@ -125,6 +125,24 @@ fn finish(
     result
 }
 
+/// The stable code a node's reason starts with (`CardInsufficientMemory`
+/// in `2/2 CardInsufficientMemory, 1/2 CardInsufficientCore`,
+/// `ResourceQuotaNotFit`, `GangNotFit`, `NodeUnregistered`, ...): for
+/// grouping in events and metrics.
+pub fn reason_code(reason: &str) -> &str {
+    if reason.starts_with("node unregistered") {
+        return "NodeUnregistered";
+    }
+    let mut words = reason
+        .split([' ', '(', ',', ':', ';'])
+        .filter(|w| !w.is_empty());
+    match words.next() {
+        Some(w) if w.contains('/') => words.next().unwrap_or("Unknown"),
+        Some(w) => w,
+        None => "Unknown",
+    }
+}
+
 /// Nodes named in one event note, at most.
 const NOTE_NODES: usize = 20;
 
@@ -133,9 +151,7 @@ const NOTE_NODES: usize = 20;
 /// nodes that gave it, most frequent first, for `FilteringFailed` events.
 /// Nothing when some node fits or the call failed.
 pub fn failure_notes(result: &FilterResult) -> Vec<String> {
-    let feasible = result.node_names.as_ref().map_or(0, Vec::len)
-        + result.nodes.as_ref().map_or(0, |n| n.items.len());
-    if feasible > 0 || !result.error.is_empty() {
+    if result.feasible_count() > 0 || !result.error.is_empty() {
         return Vec::new();
     }
     let mut by_code: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
@@ -144,7 +160,7 @@ pub fn failure_notes(result: &FilterResult) -> Vec<String> {
         .iter()
         .chain(&result.failed_and_unresolvable_nodes)
     {
-        let code = reason.split([' ', '(', ':', ';']).next().unwrap_or(reason);
+        let code = reason_code(reason);
         by_code.entry(code).or_default().push(node);
     }
     let mut groups: Vec<(&str, Vec<&str>)> = by_code.into_iter().collect();
@@ -208,4 +224,60 @@ pub fn prioritize(
             score: priority.get(host.as_str()).map_or(0, |p| i64::from(*p)),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_codes_are_the_first_word_of_every_form() {
+        for (reason, code) in [
+            ("2/2 CardInsufficientMemory", "CardInsufficientMemory"),
+            (
+                "1/8 CardInsufficientCore, 7/8 CardNotHealth",
+                "CardInsufficientCore",
+            ),
+            ("node unregistered", "NodeUnregistered"),
+            (
+                "NodeInsufficientDevice (4 GPUs requested, 2 on the node)",
+                "NodeInsufficientDevice",
+            ),
+            (
+                "ResourceQuotaNotFit (nvidia.com/gpumem: ...)",
+                "ResourceQuotaNotFit",
+            ),
+            ("GangNotFit (group ml/g: ...)", "GangNotFit"),
+            ("", "Unknown"),
+            ("3/3", "Unknown"),
+        ] {
+            assert_eq!(reason_code(reason), code, "{reason}");
+        }
+    }
+
+    #[test]
+    fn notes_group_nodes_by_code_most_frequent_first_only_when_nothing_fits() {
+        let mut r = FilterResult::default();
+        for n in ["a", "b", "c"] {
+            r.failed_nodes
+                .insert(n.into(), "1/1 CardInsufficientMemory".into());
+        }
+        r.failed_and_unresolvable_nodes
+            .insert("cpu".into(), "node unregistered".into());
+        r.node_names = Some(vec![]);
+        let notes = failure_notes(&r);
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes[0].starts_with("CardInsufficientMemory on 3 node(s): a, b, c (e.g. a: 1/1"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[1].starts_with("NodeUnregistered on 1 node(s): cpu"),
+            "{}",
+            notes[1]
+        );
+        r.node_names = Some(vec!["d".into()]);
+        assert!(failure_notes(&r).is_empty());
+    }
 }

@@ -125,6 +125,14 @@ pub struct FilterResult {
 }
 
 impl FilterResult {
+    /// How many nodes the answer keeps.
+    pub fn feasible_count(&self) -> usize {
+        self.node_names.as_ref().map_or(0, Vec::len)
+            + self.nodes.as_ref().map_or(0, |n| n.items.len())
+    }
+}
+
+impl FilterResult {
     pub fn error(message: impl Into<String>) -> Self {
         FilterResult {
             error: message.into(),

@@ -23,6 +23,8 @@ use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
 use crate::engine::Usage;
 use crate::extender::bind::BindMetrics;
+use crate::extender::filter::reason_code;
+use crate::extender::wire::FilterResult;
 
 use super::tls::ReloadingCert;
 
@@ -57,6 +59,17 @@ pub struct KindLabels {
 pub struct VerbLabels {
     /// `filter`, `prioritize`, `bind` or `preempt`.
     pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A reason code from a fixed set (see `extender::filter::reason_code`).
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +129,8 @@ pub struct Metrics {
     pub config_reload_errors: Counter,
     pub extender_requests: Family<VerbResultLabels, Counter>,
     pub extender_latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
+    filter_decisions: Family<ResultLabels, Counter>,
+    filter_rejections: Family<ReasonLabels, Counter>,
     cert_not_after: Gauge,
     cert_reload_errors: Gauge,
     cert: Option<Arc<ReloadingCert>>,
@@ -190,6 +205,19 @@ impl Metrics {
             "Time to answer an extender call, by verb",
             extender_latency.clone(),
         );
+        let filter_decisions = Family::<ResultLabels, Counter>::default();
+        let filter_rejections = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "gpugate_filter_decisions",
+            "Filter answers, by result (feasible, unschedulable, error)",
+            filter_decisions.clone(),
+        );
+        registry.register(
+            "gpugate_filter_rejections",
+            "Nodes a filter call rejected, by reason code (CardInsufficientMemory, \
+             ResourceQuotaNotFit, GangNotFit, NodeUnregistered, ...)",
+            filter_rejections.clone(),
+        );
         let watch = WatchMetrics::default();
         registry.register(
             "gpugate_watch_errors",
@@ -262,6 +290,8 @@ impl Metrics {
             registry,
             extender_requests,
             extender_latency,
+            filter_decisions,
+            filter_rejections,
             watch,
             bind,
             cluster_gauges: g,
@@ -307,6 +337,35 @@ impl Metrics {
         self.latency
             .get_or_create(&WebhookLabels { webhook })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records a filter answer: its result and each rejected node's reason.
+    pub fn observe_filter(&self, answer: &FilterResult) {
+        let result = if !answer.error.is_empty() {
+            "error"
+        } else if answer.feasible_count() > 0 {
+            "feasible"
+        } else {
+            "unschedulable"
+        };
+        self.filter_decisions
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        let mut counts: std::collections::HashMap<&str, u64> = Default::default();
+        for reason in answer
+            .failed_nodes
+            .values()
+            .chain(answer.failed_and_unresolvable_nodes.values())
+        {
+            *counts.entry(reason_code(reason)).or_default() += 1;
+        }
+        for (reason, n) in counts {
+            self.filter_rejections
+                .get_or_create(&ReasonLabels {
+                    reason: reason.to_string(),
+                })
+                .inc_by(n);
+        }
     }
 
     /// Records one extender call.

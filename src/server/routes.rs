@@ -159,6 +159,7 @@ async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         "filter",
         |x, config| {
             let r = x.filter(config, &body);
+            state.metrics.observe_filter(&r);
             let e = (!r.error.is_empty()).then(|| r.error.clone());
             (r, e)
         },
