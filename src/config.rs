@@ -22,8 +22,9 @@ pub struct Config {
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
     /// current with `serve --self-signed-secret`.
     pub webhooks: WebhookConfigNames,
-    /// Rate limit and timeout of gpugate's API calls (bind, node lock,
-    /// events). Read at start; a reload does not change them.
+    /// Rate limit and timeout of gpugate's API calls (bind and node lock;
+    /// events go through their own bounded queue), and how often watches
+    /// re-list. Read at start; a reload does not change them.
     pub api: crate::cluster::api::ApiLimits,
 }
 
@@ -103,7 +104,7 @@ impl Default for NodeLockConfig {
         Self {
             enabled: true,
             expiry_seconds: 300,
-            wait_seconds: 10.0,
+            wait_seconds: 3.0,
         }
     }
 }

@@ -112,7 +112,7 @@ impl Rig {
             sink,
             BindMetrics::default(),
         );
-        let extender = Extender::new(cluster.clone(), BindMode::Api(Box::new(binder)));
+        let extender = Extender::new(cluster.clone(), BindMode::Api(Arc::new(binder)));
         Rig {
             api,
             cluster,
@@ -126,7 +126,7 @@ impl Rig {
     async fn bind(&self, ns: &str, name: &str, uid: &str, node: &str) -> String {
         let body = json!({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": node});
         self.extender
-            .bind(&self.config, body.to_string().as_bytes())
+            .bind(Arc::new(self.config.clone()), body.to_string().as_bytes())
             .await
             .error
     }
@@ -412,6 +412,13 @@ async fn a_pod_changed_between_read_and_patch_is_read_again() {
         .filter(|s| s.method == Method::PATCH && s.path.contains("/pods/"))
         .collect();
     assert_eq!(pod_patches.len(), 2);
+    // The retry carries the version read again, not the stale one.
+    let versions: Vec<&Value> = pod_patches
+        .iter()
+        .map(|p| &p.body["metadata"]["resourceVersion"])
+        .collect();
+    assert!(versions[0].is_string() && versions[1].is_string());
+    assert_ne!(versions[0], versions[1]);
     assert!(has_allocation_annotations(&rig.pod("ml", "p")));
 }
 
@@ -648,4 +655,157 @@ async fn events_reach_the_api_server() {
             .unwrap()
             .contains("CardInsufficientMemory")
     );
+}
+
+/// A gang member of group `g` (min-available `min`) asking for `mem` MiB.
+fn member(name: &str, mem: u64, min: u32) -> Value {
+    let mut p = pod("ml", name, &format!("u-{name}"), mem, 0);
+    p["metadata"]["labels"] = json!({
+        "pod-group.scheduling.sigs.k8s.io/name": "g",
+        "pod-group.scheduling.sigs.k8s.io/min-available": min.to_string(),
+    });
+    p
+}
+
+#[tokio::test]
+async fn a_bind_whose_caller_gives_up_still_finishes_and_leaves_nothing() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut n = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    n["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let rig = Rig::new(&[n], &[holder, pod("ml", "p", "u-p", 1000, 0)], config(0.8));
+    // kube-scheduler's httpTimeout runs out while the bind waits for the lock.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(200),
+        rig.bind("ml", "p", "u-p", "gpu-1"),
+    )
+    .await;
+    assert!(cut.is_err());
+    assert!(rig.cluster.read().is_binding("u-p"));
+    // The transaction goes on by itself, fails on the lock, and undoes.
+    for _ in 0..50 {
+        if !rig.cluster.read().is_binding("u-p") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rig.held("u-p"), None);
+    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
+    rig.api.update(&node_path("gpu-1"), |n| {
+        n["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LOCK);
+    });
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+}
+
+#[tokio::test]
+async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut n = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    n["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let rig = Arc::new(Rig::new(
+        &[n, node("gpu-2", 1)],
+        &[holder, pod("ml", "p", "u-p", 1000, 0)],
+        config(3.0),
+    ));
+    let bind = {
+        let rig = rig.clone();
+        tokio::spawn(async move { rig.bind("ml", "p", "u-p", "gpu-1").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another scheduler binds the pod to gpu-2 with its own annotations,
+    // then the lock on gpu-1 is released.
+    rig.api.update(&pod_path("ml", "p"), |p| {
+        p["spec"]["nodeName"] = json!("gpu-2");
+        p["metadata"]["annotations"] = json!({
+            "hami.io/vgpu-node": "gpu-2",
+            "hami.io/vgpu-devices-allocated": "GPU-gpu-2-0,NVIDIA,1000,0:;",
+        });
+    });
+    rig.api.update(&node_path("gpu-1"), |n| {
+        n["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LOCK);
+    });
+    let e = bind.await.unwrap();
+    assert!(e.contains("bound to node gpu-2 by someone else"), "{e}");
+    let p = rig.pod("ml", "p");
+    assert_eq!(annotations(&p)["hami.io/vgpu-node"], "gpu-2");
+    assert_eq!(rig.lock("gpu-1"), None, "our lock is released");
+    assert_eq!(rig.held("u-p"), None);
+}
+
+#[tokio::test]
+async fn lost_answers_are_told_apart_from_failures() {
+    // The annotation patch lands but its answer is lost: undone.
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[pod("ml", "p", "u-p", 2000, 10)],
+        config(1.0),
+    );
+    rig.api.lose(Method::PATCH, "/pods/p", 1);
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("504"), "{e}");
+    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
+    assert_eq!(rig.lock("gpu-1"), None);
+    assert_eq!(rig.held("u-p"), None);
+
+    // The Binding lands but its answer is lost: success.
+    rig.api.lose(Method::POST, "/binding", 1);
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+    assert_eq!(rig.pod("ml", "p")["spec"]["nodeName"], "gpu-1");
+    assert!(rig.held("u-p").is_some());
+
+    // The Binding's fate cannot be read: everything is kept for the watch.
+    let rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[pod("ml", "q", "u-q", 2000, 10)],
+        config(1.0),
+    );
+    rig.api.fail(Method::POST, "/binding", 503, 1);
+    rig.api.fail_after(Method::GET, "/pods/q", 503, 1, 10);
+    let e = rig.bind("ml", "q", "u-q", "gpu-1").await;
+    assert!(e.contains("whether the Binding landed is unknown"), "{e}");
+    assert!(rig.held("u-q").is_some());
+    assert!(has_allocation_annotations(&rig.pod("ml", "q")));
+    assert!(rig.lock("gpu-1").is_some());
+}
+
+#[tokio::test]
+async fn a_gang_members_failed_bind_keeps_the_groups_capacity_held() {
+    // Two nodes with one 16 GiB GPU each... and one more: 3 GPUs, a gang of
+    // 3 members taking a whole GPU each by memory.
+    let mut c = config(1.0);
+    c.scheduler.node_lock.enabled = false;
+    let rig = Rig::new(
+        &[node("gpu-1", 1), node("gpu-2", 1), node("gpu-3", 1)],
+        &[
+            member("m0", 16000, 3),
+            member("m1", 16000, 3),
+            member("m2", 16000, 3),
+            pod("ml", "outsider", "u-outsider", 16000, 0),
+        ],
+        c,
+    );
+    assert_eq!(rig.bind("ml", "m0", "u-m0", "gpu-1").await, "");
+    assert_eq!(rig.cluster.read().gang_hold_count(), 2);
+    rig.api.fail(Method::POST, "/binding", 500, 1);
+    let e = rig.bind("ml", "m1", "u-m1", "gpu-2").await;
+    assert!(e.contains("POST binding"), "{e}");
+    // m1 is pending again, and its place is held again.
+    assert_eq!(rig.cluster.read().gang_hold_count(), 2);
+    let e = rig.bind("ml", "outsider", "u-outsider", "gpu-2").await;
+    assert!(e.contains("does not fit"), "{e}");
+    // A member placed where the rest no longer fits is refused before any write.
+    let writes = rig.writes().len();
+    let e = rig.bind("ml", "m1", "u-m1", "gpu-1").await;
+    assert!(e.contains("does not fit on node gpu-1"), "{e}");
+    assert_eq!(rig.writes().len(), writes);
+    assert_eq!(rig.bind("ml", "m1", "u-m1", "gpu-2").await, "");
+    assert_eq!(rig.bind("ml", "m2", "u-m2", "gpu-3").await, "");
+    assert_eq!(rig.cluster.read().gang_hold_count(), 0);
 }

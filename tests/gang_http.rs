@@ -143,8 +143,9 @@ async fn a_gang_with_too_few_members_waits_and_bad_labels_are_named() {
         .map(|i| member(&format!("w{i}"), Some(("small", 3))))
         .collect();
     let (s, _) = server(&gang).await;
+    // Preempting cannot bring members: unresolvable.
     let out = filter(&s, &gang[0]).await;
-    let reason = out["FailedNodes"]["a"].as_str().unwrap();
+    let reason = out["FailedAndUnresolvableNodes"]["a"].as_str().unwrap();
     assert!(
         reason.starts_with("GangIncomplete (group ml/small has 2 member(s), min-available is 3"),
         "{reason}"
@@ -153,7 +154,7 @@ async fn a_gang_with_too_few_members_waits_and_bad_labels_are_named() {
     let mut bad = member("bad", Some(("g", 1)));
     bad["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io/min-available"] = json!("all");
     let out = filter(&s, &bad).await;
-    let reason = out["FailedNodes"]["a"].as_str().unwrap();
+    let reason = out["FailedAndUnresolvableNodes"]["a"].as_str().unwrap();
     assert!(reason.starts_with("GangInvalid"), "{reason}");
 }
 
@@ -162,15 +163,20 @@ async fn held_capacity_is_released_when_the_hold_ends() {
     let gang: Vec<Value> = (0..3)
         .map(|i| member(&format!("w{i}"), Some(("train", 3))))
         .collect();
-    let outsider = member("outsider", None);
+    // Two whole GPUs on one node: fits only where nothing is held.
+    let mut outsider = member("outsider", None);
+    outsider["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
     let mut pods = gang.clone();
     pods.push(outsider.clone());
     let (s, cluster) = server(&pods).await;
     place(&s, &gang[0]).await.unwrap();
     assert_eq!(cluster.read().gang_hold_count(), 2);
-    // Before the hold ends nothing changes; after, the outsider fits.
+    // One member placed and two held on 4 GPUs: one GPU left, no node has two.
+    let out = filter(&s, &outsider).await;
+    assert_eq!(out["NodeNames"], json!([]), "{out}");
     let now = jiff::Timestamp::now().as_millisecond();
     assert_eq!(cluster.write().expire_gang_holds(now), 0);
     assert_eq!(cluster.write().expire_gang_holds(now + 61_000), 2);
+    assert_eq!(cluster.read().gang_hold_count(), 0);
     place(&s, &outsider).await.unwrap();
 }

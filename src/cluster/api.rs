@@ -44,8 +44,8 @@ impl Default for ApiLimits {
 
 impl ApiLimits {
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.qps.is_finite() && self.qps > 0.0) {
-            return Err(format!("api.qps is {}, must be above 0", self.qps));
+        if !(self.qps.is_finite() && self.qps >= 0.1) {
+            return Err(format!("api.qps is {}, at least 0.1", self.qps));
         }
         if self.burst == 0 {
             return Err("api.burst must be at least 1".to_string());
@@ -87,7 +87,11 @@ impl RateLimiter {
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
-            qps: if qps > 0.0 { qps } else { 1.0 },
+            qps: if qps.is_finite() && qps >= 0.1 {
+                qps
+            } else {
+                0.1
+            },
             burst,
             bucket: Mutex::new((burst, Instant::now())),
         }
@@ -105,7 +109,7 @@ impl RateLimiter {
             if refilled >= 0.0 {
                 return;
             }
-            Duration::from_secs_f64(-refilled / self.qps)
+            Duration::try_from_secs_f64(-refilled / self.qps).unwrap_or(Duration::from_secs(60))
         };
         tokio::time::sleep(wait).await;
     }

@@ -59,6 +59,8 @@ pub enum LockError {
         value: String,
         problem: String,
     },
+    #[error("node {node} kept changing while its lock was being taken")]
+    Changing { node: String },
     #[error("node lock: {0}")]
     Api(#[from] ApiError),
 }
@@ -67,7 +69,9 @@ impl LockError {
     /// A stable code for metrics and events.
     pub fn code(&self) -> &'static str {
         match self {
-            LockError::Contention { .. } | LockError::LocalBusy { .. } => "node_lock_contention",
+            LockError::Contention { .. }
+            | LockError::LocalBusy { .. }
+            | LockError::Changing { .. } => "node_lock_contention",
             LockError::Unreadable { .. } => "node_lock_unreadable",
             LockError::Api(_) => "api_error",
         }
@@ -184,6 +188,11 @@ impl NodeLocks {
                 Ok(_) => return Ok(taken),
                 // Someone changed the node since the read: read again.
                 Err(e) if e.is_conflict() && Instant::now() < deadline => continue,
+                Err(e) if e.is_conflict() => {
+                    return Err(LockError::Changing {
+                        node: node.to_string(),
+                    });
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -168,10 +168,20 @@ impl ClusterView {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_string());
-        let reserved = self
-            .pods
-            .get(key)
-            .is_some_and(|p| p.reservation != Reservation::Settled);
+        // A reservation is gpugate's own word only while the pod is unbound
+        // and unfinished; once the API server shows it bound or finished,
+        // the pod is the truth.
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let reserved = !finished
+            && !bound
+            && self
+                .pods
+                .get(key)
+                .is_some_and(|p| p.reservation != Reservation::Settled);
         match pod_allocation(pod) {
             Ok(None) if reserved => None,
             Ok(None) => {
@@ -185,8 +195,8 @@ impl ClusterView {
                     .filter(|p| p.allocation.as_ref() == Some(&allocation))
                 {
                     // Status updates of a running pod: nothing changes. A
-                    // bound reservation is now carried by the pod itself.
-                    if held.reservation == Reservation::Bound {
+                    // reservation of a bound pod is now carried by the pod.
+                    if !reserved {
                         held.reservation = Reservation::Settled;
                     }
                     return held.unaccounted.clone();
@@ -295,7 +305,11 @@ impl ClusterView {
     /// The pod of a reservation is bound: the allocation stays held until
     /// the watch shows the pod carrying it.
     pub fn mark_bound(&mut self, key: &str) {
-        if let Some(p) = self.pods.get_mut(key) {
+        if let Some(p) = self
+            .pods
+            .get_mut(key)
+            .filter(|p| p.reservation == Reservation::InFlight)
+        {
             p.reservation = Reservation::Bound;
         }
     }
@@ -335,6 +349,54 @@ impl ClusterView {
         self.pods
             .get(key)
             .is_some_and(|p| p.reservation == Reservation::InFlight)
+    }
+
+    /// Whether gpugate reserved the pod's allocation (in flight, or bound
+    /// and not yet seen on the pod).
+    pub fn is_reserved(&self, key: &str) -> bool {
+        self.pods
+            .get(key)
+            .is_some_and(|p| p.reservation != Reservation::Settled)
+    }
+
+    /// UIDs of every pod the view keeps: those holding GPUs and unbound
+    /// gang members.
+    pub fn tracked_pods(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.pods.keys().cloned().collect();
+        keys.extend(
+            self.member_gang
+                .keys()
+                .filter(|k| !self.pods.contains_key(*k))
+                .cloned(),
+        );
+        keys
+    }
+
+    /// The holds of `group`, taken out of the state (to be put back with
+    /// [`ClusterView::restore_gang_holds`] if what replaces them fails).
+    pub fn take_gang_holds(&mut self, group: &GangKey) -> Vec<(String, Allocation, i64)> {
+        let keys: Vec<(String, i64)> = self
+            .gang_holds
+            .iter()
+            .filter(|(_, (g, _))| g == group)
+            .map(|(k, (_, until))| (k.clone(), *until))
+            .collect();
+        let mut out = Vec::new();
+        for (k, until) in keys {
+            self.gang_holds.remove(&k);
+            if let Some(a) = self.state.remove(&gang_hold_key(&k)) {
+                out.push((k, a, until));
+            }
+        }
+        out
+    }
+
+    /// Puts back holds taken with [`ClusterView::take_gang_holds`] (those
+    /// that still fit).
+    pub fn restore_gang_holds(&mut self, group: &GangKey, holds: Vec<(String, Allocation, i64)>) {
+        for (k, a, until) in holds {
+            let _ = self.hold_for_gang(&k, group, a, until);
+        }
     }
 
     /// The pod was listed without an allocation (a re-list keeps only the
@@ -640,20 +702,6 @@ impl ClusterView {
         if self.gang_holds.remove(key).is_some() {
             self.state.remove(&gang_hold_key(key));
         }
-    }
-
-    /// Drops every hold of a group; returns the latest end among them.
-    pub fn release_gang_holds(&mut self, group: &GangKey) -> Option<i64> {
-        let keys: Vec<(String, i64)> = self
-            .gang_holds
-            .iter()
-            .filter(|(_, (g, _))| g == group)
-            .map(|(k, (_, until))| (k.clone(), *until))
-            .collect();
-        for (k, _) in &keys {
-            self.release_gang_hold(k);
-        }
-        keys.into_iter().map(|(_, until)| until).max()
     }
 
     /// The engine state without the holds of `group`: what its members are
@@ -974,7 +1022,15 @@ mod tests {
         view.mark_bound("uid-p");
         view.upsert_pod("uid-p", &p);
         assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+        // The pod shows the annotations, unbound: still ours. Bound: settled,
+        // and from then on the pod is the truth.
         view.upsert_pod("uid-p", &before);
+        assert!(view.is_reserved("uid-p"));
+        let mut bound_before = before.clone();
+        bound_before.spec.as_mut().unwrap().node_name = Some("n1".into());
+        view.upsert_pod("uid-p", &bound_before);
+        assert!(!view.is_reserved("uid-p"));
+        assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
         view.upsert_pod("uid-p", &p);
         assert!(
             view.held_allocation("uid-p").is_none(),
@@ -985,6 +1041,20 @@ mod tests {
         assert!(view.release_reservation("uid-p"));
         assert!(!view.release_reservation("uid-p"));
         assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+        // Bound, then the pod fails before the watch showed it bound: freed.
+        view.reserve("uid-p", &p, allocation.clone()).unwrap();
+        view.mark_bound("uid-p");
+        let mut failed = before.clone();
+        failed.status.as_mut().unwrap().phase = Some("Failed".into());
+        view.upsert_pod("uid-p", &failed);
+        assert!(view.held_allocation("uid-p").is_none());
+        // In flight, and the pod shows up bound: the pod is the truth.
+        view.reserve("uid-p", &p, allocation.clone()).unwrap();
+        let mut bound = p.clone();
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        view.upsert_pod("uid-p", &bound);
+        assert!(view.held_allocation("uid-p").is_none());
+        assert!(!view.is_reserved("uid-p"));
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl Watched for Pod {
         view.pod_holds_nothing(key);
     }
     fn held(view: &ClusterView) -> Vec<String> {
-        view.held_pods().map(str::to_string).collect()
+        view.tracked_pods()
     }
     /// Most pods hold no GPUs and are in no gang group: a re-list keeps
     /// only their UIDs.
@@ -239,27 +239,47 @@ async fn feed<K>(
         let events = watcher(api.clone(), config.clone())
             .default_backoff()
             .boxed();
-        let restart = tokio::time::sleep(resync);
-        tokio::select! {
-            () = restart => {}
-            () = feed_until_end(events, &shared, &*observer, &mut listed_once, &on_first_list) => return,
+        let resync_due = feed_until_resync(
+            events,
+            &shared,
+            &*observer,
+            &mut listed_once,
+            &on_first_list,
+            resync,
+        )
+        .await;
+        if !resync_due {
+            return;
         }
     }
 }
 
-/// Applies one watcher's events until its stream ends.
-async fn feed_until_end<K>(
+/// Applies one watcher's events until `resync` after its list completed
+/// (true: start again with a fresh list) or until its stream ends (false).
+async fn feed_until_resync<K>(
     mut events: futures::stream::BoxStream<'_, Result<watcher::Event<K>, watcher::Error>>,
     shared: &SharedCluster,
     observer: &dyn WatchObserver,
     listed_once: &mut bool,
     on_first_list: &impl Fn(),
-) where
+    resync: std::time::Duration,
+) -> bool
+where
     K: Watched,
 {
     let mut buffer: Vec<(String, Option<K>)> = Vec::new();
+    // The clock starts once a list is complete, so that a list slower than
+    // the period is never cut short.
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
-        match events.try_next().await {
+        let next = match due {
+            Some(at) => tokio::select! {
+                next = events.try_next() => next,
+                () = tokio::time::sleep_until(at) => return true,
+            },
+            None => events.try_next().await,
+        };
+        match next {
             Ok(Some(event)) => match event {
                 watcher::Event::Init => buffer.clear(),
                 watcher::Event::InitApply(obj) => {
@@ -276,6 +296,7 @@ async fn feed_until_end<K>(
                         *listed_once = true;
                         on_first_list();
                     }
+                    due = Some(tokio::time::Instant::now() + resync);
                 }
                 watcher::Event::Apply(obj) => {
                     if let Some(key) = obj.key() {
@@ -288,7 +309,7 @@ async fn feed_until_end<K>(
                     }
                 }
             },
-            Ok(None) => return,
+            Ok(None) => return false,
             Err(e) => {
                 // The backoff retries; the view keeps its last state.
                 let error = e.to_string();
@@ -369,6 +390,27 @@ mod tests {
         assert!(!with.worth_keeping());
         assert_eq!(replace_all::<Pod>(&mut view, vec![("u1".into(), None)]), 0);
         assert!(Pod::held(&view).is_empty());
+    }
+
+    #[test]
+    fn a_relist_forgets_pending_gang_members_that_vanished() {
+        let member: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"uid": "u1", "namespace": "ns", "name": "p", "labels": {
+                "pod-group.scheduling.sigs.k8s.io/name": "g",
+                "pod-group.scheduling.sigs.k8s.io/min-available": "2"}},
+            "spec": {"containers": [{"name": "c"}]}
+        }))
+        .unwrap();
+        assert!(member.worth_keeping());
+        let mut view = ClusterView::new();
+        Pod::apply(&mut view, "u1", &member);
+        assert_eq!(Pod::held(&view), ["u1"]);
+        assert_eq!(replace_all::<Pod>(&mut view, Vec::new()), 1);
+        let group = crate::engine::gang::GangKey {
+            namespace: "ns".into(),
+            name: "g".into(),
+        };
+        assert!(view.gang_members(&group).is_none());
     }
 
     #[test]

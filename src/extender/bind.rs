@@ -17,6 +17,7 @@
 //! failed; a rollback that fails too is named in the answer and counted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -43,6 +44,9 @@ use super::wire::BindingArgs;
 
 /// Re-reads of the pod when its resourceVersion moved under the patch.
 const PATCH_ATTEMPTS: usize = 3;
+/// Reads of the pod after a `POST binding` without a clear answer.
+const OUTCOME_READS: usize = 3;
+const OUTCOME_READ_PAUSE: Duration = Duration::from_millis(300);
 /// Label values are at most 63 characters; longer node names get only the
 /// annotation (HAMi's device plugin reads the annotation).
 const LABEL_VALUE_MAX: usize = 63;
@@ -113,11 +117,18 @@ pub struct ApiBinder {
 }
 
 /// What the steps so far changed, for the undo.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct Done {
     locked: bool,
-    /// The annotation patch may have been applied.
-    annotated: bool,
+    /// The annotation patch was (or may have been) applied.
+    annotated: Option<Written>,
+}
+
+/// The annotations bind wrote: the pod's resourceVersion after the write,
+/// when known.
+#[derive(Debug)]
+struct Written {
+    version: Option<String>,
 }
 
 impl ApiBinder {
@@ -134,14 +145,23 @@ impl ApiBinder {
         &self.events
     }
 
-    /// Runs the transaction; the answer's error is empty on success.
+    /// Runs the transaction in its own task, so that kube-scheduler giving
+    /// up on the request (its `httpTimeout`) cannot stop it half way; the
+    /// answer's error is empty on success.
     pub async fn bind(
-        &self,
-        cluster: &SharedCluster,
-        config: &Config,
-        args: &BindingArgs,
+        self: &Arc<Self>,
+        cluster: &Arc<SharedCluster>,
+        config: Arc<Config>,
+        args: BindingArgs,
     ) -> Result<(), String> {
-        let result = self.transaction(cluster, config, args).await;
+        let (binder, cluster) = (self.clone(), cluster.clone());
+        let task = tokio::spawn(async move { binder.transaction(&cluster, &config, &args).await });
+        let result = task.await.unwrap_or_else(|e| {
+            Err(BindFailure::new(
+                "internal_error",
+                format!("bind task failed: {e}"),
+            ))
+        });
         let (result_label, code) = match &result {
             Ok(code) => ("ok", *code),
             Err(f) => ("error", f.code),
@@ -168,6 +188,21 @@ impl ApiBinder {
             args.node.as_str(),
         );
         let who = format!("{ns}/{name}");
+        let lock_config = &config.scheduler.node_lock;
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_secs_f64(lock_config.wait_seconds);
+        // Binds of one pod run one after the other: a retry (kube-scheduler
+        // gave up on the first) sees what the first did.
+        let _pod_turn = self
+            .locks
+            .local_turn(&format!("pod/{}", args.pod_uid), deadline)
+            .await
+            .map_err(|_| {
+                BindFailure::new(
+                    "bind_in_progress",
+                    format!("pod {who}: another bind of this pod is still running"),
+                )
+            })?;
         let pod = self
             .api
             .get_pod(ns, name)
@@ -204,14 +239,17 @@ impl ApiBinder {
             return Ok("bound_without_gpus");
         }
 
-        let lock_config = &config.scheduler.node_lock;
-        let asked = Instant::now();
-        let deadline = asked + Duration::from_secs_f64(lock_config.wait_seconds);
-        let _turn = self.locks.local_turn(node, deadline).await.map_err(|e| {
+        let _node_turn = self.locks.local_turn(node, deadline).await.map_err(|e| {
             self.failed(&pod, BindFailure::new(e.code(), format!("pod {who}: {e}")))
         })?;
         let allocation =
             reserve(cluster, config, &pod, &plan, args, &who).map_err(|f| self.failed(&pod, f))?;
+        // Should this task die between here and the end, the reservation
+        // does not outlive it.
+        let guard = ReservationGuard {
+            cluster,
+            uid: &args.pod_uid,
+        };
 
         let mut done = Done::default();
         let regular_gpus = plan
@@ -236,7 +274,7 @@ impl ApiBinder {
                 }
                 Err(e) => {
                     let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
-                    return Err(self.undo(cluster, &pod, args, done, f).await);
+                    return Err(self.undo(cluster, config, &pod, args, done, f).await);
                 }
             }
         }
@@ -244,29 +282,44 @@ impl ApiBinder {
             .lock_wait
             .observe(asked.elapsed().as_secs_f64());
 
-        done.annotated = true;
-        if let Err(f) = self.annotate(&pod, args, &allocation, &who).await {
-            if f.code == "conflict" || f.code == "pod_not_found" || f.code == "pod_replaced" {
-                // Refused outright: nothing was written.
-                done.annotated = false;
+        let devices = encode_pod_devices(&allocation.to_pod_devices());
+        match self.annotate(&pod, args, &allocation, &who).await {
+            Ok(version) => done.annotated = Some(Written { version }),
+            Err((f, maybe_written)) => {
+                if maybe_written {
+                    done.annotated = Some(Written { version: None });
+                }
+                return Err(self.undo(cluster, config, &pod, args, done, f).await);
             }
-            return Err(self.undo(cluster, &pod, args, done, f).await);
         }
 
         if let Err(e) = self.api.bind_pod(ns, name, &args.pod_uid, node).await {
-            // A lost answer or a concurrent retry may have bound it here.
-            let bound_here = matches!(
-                self.api.get_pod(ns, name).await,
-                Ok(p) if p.metadata.uid == pod.metadata.uid
-                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-            );
-            if !bound_here {
-                let f = BindFailure::api(&who, &e);
-                return Err(self.undo(cluster, &pod, args, done, f).await);
+            match self.binding_outcome(&pod, args, &e).await {
+                BindingOutcome::Bound => {}
+                BindingOutcome::Unknown(why) => {
+                    // Undoing a Binding that may have landed would leave a
+                    // bound pod without its GPUs: keep everything, and let
+                    // the watch show the truth.
+                    cluster.write().mark_bound(&args.pod_uid);
+                    guard.disarm();
+                    let f = BindFailure::new(
+                        "binding_unknown",
+                        format!(
+                            "pod {who}: {e}; whether the Binding landed is unknown ({why}); \
+                             the allocation, annotations and node lock are kept"
+                        ),
+                    );
+                    return Err(self.failed(&pod, f));
+                }
+                BindingOutcome::NotBound => {
+                    let f = BindFailure::api(&who, &e);
+                    return Err(self.undo(cluster, config, &pod, args, done, f).await);
+                }
             }
         }
         cluster.write().mark_bound(&args.pod_uid);
-        tracing::info!(pod = %who, node, gpus = allocation.grant_count(), "bound");
+        guard.disarm();
+        tracing::info!(pod = %who, node, devices = %devices, "bound");
         self.events.emit(PodEvent::new(
             &pod,
             false,
@@ -279,57 +332,168 @@ impl ApiBinder {
         Ok("bound")
     }
 
+    /// After a failed `POST binding`: whether the pod is bound to the node
+    /// after all (a lost answer), surely not, or unknown. Reads the pod
+    /// again, a few times when the failure left the outcome open.
+    async fn binding_outcome(
+        &self,
+        pod: &Pod,
+        args: &BindingArgs,
+        error: &ApiError,
+    ) -> BindingOutcome {
+        let open = matches!(error, ApiError::Timeout { .. } | ApiError::Transport { .. })
+            || matches!(error, ApiError::Refused { code, .. } if *code >= 500);
+        let attempts = if open { OUTCOME_READS } else { 1 };
+        let mut last = String::new();
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(OUTCOME_READ_PAUSE).await;
+            }
+            match self.api.get_pod(&args.pod_namespace, &args.pod_name).await {
+                Ok(p) if p.metadata.uid != pod.metadata.uid => return BindingOutcome::NotBound,
+                Ok(p) => match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    Some(n) if n == args.node => return BindingOutcome::Bound,
+                    Some(_) => return BindingOutcome::NotBound,
+                    None if !open => return BindingOutcome::NotBound,
+                    None => last = "the pod reads as unbound".to_string(),
+                },
+                Err(e) if e.is_not_found() => return BindingOutcome::NotBound,
+                Err(e) => last = e.to_string(),
+            }
+        }
+        if last == "the pod reads as unbound" {
+            // Read unbound several times after the failure: the Binding did
+            // not land.
+            return BindingOutcome::NotBound;
+        }
+        BindingOutcome::Unknown(last)
+    }
+
     /// Writes the allocation onto the pod, with its resourceVersion as
     /// precondition; on a conflict, reads the pod again and retries if it
-    /// is still the same, unbound pod.
+    /// is still the same, unbound pod. Returns the pod's resourceVersion
+    /// after the write, or the failure and whether the write may have been
+    /// applied.
     async fn annotate(
         &self,
         pod: &Pod,
         args: &BindingArgs,
         allocation: &Allocation,
         who: &str,
-    ) -> Result<(), BindFailure> {
+    ) -> Result<Option<String>, (BindFailure, bool)> {
         let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
         let mut version = pod.metadata.resource_version.clone();
         let mut patch = allocation_patch(allocation, Timestamp::now().as_second());
-        for attempt in 1..=PATCH_ATTEMPTS {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             patch["metadata"]["resourceVersion"] = json!(version);
             match self.api.merge_patch_pod(ns, name, &patch).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_conflict() && attempt < PATCH_ATTEMPTS => {
+                Ok(p) => return Ok(p.metadata.resource_version),
+                Err(e) if e.is_conflict() => {
+                    if attempt == PATCH_ATTEMPTS {
+                        return Err((
+                            BindFailure::new(
+                                "conflict",
+                                format!(
+                                    "pod {who}: changed {PATCH_ATTEMPTS} times while bind wrote its annotations"
+                                ),
+                            ),
+                            false,
+                        ));
+                    }
                     let fresh = self
                         .api
                         .get_pod(ns, name)
                         .await
-                        .map_err(|e| BindFailure::api(who, &e))?;
+                        .map_err(|e| (BindFailure::api(who, &e), false))?;
                     if fresh.metadata.uid != pod.metadata.uid {
-                        return Err(BindFailure::new(
-                            "pod_replaced",
-                            format!("pod {who}: deleted and created again during bind"),
+                        return Err((
+                            BindFailure::new(
+                                "pod_replaced",
+                                format!("pod {who}: deleted and created again during bind"),
+                            ),
+                            false,
                         ));
                     }
                     if let Some(n) = fresh.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                        return Err(BindFailure::new(
-                            "bound_elsewhere",
-                            format!("pod {who}: bound to node {n} by someone else during bind"),
+                        return Err((
+                            BindFailure::new(
+                                "bound_elsewhere",
+                                format!("pod {who}: bound to node {n} by someone else during bind"),
+                            ),
+                            false,
                         ));
                     }
                     version = fresh.metadata.resource_version;
                 }
-                Err(e) => return Err(BindFailure::api(who, &e)),
+                // Refused outright: nothing was written. No answer: it may
+                // have been.
+                Err(e) => {
+                    let maybe = matches!(e, ApiError::Timeout { .. } | ApiError::Transport { .. })
+                        || matches!(e, ApiError::Refused { code, .. } if code >= 500);
+                    return Err((BindFailure::api(who, &e), maybe));
+                }
             }
         }
-        Err(BindFailure::new(
-            "conflict",
-            format!("pod {who}: kept changing during bind"),
-        ))
     }
 
-    /// Undoes what `done` says was done, drops the reservation, and returns
-    /// the failure with any undo step that failed too.
+    /// Removes the annotations this bind wrote, only while the pod is the
+    /// same unbound pod and still carries them (never another writer's).
+    async fn remove_annotations(
+        &self,
+        pod: &Pod,
+        args: &BindingArgs,
+        written: &Written,
+        devices: &str,
+    ) -> Result<(), ApiError> {
+        let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
+        let mut version = written.version.clone();
+        for _ in 0..PATCH_ATTEMPTS {
+            let v = match version.take() {
+                Some(v) => v,
+                None => {
+                    let fresh = match self.api.get_pod(ns, name).await {
+                        Err(e) if e.is_not_found() => return Ok(()),
+                        r => r?,
+                    };
+                    let ann = fresh.metadata.annotations.as_ref();
+                    let ours = fresh.metadata.uid == pod.metadata.uid
+                        && fresh.spec.as_ref().is_none_or(|s| s.node_name.is_none())
+                        && ann.and_then(|a| a.get(keys::VGPU_NODE)) == Some(&args.node)
+                        && ann
+                            .and_then(|a| a.get(keys::VGPU_DEVICES_ALLOCATED))
+                            .map(String::as_str)
+                            == Some(devices);
+                    if !ours {
+                        return Ok(());
+                    }
+                    fresh.metadata.resource_version.unwrap_or_default()
+                }
+            };
+            let mut patch = removal_patch();
+            patch["metadata"]["resourceVersion"] = json!(v);
+            patch["metadata"]["uid"] = json!(pod.metadata.uid);
+            match self.api.merge_patch_pod(ns, name, &patch).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) if e.is_conflict() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::Conflict {
+            what: format!("PATCH pod {ns}/{name}"),
+            message: "the pod kept changing".to_string(),
+        })
+    }
+
+    /// Undoes what `done` says was done, drops the reservation (holding the
+    /// capacity of its gang group's members again), and returns the failure
+    /// with any undo step that failed too.
     async fn undo(
         &self,
         cluster: &SharedCluster,
+        config: &Config,
         pod: &Pod,
         args: &BindingArgs,
         done: Done,
@@ -337,18 +501,36 @@ impl ApiBinder {
     ) -> BindFailure {
         let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
         let mut problems = Vec::new();
-        if done.annotated
-            && let Err(e) = self.api.merge_patch_pod(ns, name, &removal_patch()).await
-            && !e.is_not_found()
-        {
-            problems.push(format!("removing the allocation annotations: {e}"));
+        if let Some(written) = &done.annotated {
+            let devices = cluster
+                .read()
+                .held_allocation(&args.pod_uid)
+                .map(|a| encode_pod_devices(&a.to_pod_devices()))
+                .unwrap_or_default();
+            if let Err(e) = self.remove_annotations(pod, args, written, &devices).await {
+                problems.push(format!("removing the allocation annotations: {e}"));
+            }
         }
         if done.locked
             && let Err(e) = self.locks.release(&self.api, &args.node, ns, name).await
         {
             problems.push(format!("releasing the node lock: {e}"));
         }
-        cluster.write().release_reservation(&args.pod_uid);
+        {
+            let mut view = cluster.write();
+            view.release_reservation(&args.pod_uid);
+            if let Ok(Some(label)) = gang::label_of(pod)
+                && let Err(e) = gang::hold_for_rest(
+                    &mut view,
+                    config,
+                    &label,
+                    &args.pod_uid,
+                    Timestamp::now().as_millisecond(),
+                )
+            {
+                tracing::info!(group = %label.key, "gang: no capacity held after a failed bind: {e}");
+            }
+        }
         if !problems.is_empty() {
             self.metrics
                 .rollback_failures
@@ -373,6 +555,32 @@ impl ApiBinder {
     }
 }
 
+/// What a failed `POST binding` left.
+enum BindingOutcome {
+    Bound,
+    NotBound,
+    Unknown(String),
+}
+
+/// Releases an in-flight reservation when a bind ends without saying what
+/// became of it (its task panicked or was dropped).
+struct ReservationGuard<'a> {
+    cluster: &'a SharedCluster,
+    uid: &'a str,
+}
+
+impl ReservationGuard<'_> {
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ReservationGuard<'_> {
+    fn drop(&mut self) {
+        self.cluster.write().release_reservation(self.uid);
+    }
+}
+
 /// Step 3: the GPUs on the node, reserved under the pod's UID.
 fn reserve(
     cluster: &SharedCluster,
@@ -389,16 +597,18 @@ fn reserve(
             format!("pod {who}: another bind of this pod is in progress"),
         ));
     }
-    // The pod is not bound: whatever its annotations say it holds (a bind
-    // that failed before, HAMi's filter) is on no node.
+    // The pod read unbound (under this pod's turn, so no earlier bind of it
+    // is still running): whatever the ledger holds for it (annotations of a
+    // bind that failed, HAMi's filter) is on no node.
     view.forget_allocation(&args.pod_uid);
     reserve_in_view(&mut view, config, pod, plan, &args.pod_uid, &args.node, who)
 }
 
 /// Chooses the pod's GPUs on `node` against the view (its gang group's
 /// holds set aside), checks the namespace quota, reserves them under `uid`,
-/// and holds capacity for the group members still needed. The caller holds
-/// the view's write lock.
+/// and for a gang member checks that the members still needed fit and
+/// holds their capacity. On failure the view is as it was. The caller
+/// holds the view's write lock.
 pub fn reserve_in_view(
     view: &mut ClusterView,
     config: &Config,
@@ -410,33 +620,61 @@ pub fn reserve_in_view(
 ) -> Result<Allocation, BindFailure> {
     quota_check(view, pod, plan, config)
         .map_err(|reason| BindFailure::new("quota_exceeded", format!("pod {who}: {reason}")))?;
+    let label = gang::label_of(pod)
+        .map_err(|reason| BindFailure::new("gang_invalid", format!("pod {who}: {reason}")))?;
     // Members are placed on the state without their group's holds; the
-    // holds are recomputed below.
-    if let Ok(Some(label)) = gang::label_of(pod) {
-        view.release_gang_holds(&label.key);
-    }
-    let allocation = view.state().assign(plan, node).map_err(|r| {
+    // holds are recomputed below, or put back on failure.
+    let taken = label
+        .as_ref()
+        .map(|l| view.take_gang_holds(&l.key))
+        .unwrap_or_default();
+    let restore = |view: &mut ClusterView, taken| {
+        if let Some(l) = &label {
+            view.restore_gang_holds(&l.key, taken);
+        }
+    };
+    let chosen = view.state().assign(plan, node).map_err(|r| {
         BindFailure::new(
             "does_not_fit",
             format!("pod {who} does not fit on node {node}: {r}"),
         )
-    })?;
+    });
+    let allocation = match chosen {
+        Ok(a) => a,
+        Err(f) => {
+            restore(view, taken);
+            return Err(f);
+        }
+    };
     // Requests in percent of a GPU's memory have their MiB only now.
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let (quota, _) = view.quota(namespace, &config.nvidia);
-    quota
-        .check(QuotaAmount::of_allocation(&allocation))
-        .map_err(|e| {
-            BindFailure::new(
-                "quota_exceeded",
-                format!("pod {who}: ResourceQuotaNotFit ({e})"),
-            )
-        })?;
-    view.reserve(uid, pod, allocation.clone())
-        .map_err(|e| BindFailure::new("does_not_fit", format!("pod {who}: {e}")))?;
-    let held = gang::hold_for_rest(view, config, pod, Timestamp::now().as_millisecond());
-    if held > 0 {
-        tracing::info!(pod = %who, members = held, "gang: capacity held for the rest of the group");
+    if let Err(e) = quota.check(QuotaAmount::of_allocation(&allocation)) {
+        restore(view, taken);
+        return Err(BindFailure::new(
+            "quota_exceeded",
+            format!("pod {who}: ResourceQuotaNotFit ({e})"),
+        ));
+    }
+    if let Err(e) = view.reserve(uid, pod, allocation.clone()) {
+        restore(view, taken);
+        return Err(BindFailure::new("does_not_fit", format!("pod {who}: {e}")));
+    }
+    if let Some(l) = &label {
+        match gang::hold_for_rest(view, config, l, uid, Timestamp::now().as_millisecond()) {
+            Ok(0) => {}
+            Ok(held) => {
+                tracing::info!(pod = %who, members = held, "gang: capacity held for the rest of the group");
+            }
+            Err(shortfall) => {
+                view.release_reservation(uid);
+                restore(view, taken);
+                return Err(BindFailure::new(
+                    "gang_not_fit",
+                    format!("pod {who} on node {node}: {shortfall}"),
+                ));
+            }
+        }
     }
     Ok(allocation)
 }

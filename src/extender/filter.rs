@@ -57,22 +57,45 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     // Reasons that hold for every node: the namespace quota, the gang group.
     let pod_wide = || {
         quota_check(view, &args.pod, &plan, config)
-            .and_then(|()| super::gang::state_for(view, config, &args.pod, &plan))
+            .and_then(|()| super::gang::judge(view, config, &args.pod, &plan, &names))
     };
     let feasible: Vec<String> = if !plan.request.has_gpus() {
         // Not a GPU pod: nothing for gpugate to judge.
         names.clone()
     } else {
-        let state = match pod_wide() {
-            Ok(state) => state,
+        let judged = match pod_wide() {
+            Ok(judged) => judged,
             Err(reason) => {
+                // Preempting other pods cannot fix a malformed group label
+                // or bring missing members.
+                let target =
+                    if reason.starts_with("GangInvalid") || reason.starts_with("GangIncomplete") {
+                        &mut result.failed_and_unresolvable_nodes
+                    } else {
+                        &mut result.failed_nodes
+                    };
                 for n in &names {
-                    result.failed_nodes.insert(n.clone(), reason.clone());
+                    target.insert(n.clone(), reason.clone());
                 }
                 return finish(result, &args.candidates, Vec::new());
             }
         };
-        let eval = state.evaluate(&plan, Some(&names));
+        let mut eval = judged.state.evaluate(&plan, Some(&names));
+        if let Some(place) = &judged.node {
+            // A group still being placed: this member goes where the
+            // group's placement puts it, so that the rest still fit.
+            let (keep, others): (Vec<_>, Vec<_>) =
+                eval.feasible.into_iter().partition(|f| f.node == place);
+            for f in others {
+                result.failed_nodes.insert(
+                    f.node.to_string(),
+                    format!(
+                        "GangPlacement (the group is placed together; this member's place is node {place})"
+                    ),
+                );
+            }
+            eval.feasible = keep;
+        }
         for (node, rejection) in &eval.rejected {
             let target = if rejection.is_unresolvable() {
                 &mut result.failed_and_unresolvable_nodes
@@ -208,13 +231,13 @@ pub fn prioritize(
             .collect());
     }
     // A member of a gang group that cannot be placed gets no preference.
-    let Ok(state) = super::gang::state_for(view, config, &args.pod, &plan) else {
+    let Ok(judged) = super::gang::judge(view, config, &args.pod, &plan, &names) else {
         return Ok(names
             .into_iter()
             .map(|host| HostPriority { host, score: 0 })
             .collect());
     };
-    let eval = state.evaluate(&plan, Some(&names));
+    let eval = judged.state.evaluate(&plan, Some(&names));
     let priority: std::collections::HashMap<&str, u8> =
         eval.feasible.iter().map(|f| (f.node, f.priority)).collect();
     Ok(names

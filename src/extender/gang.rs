@@ -3,12 +3,16 @@
 //!
 //! - `/filter` and `/prioritize` judge a member on the state without its
 //!   own group's holds, and only if `min-available` members of its group
-//!   fit at once (members already placed count);
-//! - bind, after reserving a member, holds capacity for the members that
-//!   are still needed, for `scheduler.gang.holdSeconds`, so that other pods
-//!   cannot take it while the group is being placed. The holds are
-//!   recomputed at every member's bind and dropped once enough members are
-//!   placed or when they end.
+//!   fit at once (members already placed count). While the group is short
+//!   of `min-available` placed members, a member is offered only the node
+//!   the group's placement gives it, so that what bind commits is what was
+//!   checked;
+//! - bind, after reserving a member, checks that the members still needed
+//!   fit, refuses (and undoes) if they do not, and holds their capacity for
+//!   `scheduler.gang.holdSeconds` so that other pods cannot take it while
+//!   the group is being placed. The holds are recomputed at every member's
+//!   bind (and after a member's failed bind) and end once enough members are
+//!   placed or their time is up.
 
 use std::borrow::Cow;
 
@@ -16,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::ClusterView;
 use crate::config::Config;
-use crate::engine::gang::{GangLabel, gang_label, place_gang};
+use crate::engine::gang::{GangLabel, GangShortfall, gang_label, place_gang};
 use crate::engine::{ClusterState, PodPlan};
 
 /// The pod's group, if it has one; a malformed group label is the reason
@@ -29,38 +33,80 @@ pub fn label_of(pod: &Pod) -> Result<Option<GangLabel>, String> {
     }
 }
 
-/// The state to judge `pod` on: the view's own for a pod in no group; for a
-/// member, the state without its group's holds, provided enough members of
-/// the group fit; otherwise why no node can take it.
-pub fn state_for<'v>(
+/// What a pod is judged on.
+#[derive(Debug)]
+pub struct Judged<'v> {
+    pub state: Cow<'v, ClusterState>,
+    /// For a member of a group still being placed: the one node the
+    /// group's placement gives it.
+    pub node: Option<String>,
+}
+
+/// The state to judge `pod` on among `candidates`: the view's own for a pod
+/// in no group; for a member, the state without its group's holds,
+/// provided enough members of the group fit; otherwise why no node can
+/// take it.
+pub fn judge<'v>(
     view: &'v ClusterView,
     config: &Config,
     pod: &Pod,
     plan: &PodPlan,
-) -> Result<Cow<'v, ClusterState>, String> {
+    candidates: &[String],
+) -> Result<Judged<'v>, String> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    // kube-scheduler filters unbound pods: what the ledger holds for this
+    // one (annotations left by a failed bind, HAMi's filter) is on no node.
+    let leftover = !uid.is_empty() && view.held_allocation(uid).is_some() && !view.is_reserved(uid);
     let Some(label) = label_of(pod)? else {
-        return Ok(Cow::Borrowed(view.state()));
+        let state = if leftover {
+            let mut s = view.state().clone();
+            s.remove(uid);
+            Cow::Owned(s)
+        } else {
+            Cow::Borrowed(view.state())
+        };
+        return Ok(Judged { state, node: None });
     };
     let mut state = view.state_without_gang_holds(&label.key);
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let (placed, pending) = members(view, config, &label, uid, plan);
-    place_gang(&mut state, &label, placed, &pending).map_err(|e| e.to_string())?;
-    Ok(Cow::Owned(state))
+    if leftover {
+        state.remove(uid);
+    }
+    let (placed, mut pending) = members(view, config, &label, uid);
+    if placed >= min_available(&label) {
+        return Ok(Judged {
+            state: Cow::Owned(state),
+            node: None,
+        });
+    }
+    pending.insert(0, (uid.to_string(), plan.clone()));
+    let placements = place_gang(&mut state, &label, placed, &pending, Some(candidates))
+        .map_err(|e| e.to_string())?;
+    let node = placements
+        .iter()
+        .find(|(k, _)| k == uid)
+        .map(|(_, a)| a.node.clone());
+    Ok(Judged {
+        state: Cow::Owned(state),
+        node,
+    })
 }
 
-/// Members placed (holding GPUs in the ledger), and the plans of those that
-/// are not, `uid` (with `plan`) first, then by UID.
+fn min_available(label: &GangLabel) -> usize {
+    usize::try_from(label.min_available).unwrap_or(usize::MAX)
+}
+
+/// Members placed (holding GPUs in the ledger), and the plans of the known
+/// members that are not, by UID, `except` left out.
 fn members(
     view: &ClusterView,
     config: &Config,
     label: &GangLabel,
-    uid: &str,
-    plan: &PodPlan,
+    except: &str,
 ) -> (usize, Vec<(String, PodPlan)>) {
     let mut placed = 0;
-    let mut pending = vec![(uid.to_string(), plan.clone())];
+    let mut pending = Vec::new();
     for (member, pod) in view.gang_members(&label.key).into_iter().flatten() {
-        if member == uid {
+        if member == except {
             continue;
         }
         if view.held_allocation(member).is_some() {
@@ -72,51 +118,44 @@ fn members(
     (placed, pending)
 }
 
-/// After `pod` was reserved in the ledger (bind, under the write lock):
-/// holds capacity for the members its group still needs, until `now_ms`
-/// plus the configured hold. Returns how many members capacity is held for.
-pub fn hold_for_rest(view: &mut ClusterView, config: &Config, pod: &Pod, now_ms: i64) -> usize {
-    let Ok(Some(label)) = label_of(pod) else {
-        return 0;
-    };
-    view.release_gang_holds(&label.key);
-    let mut placed = 0;
-    let mut pending = Vec::new();
-    for (member, p) in view.gang_members(&label.key).into_iter().flatten() {
-        if view.held_allocation(member).is_some() {
-            placed += 1;
-        } else if let Ok(plan) = PodPlan::from_pod(p, config) {
-            pending.push((member.clone(), plan));
-        }
-    }
-    // The pod just reserved may not be known as a member yet.
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    if view
+/// Holds capacity, until `now_ms` plus the configured hold, for the members
+/// `group` still needs, replacing its holds. `member` (the pod just reserved,
+/// or whose bind just failed) counts as placed when the ledger holds it.
+/// Returns how many members capacity is held for, or why the members still
+/// needed do not fit (then nothing is held).
+pub fn hold_for_rest(
+    view: &mut ClusterView,
+    config: &Config,
+    label: &GangLabel,
+    member: &str,
+    now_ms: i64,
+) -> Result<usize, GangShortfall> {
+    let _ = view.take_gang_holds(&label.key);
+    let (mut placed, pending) = members(view, config, label, "");
+    // The pod just reserved may not be known as a member yet (its watch
+    // event has not come).
+    let known = view
         .gang_members(&label.key)
-        .is_none_or(|m| !m.contains_key(uid))
-    {
+        .is_some_and(|m| m.contains_key(member));
+    if !known && view.held_allocation(member).is_some() {
         placed += 1;
     }
-    let needed = usize::try_from(label.min_available).unwrap_or(usize::MAX);
-    if placed >= needed {
-        return 0;
+    if placed >= min_available(label) {
+        return Ok(0);
     }
     let mut trial = view.state().clone();
-    let Ok(holds) = place_gang(&mut trial, &label, placed, &pending) else {
-        tracing::warn!(group = %label.key, placed, "gang: the members still needed no longer fit");
-        return 0;
-    };
+    let holds = place_gang(&mut trial, label, placed, &pending, None)?;
     let until = now_ms.saturating_add(
         i64::try_from(config.scheduler.gang.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
     );
     let mut held = 0;
-    for (member, allocation) in holds {
+    for (key, allocation) in holds {
         if view
-            .hold_for_gang(&member, &label.key, allocation, until)
+            .hold_for_gang(&key, &label.key, allocation, until)
             .is_ok()
         {
             held += 1;
         }
     }
-    held
+    Ok(held)
 }

@@ -31,7 +31,7 @@ pub enum BindMode {
     /// Standalone (`--cluster`): the ledger is the whole truth.
     Ledger,
     /// With an API server: the transaction of [`bind`].
-    Api(Box<ApiBinder>),
+    Api(Arc<ApiBinder>),
 }
 
 /// The extender over one cluster view.
@@ -95,15 +95,15 @@ impl Extender {
 
     /// Commits kube-scheduler's choice of node: through the API server (see
     /// [`bind`]), or, standalone, into the ledger only.
-    pub async fn bind(&self, config: &Config, body: &[u8]) -> BindingResult {
+    pub async fn bind(&self, config: Arc<Config>, body: &[u8]) -> BindingResult {
         let result = match BindingArgs::parse(body) {
             Err(e) => Err(e.to_string()),
             Ok(_) if !self.cluster.is_synced() => {
                 Err("gpugate: cluster state not synced yet".to_string())
             }
             Ok(args) => match &self.bind_mode {
-                BindMode::Api(binder) => binder.bind(&self.cluster, config, &args).await,
-                BindMode::Ledger => self.bind_in_ledger(config, &args),
+                BindMode::Api(binder) => binder.bind(&self.cluster, config, args).await,
+                BindMode::Ledger => self.bind_in_ledger(&config, &args),
             },
         };
         BindingResult {

@@ -115,8 +115,8 @@ struct ClusterGauges {
 }
 
 fn latency_histogram() -> Histogram {
-    // 0.1 ms to about 3.3 s.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+    // 0.1 ms to about 52 s (a bind may wait for a node lock).
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
 }
 
 /// The metrics registry and the handles the handlers update.

@@ -187,7 +187,7 @@ async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Some(x) => {
             // The config of the moment, not held across the API calls.
             let config = state.config.load_full();
-            x.bind(&config, &body).await
+            x.bind(config, &body).await
         }
         None => BindingResult {
             error: NO_CLUSTER.to_string(),

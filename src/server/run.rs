@@ -139,7 +139,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let instance = std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .ok();
-            BindMode::Api(Box::new(ApiBinder::new(
+            BindMode::Api(Arc::new(ApiBinder::new(
                 ApiCalls::new(client.clone(), &api_limits),
                 EventSink::spawn(client.clone(), &scheduler, instance),
                 metrics.bind.clone(),

@@ -29,6 +29,9 @@ struct Inner {
     seen: Vec<Seen>,
     /// (method, path fragment, status, matches to let through first, times left)
     failures: Vec<(Method, String, u16, usize, usize)>,
+    /// (method, path fragment, times left): done, then answered 504 as if
+    /// the answer was lost.
+    lost: Vec<(Method, String, usize)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -128,7 +131,40 @@ impl FakeApi {
             .push((method, fragment.to_string(), code, skip, times));
     }
 
+    /// The next `times` requests with this method whose path contains
+    /// `fragment` take effect, but their answer is a 504 (lost).
+    pub fn lose(&self, method: Method, fragment: &str, times: usize) {
+        self.inner
+            .lock()
+            .unwrap()
+            .lost
+            .push((method, fragment.to_string(), times));
+    }
+
     fn answer(&self, parts: &http::request::Parts, body: &[u8]) -> (u16, Value) {
+        let path = parts.uri.path().to_string();
+        let lose = {
+            let mut inner = self.inner.lock().unwrap();
+            match inner
+                .lost
+                .iter_mut()
+                .find(|l| l.0 == parts.method && path.contains(&l.1) && l.2 > 0)
+            {
+                Some(l) => {
+                    l.2 -= 1;
+                    true
+                }
+                None => false,
+            }
+        };
+        let (code, value) = self.apply(parts, body);
+        if lose && code < 300 {
+            return status(504, "Timeout", "the answer was lost");
+        }
+        (code, value)
+    }
+
+    fn apply(&self, parts: &http::request::Parts, body: &[u8]) -> (u16, Value) {
         let mut inner = self.inner.lock().unwrap();
         let path = parts.uri.path().to_string();
         let content_type = parts
@@ -158,6 +194,14 @@ impl FakeApi {
             break;
         }
         if let Some(code) = injected {
+            if code == 409 {
+                // As if another client had just changed the object.
+                inner.version += 1;
+                let version = inner.version;
+                if let Some(o) = inner.objects.get_mut(&path) {
+                    o["metadata"]["resourceVersion"] = json!(version.to_string());
+                }
+            }
             let reason = match code {
                 404 => "NotFound",
                 409 => "Conflict",

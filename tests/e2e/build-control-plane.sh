@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver and kube-scheduler from their published Go
+# modules (no release downloads, no containers) into a cache outside the
+# repository, keyed by version. Prints the bin directory on success.
+#
+#   K8S_VERSION   (default v1.36.3)
+#   ETCD_VERSION  (default v3.6.16)
+#   GPUGATE_E2E_CACHE (default ~/.cache/gpugate-e2e)
+#
+# See docs/e2e.md and ../shared/real-control-plane.md (B1-B4) for why it is
+# done this way: k8s.io/kubernetes needs a replace line per staging module,
+# generated here from its own go.mod as the module proxy serves it.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+CACHE_ROOT="${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}"
+DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+BIN="$DIR/bin"
+
+if [[ -x "$BIN/etcd" && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]; then
+    echo "$BIN"
+    exit 0
+fi
+
+command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
+mkdir -p "$BIN" "$DIR/k8s" "$DIR/etcd"
+export GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
+
+# --- kube-apiserver and kube-scheduler -----------------------------------
+cd "$DIR/k8s"
+minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+staging_version="v0.${K8S_VERSION#v1.}"
+cat > go.mod <<MOD
+module gpugate.invalid/e2e/k8s
+
+go 1.26
+MOD
+# k/k's own go.mod, verbatim from the module proxy: its replace block names
+# every staging module (k8s.io/X => ./staging/src/k8s.io/X).
+gomod_file="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
+for module in $(sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' "$gomod_file"); do
+    go mod edit -replace="$module=$module@$staging_version"
+done
+go get "k8s.io/kubernetes@$K8S_VERSION" >/dev/null 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION"
+ldflags="-s -w \
+ -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=$minor \
+ -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+for cmd in kube-apiserver kube-scheduler; do
+    go build -trimpath -ldflags "$ldflags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+    mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+done
+
+# --- etcd (its own module: MVS must not unify its client with k8s's) ----
+cd "$DIR/etcd"
+cat > go.mod <<MOD
+module gpugate.invalid/e2e/etcd
+
+go 1.26
+MOD
+go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 || go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
+mv "$BIN/etcd.tmp" "$BIN/etcd"
+
+echo "$BIN"
