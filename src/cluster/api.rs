@@ -27,7 +27,7 @@ pub struct ApiLimits {
     /// How long one request may take before it counts as failed.
     pub timeout_seconds: f64,
     /// How often every watch is restarted with a fresh list, which finds
-    /// and repairs what the watch missed (counted in `gpugate_ledger_drift`).
+    /// and repairs what the watch missed (counted in `gpugate_ledger_drift_total`).
     pub resync_seconds: u64,
 }
 
