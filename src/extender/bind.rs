@@ -155,25 +155,27 @@ impl ApiBinder {
         args: BindingArgs,
     ) -> Result<(), String> {
         let (binder, cluster) = (self.clone(), cluster.clone());
-        let task = tokio::spawn(async move { binder.transaction(&cluster, &config, &args).await });
-        let result = task.await.unwrap_or_else(|e| {
-            Err(BindFailure::new(
-                "internal_error",
-                format!("bind task failed: {e}"),
-            ))
+        // Counted in the task: a bind whose caller gave up counts too.
+        let task = tokio::spawn(async move {
+            let result = binder.transaction(&cluster, &config, &args).await;
+            let (result_label, code) = match &result {
+                Ok(code) => ("ok", *code),
+                Err(f) => ("error", f.code),
+            };
+            binder
+                .metrics
+                .outcomes
+                .get_or_create(&BindLabels {
+                    result: result_label,
+                    code,
+                })
+                .inc();
+            result
         });
-        let (result_label, code) = match &result {
-            Ok(code) => ("ok", *code),
-            Err(f) => ("error", f.code),
-        };
-        self.metrics
-            .outcomes
-            .get_or_create(&BindLabels {
-                result: result_label,
-                code,
-            })
-            .inc();
-        result.map(|_| ()).map_err(|f| f.message)
+        match task.await {
+            Ok(result) => result.map(|_| ()).map_err(|f| f.message),
+            Err(e) => Err(format!("bind task failed: {e}")),
+        }
     }
 
     async fn transaction(
