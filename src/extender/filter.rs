@@ -48,7 +48,7 @@ pub fn quota_check(
 
 /// Which candidates can hold the pod, and why the others cannot.
 pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> FilterResult {
-    let names = args.candidates.names();
+    let names = args.candidates.name_list();
     let plan = match PodPlan::from_pod(&args.pod, config) {
         Ok(plan) => plan,
         Err(e) => return FilterResult::error(format!("pod {}: {e}", pod_name(&args.pod))),
@@ -56,14 +56,14 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     let mut result = FilterResult::default();
     let feasible: Vec<String> = if !plan.request.has_gpus() {
         // Not a GPU pod: nothing for gpugate to judge.
-        names.clone()
+        names.into_owned()
     } else if let Err(reason) = quota_check(view, &args.pod, &plan, config) {
-        for n in &names {
+        for n in names.iter() {
             result.failed_nodes.insert(n.clone(), reason.clone());
         }
         Vec::new()
     } else {
-        let eval = view.state().evaluate(&plan, Some(&names));
+        let eval = view.state().evaluate(&plan, Some(&names[..]));
         for (node, rejection) in &eval.rejected {
             let target = if rejection.is_unresolvable() {
                 &mut result.failed_and_unresolvable_nodes
@@ -76,15 +76,16 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
             FilterMode::All => eval.feasible.iter().map(|f| f.node.to_string()).collect(),
             FilterMode::Best => {
                 let best = eval.best().map(|b| b.node.to_string());
+                // One reason for all, formatted once.
+                let not_best = format!(
+                    "NotBestNode (filterMode best keeps only the best node under the {} node policy)",
+                    plan.node_policy
+                );
                 for f in &eval.feasible {
                     if Some(f.node) != best.as_deref() {
-                        result.failed_nodes.insert(
-                            f.node.to_string(),
-                            format!(
-                                "NotBestNode (filterMode best keeps only the best node under the {} node policy)",
-                                plan.node_policy
-                            ),
-                        );
+                        result
+                            .failed_nodes
+                            .insert(f.node.to_string(), not_best.clone());
                     }
                 }
                 best.into_iter().collect()
