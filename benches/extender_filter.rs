@@ -1,7 +1,7 @@
 //! Load test of the scheduler extender's `/filter` over real TLS keep-alive
 //! connections on 127.0.0.1, with 5,000 candidate node names per call as
 //! kube-scheduler sends them to a `nodeCacheCapable` extender.
-//! Run: `cargo bench --bench extender_filter` (about 1.5 minutes).
+//! Run: `cargo bench --bench extender_filter` (about a minute).
 //!
 //! The cluster is the engine benchmark's (5,000 nodes x 8 GPUs, 40,000
 //! running vGPU pods), built as Kubernetes Node and Pod objects with HAMi's
