@@ -5,73 +5,23 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpugate::engine::{
-    Allocation, ClusterState, DeviceGrant, Gpu, GpuPolicy, GpuRequest, Memory, Node, NodePolicy,
-    PodPlan, PodRequest, Usage, request::ContainerRequest,
+    ClusterState, GpuPolicy, GpuRequest, Memory, NodePolicy, PodPlan, PodRequest,
+    request::ContainerRequest,
 };
 
-const NODES: usize = 5_000;
-const GPUS: u32 = 8;
-const RUNNING_PODS: usize = 40_000;
+#[allow(dead_code)]
+#[path = "support/big_cluster.rs"]
+mod big_cluster;
 
+/// 5,000 nodes of 8 GPUs in two NUMA nodes of 4, 40,000 running pods.
 fn cluster() -> ClusterState {
-    cluster_of(GPUS, 4)
+    cluster_of(8, 4)
 }
 
-/// `NODES` nodes of `gpus` GPUs; pair scores 200 within groups of `group`
+/// `gpus_per_node` GPUs per node; pair scores 200 within groups of `group`
 /// GPUs (same NUMA node / NVLink island), 100 across.
 fn cluster_of(gpus_per_node: u32, group: u32) -> ClusterState {
-    let mut state = ClusterState::new();
-    for n in 0..NODES {
-        let name = format!("gpu-node-{n:05}");
-        let gpus = (0..gpus_per_node)
-            .map(|i| {
-                let mut g = Gpu::new(
-                    format!("GPU-{n:05}-{i}"),
-                    i,
-                    "NVIDIA A100-SXM4-40GB",
-                    Usage {
-                        slots: 10,
-                        mem_mib: 40960,
-                        cores: 100,
-                    },
-                );
-                g.numa = (i / group) as i32;
-                g
-            })
-            .collect();
-        let mut node = Node::new(name, gpus);
-        let (count, group) = (gpus_per_node as usize, group as usize);
-        for a in 0..count {
-            for b in a + 1..count {
-                let score = if a / group == b / group { 200 } else { 100 };
-                node.set_pair_score(
-                    &format!("GPU-{n:05}-{a}"),
-                    &format!("GPU-{n:05}-{b}"),
-                    score,
-                );
-            }
-        }
-        state.upsert_node(node);
-    }
-    // 40,000 running pods, 8 per node, of varied sizes so that nodes differ.
-    for p in 0..RUNNING_PODS {
-        let n = p % NODES;
-        let gpu = (p / NODES) as u32 % gpus_per_node;
-        let mem = 2000 + ((p * 7919) % 20) as u64 * 1000;
-        let allocation = Allocation {
-            node: format!("gpu-node-{n:05}"),
-            containers: vec![vec![DeviceGrant {
-                uuid: format!("GPU-{n:05}-{gpu}"),
-                mem_mib: mem,
-                cores: ((p * 31) % 50) as u32,
-            }]],
-            init_count: 0,
-        };
-        state
-            .apply(&format!("pod-{p}"), allocation)
-            .expect("node and GPU exist");
-    }
-    state
+    big_cluster::engine_state(gpus_per_node, group)
 }
 
 fn plan(count: u32, gpu_policy: GpuPolicy) -> PodPlan {

@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-/// A review of a realistic GPU pod padded with env vars to about `target`
-/// bytes.
-pub fn review(target: usize) -> Vec<u8> {
-    let mut pod = json!({
+/// A realistic GPU pod as its Deployment creates it: a vLLM server asking
+/// 1 GPU and 20,000 MiB.
+pub fn vllm_pod() -> Value {
+    json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "inference-7d9f8b6c5-x2x4k", "namespace": "serving",
                       "generateName": "inference-7d9f8b6c5-",
@@ -24,7 +24,12 @@ pub fn review(target: usize) -> Vec<u8> {
             }],
             "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}]
         }
-    });
+    })
+}
+
+/// A review of [`vllm_pod`] padded with env vars to about `target` bytes.
+pub fn review(target: usize) -> Vec<u8> {
+    let mut pod = vllm_pod();
     let mut i = 0;
     loop {
         let body = wrap(&pod);

@@ -77,7 +77,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
             );
             g.numa = d.numa;
             g.healthy = d.health;
-            g.mode = d.mode;
+            g.set_mode(d.mode);
             g.cordoned = cordon.as_ref().map_or(true, |c| c.contains(&g.uuid));
             g
         })

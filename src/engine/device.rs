@@ -55,8 +55,13 @@ pub struct Gpu {
     pub healthy: bool,
     /// Listed in the node's `hami.io/device-cordon`.
     pub cordoned: bool,
-    /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`).
-    pub mode: String,
+    /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`);
+    /// see [`Gpu::set_mode`].
+    mode: String,
+    /// Whether `mode` is one gpugate can share, precomputed: the check runs
+    /// for every GPU of every candidate node, and reading the mode string
+    /// there cost a cache miss per GPU (a third of a 5,000-node filter).
+    shareable: bool,
     /// Slots (split count), memory (MiB) and cores the GPU offers.
     pub capacity: Usage,
     /// Lower-case words of `model`, precomputed for type selection.
@@ -80,13 +85,25 @@ impl Gpu {
             healthy: true,
             cordoned: false,
             mode: String::new(),
+            shareable: true,
             capacity,
         }
     }
 
+    /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`).
+    pub fn mode(&self) -> &str {
+        &self.mode
+    }
+
+    /// Sets the mode and whether gpugate can share the GPU under it.
+    pub fn set_mode(&mut self, mode: impl Into<String>) {
+        self.mode = mode.into();
+        self.shareable = matches!(self.mode.as_str(), "" | "hami-core" | "mps");
+    }
+
     /// Whether gpugate can hand out slices of this GPU (MIG is not supported).
     pub fn is_shareable_mode(&self) -> bool {
-        matches!(self.mode.as_str(), "" | "hami-core" | "mps")
+        self.shareable
     }
 }
 
@@ -206,5 +223,21 @@ mod tests {
         assert!(n.set_pair_score("a", "b", 7));
         assert_eq!(n.pair_score(1, 0), 7);
         assert!(!n.set_pair_score("a", "zz", 7));
+    }
+
+    #[test]
+    fn modes_gpugate_can_share() {
+        let mut g = Gpu::new("a", 0, "NVIDIA T4", Usage::default());
+        assert!(g.is_shareable_mode());
+        for (mode, shareable) in [
+            ("hami-core", true),
+            ("mps", true),
+            ("mig", false),
+            ("", true),
+        ] {
+            g.set_mode(mode);
+            assert_eq!(g.mode(), mode);
+            assert_eq!(g.is_shareable_mode(), shareable, "{mode}");
+        }
     }
 }

@@ -332,7 +332,7 @@ mod tests {
             Err(Reason::CardTypeMismatch)
         );
         let mut mig = gpu(0);
-        mig.mode = "mig".into();
+        mig.set_mode("mig");
         assert_eq!(
             check(&mig, free, req(1, 1, 0)),
             Err(Reason::CardTypeMismatch)

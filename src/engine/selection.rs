@@ -207,7 +207,7 @@ mod tests {
         let mut g = gpu("NVIDIA A100");
         g.uuid = "GPU-2".into();
         assert!(!s.accepts_uuid(&g));
-        g.mode = "mig".into();
+        g.set_mode("mig");
         assert!(!s.accepts_model(&g));
 
         for (v, want) in [

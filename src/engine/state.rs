@@ -14,6 +14,10 @@ use super::plan::PodPlan;
 use super::policy::{node_better, node_priority, node_score};
 use super::reason::Rejection;
 
+/// Candidate lists at least 1/`WALK_RATIO` of the cluster are matched to
+/// nodes by walking the node map rather than searching it per name.
+const WALK_RATIO: usize = 16;
+
 /// Nodes by name and allocations by pod UID.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
@@ -190,11 +194,9 @@ impl ClusterState {
                 }
             }
             Some(names) => {
-                let mut names: Vec<&String> = names.iter().collect();
-                names.sort();
-                names.dedup();
-                for name in names {
-                    match self.nodes.get(name) {
+                let walk = names.len().saturating_mul(WALK_RATIO) >= self.nodes.len();
+                for (name, node) in self.candidate_nodes(names, walk) {
+                    match node {
                         Some(node) => judge(node, &mut eval),
                         None => eval
                             .rejected
@@ -204,6 +206,36 @@ impl ClusterState {
             }
         }
         eval
+    }
+
+    /// The candidates in name order without repeats, each with its node
+    /// when known. With `walk`, one merge walk along the node map (both are
+    /// in name order) instead of a tree search per name: kube-scheduler
+    /// sends most of the cluster's names, and each search compares a name
+    /// with a dozen or more node names scattered over the heap, where the
+    /// walk compares it with one or two.
+    fn candidate_nodes<'s, 'n>(
+        &'s self,
+        names: &'n [String],
+        walk: bool,
+    ) -> Vec<(&'n String, Option<&'s Node>)> {
+        let mut names: Vec<&String> = names.iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        if !walk {
+            return names.into_iter().map(|n| (n, self.nodes.get(n))).collect();
+        }
+        let mut nodes = self.nodes.iter().peekable();
+        names
+            .into_iter()
+            .map(|name| {
+                while nodes.next_if(|(n, _)| *n < name).is_some() {}
+                (
+                    name,
+                    nodes.next_if(|(n, _)| *n == name).map(|(_, node)| node),
+                )
+            })
+            .collect()
     }
 
     /// The GPUs the pod would get on `node` now (what bind commits).
@@ -365,6 +397,54 @@ mod tests {
                 ("ghost".to_string(), "node unregistered".to_string()),
             ]
         );
+    }
+
+    /// The merge walk and the per-name search find the same nodes.
+    fn walk_matches_search(nodes: &[String], candidates: &[String]) {
+        let mut s = ClusterState::new();
+        for n in nodes {
+            s.upsert_node(node(n, 1));
+        }
+        let names = |walk: bool| -> Vec<(String, Option<String>)> {
+            s.candidate_nodes(candidates, walk)
+                .into_iter()
+                .map(|(n, node)| (n.clone(), node.map(|x| x.name.clone())))
+                .collect()
+        };
+        assert_eq!(names(true), names(false), "{nodes:?} {candidates:?}");
+    }
+
+    #[test]
+    fn candidates_are_found_the_same_by_walk_and_by_search() {
+        let v = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        walk_matches_search(&v(&["b", "d"]), &v(&[]));
+        walk_matches_search(&v(&[]), &v(&["a", "b"]));
+        walk_matches_search(
+            &v(&["b", "bb", "d", "f"]),
+            &v(&["g", "a", "b", "b", "c", "bb", "ba", "f", "", "d"]),
+        );
+        let s = state_with(&[("x", 1, 0), ("y", 1, 0)]);
+        let all = v(&["y", "x", "y"]);
+        let walked = s.candidate_nodes(&all, true);
+        assert_eq!(walked.len(), 2);
+        assert_eq!(walked[0].1.unwrap().name, "x");
+        // Whether the walk is used does not change the verdict.
+        let plan = whole_gpu_plan(NodePolicy::Binpack);
+        let few = v(&["y", "ghost"]);
+        assert!(few.len() * WALK_RATIO >= s.nodes.len());
+        let e = s.evaluate(&plan, Some(&few));
+        assert_eq!(e.feasible[0].node, "y");
+        assert_eq!(e.rejected[0].0, "ghost");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn walk_and_search_agree(
+            nodes in proptest::collection::vec("[a-c]{0,3}", 0..12),
+            candidates in proptest::collection::vec("[a-c]{0,3}", 0..12),
+        ) {
+            walk_matches_search(&nodes, &candidates);
+        }
     }
 
     #[test]

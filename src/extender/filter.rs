@@ -48,7 +48,7 @@ pub fn quota_check(
 
 /// Which candidates can hold the pod, and why the others cannot.
 pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> FilterResult {
-    let names = args.candidates.names();
+    let names = args.candidates.name_list();
     let plan = match PodPlan::from_pod(&args.pod, config) {
         Ok(plan) => plan,
         Err(e) => return FilterResult::error(format!("pod {}: {e}", pod_name(&args.pod))),
@@ -61,7 +61,7 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     };
     let feasible: Vec<String> = if !plan.request.has_gpus() {
         // Not a GPU pod: nothing for gpugate to judge.
-        names.clone()
+        names.to_vec()
     } else {
         let judged = match pod_wide() {
             Ok(judged) => judged,
@@ -74,13 +74,13 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
                     } else {
                         &mut result.failed_nodes
                     };
-                for n in &names {
+                for n in names.iter() {
                     target.insert(n.clone(), reason.clone());
                 }
                 return finish(result, &args.candidates, Vec::new());
             }
         };
-        let mut eval = judged.state.evaluate(&plan, Some(&names));
+        let mut eval = judged.state.evaluate(&plan, Some(&names[..]));
         if let Some(place) = &judged.node {
             // A group still being placed: this member goes where the
             // group's placement puts it, so that the rest still fit.
@@ -108,15 +108,16 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
             FilterMode::All => eval.feasible.iter().map(|f| f.node.to_string()).collect(),
             FilterMode::Best => {
                 let best = eval.best().map(|b| b.node.to_string());
+                // One reason for all, formatted once.
+                let not_best = format!(
+                    "NotBestNode (filterMode best keeps only the best node under the {} node policy)",
+                    plan.node_policy
+                );
                 for f in &eval.feasible {
                     if Some(f.node) != best.as_deref() {
-                        result.failed_nodes.insert(
-                            f.node.to_string(),
-                            format!(
-                                "NotBestNode (filterMode best keeps only the best node under the {} node policy)",
-                                plan.node_policy
-                            ),
-                        );
+                        result
+                            .failed_nodes
+                            .insert(f.node.to_string(), not_best.clone());
                     }
                 }
                 best.into_iter().collect()

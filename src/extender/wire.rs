@@ -16,16 +16,30 @@ use serde_json::{Map, Value};
 #[error("{0}")]
 pub struct WireError(pub String);
 
-/// The value of `name` in `map`, matching keys in any letter case (an exact
-/// match wins, as in Go).
+/// The key of `map` that stands for `name`: `name` itself, or else the
+/// first key equal to it in any letter case (an exact match wins, as in Go).
+fn key_of<'a>(map: &'a Map<String, Value>, name: &'a str) -> Option<&'a str> {
+    if map.contains_key(name) {
+        return Some(name);
+    }
+    map.keys()
+        .find(|k| k.eq_ignore_ascii_case(name))
+        .map(String::as_str)
+}
+
+/// The value of `name` in `map` (see [`key_of`]); `null` is absent.
 fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    map.get(name)
-        .or_else(|| {
-            map.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v)
-        })
+    key_of(map, name)
+        .and_then(|k| map.get(k))
         .filter(|v| !v.is_null())
+}
+
+/// [`field`], taken out of `map`, so that reading it into a typed value
+/// moves its strings instead of copying them (5,000 node names in a
+/// `/filter` call).
+fn take(map: &mut Map<String, Value>, name: &str) -> Option<Value> {
+    let key = key_of(map, name)?.to_string();
+    map.remove(&key).filter(|v| !v.is_null())
 }
 
 fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, WireError> {
@@ -40,6 +54,11 @@ fn parse_body(body: &[u8], what: &str) -> Result<Value, WireError> {
 
 fn typed<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> Result<T, WireError> {
     T::deserialize(value).map_err(|e| WireError(format!("{what}: {e}")))
+}
+
+/// [`typed`] from an owned value: strings are moved, not copied.
+fn typed_owned<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, WireError> {
+    serde_json::from_value(value).map_err(|e| WireError(format!("{what}: {e}")))
 }
 
 fn string(map: &Map<String, Value>, name: &str, what: &str) -> Result<String, WireError> {
@@ -68,9 +87,16 @@ pub enum Candidates {
 
 impl Candidates {
     pub fn names(&self) -> Vec<String> {
+        self.name_list().into_owned()
+    }
+
+    /// The names, borrowed when they were sent as names.
+    pub fn name_list(&self) -> std::borrow::Cow<'_, [String]> {
         match self {
-            Candidates::Names(n) => n.clone(),
-            Candidates::Nodes(nodes) => nodes.iter().map(|n| node_name(n).to_string()).collect(),
+            Candidates::Names(n) => std::borrow::Cow::Borrowed(n),
+            Candidates::Nodes(nodes) => {
+                std::borrow::Cow::Owned(nodes.iter().map(|n| node_name(n).to_string()).collect())
+            }
         }
     }
 }
@@ -85,19 +111,23 @@ pub fn node_name(node: &Value) -> &str {
 impl ExtenderArgs {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         const WHAT: &str = "ExtenderArgs";
-        let value = parse_body(body, WHAT)?;
-        let map = object(&value, WHAT)?;
+        let mut value = parse_body(body, WHAT)?;
+        let Value::Object(map) = &mut value else {
+            return Err(WireError(format!("{WHAT} is not a JSON object")));
+        };
         let pod =
-            field(map, "Pod").ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
-        let pod: Pod = typed(pod, "ExtenderArgs.Pod")?;
-        let candidates = match (field(map, "NodeNames"), field(map, "Nodes")) {
-            (Some(names), _) => Candidates::Names(typed(names, "ExtenderArgs.NodeNames")?),
-            (None, Some(nodes)) => {
-                let list = object(nodes, "ExtenderArgs.Nodes")?;
-                let items = field(list, "items")
-                    .cloned()
-                    .unwrap_or(Value::Array(Vec::new()));
-                Candidates::Nodes(typed(&items, "ExtenderArgs.Nodes.items")?)
+            take(map, "Pod").ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
+        let pod: Pod = typed_owned(pod, "ExtenderArgs.Pod")?;
+        let candidates = match (take(map, "NodeNames"), take(map, "Nodes")) {
+            (Some(names), _) => Candidates::Names(typed_owned(names, "ExtenderArgs.NodeNames")?),
+            (None, Some(mut nodes)) => {
+                let Value::Object(list) = &mut nodes else {
+                    return Err(WireError(
+                        "ExtenderArgs.Nodes is not a JSON object".to_string(),
+                    ));
+                };
+                let items = take(list, "items").unwrap_or(Value::Array(Vec::new()));
+                Candidates::Nodes(typed_owned(items, "ExtenderArgs.Nodes.items")?)
             }
             (None, None) => {
                 return Err(WireError(
@@ -277,6 +307,7 @@ pub struct MetaPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn extender_args_are_read_in_any_letter_case() {
@@ -292,6 +323,30 @@ mod tests {
         let args = ExtenderArgs::parse(full).unwrap();
         assert!(matches!(args.candidates, Candidates::Nodes(ref n) if n.len() == 1));
         assert_eq!(args.candidates.names(), ["n1"]);
+    }
+
+    #[test]
+    fn take_picks_the_field_that_field_reads() {
+        let maps = [
+            json!({"NodeNames": ["a"], "nodenames": ["b"]}),
+            json!({"NodeNames": null, "nodenames": ["b"]}),
+            json!({"NODENAMES": ["c"], "nodeNames": ["d"]}),
+            json!({"nodenames": null}),
+            json!({"Nodes": ["e"]}),
+        ];
+        for map in maps {
+            let Value::Object(map) = map else {
+                unreachable!()
+            };
+            for name in ["NodeNames", "Nodes", "Pod"] {
+                let mut owned = map.clone();
+                assert_eq!(
+                    take(&mut owned, name),
+                    field(&map, name).cloned(),
+                    "{name} in {map:?}"
+                );
+            }
+        }
     }
 
     #[test]

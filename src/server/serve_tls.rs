@@ -68,6 +68,12 @@ pub async fn serve_tls(
                 }
             },
         };
+        // Answers are written in several pieces (TLS records, a large
+        // /filter answer is hundreds of KiB): with Nagle's algorithm the
+        // last piece can wait for the client's delayed ACK, about 40 ms.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let service = TowerToHyperService::new(router.clone());
