@@ -172,6 +172,16 @@ impl Rig {
     }
 }
 
+/// Removes a node's lock, as HAMi's device plugin does.
+fn release_lock(api: &FakeApi, node: &str) {
+    api.update(&node_path(node), |n| {
+        n["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LOCK);
+    });
+}
+
 fn annotations(pod: &Value) -> &serde_json::Map<String, Value> {
     static EMPTY: std::sync::OnceLock<serde_json::Map<String, Value>> = std::sync::OnceLock::new();
     pod["metadata"]["annotations"]
@@ -276,12 +286,7 @@ async fn a_node_locked_by_a_live_pod_is_waited_for_then_refused_and_nothing_stay
     assert_eq!(rig.drain_events()[0].reason, "BindingFailed");
 
     // Released meanwhile (as HAMi's device plugin does): the next try binds.
-    rig.api.update(&node_path("gpu-1"), |n| {
-        n["metadata"]["annotations"]
-            .as_object_mut()
-            .unwrap()
-            .remove(LOCK);
-    });
+    release_lock(&rig.api, "gpu-1");
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
 }
 
@@ -593,12 +598,7 @@ async fn binds_to_one_node_wait_for_the_lock_the_device_plugin_releases() {
                     api.update(&pod_path("ml", &name), |p| {
                         p["metadata"]["annotations"]["hami.io/bind-phase"] = json!("success");
                     });
-                    api.update(&node_path("gpu-1"), |n| {
-                        n["metadata"]["annotations"]
-                            .as_object_mut()
-                            .unwrap()
-                            .remove(LOCK);
-                    });
+                    release_lock(&api, "gpu-1");
                     released += 1;
                 }
             }
@@ -691,12 +691,7 @@ async fn a_bind_whose_caller_gives_up_still_finishes_and_leaves_nothing() {
     }
     assert_eq!(rig.held("u-p"), None);
     assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
-    rig.api.update(&node_path("gpu-1"), |n| {
-        n["metadata"]["annotations"]
-            .as_object_mut()
-            .unwrap()
-            .remove(LOCK);
-    });
+    release_lock(&rig.api, "gpu-1");
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
 }
 
@@ -725,12 +720,7 @@ async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
             "hami.io/vgpu-devices-allocated": "GPU-gpu-2-0,NVIDIA,1000,0:;",
         });
     });
-    rig.api.update(&node_path("gpu-1"), |n| {
-        n["metadata"]["annotations"]
-            .as_object_mut()
-            .unwrap()
-            .remove(LOCK);
-    });
+    release_lock(&rig.api, "gpu-1");
     let e = bind.await.unwrap();
     assert!(e.contains("bound to node gpu-2 by someone else"), "{e}");
     let p = rig.pod("ml", "p");

@@ -145,6 +145,13 @@ impl ApiError {
         matches!(self, ApiError::Conflict { .. })
     }
 
+    /// Whether the request may have taken effect although it failed (no
+    /// answer, or a server error): a write's outcome must be read back.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, ApiError::Timeout { .. } | ApiError::Transport { .. })
+            || matches!(self, ApiError::Refused { code, .. } if *code >= 500)
+    }
+
     fn from_kube(what: String, e: kube::Error) -> Self {
         match e {
             kube::Error::Api(status) => match status.code {

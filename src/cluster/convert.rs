@@ -122,9 +122,17 @@ pub fn pod_name(pod: &Pod) -> String {
 /// `hami.io/vgpu-devices-allocated`. `None` for pods that hold none: no
 /// allocation annotations, or finished (Succeeded / Failed). Terminating pods
 /// still hold their GPUs.
+/// Whether the pod has finished (phase Succeeded or Failed): it holds no
+/// GPUs any more.
+pub fn pod_finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationError> {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    if pod_finished(pod) {
         return Ok(None);
     }
     let annotations = pod.metadata.annotations.as_ref();

@@ -260,10 +260,7 @@ async fn stale(
     match api.get_pod(namespace, name).await {
         Err(e) if e.is_not_found() => Ok(Some(format!("holder {namespace}/{name} is gone"))),
         Err(e) => Err(e),
-        Ok(pod) => {
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            Ok(matches!(phase, Some("Succeeded" | "Failed"))
-                .then(|| format!("holder {namespace}/{name} has finished")))
-        }
+        Ok(pod) => Ok(super::convert::pod_finished(&pod)
+            .then(|| format!("holder {namespace}/{name} has finished"))),
     }
 }

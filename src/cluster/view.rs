@@ -21,7 +21,7 @@ use crate::engine::gang::{GangKey, gang_label};
 use crate::engine::quantity::parse_whole;
 use crate::engine::{Allocation, ClusterState, NamespaceQuota, Node, QuotaAmount, QuotaLimits};
 
-use super::convert::{node_from_k8s, pod_allocation, pod_name};
+use super::convert::{node_from_k8s, pod_allocation, pod_finished, pod_name};
 
 /// A pod the ledger knows to hold GPUs (applied or unaccounted).
 #[derive(Debug, Clone, PartialEq)]
@@ -171,10 +171,7 @@ impl ClusterView {
         // A reservation is gpugate's own word only while the pod is unbound
         // and unfinished; once the API server shows it bound or finished,
         // the pod is the truth.
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
+        let finished = pod_finished(pod);
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         let reserved = !finished
             && !bound
@@ -637,10 +634,7 @@ impl ClusterView {
     /// Keeps the pod as a member of its gang group while it is unfinished
     /// and labelled with a readable group (see [`crate::engine::gang`]).
     fn track_gang_member(&mut self, key: &str, pod: &Pod) {
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
+        let finished = pod_finished(pod);
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let label = pod
             .metadata

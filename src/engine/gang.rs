@@ -38,6 +38,13 @@ pub struct GangLabel {
     pub min_available: u32,
 }
 
+impl GangLabel {
+    /// `min_available` as a count of members.
+    pub fn min_members(&self) -> usize {
+        usize::try_from(self.min_available).unwrap_or(usize::MAX)
+    }
+}
+
 /// Reads a pod's group labels. No group label: `Ok(None)`. A group label
 /// with a missing, non-numeric or zero `min-available` is an error (the pod
 /// cannot be placed as its author meant).
@@ -109,7 +116,7 @@ pub fn place_gang(
     first_candidates: Option<&[String]>,
 ) -> Result<Vec<(String, Allocation)>, GangShortfall> {
     let members = placed + pending.len();
-    let min = usize::try_from(label.min_available).unwrap_or(usize::MAX);
+    let min = label.min_members();
     if members < min {
         return Err(GangShortfall::Incomplete {
             group: label.key.clone(),

@@ -343,10 +343,10 @@ impl ApiBinder {
         args: &BindingArgs,
         error: &ApiError,
     ) -> BindingOutcome {
-        let open = matches!(error, ApiError::Timeout { .. } | ApiError::Transport { .. })
-            || matches!(error, ApiError::Refused { code, .. } if *code >= 500);
+        let open = error.outcome_unknown();
         let attempts = if open { OUTCOME_READS } else { 1 };
-        let mut last = String::new();
+        // The last read's failure; None once a read showed the pod unbound.
+        let mut unreadable = None;
         for attempt in 0..attempts {
             if attempt > 0 {
                 tokio::time::sleep(OUTCOME_READ_PAUSE).await;
@@ -357,18 +357,17 @@ impl ApiBinder {
                     Some(n) if n == args.node => return BindingOutcome::Bound,
                     Some(_) => return BindingOutcome::NotBound,
                     None if !open => return BindingOutcome::NotBound,
-                    None => last = "the pod reads as unbound".to_string(),
+                    None => unreadable = None,
                 },
                 Err(e) if e.is_not_found() => return BindingOutcome::NotBound,
-                Err(e) => last = e.to_string(),
+                Err(e) => unreadable = Some(e.to_string()),
             }
         }
-        if last == "the pod reads as unbound" {
-            // Read unbound several times after the failure: the Binding did
-            // not land.
-            return BindingOutcome::NotBound;
+        match unreadable {
+            // Read unbound, last, after the failure: the Binding did not land.
+            None => BindingOutcome::NotBound,
+            Some(e) => BindingOutcome::Unknown(e),
         }
-        BindingOutcome::Unknown(last)
     }
 
     /// Writes the allocation onto the pod, with its resourceVersion as
@@ -431,11 +430,7 @@ impl ApiBinder {
                 }
                 // Refused outright: nothing was written. No answer: it may
                 // have been.
-                Err(e) => {
-                    let maybe = matches!(e, ApiError::Timeout { .. } | ApiError::Transport { .. })
-                        || matches!(e, ApiError::Refused { code, .. } if code >= 500);
-                    return Err((BindFailure::api(who, &e), maybe));
-                }
+                Err(e) => return Err((BindFailure::api(who, &e), e.outcome_unknown())),
             }
         }
     }

@@ -72,7 +72,7 @@ pub fn judge<'v>(
         state.remove(uid);
     }
     let (placed, mut pending) = members(view, config, &label, uid);
-    if placed >= min_available(&label) {
+    if placed >= label.min_members() {
         return Ok(Judged {
             state: Cow::Owned(state),
             node: None,
@@ -89,10 +89,6 @@ pub fn judge<'v>(
         state: Cow::Owned(state),
         node,
     })
-}
-
-fn min_available(label: &GangLabel) -> usize {
-    usize::try_from(label.min_available).unwrap_or(usize::MAX)
 }
 
 /// Members placed (holding GPUs in the ledger), and the plans of the known
@@ -140,7 +136,7 @@ pub fn hold_for_rest(
     if !known && view.held_allocation(member).is_some() {
         placed += 1;
     }
-    if placed >= min_available(label) {
+    if placed >= label.min_members() {
         return Ok(0);
     }
     let mut trial = view.state().clone();
