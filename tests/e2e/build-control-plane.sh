@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver and kube-scheduler from their published Go
 # modules (no release downloads, no containers) into a cache outside the
-# repository, keyed by version. Prints the bin directory on success.
+# repository, keyed by version, and kustomize with cert-manager's CRDs
+# (in bin/../tools). Prints the bin directory on success.
 #
-#   K8S_VERSION   (default v1.36.3)
-#   ETCD_VERSION  (default v3.6.16)
+#   K8S_VERSION        (default v1.36.3)
+#   ETCD_VERSION       (default v3.6.16)
+#   KUSTOMIZE_VERSION  (default v5.8.0: v5.8.1+ need Go 1.27)
+#   CERT_MANAGER_VERSION (default v1.21.2: only its CRDs, for the dry run
+#                        of deploy/cert-manager)
 #   GPUGATE_E2E_CACHE (default ~/.cache/gpugate-e2e)
 #
 # See docs/e2e.md and ../shared/real-control-plane.md (B1-B4) for why it is
@@ -14,19 +18,37 @@ set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
+CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
 CACHE_ROOT="${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}"
 DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 BIN="$DIR/bin"
+
+TOOLS="$CACHE_ROOT/tools-kustomize-$KUSTOMIZE_VERSION-cert-manager-$CERT_MANAGER_VERSION"
+
+command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
+export GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
+
+# --- kustomize and cert-manager's CRDs (small; their own cache key) -------
+if [[ ! -x "$TOOLS/kustomize" || ! -f "$TOOLS/crds/cert-manager.io_certificates.yaml" ]]; then
+    mkdir -p "$TOOLS/crds"
+    # kustomize's go.mod has no replace lines, so `go install` works.
+    GOBIN="$TOOLS" go install -trimpath -ldflags "-s -w" \
+        "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+    # The module zip carries the generated CRDs, plain YAML.
+    cm_dir="$(go mod download -json "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" \
+        | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
+    cp "$cm_dir"/deploy/crds/cert-manager.io_*.yaml "$TOOLS/crds/"
+    chmod u+w "$TOOLS"/crds/*.yaml
+fi
+ln -sfn "$TOOLS" "$DIR/tools"
 
 if [[ -x "$BIN/etcd" && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]; then
     echo "$BIN"
     exit 0
 fi
-
-command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
 mkdir -p "$BIN" "$DIR/k8s" "$DIR/etcd"
-export GOFLAGS=-mod=mod CGO_ENABLED=0
-export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
 
 # --- kube-apiserver and kube-scheduler -----------------------------------
 cd "$DIR/k8s"
