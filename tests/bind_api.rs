@@ -300,12 +300,25 @@ async fn a_lock_that_expired_or_whose_holder_is_gone_is_taken_over() {
     // Written by an old HAMi without a holder, and recent: contention.
     let mut legacy = node("gpu-3", 1);
     legacy["metadata"]["annotations"][LOCK] = json!(now);
+    // Held by a pod whose bind here was cut short and that was then bound
+    // to another node: this node's device plugin will never release it.
+    let mut elsewhere = node("gpu-4", 1);
+    elsewhere["metadata"]["annotations"][LOCK] = json!(format!("{now},ml,moved"));
+    // Held by a live, unbound pod: still contention.
+    let mut pending = node("gpu-5", 1);
+    pending["metadata"]["annotations"][LOCK] = json!(format!("{now},ml,waiting"));
+    let mut moved = pod("ml", "moved", "u-moved", 1000, 0);
+    moved["spec"]["nodeName"] = json!("gpu-1");
     let rig = Rig::new(
-        &[expired, dangling, legacy],
+        &[expired, dangling, legacy, elsewhere, pending],
         &[
             pod("ml", "a", "u-a", 1000, 0),
             pod("ml", "b", "u-b", 1000, 0),
             pod("ml", "c", "u-c", 1000, 0),
+            pod("ml", "d", "u-d", 1000, 0),
+            pod("ml", "e", "u-e", 1000, 0),
+            pod("ml", "waiting", "u-waiting", 1000, 0),
+            moved,
         ],
         config(0.3),
     );
@@ -315,6 +328,10 @@ async fn a_lock_that_expired_or_whose_holder_is_gone_is_taken_over() {
     assert!(rig.lock("gpu-2").unwrap().ends_with(",ml,b"));
     let e = rig.bind("ml", "c", "u-c", "gpu-3").await;
     assert!(e.contains("(unnamed, old HAMi)"), "{e}");
+    assert_eq!(rig.bind("ml", "d", "u-d", "gpu-4").await, "");
+    assert!(rig.lock("gpu-4").unwrap().ends_with(",ml,d"));
+    let e = rig.bind("ml", "e", "u-e", "gpu-5").await;
+    assert!(e.contains("ml/waiting"), "{e}");
 }
 
 #[tokio::test]

@@ -3,8 +3,11 @@
 //! the pod's GPUs are set up, sees the same protocol as with hami-scheduler:
 //!
 //! - free, expired (older than the expiry, 5 minutes by default) or held by
-//!   a pod that no longer exists (or has finished): taken, with a
-//!   resourceVersion precondition, so two writers cannot both win;
+//!   a pod that no longer exists, has finished or is bound to another node
+//!   (its bind here was cut short, for example by a restart, and it was
+//!   placed elsewhere; the device plugin of this node will never release
+//!   it): taken, with a resourceVersion precondition, so two writers cannot
+//!   both win;
 //! - held by the same pod: already ours (a retried bind);
 //! - held by another live pod: wait, re-reading, until the deadline;
 //! - unreadable: refused with the value, never overwritten (a writer gpugate
@@ -154,7 +157,7 @@ impl NodeLocks {
                     if lock.is_held_by(namespace, name) {
                         return Ok(Taken::AlreadyOurs);
                     }
-                    match stale(api, &lock, expiry).await? {
+                    match stale(api, node, &lock, expiry).await? {
                         Some(why) => Taken::TakenOver(why),
                         None => {
                             let waited = start.elapsed();
@@ -244,6 +247,7 @@ impl NodeLocks {
 /// Why a lock held by someone else may be taken over, if it may.
 async fn stale(
     api: &ApiCalls,
+    node: &str,
     lock: &NodeLock,
     expiry: Duration,
 ) -> Result<Option<String>, ApiError> {
@@ -260,7 +264,14 @@ async fn stale(
     match api.get_pod(namespace, name).await {
         Err(e) if e.is_not_found() => Ok(Some(format!("holder {namespace}/{name} is gone"))),
         Err(e) => Err(e),
-        Ok(pod) => Ok(super::convert::pod_finished(&pod)
-            .then(|| format!("holder {namespace}/{name} has finished"))),
+        Ok(pod) => {
+            if super::convert::pod_finished(&pod) {
+                return Ok(Some(format!("holder {namespace}/{name} has finished")));
+            }
+            let bound_to = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            Ok(bound_to.filter(|n| !n.is_empty() && *n != node).map(|other| {
+                format!("holder {namespace}/{name} is bound to node {other}")
+            }))
+        }
     }
 }
