@@ -269,9 +269,9 @@ async fn stale(
                 return Ok(Some(format!("holder {namespace}/{name} has finished")));
             }
             let bound_to = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            Ok(bound_to.filter(|n| !n.is_empty() && *n != node).map(|other| {
-                format!("holder {namespace}/{name} is bound to node {other}")
-            }))
+            Ok(bound_to
+                .filter(|n| !n.is_empty() && *n != node)
+                .map(|other| format!("holder {namespace}/{name} is bound to node {other}")))
         }
     }
 }

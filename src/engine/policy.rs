@@ -151,15 +151,20 @@ pub fn node_score(t: &NodeTotals) -> f64 {
 }
 
 /// The node score mapped onto the extender's 0..=10 priority: binpack gives
-/// full nodes 10, spread gives empty nodes 10.
+/// full nodes 10, spread gives empty nodes 10. Rounded away from the empty
+/// node's value (binpack up, spread down), so that a node with any GPU in
+/// use always differs from an empty one. With plain rounding a node holding
+/// one small slice scored the same as an empty node and kube-scheduler
+/// broke the tie at random, which the e2e suite caught (story 3: GPU
+/// binpack put its second pod on the other node half of the time).
 pub fn node_priority(policy: NodePolicy, score: f64) -> u8 {
     let fraction = (score / (3.0 * WEIGHT)).clamp(0.0, 1.0);
     let scaled = match policy {
-        NodePolicy::Binpack => fraction * 10.0,
-        NodePolicy::Spread => (1.0 - fraction) * 10.0,
+        NodePolicy::Binpack => (fraction * 10.0).ceil(),
+        NodePolicy::Spread => ((1.0 - fraction) * 10.0).floor(),
     };
     // `scaled` is within 0..=10, so the cast cannot truncate.
-    scaled.round() as u8
+    scaled as u8
 }
 
 /// Whether node score `a` is better than `b` under `policy` (strictly).
@@ -233,7 +238,11 @@ mod tests {
         let s = node_score(&t);
         assert!((s - 7.5).abs() < 1e-9);
         assert_eq!(node_priority(NodePolicy::Binpack, s), 3);
-        assert_eq!(node_priority(NodePolicy::Spread, s), 8);
+        assert_eq!(node_priority(NodePolicy::Spread, s), 7);
+        // Any use at all separates a node from an empty one.
+        assert_eq!(node_priority(NodePolicy::Binpack, 0.0), 0);
+        assert_eq!(node_priority(NodePolicy::Binpack, 0.01), 1);
+        assert_eq!(node_priority(NodePolicy::Spread, 0.01), 9);
         assert_eq!(node_priority(NodePolicy::Binpack, 30.0), 10);
         assert_eq!(node_priority(NodePolicy::Spread, 0.0), 10);
         assert_eq!(node_priority(NodePolicy::Binpack, 45.0), 10);

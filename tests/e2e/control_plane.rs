@@ -1,0 +1,418 @@
+//! etcd, kube-apiserver, gpugate and kube-scheduler on 127.0.0.1, wired the
+//! way deploy/ wires them in a cluster: gpugate and kube-scheduler run as
+//! the `gpugate` ServiceAccount with deploy/'s RBAC, gpugate with deploy/'s
+//! config, the webhooks with deploy/'s configurations, kube-scheduler with
+//! deploy/'s KubeSchedulerConfiguration.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::Discovery;
+use serde_json::{Value, json};
+
+use crate::manifests;
+use crate::pki::Pki;
+use crate::procs::{Proc, free_port};
+use crate::wait::eventually;
+
+/// The test namespace gpugate's policy gateway gives defaults to (its
+/// policy is added to deploy/'s config; see `gpugate_config`).
+pub const POLICY_NAMESPACE: &str = "e2e-team";
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub pki: Pki,
+    pub admin: Client,
+    pub gpugate_port: u16,
+    pub gpugate_admin_port: u16,
+    gpugate_bin: PathBuf,
+    gpugate_args: Vec<String>,
+    pub gpugate: Mutex<Option<Proc>>,
+    pub scheduler: Mutex<Option<Proc>>,
+    pub apiserver: Mutex<Option<Proc>>,
+    etcd: Mutex<Option<Proc>>,
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Reverse start order: the clients of the API server first.
+        for p in [&self.scheduler, &self.gpugate, &self.apiserver, &self.etcd] {
+            if let Ok(mut p) = p.lock() {
+                drop(p.take());
+            }
+        }
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver, applies deploy/'s namespace and RBAC
+    /// for real, then gpugate, the webhook configurations and kube-scheduler.
+    pub async fn start(
+        bin: &Path,
+        gpugate_bin: &Path,
+        dir: &Path,
+        deployed: &[Value],
+    ) -> anyhow::Result<ControlPlane> {
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        let pki = Pki::make(&dir.join("pki"))?;
+
+        let (etcd_port, peer_port) = (free_port()?, free_port()?);
+        let etcd = Proc::spawn(
+            "etcd",
+            Command::new(bin.join("etcd")).args([
+                "--name=default",
+                &format!("--data-dir={}", dir.join("etcd").display()),
+                &format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                &format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ]),
+            &logs,
+        )?;
+
+        let api_port = free_port()?;
+        let p = |n: &str| pki.path(n).display().to_string();
+        let apiserver = Proc::spawn(
+            "kube-apiserver",
+            Command::new(bin.join("kube-apiserver")).args([
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", dir.join("apiserver-certs").display()),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                format!("--client-ca-file={}", p("ca.crt")),
+                "--authorization-mode=RBAC".into(),
+                format!("--service-account-issuer=https://127.0.0.1:{api_port}"),
+                format!("--service-account-key-file={}", p("sa.pub")),
+                format!("--service-account-signing-key-file={}", p("sa.key")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                // No controller-manager, so no `default` ServiceAccount.
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--profiling=false".into(),
+            ]),
+            &logs,
+        )?;
+
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        write_kubeconfig(
+            &admin_kubeconfig,
+            api_port,
+            &pki.cluster.ca_cert_pem,
+            json!({
+                "client-certificate-data": b64(&pki.admin_cert_pem),
+                "client-key-data": b64(&pki.admin_key_pem),
+            }),
+        )?;
+        let admin = client_from(&admin_kubeconfig).await?;
+        let mut cp = ControlPlane {
+            dir: dir.to_path_buf(),
+            pki,
+            admin: admin.clone(),
+            gpugate_port: free_port()?,
+            gpugate_admin_port: free_port()?,
+            gpugate_bin: gpugate_bin.to_path_buf(),
+            gpugate_args: vec![],
+            gpugate: Mutex::new(None),
+            scheduler: Mutex::new(None),
+            apiserver: Mutex::new(Some(apiserver)),
+            etcd: Mutex::new(Some(etcd)),
+        };
+        eventually("kube-apiserver /readyz", Duration::from_secs(90), || {
+            let admin = admin.clone();
+            let req = http::Request::get("/readyz").body(vec![]).unwrap();
+            async move {
+                match admin.request_text(req).await {
+                    Ok(t) if t.trim() == "ok" => Ok(()),
+                    Ok(t) => Err(t),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|e| cp.with_log("kube-apiserver", &cp.apiserver, e))?;
+
+        // deploy/'s namespace and RBAC, for real: gpugate and kube-scheduler
+        // get exactly those rights.
+        let discovery = Discovery::new(admin.clone()).run().await?;
+        for o in deployed.iter().filter(|o| {
+            matches!(
+                manifests::kind(o),
+                "Namespace"
+                    | "ServiceAccount"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "Role"
+                    | "RoleBinding"
+            )
+        }) {
+            manifests::apply(&admin, &discovery, o, false).await?;
+        }
+        let sa_kubeconfig = dir.join("gpugate.kubeconfig");
+        let token = service_account_token(&admin, "gpugate", "gpugate").await?;
+        write_kubeconfig(
+            &sa_kubeconfig,
+            api_port,
+            &cp.pki.cluster.ca_cert_pem,
+            json!({"token": token}),
+        )?;
+        for ns in ["e2e-sentinel", POLICY_NAMESPACE] {
+            ensure_namespace(&admin, ns).await?;
+        }
+
+        // gpugate, with deploy/'s config and the webhook serving
+        // certificate as files (what the cert-manager variant mounts).
+        let config_path = dir.join("gpugate.yaml");
+        std::fs::write(&config_path, gpugate_config(deployed)?)?;
+        cp.gpugate_args = vec![
+            "serve".into(),
+            format!("--kubeconfig={}", sa_kubeconfig.display()),
+            format!("--config={}", config_path.display()),
+            format!("--listen=127.0.0.1:{}", cp.gpugate_port),
+            format!("--admin-listen=127.0.0.1:{}", cp.gpugate_admin_port),
+            format!("--tls-cert={}", cp.pki.path("webhook.crt").display()),
+            format!("--tls-key={}", cp.pki.path("webhook.key").display()),
+            "--reload-seconds=1".into(),
+        ];
+        cp.start_gpugate().await?;
+
+        for o in manifests::local_webhooks(deployed, cp.gpugate_port, &cp.pki.webhook.ca_cert_pem)?
+        {
+            manifests::apply(&admin, &discovery, &o, false).await?;
+        }
+        cp.wait_for_webhooks().await?;
+
+        let sched_config = dir.join("kube-scheduler.yaml");
+        std::fs::write(
+            &sched_config,
+            manifests::local_scheduler_config(
+                deployed,
+                &sa_kubeconfig,
+                cp.gpugate_port,
+                &cp.pki.path("webhook-ca.crt"),
+            )?,
+        )?;
+        let scheduler = Proc::spawn(
+            "kube-scheduler",
+            Command::new(bin.join("kube-scheduler")).args([
+                format!("--config={}", sched_config.display()),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()?),
+                "--v=2".into(),
+            ]),
+            &logs,
+        )?;
+        *cp.scheduler.lock().unwrap() = Some(scheduler);
+        // Leader election as deployed (its own Lease in gpugate's
+        // namespace, through deploy/'s Role): held means scheduling.
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), "gpugate");
+        eventually(
+            "kube-scheduler holds Lease gpugate/gpugate-scheduler",
+            Duration::from_secs(60),
+            || {
+                let leases = leases.clone();
+                async move {
+                    match leases.get_opt("gpugate-scheduler").await {
+                        Ok(Some(l))
+                            if l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some()) =>
+                        {
+                            Ok(())
+                        }
+                        Ok(_) => Err("no holder yet".into()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await
+        .map_err(|e| cp.with_log("kube-scheduler", &cp.scheduler, e))?;
+        Ok(cp)
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    fn with_log(&self, what: &str, p: &Mutex<Option<Proc>>, e: anyhow::Error) -> anyhow::Error {
+        let tail = p
+            .lock()
+            .ok()
+            .and_then(|p| p.as_ref().map(|p| p.log_tail(30)))
+            .unwrap_or_default();
+        anyhow!("{e:#}\n--- last lines of {what}'s log ---\n{tail}")
+    }
+
+    pub async fn start_gpugate(&self) -> anyhow::Result<()> {
+        let proc = Proc::spawn(
+            "gpugate",
+            Command::new(&self.gpugate_bin)
+                .args(&self.gpugate_args)
+                .env("RUST_LOG", "info"),
+            &self.log_dir(),
+        )?;
+        *self.gpugate.lock().unwrap() = Some(proc);
+        let port = self.gpugate_admin_port;
+        eventually("gpugate /readyz", Duration::from_secs(60), || async move {
+            match crate::http::get(port, "/readyz").await {
+                Ok((200, _)) => Ok(()),
+                Ok((status, body)) => Err(format!("{status} {body}")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|e| self.with_log("gpugate", &self.gpugate, e))
+    }
+
+    /// SIGKILL: no drain, binds cut wherever they are.
+    pub fn kill_gpugate(&self) {
+        if let Some(mut p) = self.gpugate.lock().unwrap().take() {
+            p.kill();
+        }
+    }
+
+    /// The API server's admission plugin learns webhook configurations
+    /// through an informer: probe with server-side dry-run creates until
+    /// both webhooks answer (envtest's sentinel).
+    async fn wait_for_webhooks(&self) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), "e2e-sentinel");
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let gpu: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "sentinel"},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+        }))?;
+        let mut forged = gpu.clone();
+        forged.metadata.annotations = Some(
+            [("hami.io/vgpu-node".to_string(), "x".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        eventually("the webhooks answer", Duration::from_secs(30), || {
+            let (pods, dry, gpu, forged) = (pods.clone(), dry.clone(), gpu.clone(), forged.clone());
+            async move {
+                let mutated = pods.create(&dry, &gpu).await.map_err(|e| e.to_string())?;
+                if mutated.spec.and_then(|s| s.scheduler_name).as_deref() != Some("hami-scheduler")
+                {
+                    return Err("mutating webhook not called yet".into());
+                }
+                match pods.create(&dry, &forged).await {
+                    Err(kube::Error::Api(s)) if s.message.contains("hami.io/vgpu-node") => Ok(()),
+                    other => Err(format!("validating webhook not called yet: {other:?}")),
+                }
+            }
+        })
+        .await
+    }
+
+    /// The tail of every process's log, for a failure report.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for (name, p) in [
+            ("gpugate", &self.gpugate),
+            ("kube-scheduler", &self.scheduler),
+            ("kube-apiserver", &self.apiserver),
+        ] {
+            let tail = p
+                .lock()
+                .ok()
+                .and_then(|p| p.as_ref().map(|p| p.log_tail(25)))
+                .unwrap_or_else(|| {
+                    crate::procs::tail(&self.log_dir().join(format!("{name}.log")), 25)
+                });
+            out.push_str(&format!("--- last lines of {name}'s log ---\n{tail}\n"));
+        }
+        out
+    }
+}
+
+/// deploy/'s gpugate config with one namespace policy added, so that the
+/// policy gateway's defaults can be seen end to end.
+fn gpugate_config(deployed: &[Value]) -> anyhow::Result<String> {
+    let mut text = manifests::config_map_entry(deployed, "gpugate-config", "gpugate.yaml")?;
+    if text.contains("\nnamespacePolicies:") {
+        bail!("deploy/'s config already has namespacePolicies; the suite adds its own");
+    }
+    text.push_str(&format!(
+        "namespacePolicies:
+  - name: e2e-team
+    namespaces: [{POLICY_NAMESPACE}]
+    mode: enforce
+    defaults:
+      gpumem: 4096
+      gpucores: 25
+      nodeSchedulerPolicy: spread
+      gpuSchedulerPolicy: binpack
+"
+    ));
+    Ok(text)
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn write_kubeconfig(path: &Path, port: u16, ca_pem: &str, user: Value) -> anyhow::Result<()> {
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {
+            "server": format!("https://127.0.0.1:{port}"),
+            "certificate-authority-data": b64(ca_pem),
+        }}],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+        "current-context": "e2e",
+    });
+    std::fs::write(path, serde_yaml_ng::to_string(&config)?)?;
+    Ok(())
+}
+
+pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+async fn service_account_token(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    // Built from JSON: the Rust field types differ between API versions.
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 24 * 3600}}))?;
+    let tr = sas
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await
+        .with_context(|| format!("TokenRequest for {ns}/{name}"))?;
+    serde_json::to_value(&tr)?["status"]["token"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("TokenRequest without a token"))
+}
+
+pub async fn ensure_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(ns).await?.is_none() {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        api.create(&PostParams::default(), &n).await?;
+    }
+    Ok(())
+}

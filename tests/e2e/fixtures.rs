@@ -1,0 +1,309 @@
+//! Nodes, pods and what the API server holds about them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use gpugate::hami::keys::{VGPU_DEVICES_ALLOCATED, VGPU_NODE};
+use gpugate::hami::pod_devices::{ContainerDevice, decode_pod_devices};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::wait::eventually;
+
+/// Label on every node the suite creates, with the scenario's name.
+pub const NODE_LABEL: &str = "e2e.gpugate.io/scenario";
+
+/// The Node objects of an example cluster file (examples/…/cluster.yaml).
+pub fn example_nodes(root: &Path, file: &str) -> anyhow::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(root.join(file)).with_context(|| file.to_string())?;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if v["kind"] == "Node" {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The Pod objects of an example pods file, in order.
+pub fn example_pods(root: &Path, file: &str) -> anyhow::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(root.join(file)).with_context(|| file.to_string())?;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if v["kind"] == "Pod" {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// A node with `gpus` GPUs registered the way HAMi's device plugin does.
+pub fn gpu_node(name: &str, gpus: usize, split: u32, mem_mib: u32, model: &str) -> Value {
+    let devices: Vec<Value> = (0..gpus)
+        .map(|i| {
+            json!({"id": format!("GPU-{name}-{i}"), "index": i, "count": split,
+                   "devmem": mem_mib, "devcore": 100, "type": model, "numa": 0,
+                   "health": true, "mode": "hami-core"})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": {
+            "hami.io/node-nvidia-register": serde_json::to_string(&devices).unwrap()
+        }},
+        "status": {"capacity": {"nvidia.com/gpu": (gpus as u32 * split).to_string()}}
+    })
+}
+
+/// Creates a node (labelled with the scenario) and sets its status as a
+/// kubelet would: Ready, with room for pods, plus the example's GPU count.
+pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyhow::Result<String> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut n = node.clone();
+    let status = n.as_object_mut().and_then(|o| o.remove("status"));
+    n["metadata"]["labels"][NODE_LABEL] = json!(scenario);
+    let name = n["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let node: Node = serde_json::from_value(n)?;
+    api.create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("create node {name}"))?;
+    let mut capacity = json!({"cpu": "1000", "memory": "4Ti", "pods": "500"});
+    if let Some(gpu) = status
+        .as_ref()
+        .and_then(|s| s["capacity"]["nvidia.com/gpu"].as_str())
+    {
+        capacity["nvidia.com/gpu"] = json!(gpu);
+    }
+    let now = jiff::Timestamp::now().to_string();
+    let patch = json!({"status": {
+        "capacity": capacity, "allocatable": capacity,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "simulated by the e2e suite",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}],
+    }});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .with_context(|| format!("node {name} status"))?;
+    // The API server taints every new node not-ready; the node lifecycle
+    // controller (kube-controller-manager, not run here) lifts the taint
+    // once the node reports Ready. Do its part.
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": null}})),
+    )
+    .await
+    .with_context(|| format!("node {name} taints"))?;
+    Ok(name)
+}
+
+/// A pod with one container and these resource limits.
+pub fn gpu_pod(name: &str, limits: &[(&str, &str)]) -> Value {
+    let limits: serde_json::Map<String, Value> = limits
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "command": ["sleep", "infinity"], "resources": {"limits": limits}}]}
+    })
+}
+
+pub async fn create_pod(client: &Client, ns: &str, pod: &Value) -> Result<Pod, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut p = pod.clone();
+    p["metadata"]["namespace"] = json!(ns);
+    let pod: Pod = serde_json::from_value(p).map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &pod).await
+}
+
+/// The API server's refusal message for a create, or an error if it was
+/// admitted.
+pub async fn create_refused(client: &Client, ns: &str, pod: &Value) -> anyhow::Result<String> {
+    match create_pod(client, ns, pod).await {
+        Err(kube::Error::Api(s)) => Ok(s.message),
+        Err(e) => Err(anyhow!("not an API refusal: {e}")),
+        Ok(p) => Err(anyhow!(
+            "pod {} was admitted",
+            p.metadata.name.unwrap_or_default()
+        )),
+    }
+}
+
+/// Waits until the pod is bound (spec.nodeName) with HAMi's allocation.
+pub async fn wait_bound(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    eventually(&format!("pod {ns}/{name} bound"), timeout, || {
+        let api = api.clone();
+        async move {
+            let pod = api.get(name).await.map_err(|e| e.to_string())?;
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .is_some();
+            let allocated = annotation(&pod, VGPU_DEVICES_ALLOCATED).is_some();
+            if bound && allocated {
+                Ok(pod)
+            } else {
+                Err(format!(
+                    "nodeName set: {bound}, allocation written: {allocated}"
+                ))
+            }
+        }
+    })
+    .await
+}
+
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+pub fn node_of(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("")
+}
+
+/// The GPUs of every container, from `hami.io/vgpu-devices-allocated`.
+pub fn devices(pod: &Pod) -> anyhow::Result<Vec<ContainerDevice>> {
+    let value = annotation(pod, VGPU_DEVICES_ALLOCATED)
+        .ok_or_else(|| anyhow!("no {VGPU_DEVICES_ALLOCATED}"))?;
+    let decoded = decode_pod_devices(VGPU_DEVICES_ALLOCATED, value)
+        .map_err(|e| anyhow!("{VGPU_DEVICES_ALLOCATED} {value:?}: {e}"))?;
+    if annotation(pod, VGPU_NODE) != Some(node_of(pod)) {
+        return Err(anyhow!(
+            "{VGPU_NODE} is {:?} but the pod is bound to {:?}",
+            annotation(pod, VGPU_NODE),
+            node_of(pod)
+        ));
+    }
+    Ok(decoded.containers.into_iter().flatten().collect())
+}
+
+pub fn uuids(pod: &Pod) -> anyhow::Result<Vec<String>> {
+    Ok(devices(pod)?.into_iter().map(|d| d.uuid).collect())
+}
+
+/// Reasons and messages of the events about a pod.
+pub async fn events_of(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let list = api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
+}
+
+/// Waits for an event with this reason whose message contains `needle`.
+pub async fn wait_event(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    reason: &str,
+    needle: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    eventually(
+        &format!("event {reason} containing {needle:?} on {ns}/{pod}"),
+        timeout,
+        || async move {
+            let events = events_of(client, ns, pod)
+                .await
+                .map_err(|e| e.to_string())?;
+            events
+                .iter()
+                .find(|(r, m)| r == reason && m.contains(needle))
+                .map(|(_, m)| m.clone())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await
+}
+
+/// Deletes every pod of the namespace at once (no kubelet would confirm a
+/// graceful deletion) and the scenario's nodes, then waits until gpugate's
+/// ledger has let go of them.
+pub async fn clean(
+    client: &Client,
+    ns: &str,
+    scenario: &str,
+    metrics_port: u16,
+) -> anyhow::Result<()> {
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete_collection(&now, &ListParams::default()).await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("{NODE_LABEL}={scenario}")),
+        )
+        .await?;
+    eventually(
+        "gpugate forgets the scenario",
+        Duration::from_secs(30),
+        || async move {
+            let text = crate::http::metrics(metrics_port)
+                .await
+                .map_err(|e| e.to_string())?;
+            let value = |name: &str| {
+                crate::http::samples(&text, name)
+                    .first()
+                    .map_or(-1.0, |s| s.value)
+            };
+            let (allocations, nodes) = (
+                value("gpugate_ledger_allocations"),
+                value("gpugate_cluster_nodes"),
+            );
+            if allocations == 0.0 && nodes == 0.0 {
+                Ok(())
+            } else {
+                Err(format!("ledger allocations {allocations}, nodes {nodes}"))
+            }
+        },
+    )
+    .await
+}
+
+/// Per GPU: (pods, MiB, cores) allocated, from the pods' annotations.
+pub fn usage_by_gpu(pods: &[Pod]) -> anyhow::Result<BTreeMap<String, (u32, u64, u64)>> {
+    let mut out: BTreeMap<String, (u32, u64, u64)> = BTreeMap::new();
+    for p in pods {
+        for d in devices(p)? {
+            let e = out.entry(d.uuid).or_default();
+            e.0 += 1;
+            e.1 += u64::from(d.mem_mib);
+            e.2 += u64::from(d.cores);
+        }
+    }
+    Ok(out)
+}

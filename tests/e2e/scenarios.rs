@@ -1,0 +1,898 @@
+//! The scenarios of issue 5. Each one creates its nodes and pods through
+//! the API server and asserts on what the API server then holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail, ensure};
+use gpugate::engine::gang::{GROUP_MIN_AVAILABLE, GROUP_NAME};
+use gpugate::hami::keys::{GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::Discovery;
+use serde_json::{Value, json};
+
+use crate::control_plane::{ControlPlane, POLICY_NAMESPACE, ensure_namespace};
+use crate::fixtures::*;
+use crate::http::{metrics, samples};
+use crate::manifests;
+use crate::wait::eventually;
+
+pub struct Ctx {
+    pub cp: ControlPlane,
+    pub admin: Client,
+    pub root: PathBuf,
+    pub crds: PathBuf,
+    pub variants: Vec<(String, Vec<Value>)>,
+}
+
+const BIND: Duration = Duration::from_secs(60);
+const T4: &str = "NVIDIA Tesla T4";
+
+impl Ctx {
+    fn metrics_port(&self) -> u16 {
+        self.cp.gpugate_admin_port
+    }
+
+    async fn nodes(&self, scenario: &str, nodes: &[Value]) -> anyhow::Result<()> {
+        for n in nodes {
+            create_node(&self.admin, scenario, n).await?;
+        }
+        // gpugate must know the nodes before the pods reach /filter, or the
+        // first pod is refused and waits for kube-scheduler's requeue.
+        let want = nodes.len() as f64;
+        let port = self.metrics_port();
+        eventually(
+            "gpugate sees the nodes",
+            Duration::from_secs(30),
+            || async move {
+                let text = metrics(port).await.map_err(|e| e.to_string())?;
+                let n = samples(&text, "gpugate_cluster_nodes")
+                    .first()
+                    .map_or(0.0, |s| s.value);
+                if n == want {
+                    Ok(())
+                } else {
+                    Err(format!("{n} nodes"))
+                }
+            },
+        )
+        .await
+    }
+
+    pub async fn clean(&self, ns: &str, scenario: &str) -> anyhow::Result<()> {
+        clean(&self.admin, ns, scenario, self.metrics_port()).await
+    }
+}
+
+/// (scenario name, namespace, node label value)
+pub const SCENARIOS: [(&str, &str, &str); 9] = [
+    ("policy stories and topology", "e2e-stories", "stories"),
+    (
+        "exclusive GPU, defaults, pods without GPUs",
+        "e2e-exclusive",
+        "exclusive",
+    ),
+    ("denials with their messages", "e2e-denials", "denials"),
+    (
+        "over-subscription stays pending with gpugate's reasons",
+        "e2e-oversub",
+        "oversub",
+    ),
+    ("deleting a pod frees its GPUs", "e2e-free", "free"),
+    (
+        "gpugate restarted in the middle of a burst",
+        "e2e-burst",
+        "burst",
+    ),
+    (
+        "certificate rotation while pods are created",
+        "e2e-rotation",
+        "rotation",
+    ),
+    ("gang of 4: all or nothing", "e2e-gang", "gang"),
+    (
+        "deploy/ accepted by the API server (dry run)",
+        "e2e-dry-run",
+        "dry-run",
+    ),
+];
+
+pub async fn run(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
+    let (_, ns, scenario) = SCENARIOS[index];
+    ensure_namespace(&ctx.admin, ns).await?;
+    match index {
+        0 => policy_stories(ctx, ns, scenario).await,
+        1 => exclusive_and_defaults(ctx, ns, scenario).await,
+        2 => denials(ctx, ns).await,
+        3 => over_subscription(ctx, ns, scenario).await,
+        4 => delete_frees(ctx, ns, scenario).await,
+        5 => restart_mid_burst(ctx, ns, scenario).await,
+        6 => certificate_rotation(ctx, ns).await,
+        7 => gang(ctx, ns, scenario).await,
+        8 => dry_run(ctx).await,
+        _ => bail!("no scenario {index}"),
+    }
+}
+
+// 1 -------------------------------------------------------------------------
+
+/// HAMi's four scheduler-policy stories and its topology example
+/// (examples/, the same files `gpugate simulate` is tested with), end to
+/// end. kube-scheduler breaks ties between equal nodes at random, so the
+/// assertions name "the node the first pod got", not node1.
+async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let stories = [
+        (
+            "1: node binpack",
+            "whole-gpu-pods.yaml",
+            "binpack",
+            "spread",
+        ),
+        ("2: node spread", "whole-gpu-pods.yaml", "spread", "spread"),
+        ("3: GPU binpack", "slice-pods.yaml", "binpack", "binpack"),
+        ("4: GPU spread", "slice-pods.yaml", "binpack", "spread"),
+    ];
+    for (i, (story, file, node_policy, gpu_policy)) in stories.into_iter().enumerate() {
+        ctx.nodes(
+            scenario,
+            &example_nodes(&ctx.root, "examples/stories/cluster.yaml")?,
+        )
+        .await?;
+        let mut placed = Vec::new();
+        for mut pod in example_pods(&ctx.root, &format!("examples/stories/{file}"))? {
+            pod["metadata"]["annotations"] = json!({
+                NODE_SCHEDULER_POLICY: node_policy,
+                GPU_SCHEDULER_POLICY: gpu_policy,
+            });
+            let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+            create_pod(&ctx.admin, ns, &pod).await?;
+            // One after the other, as the stories (and simulate) place them.
+            placed.push(wait_bound(&ctx.admin, ns, &name, BIND).await?);
+        }
+        let [p1, p2] = &placed[..] else {
+            bail!("story {story}: expected 2 pods")
+        };
+        let (n1, n2) = (node_of(p1), node_of(p2));
+        let (g1, g2) = (uuids(p1)?, uuids(p2)?);
+        let gpu = |node: &str, i: usize| vec![format!("GPU-{node}-{i}")];
+        let d1 = devices(p1)?;
+        let ok = match i {
+            0 => {
+                n1 == n2
+                    && g1 == gpu(n1, 0)
+                    && g2 == gpu(n1, 1)
+                    && (d1[0].mem_mib, d1[0].cores) == (40960, 100)
+            }
+            1 => n1 != n2 && g1 == gpu(n1, 0) && g2 == gpu(n2, 0),
+            2 => {
+                n1 == n2
+                    && g1 == gpu(n1, 0)
+                    && g2 == gpu(n1, 0)
+                    && (d1[0].mem_mib, d1[0].cores) == (8192, 20)
+            }
+            _ => n1 == n2 && g1 == gpu(n1, 0) && g2 == gpu(n1, 1),
+        };
+        ensure!(
+            ok,
+            "story {story}: pod1 on {n1} {g1:?} {d1:?}, pod2 on {n2} {g2:?}"
+        );
+        ctx.clean(ns, scenario).await?;
+    }
+
+    // Topology: one GPU takes a least-connected card; three take the best set.
+    for (file, name, want) in [
+        ("one-gpu-pod.yaml", "one-gpu", vec!["GPU-topo-0"]),
+        (
+            "three-gpu-pod.yaml",
+            "three-gpus",
+            vec!["GPU-topo-0", "GPU-topo-2", "GPU-topo-3"],
+        ),
+    ] {
+        ctx.nodes(
+            scenario,
+            &example_nodes(&ctx.root, "examples/topology/cluster.yaml")?,
+        )
+        .await?;
+        for pod in example_pods(&ctx.root, &format!("examples/topology/{file}"))? {
+            create_pod(&ctx.admin, ns, &pod).await?;
+        }
+        let pod = wait_bound(&ctx.admin, ns, name, BIND).await?;
+        let mut got = uuids(&pod)?;
+        got.sort();
+        ensure!(got == want, "topology {name}: {got:?}, want {want:?}");
+        ctx.clean(ns, scenario).await?;
+    }
+    Ok(())
+}
+
+// 2 -------------------------------------------------------------------------
+
+async fn admission_requests(port: u16) -> anyhow::Result<f64> {
+    let text = metrics(port).await?;
+    Ok(samples(&text, "gpugate_admission_requests_total")
+        .iter()
+        .map(|s| s.value)
+        .sum())
+}
+
+async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    ctx.nodes(scenario, &[gpu_node("excl-1", 2, 10, 16384, T4)])
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+
+    // nvidia.com/gpu: 1 alone is one whole GPU: the webhook writes
+    // gpucores 100 and routes it to hami-scheduler.
+    let created = create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod("whole", &[("nvidia.com/gpu", "1")]),
+    )
+    .await?;
+    let spec = created.spec.as_ref().context("no spec")?;
+    ensure!(
+        spec.scheduler_name.as_deref() == Some("hami-scheduler"),
+        "schedulerName {:?}",
+        spec.scheduler_name
+    );
+    let limits = spec.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.clone())
+        .unwrap_or_default();
+    ensure!(
+        limits.get("nvidia.com/gpucores").map(|q| q.0.as_str()) == Some("100"),
+        "limits after admission: {limits:?}"
+    );
+    let whole = wait_bound(&ctx.admin, ns, "whole", BIND).await?;
+    let d = devices(&whole)?;
+    ensure!(
+        d.len() == 1 && (d[0].mem_mib, d[0].cores) == (16384, 100),
+        "whole GPU pod got {d:?}"
+    );
+    // Nothing else may share that GPU: a small slice goes to the other one.
+    create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod("slice", &[("nvidia.com/gpumem", "1000")]),
+    )
+    .await?;
+    let slice = wait_bound(&ctx.admin, ns, "slice", BIND).await?;
+    ensure!(
+        uuids(&slice)? != uuids(&whole)?,
+        "a slice shares the exclusive GPU {:?}",
+        uuids(&whole)?
+    );
+
+    // The policy gateway: e2e-team's defaults and placement annotations.
+    let team = create_pod(
+        &ctx.admin,
+        POLICY_NAMESPACE,
+        &gpu_pod("defaults", &[("nvidia.com/gpu", "1")]),
+    )
+    .await?;
+    let team_limits = team.spec.as_ref().context("no spec")?.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.clone())
+        .unwrap_or_default();
+    let q = |k: &str| team_limits.get(k).map(|q| q.0.clone());
+    ensure!(
+        q("nvidia.com/gpumem").as_deref() == Some("4096")
+            && q("nvidia.com/gpucores").as_deref() == Some("25"),
+        "defaults not injected: {team_limits:?}"
+    );
+    ensure!(
+        annotation(&team, NODE_SCHEDULER_POLICY) == Some("spread")
+            && annotation(&team, GPU_SCHEDULER_POLICY) == Some("binpack"),
+        "policy annotations not injected: {:?}",
+        team.metadata.annotations
+    );
+    let team = wait_bound(&ctx.admin, POLICY_NAMESPACE, "defaults", BIND).await?;
+    let d = devices(&team)?;
+    ensure!(
+        d.len() == 1 && (d[0].mem_mib, d[0].cores) == (4096, 25),
+        "team pod got {d:?}"
+    );
+    Api::<Pod>::namespaced(ctx.admin.clone(), POLICY_NAMESPACE)
+        .delete(
+            "defaults",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+
+    // A pod without GPUs never reaches gpugate (matchConditions) and is
+    // left as its author wrote it.
+    let before = admission_requests(ctx.metrics_port()).await?;
+    let plain: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "no-gpu"},
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"limits": {"cpu": "1"}}}]}
+    }))?;
+    let plain = pods.create(&PostParams::default(), &plain).await?;
+    let spec = plain.spec.as_ref().context("no spec")?;
+    ensure!(
+        spec.scheduler_name.as_deref() == Some("default-scheduler"),
+        "pod without GPUs got schedulerName {:?}",
+        spec.scheduler_name
+    );
+    ensure!(
+        plain
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| a.keys().all(|k| !k.starts_with("hami.io/"))),
+        "pod without GPUs got annotations {:?}",
+        plain.metadata.annotations
+    );
+    let after = admission_requests(ctx.metrics_port()).await?;
+    ensure!(
+        after == before,
+        "gpugate was called for a pod without GPUs ({before} -> {after} admission requests)"
+    );
+    Ok(())
+}
+
+// 3 -------------------------------------------------------------------------
+
+async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+    let one = [("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1024")];
+    let mut node_name = gpu_pod("node-name", &one);
+    node_name["spec"]["nodeName"] = json!("somewhere");
+    let mut privileged = gpu_pod("privileged", &one);
+    privileged["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+    let cores = gpu_pod(
+        "cores",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpucores", "150")],
+    );
+    let mut policy = gpu_pod("policy", &one);
+    policy["metadata"]["annotations"] = json!({GPU_SCHEDULER_POLICY: "fastest"});
+    let mut forged = gpu_pod("forged", &one);
+    forged["metadata"]["annotations"] =
+        json!({"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,1024,10:;"});
+    // Forged on a pod that asks for no GPU at all: the ledger reads
+    // allocations from any pod, so the validating webhook sees these too.
+    let forged_plain = json!({
+        "metadata": {"name": "forged-plain", "annotations": {"hami.io/vgpu-node": "node1"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    });
+    let cases = [
+        (&node_name, "spec.nodeName"),
+        (&privileged, "privileged"),
+        (&cores, "gpucores"),
+        (&policy, "fastest"),
+        (
+            &forged,
+            "hami.io/vgpu-devices-allocated is written by the vGPU scheduler",
+        ),
+        (
+            &forged_plain,
+            "hami.io/vgpu-node is written by the vGPU scheduler",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (pod, needle) in cases {
+        let message = create_refused(&ctx.admin, ns, pod).await?;
+        if !(message.contains(needle) && message.contains(".gpugate.io\" denied the request")) {
+            wrong.push(format!("{}: {message}", pod["metadata"]["name"]));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "unexpected messages:\n{}",
+        wrong.join("\n")
+    );
+
+    // Over quota: a ResourceQuota on GPU memory, as HAMi's users write it.
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "gpu"},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "2048"}}
+    }))?;
+    Api::<ResourceQuota>::namespaced(ctx.admin.clone(), ns)
+        .create(&PostParams::default(), &quota)
+        .await?;
+    let big = gpu_pod(
+        "big",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "4096")],
+    );
+    // gpugate learns the quota through its watch: probe with dry runs.
+    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let mut probe: Pod = serde_json::from_value(big.clone())?;
+    probe.metadata.namespace = Some(ns.to_string());
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("gpugate knows the quota", Duration::from_secs(30), || {
+        let (pods, probe, dry) = (pods.clone(), probe.clone(), dry.clone());
+        async move {
+            match pods.create(&dry, &probe).await {
+                Err(kube::Error::Api(s)) if s.message.contains("quota") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await?;
+    let message = create_refused(&ctx.admin, ns, &big).await?;
+    ensure!(
+        message.contains("is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem)")
+            && message.contains("validate.gpugate.io"),
+        "over quota: {message}"
+    );
+    Ok(())
+}
+
+// 4 -------------------------------------------------------------------------
+
+async fn over_subscription(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    ctx.nodes(scenario, &[gpu_node("over-1", 2, 10, 16384, T4)])
+        .await?;
+    create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod(
+            "too-big",
+            &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "20000")],
+        ),
+    )
+    .await?;
+    // kube-scheduler's event carries the reasons of gpugate's failedNodes.
+    let message = wait_event(
+        &ctx.admin,
+        ns,
+        "too-big",
+        "FailedScheduling",
+        "CardInsufficientMemory",
+        Duration::from_secs(60),
+    )
+    .await?;
+    // And gpugate's own event says the same.
+    wait_event(
+        &ctx.admin,
+        ns,
+        "too-big",
+        "FilteringFailed",
+        "CardInsufficientMemory",
+        Duration::from_secs(30),
+    )
+    .await?;
+    let pod = Api::<Pod>::namespaced(ctx.admin.clone(), ns)
+        .get("too-big")
+        .await?;
+    ensure!(
+        node_of(&pod).is_empty() && pod.status.and_then(|s| s.phase).as_deref() == Some("Pending"),
+        "over-subscribed pod was placed ({message})"
+    );
+    Ok(())
+}
+
+// 5 -------------------------------------------------------------------------
+
+async fn delete_frees(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    ctx.nodes(scenario, &[gpu_node("free-1", 1, 10, 16384, T4)])
+        .await?;
+    create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod("first", &[("nvidia.com/gpu", "1")]),
+    )
+    .await?;
+    let first = wait_bound(&ctx.admin, ns, "first", BIND).await?;
+    create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod("second", &[("nvidia.com/gpu", "1")]),
+    )
+    .await?;
+    wait_event(
+        &ctx.admin,
+        ns,
+        "second",
+        "FailedScheduling",
+        "CardInsufficientMemory",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    ensure!(
+        node_of(&pods.get("second").await?).is_empty(),
+        "second pod placed while the GPU was taken"
+    );
+    pods.delete(
+        "first",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let second = wait_bound(&ctx.admin, ns, "second", BIND).await?;
+    ensure!(
+        uuids(&second)? == uuids(&first)?,
+        "second got {:?}, the freed GPU is {:?}",
+        uuids(&second)?,
+        uuids(&first)?
+    );
+    Ok(())
+}
+
+// 6 -------------------------------------------------------------------------
+
+/// 24 slices that fill 6 GPUs exactly (4 × 4096 MiB of 16384 each), created
+/// by 4 clients at once; gpugate is killed (SIGKILL) after the 8th and
+/// started again a second later. Clients retry creates the webhook refused
+/// while it was down. Exact fit means one double-counted or leaked slice
+/// leaves a pod pending.
+async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let nodes: Vec<Value> = (1..=3)
+        .map(|i| gpu_node(&format!("burst-{i}"), 2, 10, 16384, T4))
+        .collect();
+    ctx.nodes(scenario, &nodes).await?;
+    const PODS: usize = 24;
+    let created = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut creators = Vec::new();
+    for c in 0..4 {
+        let (client, created, refused, ns) = (
+            ctx.admin.clone(),
+            created.clone(),
+            refused.clone(),
+            ns.to_string(),
+        );
+        creators.push(tokio::spawn(async move {
+            for i in 0..PODS / 4 {
+                let pod = gpu_pod(
+                    &format!("burst-{c}-{i}"),
+                    &[("nvidia.com/gpumem", "4096"), ("nvidia.com/gpucores", "20")],
+                );
+                let mut tries = 0;
+                loop {
+                    match create_pod(&client, &ns, &pod).await {
+                        Ok(_) => break,
+                        Err(e) if tries < 300 => {
+                            let _ = e;
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Err(e) => return Err(anyhow!("create burst-{c}-{i}: {e}")),
+                    }
+                }
+                created.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let c = created.clone();
+    eventually("8 pods created", Duration::from_secs(60), || {
+        let c = c.clone();
+        async move {
+            let n = c.load(Ordering::Relaxed);
+            if n >= 8 { Ok(()) } else { Err(format!("{n}")) }
+        }
+    })
+    .await?;
+    ctx.cp.kill_gpugate();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ctx.cp.start_gpugate().await?;
+    for c in creators {
+        c.await??;
+    }
+
+    let api: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let bound = eventually("all 24 pods bound", Duration::from_secs(180), || {
+        let api = api.clone();
+        async move {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let bound: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| {
+                    !node_of(p).is_empty()
+                        && annotation(p, gpugate::hami::keys::VGPU_DEVICES_ALLOCATED).is_some()
+                })
+                .collect();
+            if bound.len() == PODS {
+                Ok(bound)
+            } else {
+                Err(format!("{} bound", bound.len()))
+            }
+        }
+    })
+    .await?;
+    let usage = usage_by_gpu(&bound)?;
+    for (gpu, (pods, mem, cores)) in &usage {
+        ensure!(
+            *pods <= 10 && *mem <= 16384 && *cores <= 100,
+            "{gpu} over-committed: {pods} pods, {mem} MiB, {cores} cores"
+        );
+    }
+    ensure!(usage.len() == 6, "expected 6 GPUs in use, got {usage:?}");
+
+    // The restarted gpugate's ledger, as its metrics show it, equals the
+    // annotations, pod by pod and GPU by GPU.
+    let want: BTreeSet<(String, String, u64)> = bound
+        .iter()
+        .flat_map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            devices(p)
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |d| (name.clone(), d.uuid, u64::from(d.mem_mib) << 20))
+        })
+        .collect();
+    let port = ctx.metrics_port();
+    let ns_owned = ns.to_string();
+    eventually(
+        "the ledger matches the annotations",
+        Duration::from_secs(30),
+        || {
+            let (want, ns) = (want.clone(), ns_owned.clone());
+            async move {
+                let text = metrics(port).await.map_err(|e| e.to_string())?;
+                let got: BTreeSet<(String, String, u64)> =
+                    samples(&text, "hami_vgpu_memory_allocated_bytes")
+                        .iter()
+                        .filter(|s| s.label("namespace") == ns)
+                        .map(|s| {
+                            (
+                                s.label("pod").to_string(),
+                                s.label("device_uuid").to_string(),
+                                s.value as u64,
+                            )
+                        })
+                        .collect();
+                if got == want {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "only in ledger {:?}; only in annotations {:?}",
+                        got.difference(&want).collect::<Vec<_>>(),
+                        want.difference(&got).collect::<Vec<_>>()
+                    ))
+                }
+            }
+        },
+    )
+    .await?;
+    println!(
+        "    burst: {PODS} pods on 6 GPUs, {} creates refused while gpugate was down",
+        refused.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+// 7 -------------------------------------------------------------------------
+
+async fn cert_not_after(port: u16) -> anyhow::Result<f64> {
+    let text = metrics(port).await?;
+    samples(&text, "gpugate_tls_cert_not_after_timestamp_seconds")
+        .first()
+        .map(|s| s.value)
+        .ok_or_else(|| anyhow!("no gpugate_tls_cert_not_after_timestamp_seconds"))
+}
+
+/// The serving certificate is replaced three times (new key, same CA, as
+/// cert-manager renews) while 40 pods are created one after another; every
+/// create must be admitted and mutated at the first try.
+async fn certificate_rotation(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+    const PODS: usize = 40;
+    let client = ctx.admin.clone();
+    let ns_owned = ns.to_string();
+    let creator = tokio::spawn(async move {
+        let mut failures = Vec::new();
+        for i in 0..PODS {
+            let pod = gpu_pod(&format!("rot-{i}"), &[("nvidia.com/gpumem", "1024")]);
+            match create_pod(&client, &ns_owned, &pod).await {
+                Ok(p)
+                    if p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
+                        == Some("hami-scheduler") => {}
+                Ok(_) => failures.push(format!("rot-{i}: admitted but not mutated")),
+                Err(e) => failures.push(format!("rot-{i}: {e}")),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        failures
+    });
+    let port = ctx.metrics_port();
+    let mut seen = vec![cert_not_after(port).await?];
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let (cert, key) = ctx.cp.pki.renew_webhook()?;
+        // Each file replaced by rename, key first; gpugate refuses a
+        // mismatched pair until both are in place.
+        for (name, text) in [("webhook.key", &key), ("webhook.crt", &cert)] {
+            let tmp = ctx.cp.pki.path(&format!("{name}.tmp"));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, ctx.cp.pki.path(name))?;
+        }
+        let last = *seen.last().unwrap();
+        let now = eventually(
+            "gpugate serves the renewed certificate",
+            Duration::from_secs(15),
+            || async move {
+                match cert_not_after(port).await {
+                    Ok(v) if v != last => Ok(v),
+                    Ok(_) => Err("old certificate still in service".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await?;
+        seen.push(now);
+    }
+    let failures = creator.await?;
+    ensure!(
+        failures.is_empty(),
+        "{} of {PODS} creates failed during rotation:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+// 8 -------------------------------------------------------------------------
+
+fn member(group: &str, i: usize, min: usize) -> Value {
+    let mut p = gpu_pod(&format!("{group}-{i}"), &[("nvidia.com/gpu", "1")]);
+    p["metadata"]["labels"] = json!({GROUP_NAME: group, GROUP_MIN_AVAILABLE: min.to_string()});
+    p
+}
+
+/// Gang `fits`: 4 whole GPUs on 2 nodes, exactly room for 4 members. Then
+/// gang `short`: 4 members, min 4, with 3 free GPUs: nobody is placed.
+async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    ctx.nodes(
+        scenario,
+        &[
+            gpu_node("gang-1", 2, 10, 16384, T4),
+            gpu_node("gang-2", 2, 10, 16384, T4),
+        ],
+    )
+    .await?;
+    for i in 0..4 {
+        create_pod(&ctx.admin, ns, &member("fits", i, 4)).await?;
+    }
+    let mut gpus = BTreeSet::new();
+    for i in 0..4 {
+        let p = wait_bound(
+            &ctx.admin,
+            ns,
+            &format!("fits-{i}"),
+            Duration::from_secs(90),
+        )
+        .await?;
+        gpus.extend(uuids(&p)?);
+    }
+    ensure!(gpus.len() == 4, "gang members share GPUs: {gpus:?}");
+
+    create_node(&ctx.admin, scenario, &gpu_node("gang-3", 3, 10, 16384, T4)).await?;
+    for i in 0..4 {
+        create_pod(&ctx.admin, ns, &member("short", i, 4)).await?;
+    }
+    // Every member is refused for the group, not for its own size.
+    for i in 0..4 {
+        wait_event(
+            &ctx.admin,
+            ns,
+            &format!("short-{i}"),
+            "FailedScheduling",
+            "Gang",
+            Duration::from_secs(60),
+        )
+        .await?;
+    }
+    // A node update moves unschedulable pods back to kube-scheduler's
+    // active queue; still nobody may be placed.
+    let nodes: Api<Node> = Api::all(ctx.admin.clone());
+    nodes
+        .patch(
+            "gang-3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let placed: Vec<String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("short-"))
+        })
+        .filter(|p| !node_of(p).is_empty())
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    ensure!(
+        placed.is_empty(),
+        "members of a gang that cannot fit were placed: {placed:?}"
+    );
+    Ok(())
+}
+
+// 9 -------------------------------------------------------------------------
+
+/// cert-manager's CRDs (from its Go module) installed for real, then every
+/// object of both variants applied as a server-side dry run with strict
+/// field validation.
+async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
+    let mut crds = Vec::new();
+    for entry in std::fs::read_dir(&ctx.crds)? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc)?;
+            if !v.is_null() {
+                crds.push(v);
+            }
+        }
+    }
+    ensure!(
+        crds.len() >= 4,
+        "expected cert-manager's CRDs in {}",
+        ctx.crds.display()
+    );
+    let discovery = Discovery::new(ctx.admin.clone()).run().await?;
+    for crd in &crds {
+        manifests::apply(&ctx.admin, &discovery, crd, false).await?;
+    }
+    // Each CRD is established on its own: wait until every kind is served.
+    let kinds: Vec<kube::core::GroupVersionKind> = crds
+        .iter()
+        .map(|c| {
+            kube::core::GroupVersionKind::gvk(
+                c["spec"]["group"].as_str().unwrap_or(""),
+                "v1",
+                c["spec"]["names"]["kind"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    let client = ctx.admin.clone();
+    let discovery = eventually(
+        "cert-manager's kinds are served",
+        Duration::from_secs(30),
+        || {
+            let (client, kinds) = (client.clone(), kinds.clone());
+            async move {
+                let d = Discovery::new(client)
+                    .run()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match kinds.iter().find(|k| d.resolve_gvk(k).is_none()) {
+                    None => Ok(d),
+                    Some(k) => Err(format!("{k:?} not yet")),
+                }
+            }
+        },
+    )
+    .await?;
+    let mut refused = Vec::new();
+    let mut counts = BTreeMap::new();
+    for (variant, objects) in &ctx.variants {
+        for o in objects {
+            if let Err(e) = manifests::apply(&ctx.admin, &discovery, o, true).await {
+                refused.push(format!("{variant}: {e:#}"));
+            }
+        }
+        counts.insert(variant.clone(), objects.len());
+    }
+    ensure!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+    println!("    dry run: {counts:?} objects accepted");
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! Bounded polling: every wait in the suite has a deadline and says what it
+//! last saw when it gives up.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+/// Calls `probe` every 200 ms until it returns `Ok`, or fails after
+/// `timeout` with the probe's last complaint.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(last) if Instant::now() >= deadline => {
+                return Err(anyhow!(
+                    "{what}: not after {} s (last seen: {last})",
+                    timeout.as_secs()
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
