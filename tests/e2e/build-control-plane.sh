@@ -42,6 +42,7 @@ if [[ ! -x "$TOOLS/kustomize" || ! -f "$TOOLS/crds/cert-manager.io_certificates.
     cp "$cm_dir"/deploy/crds/cert-manager.io_*.yaml "$TOOLS/crds/"
     chmod u+w "$TOOLS"/crds/*.yaml
 fi
+mkdir -p "$DIR"
 ln -sfn "$TOOLS" "$DIR/tools"
 
 if [[ -x "$BIN/etcd" && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]; then
