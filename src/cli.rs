@@ -36,6 +36,13 @@ pub struct ServeArgs {
     /// TLS address for the webhooks.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]
     pub listen: std::net::SocketAddr,
+    /// Serve the scheduler extender (/filter, /prioritize, /bind, /preempt)
+    /// on this TLS address only, and the webhooks alone on --listen. Use a
+    /// loopback address (127.0.0.1:9444) when kube-scheduler runs in the
+    /// same pod: whoever can reach /bind can bind pods with gpugate's
+    /// rights. Without it, both are served on --listen.
+    #[arg(long, value_name = "ADDR")]
+    pub extender_listen: Option<std::net::SocketAddr>,
     /// Plain HTTP address for /healthz and /readyz.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090")]
     pub admin_listen: std::net::SocketAddr,

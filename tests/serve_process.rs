@@ -249,3 +249,54 @@ fn a_bad_snapshot_stops_serve_with_the_file_named() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// POSTs `body` to `path` on `addr` over TLS (trusting the process's CA);
+/// the status and the JSON body.
+async fn post(g: &Gpugate, addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Value) {
+    let ca = std::fs::read(g.dir.join("certs/ca.crt")).unwrap();
+    let mut tls = support::https::connect_trusting(addr, &ca).await;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(body).await.unwrap();
+    read_response(&mut tls).await
+}
+
+#[tokio::test]
+async fn extender_listen_keeps_the_extender_off_the_webhook_port() {
+    let extender = free_port();
+    let mut g = spawn(
+        "extender-listen",
+        &[
+            "--cluster",
+            &format!("{ROOT}/examples/demo/cluster.yaml"),
+            "--extender-listen",
+            &extender.to_string(),
+        ],
+    );
+    wait_ready(&mut g);
+    let filter = std::fs::read(format!("{ROOT}/examples/demo/filter.json")).unwrap();
+    let bind = std::fs::read(format!("{ROOT}/examples/demo/bind.json")).unwrap();
+    // The webhook port (what the Service exposes): webhooks only.
+    for (path, body) in [("/filter", &filter), ("/bind", &bind)] {
+        let (status, _) = post(&g, g.listen, path, body).await;
+        assert_eq!(status, 404, "{path} on --listen");
+    }
+    let (status, review) = post(&g, g.listen, "/mutate", &review_body()).await;
+    assert_eq!(
+        (status, &review["response"]["allowed"]),
+        (200, &Value::Bool(true))
+    );
+    // The extender port: the extender only.
+    let (status, result) = post(&g, extender, "/filter", &filter).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        result["NodeNames"],
+        serde_json::json!(["gpu-a100-1", "gpu-t4-1"]),
+        "{result}"
+    );
+    let (status, _) = post(&g, extender, "/mutate", &review_body()).await;
+    assert_eq!(status, 404, "/mutate on --extender-listen");
+}

@@ -83,19 +83,29 @@ impl AppState {
 /// The TLS port: `/mutate` (and HAMi's `/webhook`), `/validate`, and the
 /// extender's `/filter`, `/prioritize`, `/bind` and `/preempt`.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
+    admission_router(state.clone()).merge(extender_router(state))
+}
+
+/// The admission webhooks alone: what kube-apiserver calls.
+pub fn admission_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/webhook", post(mutate))
         .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .merge(
-            Router::new()
-                .route("/filter", post(filter))
-                .route("/prioritize", post(prioritize))
-                .route("/bind", post(bind))
-                .route("/preempt", post(preempt))
-                .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES)),
-        )
+        .with_state(state)
+}
+
+/// The scheduler extender alone: what kube-scheduler calls. `/bind` writes
+/// to the cluster with gpugate's rights, so `serve --extender-listen` keeps
+/// these routes off the port the Service exposes.
+pub fn extender_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/bind", post(bind))
+        .route("/preempt", post(preempt))
+        .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES))
         .with_state(state)
 }
 

@@ -24,7 +24,7 @@ use super::config_reload::ConfigFile;
 use super::cert_secret::{InClusterCerts, Pass};
 use super::certs::{self, CertSpec, Ensured};
 use super::metrics::Metrics;
-use super::routes::{AppState, admin_router, webhook_router};
+use super::routes::{AppState, admin_router, admission_router, extender_router, webhook_router};
 use super::serve_tls::{Timeouts, serve_tls};
 use super::tls::{self, ReloadingCert};
 
@@ -165,8 +165,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let admin = TcpListener::bind(args.admin_listen)
         .await
         .with_context(|| format!("--admin-listen {}", args.admin_listen))?;
+    let extender = match args.extender_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--extender-listen {addr}"))?,
+        ),
+        None => None,
+    };
     tracing::info!(
         listen = %listener.local_addr()?,
+        extender = %extender
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map_or_else(|| "on --listen".to_string(), |a| a.to_string()),
         admin = %admin.local_addr()?,
         cert = %cert_path.display(),
         "gpugate serving"
@@ -179,14 +191,32 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     let admin_server =
         axum::serve(admin, admin_router(state.clone())).with_graceful_shutdown(stopped());
+    let (webhooks, extender_server) = match extender {
+        Some(extender) => (
+            admission_router(state.clone()),
+            Some(serve_tls(
+                extender,
+                tls_config.clone(),
+                extender_router(state),
+                Timeouts::default(),
+                stopped(),
+            )),
+        ),
+        None => (webhook_router(state), None),
+    };
     let webhook_server = serve_tls(
         listener,
         tls_config,
-        webhook_router(state),
+        webhooks,
         Timeouts::default(),
         stopped(),
     );
-    let (admin_result, ()) = tokio::join!(admin_server, webhook_server);
+    let extender_server = async {
+        if let Some(server) = extender_server {
+            server.await;
+        }
+    };
+    let (admin_result, (), ()) = tokio::join!(admin_server, webhook_server, extender_server);
     admin_result.context("admin server")?;
     Ok(())
 }

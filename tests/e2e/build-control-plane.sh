@@ -27,11 +27,20 @@ BIN="$DIR/bin"
 TOOLS="$CACHE_ROOT/tools-kustomize-$KUSTOMIZE_VERSION-cert-manager-$CERT_MANAGER_VERSION"
 
 command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
-export GOFLAGS=-mod=mod CGO_ENABLED=0
+# Exit status 3 means only "no go"; any other failure is 1.
+trap 'exit 1' ERR
+# No go.work from the caller's directories; modules are resolved here.
+export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
 export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
+mkdir -p "$CACHE_ROOT"
+cd "$CACHE_ROOT"
+# One build at a time per cache (two test runs at once share it).
+exec 9>"$CACHE_ROOT/.build.lock"
+flock 9
 
 # --- kustomize and cert-manager's CRDs (small; their own cache key) -------
-if [[ ! -x "$TOOLS/kustomize" || ! -f "$TOOLS/crds/cert-manager.io_certificates.yaml" ]]; then
+if [[ ! -f "$TOOLS/.complete" ]]; then
+    rm -rf "$TOOLS"
     mkdir -p "$TOOLS/crds"
     # kustomize's go.mod has no replace lines, so `go install` works.
     GOBIN="$TOOLS" go install -trimpath -ldflags "-s -w" \
@@ -41,6 +50,7 @@ if [[ ! -x "$TOOLS/kustomize" || ! -f "$TOOLS/crds/cert-manager.io_certificates.
         | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
     cp "$cm_dir"/deploy/crds/cert-manager.io_*.yaml "$TOOLS/crds/"
     chmod u+w "$TOOLS"/crds/*.yaml
+    touch "$TOOLS/.complete"
 fi
 mkdir -p "$DIR"
 ln -sfn "$TOOLS" "$DIR/tools"

@@ -34,6 +34,7 @@ pub struct ControlPlane {
     pub pki: Pki,
     pub admin: Client,
     pub gpugate_port: u16,
+    pub extender_port: u16,
     pub gpugate_admin_port: u16,
     gpugate_bin: PathBuf,
     gpugate_args: Vec<String>,
@@ -127,6 +128,7 @@ impl ControlPlane {
             pki,
             admin: admin.clone(),
             gpugate_port: free_port()?,
+            extender_port: free_port()?,
             gpugate_admin_port: free_port()?,
             gpugate_bin: gpugate_bin.to_path_buf(),
             gpugate_args: vec![],
@@ -186,6 +188,7 @@ impl ControlPlane {
             format!("--kubeconfig={}", sa_kubeconfig.display()),
             format!("--config={}", config_path.display()),
             format!("--listen=127.0.0.1:{}", cp.gpugate_port),
+            format!("--extender-listen=127.0.0.1:{}", cp.extender_port),
             format!("--admin-listen=127.0.0.1:{}", cp.gpugate_admin_port),
             format!("--tls-cert={}", cp.pki.path("webhook.crt").display()),
             format!("--tls-key={}", cp.pki.path("webhook.key").display()),
@@ -205,7 +208,7 @@ impl ControlPlane {
             manifests::local_scheduler_config(
                 deployed,
                 &sa_kubeconfig,
-                cp.gpugate_port,
+                cp.extender_port,
                 &cp.pki.path("webhook-ca.crt"),
             )?,
         )?;
@@ -270,6 +273,9 @@ impl ControlPlane {
         *self.gpugate.lock().unwrap() = Some(proc);
         let port = self.gpugate_admin_port;
         eventually("gpugate /readyz", Duration::from_secs(60), || async move {
+            if let Some(status) = self.gpugate.lock().unwrap().as_mut().and_then(Proc::exited) {
+                return Err(format!("gpugate exited: {status}"));
+            }
             match crate::http::get(port, "/readyz").await {
                 Ok((200, _)) => Ok(()),
                 Ok((status, body)) => Err(format!("{status} {body}")),
@@ -278,6 +284,22 @@ impl ControlPlane {
         })
         .await
         .map_err(|e| self.with_log("gpugate", &self.gpugate, e))
+    }
+
+    /// Starts gpugate again if it is not running (a scenario that stopped it
+    /// may have been cut short), so that one failure does not fail the rest.
+    pub async fn ensure_gpugate(&self) -> anyhow::Result<()> {
+        let running = self
+            .gpugate
+            .lock()
+            .unwrap()
+            .as_mut()
+            .is_some_and(|p| p.exited().is_none());
+        if running {
+            return Ok(());
+        }
+        self.kill_gpugate();
+        self.start_gpugate().await
     }
 
     /// SIGKILL: no drain, binds cut wherever they are.

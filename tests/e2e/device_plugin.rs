@@ -18,6 +18,8 @@ use tokio::sync::watch;
 
 pub struct DevicePlugin {
     pub released: Arc<AtomicU64>,
+    /// Passes that failed (an API error); a pass is retried 100 ms later.
+    pub errors: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,12 +28,14 @@ impl DevicePlugin {
     pub fn start(client: Client) -> DevicePlugin {
         let released = Arc::new(AtomicU64::new(0));
         let (stop, mut stopped) = watch::channel(false);
-        let count = released.clone();
+        let errors = Arc::new(AtomicU64::new(0));
+        let (count, failed) = (released.clone(), errors.clone());
         let task = tokio::spawn(async move {
             loop {
-                if let Ok(n) = pass(&client).await {
-                    count.fetch_add(n, Ordering::Relaxed);
-                }
+                match pass(&client).await {
+                    Ok(n) => count.fetch_add(n, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
                 tokio::select! {
                     _ = stopped.changed() => return,
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
@@ -40,6 +44,7 @@ impl DevicePlugin {
         });
         DevicePlugin {
             released,
+            errors,
             stop,
             task,
         }

@@ -246,12 +246,12 @@ pub async fn wait_event(
     .await
 }
 
-/// Deletes every pod of the namespace at once (no kubelet would confirm a
-/// graceful deletion) and the scenario's nodes, then waits until gpugate's
-/// ledger has let go of them.
+/// Deletes every pod of these namespaces at once (no kubelet would confirm
+/// a graceful deletion) and the scenario's nodes, then waits until the pods
+/// are gone and gpugate's ledger has let go of them.
 pub async fn clean(
     client: &Client,
-    ns: &str,
+    namespaces: &[&str],
     scenario: &str,
     metrics_port: u16,
 ) -> anyhow::Result<()> {
@@ -259,8 +259,30 @@ pub async fn clean(
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.delete_collection(&now, &ListParams::default()).await?;
+    for ns in namespaces {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        pods.delete_collection(&now, &ListParams::default()).await?;
+        eventually(
+            &format!("no pods left in {ns}"),
+            Duration::from_secs(30),
+            || {
+                let (pods, now) = (pods.clone(), now.clone());
+                async move {
+                    let left = pods
+                        .list(&ListParams::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if left.items.is_empty() {
+                        Ok(())
+                    } else {
+                        let _ = pods.delete_collection(&now, &ListParams::default()).await;
+                        Err(format!("{} pods", left.items.len()))
+                    }
+                }
+            },
+        )
+        .await?;
+    }
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .delete_collection(

@@ -108,6 +108,13 @@ async fn run(root: &Path, bin: &Path) -> (usize, usize) {
         }
         Err(e) => {
             println!("e2e: setting up the control plane failed: {e:#}");
+            println!(
+                "e2e: logs kept in {}",
+                std::env::temp_dir()
+                    .join(format!("gpugate-e2e-{}", std::process::id()))
+                    .join("logs")
+                    .display()
+            );
             (0, SCENARIOS.len())
         }
     }
@@ -155,7 +162,7 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
 async fn scenarios(ctx: &Ctx) -> (usize, usize) {
     let plugin = device_plugin::DevicePlugin::start(ctx.admin.clone());
     let only = std::env::var("GPUGATE_E2E_ONLY").ok();
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut ran) = (0, 0, 0);
     for (i, (name, ns, scenario)) in SCENARIOS.iter().enumerate() {
         if only
             .as_deref()
@@ -164,6 +171,12 @@ async fn scenarios(ctx: &Ctx) -> (usize, usize) {
             continue;
         }
         let started = Instant::now();
+        ran += 1;
+        if let Err(e) = ctx.cp.ensure_gpugate().await {
+            println!("e2e: FAIL {}. {name}: gpugate is not running: {e:#}", i + 1);
+            failed += 1;
+            continue;
+        }
         let result = match tokio::time::timeout(SCENARIO_LIMIT, scenarios::run(ctx, i)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow::anyhow!(
@@ -194,9 +207,17 @@ async fn scenarios(ctx: &Ctx) -> (usize, usize) {
             }
         }
     }
+    if ran == 0 {
+        println!(
+            "e2e: GPUGATE_E2E_ONLY={only:?} names no scenario (1 to {})",
+            SCENARIOS.len()
+        );
+        failed += 1;
+    }
     println!(
-        "e2e: the simulated device plugin released {} node locks",
-        plugin.released.load(std::sync::atomic::Ordering::Relaxed)
+        "e2e: the simulated device plugin released {} node locks ({} passes failed)",
+        plugin.released.load(std::sync::atomic::Ordering::Relaxed),
+        plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
     plugin.stop().await;
     (passed, failed)

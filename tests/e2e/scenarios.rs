@@ -64,8 +64,15 @@ impl Ctx {
         .await
     }
 
+    /// The scenario's namespace and the policy namespace (shared by all).
     pub async fn clean(&self, ns: &str, scenario: &str) -> anyhow::Result<()> {
-        clean(&self.admin, ns, scenario, self.metrics_port()).await
+        clean(
+            &self.admin,
+            &[ns, POLICY_NAMESPACE],
+            scenario,
+            self.metrics_port(),
+        )
+        .await
     }
 }
 
@@ -221,9 +228,13 @@ async fn admission_requests(port: u16) -> anyhow::Result<f64> {
 }
 
 async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
-    ctx.nodes(scenario, &[gpu_node("excl-1", 2, 10, 16384, T4)])
+    ctx.nodes(scenario, &[gpu_node("excl-1", 1, 10, 16384, T4)])
         .await?;
     let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
 
     // nvidia.com/gpu: 1 alone is one whole GPU: the webhook writes
     // gpucores 100 and routes it to hami-scheduler.
@@ -254,19 +265,46 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
         d.len() == 1 && (d[0].mem_mib, d[0].cores) == (16384, 100),
         "whole GPU pod got {d:?}"
     );
-    // Nothing else may share that GPU: a small slice goes to the other one.
+    pods.delete("whole", &now).await?;
+
+    // What makes it exclusive is gpucores 100, not its memory: with only
+    // 1024 MiB taken, a slice that asks no cores still may not share the
+    // GPU (HAMi: CardComputeUnitsExhausted), though its memory would fit.
+    create_pod(
+        &ctx.admin,
+        ns,
+        &gpu_pod(
+            "exclusive",
+            &[
+                ("nvidia.com/gpu", "1"),
+                ("nvidia.com/gpumem", "1024"),
+                ("nvidia.com/gpucores", "100"),
+            ],
+        ),
+    )
+    .await?;
+    wait_bound(&ctx.admin, ns, "exclusive", BIND).await?;
     create_pod(
         &ctx.admin,
         ns,
         &gpu_pod("slice", &[("nvidia.com/gpumem", "1000")]),
     )
     .await?;
-    let slice = wait_bound(&ctx.admin, ns, "slice", BIND).await?;
+    wait_event(
+        &ctx.admin,
+        ns,
+        "slice",
+        "FailedScheduling",
+        "CardComputeUnitsExhausted",
+        Duration::from_secs(60),
+    )
+    .await?;
     ensure!(
-        uuids(&slice)? != uuids(&whole)?,
-        "a slice shares the exclusive GPU {:?}",
-        uuids(&whole)?
+        node_of(&pods.get("slice").await?).is_empty(),
+        "a slice was placed on the exclusive GPU"
     );
+    pods.delete("slice", &now).await?;
+    pods.delete("exclusive", &now).await?;
 
     // The policy gateway: e2e-team's defaults and placement annotations.
     let team = create_pod(
@@ -298,15 +336,6 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
         d.len() == 1 && (d[0].mem_mib, d[0].cores) == (4096, 25),
         "team pod got {d:?}"
     );
-    Api::<Pod>::namespaced(ctx.admin.clone(), POLICY_NAMESPACE)
-        .delete(
-            "defaults",
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await?;
 
     // A pod without GPUs never reaches gpugate (matchConditions) and is
     // left as its author wrote it.
@@ -538,7 +567,9 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     const PODS: usize = 24;
     let created = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
-    let mut creators = Vec::new();
+    // A JoinSet: if the scenario ends early, dropping it stops the
+    // creators, so they cannot leak pods into the next scenario.
+    let mut creators = tokio::task::JoinSet::new();
     for c in 0..4 {
         let (client, created, refused, ns) = (
             ctx.admin.clone(),
@@ -546,7 +577,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
             refused.clone(),
             ns.to_string(),
         );
-        creators.push(tokio::spawn(async move {
+        creators.spawn(async move {
             for i in 0..PODS / 4 {
                 let pod = gpu_pod(
                     &format!("burst-{c}-{i}"),
@@ -556,8 +587,12 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
                 loop {
                     match create_pod(&client, &ns, &pod).await {
                         Ok(_) => break,
-                        Err(e) if tries < 300 => {
-                            let _ = e;
+                        // Refused because gpugate is down (failurePolicy:
+                        // Fail): what a client sees during a restart. Any
+                        // other refusal is a failure.
+                        Err(kube::Error::Api(s))
+                            if s.message.contains("failed calling webhook") && tries < 300 =>
+                        {
                             refused.fetch_add(1, Ordering::Relaxed);
                             tries += 1;
                             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -569,7 +604,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             anyhow::Ok(())
-        }));
+        });
     }
     let c = created.clone();
     eventually("8 pods created", Duration::from_secs(60), || {
@@ -583,8 +618,8 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     ctx.cp.kill_gpugate();
     tokio::time::sleep(Duration::from_secs(1)).await;
     ctx.cp.start_gpugate().await?;
-    for c in creators {
-        c.await??;
+    while let Some(done) = creators.join_next().await {
+        done??;
     }
 
     let api: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
@@ -687,23 +722,35 @@ async fn cert_not_after(port: u16) -> anyhow::Result<f64> {
 /// cert-manager renews) while 40 pods are created one after another; every
 /// create must be admitted and mutated at the first try.
 async fn certificate_rotation(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
-    const PODS: usize = 40;
     let client = ctx.admin.clone();
     let ns_owned = ns.to_string();
-    let creator = tokio::spawn(async move {
+    let rotations = Arc::new(AtomicUsize::new(0));
+    let seen_by_creator = rotations.clone();
+    // Creates one pod after another until told to stop, noting how many
+    // certificates had been put in service when each was created.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut creator = tokio::task::JoinSet::new();
+    creator.spawn(async move {
         let mut failures = Vec::new();
-        for i in 0..PODS {
+        let mut per_certificate = BTreeMap::<usize, usize>::new();
+        let mut i = 0;
+        while !*stopped.borrow() {
             let pod = gpu_pod(&format!("rot-{i}"), &[("nvidia.com/gpumem", "1024")]);
+            let certificate = seen_by_creator.load(Ordering::Relaxed);
             match create_pod(&client, &ns_owned, &pod).await {
                 Ok(p)
                     if p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
-                        == Some("hami-scheduler") => {}
+                        == Some("hami-scheduler") =>
+                {
+                    *per_certificate.entry(certificate).or_default() += 1;
+                }
                 Ok(_) => failures.push(format!("rot-{i}: admitted but not mutated")),
                 Err(e) => failures.push(format!("rot-{i}: {e}")),
             }
+            i += 1;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        failures
+        (i, failures, per_certificate)
     });
     let port = ctx.metrics_port();
     let mut seen = vec![cert_not_after(port).await?];
@@ -731,14 +778,28 @@ async fn certificate_rotation(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         )
         .await?;
         seen.push(now);
+        rotations.fetch_add(1, Ordering::Relaxed);
     }
-    let failures = creator.await?;
+    // Keep creating for a while under the last certificate too.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _ = stop.send(true);
+    let (created, failures, per_certificate) = creator
+        .join_next()
+        .await
+        .ok_or_else(|| anyhow!("creator vanished"))??;
     ensure!(
         failures.is_empty(),
-        "{} of {PODS} creates failed during rotation:\n{}",
+        "{} of {created} creates failed during rotation:\n{}",
         failures.len(),
         failures.join("\n")
     );
+    // Pods were created under every certificate: the original and each of
+    // the three renewals.
+    ensure!(
+        (0..=3).all(|n| per_certificate.get(&n).copied().unwrap_or(0) > 0),
+        "creates per certificate in service: {per_certificate:?}"
+    );
+    println!("    rotation: {created} pods created, per certificate {per_certificate:?}");
     Ok(())
 }
 
@@ -781,29 +842,57 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     for i in 0..4 {
         create_pod(&ctx.admin, ns, &member("short", i, 4)).await?;
     }
-    // Every member is refused for the group, not for its own size.
-    for i in 0..4 {
-        wait_event(
-            &ctx.admin,
-            ns,
-            &format!("short-{i}"),
-            "FailedScheduling",
-            "Gang",
-            Duration::from_secs(60),
-        )
-        .await?;
-    }
-    // A node update moves unschedulable pods back to kube-scheduler's
-    // active queue; still nobody may be placed.
+    // Every member is refused because the group does not fit (not only
+    // because its siblings did not exist yet: that is GangIncomplete).
+    // Members refused before their siblings existed wait in kube-scheduler's
+    // unschedulable queue until a cluster event (or 5 minutes): a node
+    // update every few seconds stands for the events of a live cluster.
     let nodes: Api<Node> = Api::all(ctx.admin.clone());
-    nodes
-        .patch(
-            "gang-3",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})),
-        )
-        .await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut last_poke = std::time::Instant::now() - Duration::from_secs(10);
+    let mut pokes = 0u32;
+    eventually(
+        "every member refused with GangNotFit",
+        Duration::from_secs(60),
+        || {
+            let poke = last_poke.elapsed() > Duration::from_secs(3);
+            if poke {
+                last_poke = std::time::Instant::now();
+                pokes += 1;
+            }
+            let (nodes, admin, n) = (nodes.clone(), ctx.admin.clone(), pokes);
+            async move {
+                if poke {
+                    let label =
+                        json!({"metadata": {"labels": {"e2e.gpugate.io/poke": n.to_string()}}});
+                    nodes
+                        .patch("gang-3", &PatchParams::default(), &Patch::Merge(label))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                let mut missing = Vec::new();
+                for i in 0..4 {
+                    let pod = format!("short-{i}");
+                    let events = events_of(&admin, ns, &pod)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if !events
+                        .iter()
+                        .any(|(r, m)| r == "FailedScheduling" && m.contains("GangNotFit"))
+                    {
+                        missing.push(pod);
+                    }
+                }
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not yet: {missing:?}"))
+                }
+            }
+        },
+    )
+    .await?;
+    // Some time for a wrong bind to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
     let placed: Vec<String> = pods
         .list(&ListParams::default())
@@ -893,6 +982,27 @@ async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
         counts.insert(variant.clone(), objects.len());
     }
     ensure!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
-    println!("    dry run: {counts:?} objects accepted");
+    // A Deployment's dry run only warns about Pod Security; a Pod is held
+    // to the namespace's `enforce: restricted` label (applied for real at
+    // setup). So the pod each variant would run is dry-run created too.
+    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), "gpugate");
+    for (variant, objects) in &ctx.variants {
+        let template = &manifests::find(objects, "Deployment", "gpugate")?["spec"]["template"];
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("gpugate-{variant}"),
+                "labels": template["metadata"]["labels"],
+            },
+            "spec": template["spec"],
+        }))?;
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        pods.create(&dry, &pod)
+            .await
+            .with_context(|| format!("{variant}: the Deployment's pod"))?;
+    }
+    println!("    dry run: {counts:?} objects accepted, and each variant's pod");
     Ok(())
 }

@@ -15,7 +15,16 @@ where
 {
     let deadline = Instant::now() + timeout;
     loop {
-        match probe().await {
+        // Each probe is bounded too: a hung request must not outlive the
+        // deadline (kube's own read timeout is minutes).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        let outcome = match tokio::time::timeout(left, probe()).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err("the probe itself did not answer in time".to_string()),
+        };
+        match outcome {
             Ok(v) => return Ok(v),
             Err(last) if Instant::now() >= deadline => {
                 return Err(anyhow!(
