@@ -17,30 +17,13 @@ use crate::wait::eventually;
 /// Label on every node the suite creates, with the scenario's name.
 pub const NODE_LABEL: &str = "e2e.gpugate.io/scenario";
 
-/// The Node objects of an example cluster file (examples/…/cluster.yaml).
-pub fn example_nodes(root: &Path, file: &str) -> anyhow::Result<Vec<Value>> {
+/// The objects of one kind in an example file (examples/…), in order.
+pub fn example_objects(root: &Path, file: &str, kind: &str) -> anyhow::Result<Vec<Value>> {
     let text = std::fs::read_to_string(root.join(file)).with_context(|| file.to_string())?;
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if v["kind"] == "Node" {
-            out.push(v);
-        }
-    }
-    Ok(out)
-}
-
-/// The Pod objects of an example pods file, in order.
-pub fn example_pods(root: &Path, file: &str) -> anyhow::Result<Vec<Value>> {
-    let text = std::fs::read_to_string(root.join(file)).with_context(|| file.to_string())?;
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if v["kind"] == "Pod" {
-            out.push(v);
-        }
-    }
-    Ok(out)
+    Ok(crate::manifests::documents(&text)?
+        .into_iter()
+        .filter(|o| o["kind"] == kind)
+        .collect())
 }
 
 /// A node with `gpus` GPUs registered the way HAMi's device plugin does.
@@ -150,22 +133,34 @@ pub async fn wait_bound(
         let api = api.clone();
         async move {
             let pod = api.get(name).await.map_err(|e| e.to_string())?;
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .is_some();
-            let allocated = annotation(&pod, VGPU_DEVICES_ALLOCATED).is_some();
-            if bound && allocated {
+            if is_bound(&pod) {
                 Ok(pod)
             } else {
                 Err(format!(
-                    "nodeName set: {bound}, allocation written: {allocated}"
+                    "nodeName {:?}, allocation {:?}",
+                    node_of(&pod),
+                    annotation(&pod, VGPU_DEVICES_ALLOCATED)
                 ))
             }
         }
     })
     .await
+}
+
+/// Bound (spec.nodeName) and with HAMi's allocation written.
+pub fn is_bound(pod: &Pod) -> bool {
+    !node_of(pod).is_empty() && annotation(pod, VGPU_DEVICES_ALLOCATED).is_some()
+}
+
+/// The first container's resource limits.
+pub fn limits_of(pod: &Pod) -> BTreeMap<String, String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref())
+        .map(|l| l.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
+        .unwrap_or_default()
 }
 
 pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -297,19 +292,16 @@ pub async fn clean(
             let text = crate::http::metrics(metrics_port)
                 .await
                 .map_err(|e| e.to_string())?;
-            let value = |name: &str| {
-                crate::http::samples(&text, name)
-                    .first()
-                    .map_or(-1.0, |s| s.value)
-            };
             let (allocations, nodes) = (
-                value("gpugate_ledger_allocations"),
-                value("gpugate_cluster_nodes"),
+                crate::http::gauge(&text, "gpugate_ledger_allocations"),
+                crate::http::gauge(&text, "gpugate_cluster_nodes"),
             );
-            if allocations == 0.0 && nodes == 0.0 {
+            if allocations == Some(0.0) && nodes == Some(0.0) {
                 Ok(())
             } else {
-                Err(format!("ledger allocations {allocations}, nodes {nodes}"))
+                Err(format!(
+                    "ledger allocations {allocations:?}, nodes {nodes:?}"
+                ))
             }
         },
     )

@@ -105,6 +105,11 @@ pub fn samples(text: &str, name: &str) -> Vec<Sample> {
     out
 }
 
+/// The value of an unlabelled gauge in a scrape.
+pub fn gauge(text: &str, name: &str) -> Option<f64> {
+    samples(text, name).first().map(|s| s.value)
+}
+
 /// gpugate's metrics.
 pub async fn metrics(port: u16) -> anyhow::Result<String> {
     match get(port, "/metrics").await? {

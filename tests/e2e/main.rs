@@ -146,11 +146,9 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
         started.elapsed().as_secs_f64(),
         dir.display()
     );
-    let admin = cp.admin.clone();
     Ok((
         Ctx {
             cp,
-            admin,
             root: root.to_path_buf(),
             crds: tools.join("crds"),
             variants,
@@ -160,7 +158,7 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
 }
 
 async fn scenarios(ctx: &Ctx) -> (usize, usize) {
-    let plugin = device_plugin::DevicePlugin::start(ctx.admin.clone());
+    let plugin = device_plugin::DevicePlugin::start(ctx.cp.admin.clone());
     let only = std::env::var("GPUGATE_E2E_ONLY").ok();
     let (mut passed, mut failed, mut ran) = (0, 0, 0);
     for (i, (name, ns, scenario)) in SCENARIOS.iter().enumerate() {

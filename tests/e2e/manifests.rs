@@ -27,9 +27,13 @@ pub fn render(kustomize: &Path, dir: &Path) -> anyhow::Result<Vec<Value>> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let text = String::from_utf8(out.stdout)?;
+    documents(&String::from_utf8(out.stdout)?)
+}
+
+/// The documents of a multi-document YAML text, empty ones left out.
+pub fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut objects = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
         let v: Value = serde::Deserialize::deserialize(doc)?;
         if !v.is_null() {
             objects.push(v);

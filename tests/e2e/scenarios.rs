@@ -11,20 +11,18 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use gpugate::engine::gang::{GROUP_MIN_AVAILABLE, GROUP_NAME};
 use gpugate::hami::keys::{GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY};
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
-use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
 use crate::control_plane::{ControlPlane, POLICY_NAMESPACE, ensure_namespace};
 use crate::fixtures::*;
-use crate::http::{metrics, samples};
+use crate::http::{gauge, metrics, samples};
 use crate::manifests;
 use crate::wait::eventually;
 
 pub struct Ctx {
     pub cp: ControlPlane,
-    pub admin: Client,
     pub root: PathBuf,
     pub crds: PathBuf,
     pub variants: Vec<(String, Vec<Value>)>,
@@ -40,7 +38,7 @@ impl Ctx {
 
     async fn nodes(&self, scenario: &str, nodes: &[Value]) -> anyhow::Result<()> {
         for n in nodes {
-            create_node(&self.admin, scenario, n).await?;
+            create_node(&self.cp.admin, scenario, n).await?;
         }
         // gpugate must know the nodes before the pods reach /filter, or the
         // first pod is refused and waits for kube-scheduler's requeue.
@@ -51,13 +49,11 @@ impl Ctx {
             Duration::from_secs(30),
             || async move {
                 let text = metrics(port).await.map_err(|e| e.to_string())?;
-                let n = samples(&text, "gpugate_cluster_nodes")
-                    .first()
-                    .map_or(0.0, |s| s.value);
-                if n == want {
+                let n = gauge(&text, "gpugate_cluster_nodes");
+                if n == Some(want) {
                     Ok(())
                 } else {
-                    Err(format!("{n} nodes"))
+                    Err(format!("{n:?} nodes"))
                 }
             },
         )
@@ -67,7 +63,7 @@ impl Ctx {
     /// The scenario's namespace and the policy namespace (shared by all).
     pub async fn clean(&self, ns: &str, scenario: &str) -> anyhow::Result<()> {
         clean(
-            &self.admin,
+            &self.cp.admin,
             &[ns, POLICY_NAMESPACE],
             scenario,
             self.metrics_port(),
@@ -111,7 +107,7 @@ pub const SCENARIOS: [(&str, &str, &str); 9] = [
 
 pub async fn run(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
     let (_, ns, scenario) = SCENARIOS[index];
-    ensure_namespace(&ctx.admin, ns).await?;
+    ensure_namespace(&ctx.cp.admin, ns).await?;
     match index {
         0 => policy_stories(ctx, ns, scenario).await,
         1 => exclusive_and_defaults(ctx, ns, scenario).await,
@@ -147,19 +143,19 @@ async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     for (i, (story, file, node_policy, gpu_policy)) in stories.into_iter().enumerate() {
         ctx.nodes(
             scenario,
-            &example_nodes(&ctx.root, "examples/stories/cluster.yaml")?,
+            &example_objects(&ctx.root, "examples/stories/cluster.yaml", "Node")?,
         )
         .await?;
         let mut placed = Vec::new();
-        for mut pod in example_pods(&ctx.root, &format!("examples/stories/{file}"))? {
+        for mut pod in example_objects(&ctx.root, &format!("examples/stories/{file}"), "Pod")? {
             pod["metadata"]["annotations"] = json!({
                 NODE_SCHEDULER_POLICY: node_policy,
                 GPU_SCHEDULER_POLICY: gpu_policy,
             });
             let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
-            create_pod(&ctx.admin, ns, &pod).await?;
+            create_pod(&ctx.cp.admin, ns, &pod).await?;
             // One after the other, as the stories (and simulate) place them.
-            placed.push(wait_bound(&ctx.admin, ns, &name, BIND).await?);
+            placed.push(wait_bound(&ctx.cp.admin, ns, &name, BIND).await?);
         }
         let [p1, p2] = &placed[..] else {
             bail!("story {story}: expected 2 pods")
@@ -202,13 +198,13 @@ async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     ] {
         ctx.nodes(
             scenario,
-            &example_nodes(&ctx.root, "examples/topology/cluster.yaml")?,
+            &example_objects(&ctx.root, "examples/topology/cluster.yaml", "Node")?,
         )
         .await?;
-        for pod in example_pods(&ctx.root, &format!("examples/topology/{file}"))? {
-            create_pod(&ctx.admin, ns, &pod).await?;
+        for pod in example_objects(&ctx.root, &format!("examples/topology/{file}"), "Pod")? {
+            create_pod(&ctx.cp.admin, ns, &pod).await?;
         }
-        let pod = wait_bound(&ctx.admin, ns, name, BIND).await?;
+        let pod = wait_bound(&ctx.cp.admin, ns, name, BIND).await?;
         let mut got = uuids(&pod)?;
         got.sort();
         ensure!(got == want, "topology {name}: {got:?}, want {want:?}");
@@ -230,7 +226,7 @@ async fn admission_requests(port: u16) -> anyhow::Result<f64> {
 async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     ctx.nodes(scenario, &[gpu_node("excl-1", 1, 10, 16384, T4)])
         .await?;
-    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
     let now = DeleteParams {
         grace_period_seconds: Some(0),
         ..Default::default()
@@ -239,7 +235,7 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
     // nvidia.com/gpu: 1 alone is one whole GPU: the webhook writes
     // gpucores 100 and routes it to hami-scheduler.
     let created = create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod("whole", &[("nvidia.com/gpu", "1")]),
     )
@@ -250,16 +246,12 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
         "schedulerName {:?}",
         spec.scheduler_name
     );
-    let limits = spec.containers[0]
-        .resources
-        .as_ref()
-        .and_then(|r| r.limits.clone())
-        .unwrap_or_default();
+    let limits = limits_of(&created);
     ensure!(
-        limits.get("nvidia.com/gpucores").map(|q| q.0.as_str()) == Some("100"),
+        limits.get("nvidia.com/gpucores").map(String::as_str) == Some("100"),
         "limits after admission: {limits:?}"
     );
-    let whole = wait_bound(&ctx.admin, ns, "whole", BIND).await?;
+    let whole = wait_bound(&ctx.cp.admin, ns, "whole", BIND).await?;
     let d = devices(&whole)?;
     ensure!(
         d.len() == 1 && (d[0].mem_mib, d[0].cores) == (16384, 100),
@@ -271,7 +263,7 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
     // 1024 MiB taken, a slice that asks no cores still may not share the
     // GPU (HAMi: CardComputeUnitsExhausted), though its memory would fit.
     create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod(
             "exclusive",
@@ -283,15 +275,15 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
         ),
     )
     .await?;
-    wait_bound(&ctx.admin, ns, "exclusive", BIND).await?;
+    wait_bound(&ctx.cp.admin, ns, "exclusive", BIND).await?;
     create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod("slice", &[("nvidia.com/gpumem", "1000")]),
     )
     .await?;
     wait_event(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         "slice",
         "FailedScheduling",
@@ -308,20 +300,15 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
 
     // The policy gateway: e2e-team's defaults and placement annotations.
     let team = create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         POLICY_NAMESPACE,
         &gpu_pod("defaults", &[("nvidia.com/gpu", "1")]),
     )
     .await?;
-    let team_limits = team.spec.as_ref().context("no spec")?.containers[0]
-        .resources
-        .as_ref()
-        .and_then(|r| r.limits.clone())
-        .unwrap_or_default();
-    let q = |k: &str| team_limits.get(k).map(|q| q.0.clone());
+    let team_limits = limits_of(&team);
+    let q = |k: &str| team_limits.get(k).map(String::as_str);
     ensure!(
-        q("nvidia.com/gpumem").as_deref() == Some("4096")
-            && q("nvidia.com/gpucores").as_deref() == Some("25"),
+        q("nvidia.com/gpumem") == Some("4096") && q("nvidia.com/gpucores") == Some("25"),
         "defaults not injected: {team_limits:?}"
     );
     ensure!(
@@ -330,7 +317,7 @@ async fn exclusive_and_defaults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::
         "policy annotations not injected: {:?}",
         team.metadata.annotations
     );
-    let team = wait_bound(&ctx.admin, POLICY_NAMESPACE, "defaults", BIND).await?;
+    let team = wait_bound(&ctx.cp.admin, POLICY_NAMESPACE, "defaults", BIND).await?;
     let d = devices(&team)?;
     ensure!(
         d.len() == 1 && (d[0].mem_mib, d[0].cores) == (4096, 25),
@@ -408,7 +395,7 @@ async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
     ];
     let mut wrong = Vec::new();
     for (pod, needle) in cases {
-        let message = create_refused(&ctx.admin, ns, pod).await?;
+        let message = create_refused(&ctx.cp.admin, ns, pod).await?;
         if !(message.contains(needle) && message.contains(".gpugate.io\" denied the request")) {
             wrong.push(format!("{}: {message}", pod["metadata"]["name"]));
         }
@@ -424,7 +411,7 @@ async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         "metadata": {"name": "gpu"},
         "spec": {"hard": {"limits.nvidia.com/gpumem": "2048"}}
     }))?;
-    Api::<ResourceQuota>::namespaced(ctx.admin.clone(), ns)
+    Api::<ResourceQuota>::namespaced(ctx.cp.admin.clone(), ns)
         .create(&PostParams::default(), &quota)
         .await?;
     let big = gpu_pod(
@@ -432,7 +419,7 @@ async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "4096")],
     );
     // gpugate learns the quota through its watch: probe with dry runs.
-    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
     let mut probe: Pod = serde_json::from_value(big.clone())?;
     probe.metadata.namespace = Some(ns.to_string());
     let dry = PostParams {
@@ -449,7 +436,7 @@ async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         }
     })
     .await?;
-    let message = create_refused(&ctx.admin, ns, &big).await?;
+    let message = create_refused(&ctx.cp.admin, ns, &big).await?;
     ensure!(
         message.contains("is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem)")
             && message.contains("validate.gpugate.io"),
@@ -464,7 +451,7 @@ async fn over_subscription(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     ctx.nodes(scenario, &[gpu_node("over-1", 2, 10, 16384, T4)])
         .await?;
     create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod(
             "too-big",
@@ -474,7 +461,7 @@ async fn over_subscription(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     .await?;
     // kube-scheduler's event carries the reasons of gpugate's failedNodes.
     let message = wait_event(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         "too-big",
         "FailedScheduling",
@@ -484,7 +471,7 @@ async fn over_subscription(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     .await?;
     // And gpugate's own event says the same.
     wait_event(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         "too-big",
         "FilteringFailed",
@@ -492,7 +479,7 @@ async fn over_subscription(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
         Duration::from_secs(30),
     )
     .await?;
-    let pod = Api::<Pod>::namespaced(ctx.admin.clone(), ns)
+    let pod = Api::<Pod>::namespaced(ctx.cp.admin.clone(), ns)
         .get("too-big")
         .await?;
     ensure!(
@@ -508,20 +495,20 @@ async fn delete_frees(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()>
     ctx.nodes(scenario, &[gpu_node("free-1", 1, 10, 16384, T4)])
         .await?;
     create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod("first", &[("nvidia.com/gpu", "1")]),
     )
     .await?;
-    let first = wait_bound(&ctx.admin, ns, "first", BIND).await?;
+    let first = wait_bound(&ctx.cp.admin, ns, "first", BIND).await?;
     create_pod(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         &gpu_pod("second", &[("nvidia.com/gpu", "1")]),
     )
     .await?;
     wait_event(
-        &ctx.admin,
+        &ctx.cp.admin,
         ns,
         "second",
         "FailedScheduling",
@@ -529,7 +516,7 @@ async fn delete_frees(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()>
         Duration::from_secs(60),
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
     ensure!(
         node_of(&pods.get("second").await?).is_empty(),
         "second pod placed while the GPU was taken"
@@ -542,7 +529,7 @@ async fn delete_frees(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()>
         },
     )
     .await?;
-    let second = wait_bound(&ctx.admin, ns, "second", BIND).await?;
+    let second = wait_bound(&ctx.cp.admin, ns, "second", BIND).await?;
     ensure!(
         uuids(&second)? == uuids(&first)?,
         "second got {:?}, the freed GPU is {:?}",
@@ -572,7 +559,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     let mut creators = tokio::task::JoinSet::new();
     for c in 0..4 {
         let (client, created, refused, ns) = (
-            ctx.admin.clone(),
+            ctx.cp.admin.clone(),
             created.clone(),
             refused.clone(),
             ns.to_string(),
@@ -622,7 +609,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
         done??;
     }
 
-    let api: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let api: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
     let bound = eventually("all 24 pods bound", Duration::from_secs(180), || {
         let api = api.clone();
         async move {
@@ -630,14 +617,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
                 .list(&ListParams::default())
                 .await
                 .map_err(|e| e.to_string())?;
-            let bound: Vec<Pod> = list
-                .items
-                .into_iter()
-                .filter(|p| {
-                    !node_of(p).is_empty()
-                        && annotation(p, gpugate::hami::keys::VGPU_DEVICES_ALLOCATED).is_some()
-                })
-                .collect();
+            let bound: Vec<Pod> = list.items.into_iter().filter(is_bound).collect();
             if bound.len() == PODS {
                 Ok(bound)
             } else {
@@ -712,17 +692,16 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
 
 async fn cert_not_after(port: u16) -> anyhow::Result<f64> {
     let text = metrics(port).await?;
-    samples(&text, "gpugate_tls_cert_not_after_timestamp_seconds")
-        .first()
-        .map(|s| s.value)
+    gauge(&text, "gpugate_tls_cert_not_after_timestamp_seconds")
         .ok_or_else(|| anyhow!("no gpugate_tls_cert_not_after_timestamp_seconds"))
 }
 
 /// The serving certificate is replaced three times (new key, same CA, as
-/// cert-manager renews) while 40 pods are created one after another; every
-/// create must be admitted and mutated at the first try.
+/// cert-manager renews) while pods are created one after another, from
+/// before the first replacement until after the last; every create must be
+/// admitted and mutated at the first try.
 async fn certificate_rotation(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
-    let client = ctx.admin.clone();
+    let client = ctx.cp.admin.clone();
     let ns_owned = ns.to_string();
     let rotations = Arc::new(AtomicUsize::new(0));
     let seen_by_creator = rotations.clone();
@@ -823,12 +802,12 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     )
     .await?;
     for i in 0..4 {
-        create_pod(&ctx.admin, ns, &member("fits", i, 4)).await?;
+        create_pod(&ctx.cp.admin, ns, &member("fits", i, 4)).await?;
     }
     let mut gpus = BTreeSet::new();
     for i in 0..4 {
         let p = wait_bound(
-            &ctx.admin,
+            &ctx.cp.admin,
             ns,
             &format!("fits-{i}"),
             Duration::from_secs(90),
@@ -838,16 +817,21 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     }
     ensure!(gpus.len() == 4, "gang members share GPUs: {gpus:?}");
 
-    create_node(&ctx.admin, scenario, &gpu_node("gang-3", 3, 10, 16384, T4)).await?;
+    create_node(
+        &ctx.cp.admin,
+        scenario,
+        &gpu_node("gang-3", 3, 10, 16384, T4),
+    )
+    .await?;
     for i in 0..4 {
-        create_pod(&ctx.admin, ns, &member("short", i, 4)).await?;
+        create_pod(&ctx.cp.admin, ns, &member("short", i, 4)).await?;
     }
     // Every member is refused because the group does not fit (not only
     // because its siblings did not exist yet: that is GangIncomplete).
     // Members refused before their siblings existed wait in kube-scheduler's
     // unschedulable queue until a cluster event (or 5 minutes): a node
     // update every few seconds stands for the events of a live cluster.
-    let nodes: Api<Node> = Api::all(ctx.admin.clone());
+    let nodes: Api<Node> = Api::all(ctx.cp.admin.clone());
     let mut last_poke = std::time::Instant::now() - Duration::from_secs(10);
     let mut pokes = 0u32;
     eventually(
@@ -859,7 +843,7 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
                 last_poke = std::time::Instant::now();
                 pokes += 1;
             }
-            let (nodes, admin, n) = (nodes.clone(), ctx.admin.clone(), pokes);
+            let (nodes, admin, n) = (nodes.clone(), ctx.cp.admin.clone(), pokes);
             async move {
                 if poke {
                     let label =
@@ -893,7 +877,7 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     .await?;
     // Some time for a wrong bind to show.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
     let placed: Vec<String> = pods
         .list(&ListParams::default())
         .await?
@@ -923,23 +907,18 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
 async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
     let mut crds = Vec::new();
     for entry in std::fs::read_dir(&ctx.crds)? {
-        let path = entry?.path();
-        let text = std::fs::read_to_string(&path)?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v: Value = serde::Deserialize::deserialize(doc)?;
-            if !v.is_null() {
-                crds.push(v);
-            }
-        }
+        crds.extend(manifests::documents(&std::fs::read_to_string(
+            entry?.path(),
+        )?)?);
     }
     ensure!(
         crds.len() >= 4,
         "expected cert-manager's CRDs in {}",
         ctx.crds.display()
     );
-    let discovery = Discovery::new(ctx.admin.clone()).run().await?;
+    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
     for crd in &crds {
-        manifests::apply(&ctx.admin, &discovery, crd, false).await?;
+        manifests::apply(&ctx.cp.admin, &discovery, crd, false).await?;
     }
     // Each CRD is established on its own: wait until every kind is served.
     let kinds: Vec<kube::core::GroupVersionKind> = crds
@@ -952,7 +931,7 @@ async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
             )
         })
         .collect();
-    let client = ctx.admin.clone();
+    let client = ctx.cp.admin.clone();
     let discovery = eventually(
         "cert-manager's kinds are served",
         Duration::from_secs(30),
@@ -975,7 +954,7 @@ async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
     let mut counts = BTreeMap::new();
     for (variant, objects) in &ctx.variants {
         for o in objects {
-            if let Err(e) = manifests::apply(&ctx.admin, &discovery, o, true).await {
+            if let Err(e) = manifests::apply(&ctx.cp.admin, &discovery, o, true).await {
                 refused.push(format!("{variant}: {e:#}"));
             }
         }
@@ -985,7 +964,7 @@ async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
     // A Deployment's dry run only warns about Pod Security; a Pod is held
     // to the namespace's `enforce: restricted` label (applied for real at
     // setup). So the pod each variant would run is dry-run created too.
-    let pods: Api<Pod> = Api::namespaced(ctx.admin.clone(), "gpugate");
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), "gpugate");
     for (variant, objects) in &ctx.variants {
         let template = &manifests::find(objects, "Deployment", "gpugate")?["spec"]["template"];
         let pod: Pod = serde_json::from_value(json!({
