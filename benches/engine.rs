@@ -29,7 +29,7 @@ fn plan(count: u32, gpu_policy: GpuPolicy) -> PodPlan {
         PodRequest {
             containers: vec![ContainerRequest {
                 name: "main".into(),
-                init: false,
+                kind: gpugate::engine::ContainerKind::App,
                 gpu: Some(GpuRequest {
                     count,
                     memory: Memory::Mib(8000),

@@ -44,6 +44,7 @@ const FIXTURES: &[&str] = &[
     "cores-150.yaml",
     "forged-allocation.yaml",
     "gpu-only.yaml",
+    "gpu-sidecar.yaml",
     "init-and-sidecar.yaml",
     "limits-requests-disagree.yaml",
     "no-gpu.yaml",

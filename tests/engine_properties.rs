@@ -1,8 +1,10 @@
 //! Invariants of the placement engine over random clusters and pods.
 
+use std::collections::BTreeMap;
+
 use gpugate::engine::{
-    ClusterState, Gpu, GpuPolicy, GpuRequest, Memory, Node, NodePolicy, PodPlan, PodRequest, Usage,
-    request::ContainerRequest,
+    Allocation, ClusterState, ContainerKind, Gpu, GpuPolicy, GpuRequest, Memory, Node, NodePolicy,
+    PodPlan, PodRequest, Usage, request::ContainerRequest,
 };
 use proptest::prelude::*;
 
@@ -60,7 +62,14 @@ fn arb_request() -> impl Strategy<Value = GpuRequest> {
 fn arb_plan() -> impl Strategy<Value = PodPlan> {
     (
         prop::collection::vec(
-            (any::<bool>(), prop::option::weighted(0.8, arb_request())),
+            (
+                prop_oneof![
+                    Just(ContainerKind::Init),
+                    Just(ContainerKind::Sidecar),
+                    Just(ContainerKind::App)
+                ],
+                prop::option::weighted(0.8, arb_request()),
+            ),
             1..4,
         ),
         prop_oneof![Just(NodePolicy::Binpack), Just(NodePolicy::Spread)],
@@ -73,17 +82,17 @@ fn arb_plan() -> impl Strategy<Value = PodPlan> {
         any::<bool>(),
     )
         .prop_map(|(containers, node_policy, gpu_policy, numa_bind)| {
-            // init containers first, as in a pod spec
+            // init containers (sidecars among them) first, as in a pod spec
             let mut containers: Vec<ContainerRequest> = containers
                 .into_iter()
                 .enumerate()
-                .map(|(i, (init, gpu))| ContainerRequest {
+                .map(|(i, (kind, gpu))| ContainerRequest {
                     name: format!("c{i}"),
-                    init,
+                    kind,
                     gpu,
                 })
                 .collect();
-            containers.sort_by_key(|c| !c.init);
+            containers.sort_by_key(|c| !c.kind.is_init_list());
             let mut plan = PodPlan::new(PodRequest { containers }, node_policy, gpu_policy);
             plan.selection.numa_bind = numa_bind;
             plan
@@ -124,8 +133,63 @@ fn assert_within_capacity(state: &ClusterState) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// What an allocation puts on each GPU in each phase of the pod's life,
+/// worked out here from the containers' kinds without the engine's rule:
+/// the running phase (every sidecar and app container at once) and, for
+/// each init container, itself beside the sidecars listed before it.
+fn phases(a: &Allocation) -> Vec<BTreeMap<String, Usage>> {
+    let on_gpus = |containers: &[usize]| {
+        let mut m: BTreeMap<String, Usage> = BTreeMap::new();
+        for &i in containers {
+            for d in &a.containers[i] {
+                m.entry(d.uuid.clone()).or_default().add(&Usage {
+                    slots: 1,
+                    mem_mib: d.mem_mib,
+                    cores: d.cores,
+                });
+            }
+        }
+        m
+    };
+    let all: Vec<usize> = (0..a.containers.len()).collect();
+    let running: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&i| a.kind(i) != ContainerKind::Init)
+        .collect();
+    let mut out = vec![on_gpus(&running)];
+    for &i in all.iter().filter(|&&i| a.kind(i) == ContainerKind::Init) {
+        let mut beside: Vec<usize> = (0..i)
+            .filter(|&j| a.kind(j) == ContainerKind::Sidecar)
+            .collect();
+        beside.push(i);
+        out.push(on_gpus(&beside));
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// What the ledger counts for a pod covers every phase of its life, so
+    /// a ledger within capacity means GPUs within capacity in reality.
+    #[test]
+    fn the_ledger_covers_every_phase(nodes in arb_cluster(), plans in prop::collection::vec(arb_plan(), 1..10)) {
+        let state = state_of(&nodes);
+        for plan in &plans {
+            let Ok(a) = state.place(plan) else { continue };
+            let counted: BTreeMap<&str, Usage> = a.usage_by_gpu().into_iter().collect();
+            for phase in phases(&a) {
+                for (uuid, u) in phase {
+                    let c = counted.get(uuid.as_str()).copied().unwrap_or_default();
+                    prop_assert!(
+                        u.mem_mib <= c.mem_mib && u.cores <= c.cores && u.slots <= c.slots,
+                        "{uuid}: phase uses {u:?}, ledger counts {c:?} ({a:?})"
+                    );
+                }
+            }
+        }
+    }
 
     /// Placing pods one after another never over-commits a GPU.
     #[test]

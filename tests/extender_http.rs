@@ -15,7 +15,7 @@ use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
 use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
-use support::https::{Server, post, start};
+use support::https::{Server, post, post_json, start};
 
 const LOW: &str = "0b4f3f2e-0000-4000-8000-00000000a001";
 const HIGH: &str = "0b4f3f2e-0000-4000-8000-00000000a002";
@@ -54,16 +54,10 @@ fn whole_gpu(ns: &str, name: &str, uid: &str) -> Value {
     )
 }
 
-async fn call(s: &Server, verb: &str, body: Value) -> Value {
-    let (status, bytes) = post(s, verb, body.to_string().as_bytes()).await;
-    assert_eq!(status, 200, "{verb}: {}", String::from_utf8_lossy(&bytes));
-    serde_json::from_slice(&bytes).unwrap()
-}
-
 #[tokio::test]
 async fn filter_answers_the_feasible_names_and_every_reason() {
     let s = server(Config::default()).await;
-    let out = call(
+    let out = post_json(
         &s,
         "/filter",
         json!({"Pod": whole_gpu("ml", "p", "u-1"), "Nodes": null,
@@ -102,7 +96,7 @@ async fn filter_with_full_nodes_answers_full_nodes() {
                "status": {"images": [{"names": ["busybox"], "sizeBytes": 1}]},
                "futureField": {"x": 1}})
     };
-    let out = call(
+    let out = post_json(
         &s,
         "/filter",
         json!({"pod": whole_gpu("ml", "p", "u-1"),
@@ -128,7 +122,7 @@ async fn filter_mode_best_keeps_only_the_best_node() {
         0,
     );
     // Binpack (the default) prefers gpu-2, the fuller node that can hold it.
-    let out = call(
+    let out = post_json(
         &s,
         "/filter",
         json!({"Pod": small, "NodeNames": ["gpu-1", "gpu-2"]}),
@@ -149,7 +143,7 @@ async fn a_namespace_over_quota_is_told_so_on_every_node() {
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}),
         0,
     );
-    let out = call(&s, "/filter", json!({"Pod": over, "NodeNames": ["gpu-2"]})).await;
+    let out = post_json(&s, "/filter", json!({"Pod": over, "NodeNames": ["gpu-2"]})).await;
     assert_eq!(out["NodeNames"], json!([]));
     let reason = out["FailedNodes"]["gpu-2"].as_str().unwrap();
     assert!(
@@ -165,7 +159,7 @@ async fn a_namespace_over_quota_is_told_so_on_every_node() {
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
         0,
     );
-    let out = call(&s, "/filter", json!({"Pod": fits, "NodeNames": ["gpu-2"]})).await;
+    let out = post_json(&s, "/filter", json!({"Pod": fits, "NodeNames": ["gpu-2"]})).await;
     assert_eq!(out["NodeNames"], json!(["gpu-2"]));
 }
 
@@ -179,7 +173,7 @@ async fn prioritize_scores_every_candidate_in_order() {
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
         0,
     );
-    let out = call(
+    let out = post_json(
         &s,
         "/prioritize",
         json!({"Pod": small, "NodeNames": ["gpu-2", "cpu-1", "gpu-1"]}),
@@ -198,7 +192,7 @@ async fn prioritize_scores_every_candidate_in_order() {
 async fn bind_commits_to_the_ledger_and_the_next_filter_sees_it() {
     let s = server(Config::default()).await;
     for (name, uid) in [("a", "u-a"), ("b", "u-b")] {
-        let out = call(
+        let out = post_json(
             &s,
             "/filter",
             json!({"Pod": whole_gpu("ml", name, uid), "NodeNames": ["gpu-2"]}),
@@ -207,16 +201,16 @@ async fn bind_commits_to_the_ledger_and_the_next_filter_sees_it() {
         assert_eq!(out["NodeNames"], json!(["gpu-2"]), "{name}");
     }
     let bind = |name: &str, uid: &str| json!({"PodName": name, "PodNamespace": "ml", "PodUID": uid, "Node": "gpu-2"});
-    let out = call(&s, "/bind", bind("a", "u-a")).await;
+    let out = post_json(&s, "/bind", bind("a", "u-a")).await;
     assert_eq!(out, json!({}), "bind succeeded");
     // A retried bind of the same pod to the same node is not a second allocation.
-    assert_eq!(call(&s, "/bind", bind("a", "u-a")).await, json!({}));
+    assert_eq!(post_json(&s, "/bind", bind("a", "u-a")).await, json!({}));
     // gpu-2 had one whole GPU free; b filtered before a was bound, so its
     // bind must fail against the ledger, not over-commit.
-    let out = call(&s, "/bind", bind("b", "u-b")).await;
+    let out = post_json(&s, "/bind", bind("b", "u-b")).await;
     let e = out["Error"].as_str().unwrap();
     assert!(e.starts_with("pod ml/b does not fit on node gpu-2:"), "{e}");
-    let out = call(
+    let out = post_json(
         &s,
         "/filter",
         json!({"Pod": whole_gpu("ml", "b", "u-b"), "NodeNames": ["gpu-2"]}),
@@ -231,7 +225,7 @@ async fn bind_commits_to_the_ledger_and_the_next_filter_sees_it() {
 #[tokio::test]
 async fn bind_refuses_what_it_cannot_check() {
     let s = server(Config::default()).await;
-    let out = call(
+    let out = post_json(
         &s,
         "/bind",
         json!({"PodName": "x", "PodNamespace": "ml", "PodUID": "never-filtered", "Node": "gpu-2"}),
@@ -244,13 +238,13 @@ async fn bind_refuses_what_it_cannot_check() {
             .contains("not seen in a filter call"),
         "{out}"
     );
-    call(
+    post_json(
         &s,
         "/filter",
         json!({"Pod": whole_gpu("ml", "a", "u-a"), "NodeNames": ["gpu-2"]}),
     )
     .await;
-    let out = call(
+    let out = post_json(
         &s,
         "/bind",
         json!({"PodName": "other", "PodNamespace": "ml", "PodUID": "u-a", "Node": "gpu-2"}),
@@ -263,7 +257,7 @@ async fn bind_refuses_what_it_cannot_check() {
             .contains("belongs to pod ml/a"),
         "{out}"
     );
-    let out = call(
+    let out = post_json(
         &s,
         "/bind",
         json!({"PodName": "a", "PodNamespace": "ml", "PodUID": "u-a"}),
@@ -295,7 +289,7 @@ async fn preempt_keeps_kube_schedulers_victims_and_adds_the_fewest_lowest_gpu_ho
     // gpu-1's two GPUs are held whole by LOW (priority 0) and HIGH (1000).
     // kube-scheduler proposes only a CPU victim: LOW is added, the cheapest
     // GPU holder that makes room. cpu-1 can never hold a GPU: dropped.
-    let out = call(
+    let out = post_json(
         &s,
         "/preempt",
         preemption(
@@ -317,7 +311,7 @@ async fn preempt_never_drops_a_proposed_victim() {
     let s = server(Config::default()).await;
     // kube-scheduler chose HIGH itself: removing it frees a GPU, so nothing
     // is added, and nothing it needs is taken away.
-    let out = call(
+    let out = post_json(
         &s,
         "/preempt",
         preemption(
@@ -328,7 +322,7 @@ async fn preempt_never_drops_a_proposed_victim() {
     .await;
     assert_eq!(victims_of(&out, "gpu-1"), [HIGH, "cpu-only-pod"]);
     // gpu-2 has a free GPU already: the proposed victims stay as they are.
-    let out = call(
+    let out = post_json(
         &s,
         "/preempt",
         preemption(2000, json!({"gpu-2": {"Pods": [{"UID": "cpu-only-pod"}]}})),
@@ -341,14 +335,14 @@ async fn preempt_never_drops_a_proposed_victim() {
 async fn preempt_only_evicts_gpu_holders_of_lower_priority() {
     let s = server(Config::default()).await;
     // At priority 500 only LOW may go; at 0 nobody may: the node is dropped.
-    let out = call(
+    let out = post_json(
         &s,
         "/preempt",
         preemption(500, json!({"gpu-1": {"Pods": []}})),
     )
     .await;
     assert_eq!(victims_of(&out, "gpu-1"), [LOW]);
-    let out = call(
+    let out = post_json(
         &s,
         "/preempt",
         preemption(0, json!({"gpu-1": {"Pods": []}})),
@@ -368,13 +362,13 @@ async fn a_percent_request_is_checked_against_the_quota_at_bind() {
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}),
         0,
     );
-    let out = call(&s, "/filter", json!({"Pod": half, "NodeNames": ["gpu-2"]})).await;
+    let out = post_json(&s, "/filter", json!({"Pod": half, "NodeNames": ["gpu-2"]})).await;
     assert_eq!(
         out["NodeNames"],
         json!(["gpu-2"]),
         "the MiB are not known before a GPU is chosen"
     );
-    let out = call(
+    let out = post_json(
         &s,
         "/bind",
         json!({"PodName": "p", "PodNamespace": "capped", "PodUID": "u-half", "Node": "gpu-2"}),
@@ -400,14 +394,14 @@ async fn a_percent_request_is_checked_against_the_quota_at_bind() {
 async fn binding_a_pod_without_gpus_records_nothing() {
     let s = server(Config::default()).await;
     let cpu = pod("ml", "c", "u-cpu", json!({"cpu": "1"}), 0);
-    let out = call(
+    let out = post_json(
         &s,
         "/filter",
         json!({"Pod": cpu, "NodeNames": ["cpu-1", "gpu-1"]}),
     )
     .await;
     assert_eq!(out["NodeNames"], json!(["cpu-1", "gpu-1"]));
-    let out = call(
+    let out = post_json(
         &s,
         "/bind",
         json!({"PodName": "c", "PodNamespace": "ml", "PodUID": "u-cpu", "Node": "cpu-1"}),
@@ -459,7 +453,7 @@ async fn every_bad_body_gets_http_200_with_a_clear_error() {
 async fn without_cluster_state_the_extender_says_how_to_get_it() {
     let state = AppState::new(Config::default(), Metrics::new(None));
     let s = start(state, Timeouts::default()).await;
-    let out = call(&s, "/filter", json!({"Pod": {}, "NodeNames": []})).await;
+    let out = post_json(&s, "/filter", json!({"Pod": {}, "NodeNames": []})).await;
     assert!(
         out["Error"].as_str().unwrap().contains("--cluster"),
         "{out}"

@@ -15,7 +15,7 @@ use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
 use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
-use support::https::{Server, post, start};
+use support::https::{Server, post_json, start};
 
 /// Two nodes with two whole T4s each (exclusive pods take one each).
 fn node(name: &str) -> Value {
@@ -55,14 +55,8 @@ async fn server(pods: &[Value]) -> (Server, Arc<SharedCluster>) {
     (start(state, Timeouts::default()).await, cluster)
 }
 
-async fn call(s: &Server, verb: &str, body: Value) -> Value {
-    let (status, bytes) = post(s, verb, body.to_string().as_bytes()).await;
-    assert_eq!(status, 200);
-    serde_json::from_slice(&bytes).unwrap()
-}
-
 async fn filter(s: &Server, pod: &Value) -> Value {
-    call(s, "/filter", json!({"Pod": pod, "NodeNames": ["a", "b"]})).await
+    post_json(s, "/filter", json!({"Pod": pod, "NodeNames": ["a", "b"]})).await
 }
 
 /// Filters, then binds to the first feasible node; returns the node.
@@ -72,7 +66,7 @@ async fn place(s: &Server, pod: &Value) -> Result<String, Value> {
         return Err(out);
     };
     let m = &pod["metadata"];
-    let bound = call(
+    let bound = post_json(
         s,
         "/bind",
         json!({"PodName": m["name"], "PodNamespace": "ml", "PodUID": m["uid"], "Node": node}),

@@ -80,7 +80,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 mem_mib,
                 cores,
             }]],
-            init_count: 0,
+            kinds: vec![],
         };
         state
             .apply(&format!("pod-{p}"), allocation)

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess};
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess};
 
 use crate::engine::annotations::Annotations;
 use crate::engine::request::ContainerSpec;
@@ -48,8 +48,12 @@ pub struct PodSpecView<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerView<'a> {
     pub name: Cow<'a, str>,
-    /// `env`, unread (see [`ContainerView::env_names`]).
+    /// `restartPolicy`: `Always` on an init container makes it a sidecar.
+    pub restart_policy: Option<Cow<'a, str>>,
+    /// `env`, unread (see [`ContainerView::env_vars`]).
     pub env: Slot<RawJson<'a>>,
+    /// `envFrom`, unread (see [`ContainerView::env_from_prefixes`]).
+    pub env_from: Slot<RawJson<'a>>,
     pub resources: Slot<ResourcesView<'a>>,
     pub privileged: bool,
 }
@@ -61,10 +65,20 @@ pub struct ResourcesView<'a> {
     pub requests: Option<Quantities<'a>>,
 }
 
-/// One `env` entry; only its name is read.
+/// One `env` entry: its name, and its value when written literally.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct EnvVarView<'a> {
-    name: Cow<'a, str>,
+pub struct EnvVarView<'a> {
+    pub name: Cow<'a, str>,
+    /// `value`; `None` when absent (empty, or given by `valueFrom`).
+    pub value: Option<Cow<'a, str>>,
+    /// Whether the value comes from `valueFrom` (unknown at admission).
+    pub value_from: bool,
+}
+
+/// One `envFrom` entry; only its prefix is read.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct EnvFromView<'a> {
+    prefix: Option<Cow<'a, str>>,
 }
 
 /// `securityContext` of a container; only `privileged` is read.
@@ -114,14 +128,35 @@ impl PodSpecView<'_> {
 }
 
 impl<'a> ContainerView<'a> {
-    /// The names in `env`, in order (none when it is absent or `null`).
-    pub fn env_names(&self) -> Result<Vec<Cow<'a, str>>, String> {
+    /// The entries of `env`, in order (none when it is absent or `null`).
+    pub fn env_vars(&self) -> Result<Vec<EnvVarView<'a>>, String> {
         let Slot::Set(raw) = self.env else {
             return Ok(Vec::new());
         };
-        let env: Vec<EnvVarView<'a>> = serde_json::from_str(raw.0.get())
-            .map_err(|e| format!("cannot read the Pod: container {:?}, env: {e}", self.name))?;
-        Ok(env.into_iter().map(|e| e.name).collect())
+        serde_json::from_str(raw.0.get())
+            .map_err(|e| format!("cannot read the Pod: container {:?}, env: {e}", self.name))
+    }
+
+    /// The names in `env`, in order (none when it is absent or `null`).
+    pub fn env_names(&self) -> Result<Vec<Cow<'a, str>>, String> {
+        Ok(self.env_vars()?.into_iter().map(|e| e.name).collect())
+    }
+
+    /// The `prefix` of each `envFrom` entry (`""` when it has none).
+    pub fn env_from_prefixes(&self) -> Result<Vec<Cow<'a, str>>, String> {
+        let Slot::Set(raw) = self.env_from else {
+            return Ok(Vec::new());
+        };
+        let list: Vec<EnvFromView<'a>> = serde_json::from_str(raw.0.get()).map_err(|e| {
+            format!(
+                "cannot read the Pod: container {:?}, envFrom: {e}",
+                self.name
+            )
+        })?;
+        Ok(list
+            .into_iter()
+            .map(|e| e.prefix.unwrap_or_default())
+            .collect())
     }
 
     /// Whether `resources.limits` has `name`, whatever its value.
@@ -137,6 +172,10 @@ impl<'a> ContainerView<'a> {
 impl ContainerSpec for ContainerView<'_> {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn restart_policy(&self) -> Option<&str> {
+        self.restart_policy.as_deref()
     }
 
     fn limit(&self, resource: &str) -> Option<&str> {
@@ -229,7 +268,9 @@ impl<'de> ObjectFields<'de> for ContainerView<'de> {
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
         match key {
             "name" => self.name = text(map)?.unwrap_or_default(),
+            "restartPolicy" => self.restart_policy = text(map)?,
             "env" => self.env = map.next_value()?,
+            "envFrom" => self.env_from = map.next_value()?,
             "resources" => self.resources = map.next_value()?,
             "securityContext" => {
                 self.privileged = map
@@ -260,10 +301,26 @@ impl<'de> ObjectFields<'de> for EnvVarView<'de> {
     const NAME: &'static str = "EnvVar";
 
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
-        if key != "name" {
+        match key {
+            "name" => self.name = text(map)?.unwrap_or_default(),
+            "value" => self.value = text(map)?,
+            "valueFrom" => {
+                self.value_from = map.next_value::<Option<IgnoredAny>>()?.is_some();
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl<'de> ObjectFields<'de> for EnvFromView<'de> {
+    const NAME: &'static str = "EnvFromSource";
+
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        if key != "prefix" {
             return Ok(false);
         }
-        self.name = text(map)?.unwrap_or_default();
+        self.prefix = text(map)?;
         Ok(true)
     }
 }
@@ -298,6 +355,7 @@ deserialize_as_object!(
     ContainerView<'de>,
     ResourcesView<'de>,
     EnvVarView<'de>,
+    EnvFromView<'de>,
     SecurityContextView,
 );
 

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::engine::lifecycle::pod_peak;
 use crate::engine::request::{ContainerRequest, GpuRequest, MAX_MEM_MIB, Memory};
 use crate::engine::{GpuPolicy, NodePolicy};
 
@@ -132,8 +133,9 @@ pub struct PolicyDefaults {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PolicyLimits {
     pub gpus_per_container: Option<u32>,
-    /// GPUs a pod holds at once: the larger of its largest init container
-    /// and the sum of its app containers.
+    /// GPUs a pod holds at once, by Kubernetes' pod rule: the larger of
+    /// its largest init container (with the sidecars started before it)
+    /// and its app containers plus all sidecars.
     pub gpus_per_pod: Option<u32>,
     /// MiB a pod holds at once, counted from explicit `gpumem` (a
     /// percentage depends on the GPU it lands on and is not counted).
@@ -301,14 +303,7 @@ impl NamespacePolicy {
             }
         }
         let held = |per: fn(&ContainerRequest) -> u64| -> u64 {
-            let init = containers
-                .iter()
-                .filter(|c| c.init)
-                .map(per)
-                .max()
-                .unwrap_or(0);
-            let app: u64 = containers.iter().filter(|c| !c.init).map(per).sum();
-            init.max(app)
+            pod_peak(containers.iter().map(|c| (c.kind, per(c))))
         };
         if let Some(max) = l.gpus_per_pod {
             let n = held(|c| u64::from(c.gpu.map_or(0, |g| g.count)));
@@ -369,11 +364,22 @@ impl NamespacePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::lifecycle::ContainerKind;
 
     fn c(name: &str, init: bool, count: u32, mem: Option<u64>, cores: u32) -> ContainerRequest {
+        c_kind(name, ContainerKind::of(init, None), count, mem, cores)
+    }
+
+    fn c_kind(
+        name: &str,
+        kind: ContainerKind,
+        count: u32,
+        mem: Option<u64>,
+        cores: u32,
+    ) -> ContainerRequest {
         ContainerRequest {
             name: name.into(),
-            init,
+            kind,
             gpu: Some(GpuRequest {
                 count,
                 memory: mem.map_or(Memory::Percent(100), Memory::Mib),
@@ -506,6 +512,28 @@ mod tests {
         assert!(v[1].contains("exclusive GPUs are not allowed"));
         assert!(v[2].contains("holds 4 GPUs at once; at most 3"));
         assert!(v[3].contains("12000 MiB"));
+    }
+
+    #[test]
+    fn sidecar_gpus_add_to_the_app_containers() {
+        // The pod: a 2-GPU sidecar and a 2-GPU app container hold 4.
+        let p = policy(PolicyLimits {
+            gpus_per_pod: Some(2),
+            ..Default::default()
+        });
+        let pod = [
+            c_kind("proxy", ContainerKind::Sidecar, 2, Some(1000), 10),
+            c_kind("app", ContainerKind::App, 2, Some(1000), 10),
+        ];
+        let v = p.violations(&pod, &[], &[]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("holds 4 GPUs at once; at most 2"), "{v:?}");
+        // As plain init containers they would not run beside it.
+        let pod = [
+            c("init", true, 2, Some(1000), 10),
+            c("app", false, 2, Some(1000), 10),
+        ];
+        assert!(p.violations(&pod, &[], &[]).is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
 
-use crate::engine::{Allocation, Gpu, Node, Usage};
+use crate::engine::{Allocation, ContainerKind, Gpu, Node, Usage};
 use crate::hami::cordon::decode_device_cordon;
 use crate::hami::pair_scores::decode_pair_scores;
 use crate::hami::pod_devices::decode_pod_devices;
@@ -147,23 +147,31 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
             source,
         }
     })?;
-    let spec = pod.spec.as_ref();
-    let inits = spec
-        .and_then(|s| s.init_containers.as_ref())
-        .map_or(0, Vec::len);
-    let apps = spec.map_or(0, |s| s.containers.len());
+    let kinds = container_kinds(pod);
     // gpugate writes one entry per container, so entry i is container i.
     // HAMi writes entries only for containers with GPUs; then which entries
     // are init containers is unknown, and all are counted as app containers:
     // their sum is never less than the real usage, so nothing is over-committed.
-    let init_count = if devices.containers.len() == inits + apps {
-        inits
+    let kinds = if devices.containers.len() == kinds.len() {
+        kinds
     } else {
-        0
+        Vec::new()
     };
-    Ok(Some(Allocation::from_pod_devices(
-        node, &devices, init_count,
-    )))
+    Ok(Some(Allocation::from_pod_devices(node, &devices, &kinds)))
+}
+
+/// The kind of each container of a pod, init containers first.
+fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ContainerKind::of(true, c.restart_policy.as_deref()));
+    let app = spec.containers.iter().map(|_| ContainerKind::App);
+    init.chain(app).collect()
 }
 
 #[cfg(test)]
@@ -268,10 +276,11 @@ mod tests {
         ];
         // gpugate's shape: one entry per container, the first is the init container.
         let a = pod_allocation(&pod("Running", &ann, 1)).unwrap().unwrap();
-        assert_eq!((a.node.as_str(), a.init_count), ("n1", 1));
+        assert_eq!(a.node, "n1");
+        assert_eq!(a.kinds, [ContainerKind::Init, ContainerKind::App]);
         // HAMi's shape (entries only for GPU containers): all counted as app.
         let a = pod_allocation(&pod("Pending", &ann, 2)).unwrap().unwrap();
-        assert_eq!(a.init_count, 0);
+        assert!(a.kinds.is_empty());
         assert_eq!(pod_allocation(&pod("Succeeded", &ann, 1)).unwrap(), None);
         assert_eq!(pod_allocation(&pod("Failed", &ann, 1)).unwrap(), None);
         assert_eq!(pod_allocation(&pod("Running", &[], 1)).unwrap(), None);

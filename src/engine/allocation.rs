@@ -1,12 +1,13 @@
 //! A pod's GPUs: what bind writes into HAMi's device-list annotations and what
 //! the ledger adds to node usage.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use crate::hami::keys::NVIDIA_VENDOR;
 use crate::hami::{ContainerDevice, PodDevices};
 
 use super::device::Usage;
+use super::lifecycle::{ContainerKind, pod_peak};
 
 /// One GPU granted to one container.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -17,46 +18,56 @@ pub struct DeviceGrant {
 }
 
 /// The GPUs of one pod on one node: one entry per container, init
-/// containers first (an empty entry for a container without GPUs).
+/// containers (sidecars among them) first (an empty entry for a container
+/// without GPUs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Allocation {
     pub node: String,
     pub containers: Vec<Vec<DeviceGrant>>,
-    /// How many of `containers` are init containers.
-    pub init_count: usize,
+    /// The kind of each entry of `containers`; entries beyond its end are
+    /// app containers.
+    pub kinds: Vec<ContainerKind>,
 }
 
 impl Allocation {
-    /// What the pod takes of each GPU while it exists (hami-compat.md 4.4):
-    /// init containers run one at a time, so they count with their peak;
-    /// app containers run together, so they add up; the pod holds the larger
-    /// of the two, and one slot at least. Sorted by UUID.
+    /// The kind of container `i`.
+    pub fn kind(&self, i: usize) -> ContainerKind {
+        self.kinds.get(i).copied().unwrap_or_default()
+    }
+
+    /// What the pod takes of each GPU while it exists: per GPU, Kubernetes'
+    /// pod rule ([`pod_peak`]) over what each container takes of it (init
+    /// containers at their peak, each beside the sidecars started before
+    /// it; app containers and sidecars added up), and one slot at least.
+    /// Without sidecars this is HAMi's init/app collapse (hami-compat.md
+    /// 4.4). Sorted by UUID.
     pub fn usage_by_gpu(&self) -> Vec<(&str, Usage)> {
-        let mut init: BTreeMap<&str, Usage> = BTreeMap::new();
-        let mut app: BTreeMap<&str, Usage> = BTreeMap::new();
-        for (i, devices) in self.containers.iter().enumerate() {
-            for d in devices {
-                let u = Usage {
-                    slots: 1,
-                    mem_mib: d.mem_mib,
-                    cores: d.cores,
-                };
-                if i < self.init_count {
-                    let e = init.entry(&d.uuid).or_default();
-                    *e = e.max(&u);
-                } else {
-                    app.entry(&d.uuid).or_default().add(&u);
-                }
-            }
-        }
-        for (uuid, u) in init {
-            let e = app.entry(uuid).or_default();
-            *e = e.max(&u);
-        }
-        app.into_iter()
-            .map(|(k, mut u)| {
+        let uuids: BTreeSet<&str> = self
+            .containers
+            .iter()
+            .flatten()
+            .map(|d| d.uuid.as_str())
+            .collect();
+        uuids
+            .into_iter()
+            .map(|uuid| {
+                let per_container = self.containers.iter().enumerate().map(|(i, devices)| {
+                    let on_this_gpu = devices.iter().filter(|d| d.uuid == uuid).fold(
+                        Usage::default(),
+                        |mut sum, d| {
+                            sum.add(&Usage {
+                                slots: 1,
+                                mem_mib: d.mem_mib,
+                                cores: d.cores,
+                            });
+                            sum
+                        },
+                    );
+                    (self.kind(i), on_this_gpu)
+                });
+                let mut u = pod_peak(per_container);
                 u.slots = u.slots.max(1);
-                (k, u)
+                (uuid, u)
             })
             .collect()
     }
@@ -85,9 +96,9 @@ impl Allocation {
         }
     }
 
-    /// Reads HAMi's device list back. `init_count` comes from the pod spec;
+    /// Reads HAMi's device list back. `kinds` comes from the pod spec;
     /// devices of other vendors are not gpugate's and are skipped.
-    pub fn from_pod_devices(node: &str, devices: &PodDevices, init_count: usize) -> Self {
+    pub fn from_pod_devices(node: &str, devices: &PodDevices, kinds: &[ContainerKind]) -> Self {
         Allocation {
             node: node.to_string(),
             containers: devices
@@ -104,7 +115,11 @@ impl Allocation {
                         .collect()
                 })
                 .collect(),
-            init_count: init_count.min(devices.containers.len()),
+            kinds: kinds
+                .iter()
+                .copied()
+                .take(devices.containers.len())
+                .collect(),
         }
     }
 
@@ -138,7 +153,7 @@ mod tests {
                 vec![g("GPU-A", 500, 5), g("GPU-B", 100, 0)],
                 vec![g("GPU-A", 200, 5)],
             ],
-            init_count: 2,
+            kinds: vec![ContainerKind::Init, ContainerKind::Init],
         };
         let u = a.usage_by_gpu();
         assert_eq!(
@@ -169,10 +184,57 @@ mod tests {
         let a = Allocation {
             node: "n".into(),
             containers: vec![vec![], vec![g("GPU-A", 1000, 30), g("GPU-B", 1000, 30)]],
-            init_count: 0,
+            kinds: vec![],
         };
         let pd = a.to_pod_devices();
-        assert_eq!(Allocation::from_pod_devices("n", &pd, 0), a);
+        assert_eq!(Allocation::from_pod_devices("n", &pd, &[]), a);
         assert_eq!(a.grant_count(), 2);
+    }
+
+    #[test]
+    fn a_sidecar_adds_to_the_app_containers() {
+        // The pod: a 10,000 MiB sidecar and a 10,000 MiB app
+        // container on one GPU hold 20,000 MiB and two slots, not 10,000.
+        let a = Allocation {
+            node: "n".into(),
+            containers: vec![vec![g("GPU-A", 10_000, 0)], vec![g("GPU-A", 10_000, 0)]],
+            kinds: vec![ContainerKind::Sidecar, ContainerKind::App],
+        };
+        assert_eq!(
+            a.usage_by_gpu(),
+            vec![(
+                "GPU-A",
+                Usage {
+                    slots: 2,
+                    mem_mib: 20_000,
+                    cores: 0
+                }
+            )]
+        );
+        // An init container after the sidecar runs beside it.
+        let a = Allocation {
+            node: "n".into(),
+            containers: vec![
+                vec![g("GPU-A", 3_000, 10)],
+                vec![g("GPU-A", 9_000, 50)],
+                vec![g("GPU-A", 1_000, 5)],
+            ],
+            kinds: vec![
+                ContainerKind::Sidecar,
+                ContainerKind::Init,
+                ContainerKind::App,
+            ],
+        };
+        assert_eq!(
+            a.usage_by_gpu(),
+            vec![(
+                "GPU-A",
+                Usage {
+                    slots: 2,
+                    mem_mib: 12_000,
+                    cores: 60
+                }
+            )]
+        );
     }
 }

@@ -43,6 +43,17 @@ impl Usage {
     }
 }
 
+impl super::lifecycle::Amount for Usage {
+    fn plus(mut self, other: Self) -> Self {
+        self.add(&other);
+        self
+    }
+
+    fn larger(self, other: Self) -> Self {
+        self.max(&other)
+    }
+}
+
 /// One physical GPU as registered by the device plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {

@@ -2,6 +2,7 @@
 //! (hami-compat.md 5.4.3) and the choice of GPUs under the GPU policy.
 
 use super::device::{Gpu, Node, Usage};
+use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
 use super::policy::{GpuPolicy, device_score};
 use super::reason::{Reason, ReasonCounts, Rejection};
@@ -71,14 +72,18 @@ pub struct Scratch {
 }
 
 /// Fits every container of `plan` on `node`. On success `scratch.grants`
-/// holds the chosen GPUs. Init containers each start from the node's usage
-/// (they run one after another); app containers add up.
+/// holds the chosen GPUs. Containers are fitted beside what runs with them
+/// (see [`super::lifecycle`]): sidecars and app containers add up on the
+/// node's usage, in pod order; each init container starts from the node's
+/// usage plus the sidecars started before it (init containers run one
+/// after another).
 pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(), Rejection> {
     scratch.grants.clear();
     if node.gpus.is_empty() {
         return Err(Rejection::NodeUnregistered);
     }
     let available = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
+    // The node's usage plus the sidecars and app containers fitted so far.
     scratch.app_usage.clear();
     scratch.app_usage.extend_from_slice(&node.usage);
     for (ci, container) in plan.request.containers.iter().enumerate() {
@@ -92,10 +97,10 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
                 available,
             });
         }
-        let result = if container.init {
+        let result = if container.kind == ContainerKind::Init {
             let mut usage = std::mem::take(&mut scratch.init_usage);
             usage.clear();
-            usage.extend_from_slice(&node.usage);
+            usage.extend_from_slice(&scratch.app_usage);
             let r = fit_container(node, &mut usage, ci, req, plan, scratch);
             scratch.init_usage = usage;
             r
@@ -423,15 +428,27 @@ mod tests {
         );
     }
 
+    /// A plan of init (`true`) and app containers.
     fn plan(containers: Vec<(bool, Option<GpuRequest>)>, gpu_policy: GpuPolicy) -> PodPlan {
+        let kinds = containers
+            .into_iter()
+            .map(|(init, gpu)| (ContainerKind::of(init, None), gpu))
+            .collect();
+        plan_of_kinds(kinds, gpu_policy)
+    }
+
+    fn plan_of_kinds(
+        containers: Vec<(ContainerKind, Option<GpuRequest>)>,
+        gpu_policy: GpuPolicy,
+    ) -> PodPlan {
         PodPlan::new(
             PodRequest {
                 containers: containers
                     .into_iter()
                     .enumerate()
-                    .map(|(i, (init, gpu))| ContainerRequest {
+                    .map(|(i, (kind, gpu))| ContainerRequest {
                         name: format!("c{i}"),
-                        init,
+                        kind,
                         gpu,
                     })
                     .collect(),
@@ -562,6 +579,63 @@ mod tests {
         );
         fit_pod(&node(1), &p, &mut s).unwrap();
         assert_eq!(grants(&s), [(0, 0), (1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn a_sidecar_runs_beside_the_app_containers() {
+        use ContainerKind::{App, Init, Sidecar};
+        // The pod on one 40,960 MiB GPU: a 30,000 MiB sidecar and a
+        // 30,000 MiB app container cannot share it, whatever the policy.
+        for policy in [GpuPolicy::Binpack, GpuPolicy::Spread] {
+            let p = plan_of_kinds(
+                vec![
+                    (Sidecar, Some(req(1, 30000, 0))),
+                    (App, Some(req(1, 30000, 0))),
+                ],
+                policy,
+            );
+            let e = fit_pod(&node(1), &p, &mut Scratch::default()).unwrap_err();
+            assert!(
+                matches!(e, Rejection::Devices { ref container, .. } if container == "c1"),
+                "{e}"
+            );
+            // On two GPUs each gets its own.
+            let mut s = Scratch::default();
+            fit_pod(&node(2), &p, &mut s).unwrap();
+            let g = grants(&s);
+            assert_eq!(g.len(), 2);
+            assert_ne!(g[0].1, g[1].1, "{policy:?}: {g:?}");
+        }
+        // An init container runs beside the sidecars started before it:
+        // after a 30,000 MiB sidecar, a 20,000 MiB init container does not
+        // fit on the one GPU; before it, it does.
+        let after = plan_of_kinds(
+            vec![
+                (Sidecar, Some(req(1, 30000, 0))),
+                (Init, Some(req(1, 20000, 0))),
+            ],
+            GpuPolicy::Binpack,
+        );
+        assert!(fit_pod(&node(1), &after, &mut Scratch::default()).is_err());
+        let before = plan_of_kinds(
+            vec![
+                (Init, Some(req(1, 20000, 0))),
+                (Sidecar, Some(req(1, 30000, 0))),
+            ],
+            GpuPolicy::Binpack,
+        );
+        fit_pod(&node(1), &before, &mut Scratch::default()).unwrap();
+        // Small slices of both share the GPU by the normal fit rules.
+        let small = plan_of_kinds(
+            vec![
+                (Sidecar, Some(req(1, 10000, 0))),
+                (App, Some(req(1, 10000, 0))),
+            ],
+            GpuPolicy::Binpack,
+        );
+        let mut s = Scratch::default();
+        fit_pod(&node(1), &small, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (1, 0)]);
     }
 
     #[test]

@@ -226,7 +226,7 @@ mod tests {
             PodRequest {
                 containers: vec![ContainerRequest {
                     name: "c".into(),
-                    init: false,
+                    kind: crate::engine::ContainerKind::App,
                     gpu: Some(GpuRequest {
                         count: 1,
                         memory: Memory::Percent(100),

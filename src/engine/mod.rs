@@ -3,6 +3,7 @@
 //! edge (`crate::cluster`) and act on its answers.
 //!
 //! - [`request`] reads a container's GPU request;
+//! - [`lifecycle`] says which containers run together (sidecars included);
 //! - [`plan`] gathers a pod's request, GPU selection and policies;
 //! - [`fit`] checks GPUs and chooses them under the GPU policy;
 //! - [`state`] holds nodes and allocations and answers for every node.
@@ -12,6 +13,7 @@ pub mod annotations;
 pub mod device;
 pub mod fit;
 pub mod gang;
+pub mod lifecycle;
 pub mod plan;
 pub mod policy;
 pub mod quantity;
@@ -24,6 +26,7 @@ pub mod topology;
 
 pub use allocation::{Allocation, DeviceGrant};
 pub use device::{Gpu, Node, Usage};
+pub use lifecycle::{ContainerKind, pod_peak};
 pub use plan::{PlanError, PodPlan};
 pub use policy::{GpuPolicy, NodePolicy};
 pub use quota::{NamespaceQuota, QuotaAmount, QuotaExceeded, QuotaLimits};

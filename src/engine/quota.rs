@@ -1,14 +1,15 @@
 //! Namespace GPU quotas: how much of `limits.nvidia.com/gpumem` and
 //! `limits.nvidia.com/gpucores` a pod takes, and whether it still fits.
 //!
-//! A pod's amount is GPU count x per-GPU amount per container; init
-//! containers count as their maximum, app containers as their sum, and the
-//! pod as the larger of the two (init containers run before the app
-//! containers, never beside them). A request in percent of a GPU's memory
+//! A pod's amount is GPU count x per-GPU amount per container, combined by
+//! Kubernetes' pod rule ([`super::lifecycle::pod_peak`]): init containers
+//! at their peak (each beside the sidecars started before it), app
+//! containers and sidecars added up. A request in percent of a GPU's memory
 //! has no MiB value before a GPU is chosen and counts 0 MiB at admission, as
 //! in HAMi; its allocation counts in full once it is placed.
 
 use super::allocation::Allocation;
+use super::lifecycle::{Amount, pod_peak};
 use super::request::{Memory, PodRequest};
 
 /// GPU memory (MiB) and compute (percent of a GPU) counted against quotas.
@@ -37,34 +38,21 @@ impl QuotaAmount {
         }
     }
 
-    fn max(self, other: QuotaAmount) -> QuotaAmount {
-        QuotaAmount {
-            mem_mib: self.mem_mib.max(other.mem_mib),
-            cores: self.cores.max(other.cores),
-        }
-    }
-
     /// What a pod asks for, before placement.
     pub fn of_request(request: &PodRequest) -> QuotaAmount {
-        let mut init = QuotaAmount::default();
-        let mut app = QuotaAmount::default();
-        for c in &request.containers {
-            let Some(gpu) = c.gpu else { continue };
-            let count = u64::from(gpu.count);
-            let amount = QuotaAmount {
-                mem_mib: match gpu.memory {
-                    Memory::Mib(m) => m.saturating_mul(count),
-                    Memory::Percent(_) => 0,
-                },
-                cores: u64::from(gpu.cores).saturating_mul(count),
-            };
-            if c.init {
-                init = init.max(amount);
-            } else {
-                app = app.saturating_add(amount);
-            }
-        }
-        init.max(app)
+        pod_peak(request.containers.iter().map(|c| {
+            let amount = c.gpu.map_or(QuotaAmount::default(), |gpu| {
+                let count = u64::from(gpu.count);
+                QuotaAmount {
+                    mem_mib: match gpu.memory {
+                        Memory::Mib(m) => m.saturating_mul(count),
+                        Memory::Percent(_) => 0,
+                    },
+                    cores: u64::from(gpu.cores).saturating_mul(count),
+                }
+            });
+            (c.kind, amount)
+        }))
     }
 
     /// What a placed pod holds.
@@ -78,6 +66,19 @@ impl QuotaAmount {
                     cores: u64::from(u.cores),
                 })
             })
+    }
+}
+
+impl Amount for QuotaAmount {
+    fn plus(self, other: Self) -> Self {
+        self.saturating_add(other)
+    }
+
+    fn larger(self, other: Self) -> Self {
+        QuotaAmount {
+            mem_mib: self.mem_mib.max(other.mem_mib),
+            cores: self.cores.max(other.cores),
+        }
     }
 }
 
@@ -203,13 +204,23 @@ impl QuotaExceeded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::lifecycle::ContainerKind;
     use crate::engine::request::{ContainerRequest, GpuRequest};
     use crate::engine::{DeviceGrant, Memory};
 
     fn container(init: bool, count: u32, memory: Memory, cores: u32) -> ContainerRequest {
+        kind_container(ContainerKind::of(init, None), count, memory, cores)
+    }
+
+    fn kind_container(
+        kind: ContainerKind,
+        count: u32,
+        memory: Memory,
+        cores: u32,
+    ) -> ContainerRequest {
         ContainerRequest {
             name: "c".into(),
-            init,
+            kind,
             gpu: Some(GpuRequest {
                 count,
                 memory,
@@ -234,6 +245,34 @@ mod tests {
             QuotaAmount {
                 mem_mib: 9000,
                 cores: 100
+            }
+        );
+    }
+
+    #[test]
+    fn sidecars_count_beside_the_app_containers() {
+        use ContainerKind::{App, Init, Sidecar};
+        // A 10,000 MiB sidecar and a 10,000 MiB app container: 20,000.
+        let request = PodRequest {
+            containers: vec![
+                kind_container(Sidecar, 1, Memory::Mib(10_000), 0),
+                kind_container(App, 1, Memory::Mib(10_000), 0),
+            ],
+        };
+        assert_eq!(QuotaAmount::of_request(&request).mem_mib, 20_000);
+        // An init container after a sidecar counts with it.
+        let request = PodRequest {
+            containers: vec![
+                kind_container(Sidecar, 1, Memory::Mib(4_000), 10),
+                kind_container(Init, 1, Memory::Mib(9_000), 50),
+                kind_container(App, 1, Memory::Mib(1_000), 10),
+            ],
+        };
+        assert_eq!(
+            QuotaAmount::of_request(&request),
+            QuotaAmount {
+                mem_mib: 13_000,
+                cores: 60
             }
         );
     }
@@ -265,7 +304,7 @@ mod tests {
                 vec![grant("g0", 8000, 50)],
                 vec![grant("g0", 2000, 10), grant("g1", 2000, 10)],
             ],
-            init_count: 1,
+            kinds: vec![ContainerKind::Init],
         };
         // g0: max(init 8000/50, app 2000/10); g1: 2000/10.
         assert_eq!(

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::NvidiaConfig;
 
+use super::lifecycle::ContainerKind;
 use super::quantity::parse_whole;
 
 /// Largest MiB value HAMi's device plugin can parse (it reads int32).
@@ -44,16 +45,16 @@ impl GpuRequest {
     }
 }
 
-/// One container (init or app) and its GPU request, if any.
+/// One container (init, sidecar or app) and its GPU request, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerRequest {
     pub name: String,
-    pub init: bool,
+    pub kind: ContainerKind,
     pub gpu: Option<GpuRequest>,
 }
 
-/// All containers of a pod, init containers first (the order of HAMi's
-/// device lists).
+/// All containers of a pod, init containers (sidecars among them) first, in
+/// the order of the spec (the order of HAMi's device lists).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodRequest {
     pub containers: Vec<ContainerRequest>,
@@ -65,9 +66,9 @@ impl PodRequest {
         self.containers.iter().any(|c| c.gpu.is_some())
     }
 
-    /// Number of init containers (they come first).
-    pub fn init_count(&self) -> usize {
-        self.containers.iter().take_while(|c| c.init).count()
+    /// Each container's kind, in order.
+    pub fn kinds(&self) -> Vec<ContainerKind> {
+        self.containers.iter().map(|c| c.kind).collect()
     }
 
     /// The most GPUs any single container needs at once on one node.
@@ -93,14 +94,16 @@ impl PodRequest {
         app: impl IntoIterator<Item = &'c C>,
         cfg: &NvidiaConfig,
     ) -> Result<Self, RequestError> {
-        let init = init.into_iter().map(|c| (c, true));
-        let app = app.into_iter().map(|c| (c, false));
+        let init = init
+            .into_iter()
+            .map(|c| (c, ContainerKind::of(true, c.restart_policy())));
+        let app = app.into_iter().map(|c| (c, ContainerKind::App));
         let containers = init
             .chain(app)
-            .map(|(c, init)| {
+            .map(|(c, kind)| {
                 Ok(ContainerRequest {
                     name: c.name().to_string(),
-                    init,
+                    kind,
                     gpu: ContainerResources::read(c, cfg)?.resolve(cfg)?,
                 })
             })
@@ -115,6 +118,9 @@ impl PodRequest {
 /// read requests with the same code.
 pub trait ContainerSpec {
     fn name(&self) -> &str;
+    /// `restartPolicy`, as written (`Always` makes an init container a
+    /// sidecar).
+    fn restart_policy(&self) -> Option<&str>;
     /// `resources.limits[resource]`, as written.
     fn limit(&self, resource: &str) -> Option<&str>;
     /// `resources.requests[resource]`, as written.
@@ -128,6 +134,10 @@ pub trait ContainerSpec {
 impl ContainerSpec for Container {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn restart_policy(&self) -> Option<&str> {
+        self.restart_policy.as_deref()
     }
 
     fn limit(&self, resource: &str) -> Option<&str> {
@@ -538,13 +548,20 @@ mod tests {
     }
 
     #[test]
-    fn pod_request_orders_init_first() {
+    fn pod_request_orders_init_first_and_knows_sidecars() {
         let pod = Pod {
             spec: Some(k8s_openapi::api::core::v1::PodSpec {
-                init_containers: Some(vec![Container {
-                    name: "init".into(),
-                    ..container(&[(GPU, "1"), (MEM, "100")], &[])
-                }]),
+                init_containers: Some(vec![
+                    Container {
+                        name: "init".into(),
+                        ..container(&[(GPU, "1"), (MEM, "100")], &[])
+                    },
+                    Container {
+                        name: "proxy".into(),
+                        restart_policy: Some("Always".into()),
+                        ..container(&[(GPU, "1"), (MEM, "200")], &[])
+                    },
+                ]),
                 containers: vec![
                     Container {
                         name: "sidecar".into(),
@@ -558,8 +575,9 @@ mod tests {
         };
         let r = PodRequest::from_pod(&pod, &NvidiaConfig::default()).unwrap();
         let names: Vec<_> = r.containers.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["init", "sidecar", "main"]);
-        assert_eq!(r.init_count(), 1);
+        assert_eq!(names, ["init", "proxy", "sidecar", "main"]);
+        use ContainerKind::{App, Init, Sidecar};
+        assert_eq!(r.kinds(), [Init, Sidecar, App, App]);
         assert!(r.has_gpus());
         assert_eq!(r.max_container_gpus(), 2);
     }

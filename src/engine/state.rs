@@ -256,7 +256,7 @@ impl ClusterState {
         Ok(Allocation {
             node: node.to_string(),
             containers,
-            init_count: plan.request.init_count(),
+            kinds: plan.request.kinds(),
         })
     }
 
@@ -328,7 +328,7 @@ mod tests {
             PodRequest {
                 containers: vec![ContainerRequest {
                     name: "c".into(),
-                    init: false,
+                    kind: crate::engine::ContainerKind::App,
                     gpu: Some(GpuRequest {
                         count: 1,
                         memory: Memory::Percent(100),

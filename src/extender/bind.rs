@@ -254,11 +254,13 @@ impl ApiBinder {
         };
 
         let mut done = Done::default();
+        // HAMi locks only for GPUs of containers that are not init
+        // containers; a sidecar runs like an app container, so it counts.
         let regular_gpus = plan
             .request
             .containers
             .iter()
-            .any(|c| !c.init && c.gpu.is_some());
+            .any(|c| c.kind.runs_with_app() && c.gpu.is_some());
         if lock_config.enabled && regular_gpus {
             let expiry = Duration::from_secs(lock_config.expiry_seconds);
             match self
@@ -741,7 +743,7 @@ mod tests {
                     cores: 30,
                 }],
             ],
-            init_count: 1,
+            kinds: vec![crate::engine::ContainerKind::Init],
         };
         let p = allocation_patch(&a, 1_700_000_000);
         let ann = &p["metadata"]["annotations"];
@@ -773,7 +775,7 @@ mod tests {
         let a = Allocation {
             node: "n".repeat(64),
             containers: vec![],
-            init_count: 0,
+            kinds: vec![],
         };
         let p = allocation_patch(&a, 0);
         assert_eq!(p["metadata"]["labels"], json!({}));

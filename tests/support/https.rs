@@ -128,6 +128,13 @@ pub async fn post(s: &Server, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
     (status, body)
 }
 
+/// Posts `body` as JSON and reads the answer as JSON; the status must be 200.
+pub async fn post_json(s: &Server, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let (status, bytes) = post(s, path, body.to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
