@@ -134,6 +134,83 @@ async fn bad_bodies() {
     assert_eq!(status, 404);
 }
 
+/// A review whose object cannot be read as the kind it claims is refused
+/// (HTTP 200, `allowed: false`, uid echoed), by both webhooks, for every
+/// operation; never allowed.
+#[tokio::test]
+async fn objects_that_are_not_what_they_claim_are_refused() {
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
+    let refused = |out: &Value, what: &str| {
+        assert_eq!(out["response"]["allowed"], false, "{what}: {out}");
+        assert_eq!(out["response"]["status"]["code"], 400, "{what}: {out}");
+        assert_eq!(out["response"]["uid"], "uid-gpu-only.yaml", "{what}: {out}");
+    };
+    for path in ["/mutate", "/validate"] {
+        for operation in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
+            for (object, kind) in [
+                (json!(42), "a number"),
+                (json!("pod"), "a string"),
+                (
+                    json!([review("admission.k8s.io/v1", "gpu-only.yaml")["request"]["object"]]),
+                    "an array",
+                ),
+                (json!(true), "a boolean"),
+            ] {
+                let mut req = review("admission.k8s.io/v1", "gpu-only.yaml");
+                req["request"]["operation"] = json!(operation);
+                req["request"]["object"] = object;
+                let (status, body) = post(&s, path, req.to_string().as_bytes()).await;
+                assert_eq!(status, 200);
+                let out: Value = serde_json::from_slice(&body).unwrap();
+                let what = format!("{path} {operation} {kind}");
+                refused(&out, &what);
+                assert_eq!(
+                    message(&out),
+                    format!("request.object is {kind}, not a JSON object"),
+                    "{what}"
+                );
+                // Whatever kind the review claims.
+                req["request"]["kind"]["kind"] = json!("Deployment");
+                let (_, body) = post(&s, path, req.to_string().as_bytes()).await;
+                refused(&serde_json::from_slice(&body).unwrap(), &what);
+            }
+            // A Pod whose containers are not a list, on any operation.
+            let mut req = review("admission.k8s.io/v1", "gpu-only.yaml");
+            req["request"]["operation"] = json!(operation);
+            req["request"]["object"]["spec"]["containers"] = json!(42);
+            let (_, body) = post(&s, path, req.to_string().as_bytes()).await;
+            let out: Value = serde_json::from_slice(&body).unwrap();
+            refused(&out, &format!("{path} {operation} broken Pod"));
+            assert!(message(&out).contains("cannot read the Pod"), "{out}");
+        }
+        // A real Pod on UPDATE, and a DELETE without an object, are
+        // admitted unchanged; an object of another kind is not gpugate's.
+        let mut req = review("admission.k8s.io/v1", "gpu-only.yaml");
+        req["request"]["operation"] = json!("UPDATE");
+        let (_, out) = post(&s, path, req.to_string().as_bytes()).await;
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            out["response"],
+            json!({"uid": "uid-gpu-only.yaml", "allowed": true})
+        );
+        req["request"]["operation"] = json!("DELETE");
+        req["request"]["object"] = Value::Null;
+        let (_, out) = post(&s, path, req.to_string().as_bytes()).await;
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out["response"]["allowed"], true);
+        req["request"]["operation"] = json!("CREATE");
+        req["request"]["kind"]["kind"] = json!("ConfigMap");
+        req["request"]["object"] = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {}});
+        let (_, out) = post(&s, path, req.to_string().as_bytes()).await;
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out["response"]["allowed"], true);
+    }
+}
+
 #[tokio::test]
 async fn slow_and_silent_clients_are_cut_off() {
     let s = start(

@@ -38,15 +38,14 @@ pub fn mutate_review(
     }
 }
 
-/// The Pod of a CREATE review; anything else is admitted unchanged, and a
-/// review without an object, or with one that is not a readable Pod, is an
-/// error.
+/// The Pod of a CREATE review. Other reviews are admitted unchanged, but
+/// never one whose object cannot be read as the kind it claims: an object
+/// that is not a JSON object (for any kind), a Pod that is not a readable
+/// Pod (for any operation), a CREATE without an object. Those are refused
+/// (HTTP 200, `allowed: false`, code 400, the uid echoed).
 fn pod_to_create<'r, 'a>(
     req: &'r ReviewRequest<'a>,
 ) -> Result<&'r PodView<'a>, Box<ReviewResponse>> {
-    if req.kind.as_deref().is_some_and(|k| k != "Pod") || req.operation != "CREATE" {
-        return Err(Box::new(ReviewResponse::allow(req)));
-    }
     let error = |message: &str| {
         Box::new(ReviewResponse::errored(
             req.api_version,
@@ -55,10 +54,17 @@ fn pod_to_create<'r, 'a>(
             message,
         ))
     };
+    if let ReviewObject::NotAnObject(message) = &req.object {
+        return Err(error(message));
+    }
+    let claims_pod = req.kind.as_deref().is_none_or(|k| k == "Pod");
+    let create = req.operation == "CREATE";
     match &req.object {
-        ReviewObject::Pod(pod) => Ok(pod),
-        ReviewObject::Missing => Err(error("request has no object")),
+        _ if !claims_pod => Err(Box::new(ReviewResponse::allow(req))),
         ReviewObject::Unreadable(message) => Err(error(message)),
+        ReviewObject::Pod(pod) if create => Ok(pod),
+        ReviewObject::Missing if create => Err(error("request has no object")),
+        _ => Err(Box::new(ReviewResponse::allow(req))),
     }
 }
 

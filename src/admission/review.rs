@@ -49,9 +49,11 @@ pub enum ReviewObject<'a> {
     /// Absent or `null` (DELETE, CONNECT).
     Missing,
     Pod(PodView<'a>),
-    /// Not a readable Pod: the message for the answer (another kind of
-    /// object, or a field of the wrong type).
+    /// A JSON object that is not a readable Pod: the message for the answer
+    /// (another kind of object, or a field of the wrong type).
     Unreadable(String),
+    /// Not a JSON object at all (`42`, `"x"`, `[]`): no kind of object.
+    NotAnObject(String),
 }
 
 /// A body that is not an AdmissionReview (HTTP 400), or one that is but is
@@ -106,11 +108,27 @@ pub fn parse_review(body: &[u8]) -> Result<ReviewRequest<'_>, EnvelopeError> {
         .map_err(|e| not_json(e.to_string()))?;
     review_request(review, |raw| match raw {
         None => ReviewObject::Missing,
+        Some(raw) if !raw.get().trim_start().starts_with('{') => {
+            ReviewObject::NotAnObject(format!(
+                "request.object is {}, not a JSON object",
+                json_kind(raw.get())
+            ))
+        }
         Some(raw) => match PodView::from_json(raw.get()) {
             Ok(pod) => ReviewObject::Pod(pod),
             Err(message) => ReviewObject::Unreadable(message),
         },
     })
+}
+
+/// What kind of JSON value `text` (valid JSON, not an object) is, for messages.
+fn json_kind(text: &str) -> &'static str {
+    match text.trim_start().as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        _ => "a number",
+    }
 }
 
 /// The members of an AdmissionReview gpugate reads, with `request.object`
