@@ -42,6 +42,7 @@ fn readable(mut answer: Value) -> Value {
 const FIXTURES: &[&str] = &[
     "both-memory-forms.yaml",
     "cores-150.yaml",
+    "env-escape.yaml",
     "forged-allocation.yaml",
     "gpu-only.yaml",
     "gpu-sidecar.yaml",

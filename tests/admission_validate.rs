@@ -145,3 +145,66 @@ fn denials_carry_stable_reason_codes() {
         }
     }
 }
+
+/// Environment variables that switch off or widen the vGPU limits are
+/// refused on containers that request vGPU resources, naming the container
+/// and the variable; a namespace policy can allow them.
+#[test]
+fn variables_that_bypass_the_vgpu_limits_are_denied() {
+    let m = deny("env-escape.yaml");
+    assert!(
+        m.starts_with("container \"trainer\": env CUDA_DISABLE_CONTROL bypasses the vGPU limits: HAMi's device plugin then does not load HAMi-core"),
+        "{m}"
+    );
+    // The other two, in the same real pod.
+    for (name, value) in [
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "100000m"),
+    ] {
+        let mut pod = fixture("env-escape.yaml");
+        pod["spec"]["containers"][0]["env"][1] = json!({"name": name, "value": value});
+        match validate_pod(&pod, &Config::default(), None) {
+            Validation::Deny(d) => {
+                assert_eq!(d.reason.as_str(), "limit_escape");
+                assert!(
+                    d.message
+                        .contains(&format!("container \"trainer\": env {name} bypasses")),
+                    "{}",
+                    d.message
+                );
+            }
+            other => panic!("{name}={value}: {other:?}"),
+        }
+    }
+    // Without the variable the pod is fine: the container without GPUs
+    // is not judged.
+    let mut pod = fixture("env-escape.yaml");
+    pod["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    assert_eq!(warnings(&pod), Vec::<String>::new());
+    // A namespace policy can allow it explicitly.
+    let config = Config::from_yaml(
+        "namespacePolicies:\n  - name: lab\n    namespaces: [ml]\n    limits: {allowEnv: [CUDA_DISABLE_CONTROL]}\n",
+        "test",
+    )
+    .unwrap();
+    assert!(matches!(
+        validate_pod(&fixture("env-escape.yaml"), &config, Some("ml")),
+        Validation::Allow { .. }
+    ));
+    // envFrom cannot be seen at admission: a warning says so.
+    let mut pod = fixture("env-escape.yaml");
+    pod["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    pod["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "settings"}}]);
+    let w = warnings(&pod);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("envFrom can set variables that bypass the vGPU limits"),
+        "{w:?}"
+    );
+}

@@ -6,6 +6,7 @@ pub mod answer;
 pub mod fuzzing;
 pub mod handler;
 pub mod lean;
+pub mod limit_escapes;
 pub mod mutate;
 pub mod patch;
 pub mod pod;
@@ -45,6 +46,8 @@ pub enum DenyReason {
     LimitsRequestsMismatch,
     PolicyLimit,
     QuotaExceeded,
+    /// An environment variable that bypasses or widens the vGPU limits.
+    LimitEscape,
 }
 
 impl DenyReason {
@@ -60,6 +63,7 @@ impl DenyReason {
             DenyReason::LimitsRequestsMismatch => "limits_requests_mismatch",
             DenyReason::PolicyLimit => "policy_limit",
             DenyReason::QuotaExceeded => "quota_exceeded",
+            DenyReason::LimitEscape => "limit_escape",
         }
     }
 

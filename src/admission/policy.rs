@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::engine::lifecycle::pod_peak;
 use crate::engine::request::{ContainerRequest, GpuRequest, MAX_MEM_MIB, Memory};
+use crate::engine::selection::glob_match;
 use crate::engine::{GpuPolicy, NodePolicy};
 
 /// One namespace policy.
@@ -148,6 +149,10 @@ pub struct PolicyLimits {
     pub denied_models: Vec<String>,
     /// Whether a container may take a whole GPU exclusively (gpucores 100).
     pub allow_exclusive: bool,
+    /// Environment variables that bypass or widen the vGPU limits (see
+    /// `admission::limit_escapes`) that vGPU containers may set anyway:
+    /// exact names or `*` globs. Allowed whatever the policy's `mode`.
+    pub allow_env: Vec<String>,
 }
 
 impl Default for PolicyLimits {
@@ -159,6 +164,7 @@ impl Default for PolicyLimits {
             allowed_models: Vec::new(),
             denied_models: Vec::new(),
             allow_exclusive: true,
+            allow_env: Vec::new(),
         }
     }
 }
@@ -196,7 +202,7 @@ pub fn policy_for_namespace<'a>(
         (p.namespaces.is_empty()
             || p.namespaces
                 .iter()
-                .any(|pattern| name_matches(pattern, namespace)))
+                .any(|pattern| glob_match(pattern, namespace)))
             && p.namespace_selector
                 .as_ref()
                 .is_none_or(|s| s.matches(labels))
@@ -207,28 +213,6 @@ pub fn policy_for_namespace<'a>(
 /// to know namespaces' labels).
 pub fn selects_by_labels(policies: &[NamespacePolicy]) -> bool {
     policies.iter().any(|p| p.namespace_selector.is_some())
-}
-
-/// Exact match, or `*` as any run of characters.
-fn name_matches(pattern: &str, name: &str) -> bool {
-    if !pattern.contains('*') {
-        return pattern == name;
-    }
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let (first, rest) = parts.split_first().unwrap_or((&"", &[]));
-    let Some(mut tail) = name.strip_prefix(first) else {
-        return false;
-    };
-    let Some((last, middle)) = rest.split_last() else {
-        return tail.is_empty();
-    };
-    for part in middle {
-        match tail.find(part) {
-            Some(at) => tail = &tail[at + part.len()..],
-            None => return false,
-        }
-    }
-    tail.ends_with(last)
 }
 
 /// Checks the policy list of a config file.
@@ -487,7 +471,7 @@ mod tests {
         assert_eq!(policy_for(&ps, "research").unwrap().name, "a");
         assert_eq!(policy_for(&ps, "ml").unwrap().name, "b");
         assert!(policy_for(&ps[..1], "default").is_none());
-        assert!(name_matches("a*b*c", "aXbYc") && !name_matches("a*b*c", "aXc"));
+        assert!(glob_match("a*b*c", "aXbYc") && !glob_match("a*b*c", "aXc"));
     }
 
     #[test]

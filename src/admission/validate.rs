@@ -11,6 +11,7 @@ use crate::engine::request::{ContainerResources, ContainerSpec as _, PodRequest}
 use crate::engine::{PlanError, PodPlan};
 
 use super::lean::Pairs;
+use super::limit_escapes::{env_escape, env_from_warning};
 use super::pod::{ContainerView, PodView};
 use super::policy::{PolicyMode, policy_for_namespace};
 use super::{Denial, DenyReason};
@@ -92,6 +93,27 @@ pub fn validate(
         return Validation::Deny(denial);
     }
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
+    let labels = cluster.and_then(|v| v.namespace_labels(namespace));
+    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels);
+    let allowed_env = policy.map_or(&[][..], |p| &p.limits.allow_env[..]);
+    let vgpu_containers = spec
+        .all_containers()
+        .zip(&plan.request.containers)
+        .filter(|(_, request)| request.gpu.is_some())
+        .map(|(c, _)| c);
+    for c in vgpu_containers {
+        match env_escape(c, nv, allowed_env) {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                return Validation::Deny(Denial::new(DenyReason::LimitEscape, message));
+            }
+            Err(message) => return Validation::Invalid(message),
+        }
+        match env_from_warning(c) {
+            Ok(warning) => warnings.extend(warning),
+            Err(message) => return Validation::Invalid(message),
+        }
+    }
     if let Some(view) = cluster {
         let (quota, problems) = view.quota(namespace, nv);
         warnings.extend(problems);
@@ -108,8 +130,7 @@ pub fn validate(
             ));
         }
     }
-    let labels = cluster.and_then(|v| v.namespace_labels(namespace));
-    if let Some(policy) = policy_for_namespace(&config.namespace_policies, namespace, labels) {
+    if let Some(policy) = policy {
         let list = |key: &str| -> Vec<String> {
             pod.annotation(key)
                 .map(|v| {

@@ -52,8 +52,10 @@ impl ModelPattern {
     }
 }
 
-/// `*` matches any run of characters; everything else matches itself.
-fn glob_match(pattern: &str, text: &str) -> bool {
+/// `*` matches any run of characters; everything else matches itself
+/// (GPU model globs, namespace names of policies, environment variable
+/// names).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or("");
     let Some(mut rest) = text.strip_prefix(first) else {
