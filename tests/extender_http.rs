@@ -430,7 +430,25 @@ async fn every_bad_body_gets_http_200_with_a_clear_error() {
             "ExtenderArgs.Pod",
         ),
         ("/bind", "[]", "not a JSON object"),
-    ] {
+    ]
+    .into_iter()
+    .map(|(v, b, w)| (v, b.to_string(), w))
+    .chain([
+        // Identities longer than Kubernetes allows: the standalone ledger
+        // would keep them (and HAMi's gauges would label with them).
+        (
+            "/filter",
+            json!({"Pod": whole_gpu("ml", &"p".repeat(254), "u-long"), "NodeNames": ["gpu-2"]})
+                .to_string(),
+            "ExtenderArgs.Pod.metadata: name is 254 bytes long, more than Kubernetes allows (253)",
+        ),
+        (
+            "/bind",
+            json!({"PodName": "p", "PodNamespace": "n".repeat(64), "PodUID": "u", "Node": "gpu-2"})
+                .to_string(),
+            "PodNamespace is 64 bytes long",
+        ),
+    ]) {
         let (status, bytes) = post(&s, verb, body.as_bytes()).await;
         assert_eq!(status, 200);
         let out: Value = serde_json::from_slice(&bytes).unwrap();

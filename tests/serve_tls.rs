@@ -308,3 +308,36 @@ async fn metrics_count_requests_results_and_denials() {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
 }
+
+/// No label value comes from a request: operations outside the fixed set
+/// are counted as `other`, so that reviews with huge, distinct operations
+/// neither grow the registry nor `/metrics`.
+#[tokio::test]
+async fn request_data_never_becomes_a_metric_label() {
+    let s = start(
+        AppState::new(Config::default(), Metrics::new(None)),
+        Timeouts::default(),
+    )
+    .await;
+    let before = s.state.metrics.encode().len();
+    for i in 0..20 {
+        let mut req = review("admission.k8s.io/v1", "gpu-only.yaml");
+        req["request"]["operation"] = json!(format!("{i}{}", "X".repeat(256 * 1024)));
+        let (status, _) = post(&s, "/validate", req.to_string().as_bytes()).await;
+        assert_eq!(status, 200);
+    }
+    let text = s.state.metrics.encode();
+    assert!(
+        text.contains(
+            r#"gpugate_admission_requests_total{webhook="validate",operation="other",result="allowed"} 20"#
+        ),
+        "{text}"
+    );
+    // One new series (and its histogram) at most, not 5 MiB of labels.
+    assert!(
+        text.len() < before + 4096,
+        "{} -> {} bytes",
+        before,
+        text.len()
+    );
+}

@@ -95,8 +95,10 @@ pub fn validate_review(
 /// What a request came to, for metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// The review's operation, or `none` when the body was not a review.
-    pub operation: String,
+    /// The review's operation (`CREATE`, `UPDATE`, `DELETE`, `CONNECT`),
+    /// `none` when the body was not a review, `other` for anything else:
+    /// a fixed set, so that it can be a metric label.
+    pub operation: &'static str,
     /// `allowed`, `patched`, `denied` or `error`.
     pub result: &'static str,
     pub denial: Option<DenyReason>,
@@ -117,7 +119,7 @@ pub fn respond(
                 (false, None) => "error",
             };
             let outcome = Outcome {
-                operation: req.operation.into_owned(),
+                operation: operation_label(&req.operation),
                 result,
                 denial,
             };
@@ -126,11 +128,22 @@ pub fn respond(
         Err(e) => (
             envelope_error(&e),
             Outcome {
-                operation: "none".into(),
+                operation: "none",
                 result: "error",
                 denial: None,
             },
         ),
+    }
+}
+
+/// The operation of a review as one of a fixed set.
+fn operation_label(operation: &str) -> &'static str {
+    match operation {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "other",
     }
 }
 

@@ -149,22 +149,43 @@ fn finish(
     result
 }
 
+/// The codes a node's reason can start with besides the per-GPU
+/// [`Reason`](crate::engine::Reason)s: every value `reason_code` returns
+/// is one of these, one of those, or `Other`.
+const NODE_CODES: [&str; 6] = [
+    "NodeUnregistered",
+    "NodeInsufficientDevice",
+    "ResourceQuotaNotFit",
+    "GangNotFit",
+    "GangIncomplete",
+    "GangInvalid",
+];
+
 /// The stable code a node's reason starts with (`CardInsufficientMemory`
 /// in `2/2 CardInsufficientMemory, 1/2 CardInsufficientCore`,
 /// `ResourceQuotaNotFit`, `GangNotFit`, `NodeUnregistered`, ...): for
-/// grouping in events and metrics.
-pub fn reason_code(reason: &str) -> &str {
+/// grouping in events and metrics. Always from a fixed set (`Other` for
+/// anything else), so that it can be a metric label.
+pub fn reason_code(reason: &str) -> &'static str {
     if reason.starts_with("node unregistered") {
         return "NodeUnregistered";
     }
     let mut words = reason
         .split([' ', '(', ',', ':', ';'])
         .filter(|w| !w.is_empty());
-    match words.next() {
-        Some(w) if w.contains('/') => words.next().unwrap_or("Unknown"),
-        Some(w) => w,
-        None => "Unknown",
-    }
+    let first = match words.next() {
+        Some(w) if w.contains('/') => words.next(),
+        other => other,
+    };
+    let Some(word) = first else {
+        return "Other";
+    };
+    crate::engine::Reason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(NODE_CODES)
+        .find(|code| *code == word)
+        .unwrap_or("Other")
 }
 
 /// Nodes named in one event note, at most.
@@ -272,8 +293,12 @@ mod tests {
                 "ResourceQuotaNotFit",
             ),
             ("GangNotFit (group ml/g: ...)", "GangNotFit"),
-            ("", "Unknown"),
-            ("3/3", "Unknown"),
+            ("GangInvalid (label ...)", "GangInvalid"),
+            ("", "Other"),
+            ("3/3", "Other"),
+            // Never a code that is not in the fixed set.
+            ("SomethingNew (x)", "Other"),
+            ("1/2 NotACode", "Other"),
         ] {
             assert_eq!(reason_code(reason), code, "{reason}");
         }

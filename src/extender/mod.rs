@@ -72,7 +72,7 @@ impl Extender {
             return FilterResult::error("gpugate: cluster state not synced yet");
         }
         if let BindMode::Ledger = self.bind_mode {
-            self.recent.remember(&args.pod);
+            self.recent.remember(&args.pod, body.len());
         }
         let result = filter::filter(&self.cluster.read(), config, &args);
         if let Some(binder) = self.api_binder() {

@@ -63,10 +63,53 @@ fn typed_owned<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Resu
 
 fn string(map: &Map<String, Value>, name: &str, what: &str) -> Result<String, WireError> {
     match field(map, name) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() => {
+            check_length(s, name, what)?;
+            Ok(s.clone())
+        }
         Some(Value::String(_)) | None => Err(WireError(format!("{what}: {name} is missing"))),
         Some(_) => Err(WireError(format!("{what}: {name} is not a string"))),
     }
+}
+
+/// The longest value Kubernetes allows for a name, namespace, UID or node
+/// name: object names are DNS subdomains (253), namespaces DNS labels (63),
+/// UIDs 36-character UUIDs (128 leaves room for other forms).
+fn max_length(name: &str) -> usize {
+    match name {
+        "PodNamespace" | "namespace" => 63,
+        "PodUID" | "uid" => 128,
+        _ => 253,
+    }
+}
+
+/// Refuses an identity longer than Kubernetes allows: such a value never
+/// comes from kube-scheduler, and the ledger would keep it (in metrics
+/// labels too, standalone).
+fn check_length(value: &str, name: &str, what: &str) -> Result<(), WireError> {
+    let max = max_length(name);
+    if value.len() > max {
+        return Err(WireError(format!(
+            "{what}: {name} is {} bytes long, more than Kubernetes allows ({max})",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a pod's name, namespace and UID as [`check_length`] does.
+fn check_pod_identity(pod: &Pod, what: &str) -> Result<(), WireError> {
+    let meta = &pod.metadata;
+    for (name, value) in [
+        ("name", &meta.name),
+        ("namespace", &meta.namespace),
+        ("uid", &meta.uid),
+    ] {
+        if let Some(value) = value {
+            check_length(value, name, &format!("{what}.metadata"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `ExtenderArgs`: the pod and the candidate nodes, by name
@@ -118,6 +161,7 @@ impl ExtenderArgs {
         let pod =
             take(map, "Pod").ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
         let pod: Pod = typed_owned(pod, "ExtenderArgs.Pod")?;
+        check_pod_identity(&pod, "ExtenderArgs.Pod")?;
         let candidates = match (take(map, "NodeNames"), take(map, "Nodes")) {
             (Some(names), _) => Candidates::Names(typed_owned(names, "ExtenderArgs.NodeNames")?),
             (None, Some(mut nodes)) => {
@@ -238,6 +282,7 @@ impl PreemptionArgs {
         let map = object(&value, WHAT)?;
         let pod = field(map, "Pod").ok_or_else(|| WireError(format!("{WHAT}: Pod is missing")))?;
         let pod: Pod = typed(pod, "ExtenderPreemptionArgs.Pod")?;
+        check_pod_identity(&pod, "ExtenderPreemptionArgs.Pod")?;
         let (source, full) = match (
             field(map, "NodeNameToMetaVictims"),
             field(map, "NodeNameToVictims"),

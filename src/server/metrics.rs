@@ -32,9 +32,10 @@ use super::tls::ReloadingCert;
 pub struct RequestLabels {
     /// `mutate` or `validate`.
     pub webhook: &'static str,
-    /// The admission operation (`CREATE`, …), or `none` for bodies that
-    /// were not reviews.
-    pub operation: String,
+    /// The admission operation (`CREATE`, `UPDATE`, `DELETE`, `CONNECT`),
+    /// `none` for bodies that were not reviews, `other` for anything else:
+    /// never a value copied from the request.
+    pub operation: &'static str,
     /// `allowed`, `patched`, `denied` or `error`.
     pub result: &'static str,
 }
@@ -69,7 +70,7 @@ pub struct ResultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     /// A reason code from a fixed set (see `extender::filter::reason_code`).
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -317,7 +318,7 @@ impl Metrics {
     pub fn observe(
         &self,
         webhook: &'static str,
-        operation: &str,
+        operation: &'static str,
         result: &'static str,
         denial: Option<&'static str>,
         elapsed: Duration,
@@ -325,7 +326,7 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels {
                 webhook,
-                operation: operation.to_string(),
+                operation,
                 result,
             })
             .inc();
@@ -351,7 +352,7 @@ impl Metrics {
         self.filter_decisions
             .get_or_create(&ResultLabels { result })
             .inc();
-        let mut counts: std::collections::HashMap<&str, u64> = Default::default();
+        let mut counts: std::collections::HashMap<&'static str, u64> = Default::default();
         for reason in answer
             .failed_nodes
             .values()
@@ -361,9 +362,7 @@ impl Metrics {
         }
         for (reason, n) in counts {
             self.filter_rejections
-                .get_or_create(&ReasonLabels {
-                    reason: reason.to_string(),
-                })
+                .get_or_create(&ReasonLabels { reason })
                 .inc_by(n);
         }
     }

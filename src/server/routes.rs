@@ -131,7 +131,7 @@ fn review(
     });
     state.metrics.observe(
         webhook,
-        &outcome.operation,
+        outcome.operation,
         outcome.result,
         outcome.denial.map(|d| d.as_str()),
         start.elapsed(),
