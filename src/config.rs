@@ -1,7 +1,8 @@
 //! gpugate's configuration file: one typed YAML document with defaults.
 //!
-//! Every key is optional; an empty file (or no file) gives HAMi's defaults
-//! for NVIDIA. Unknown keys are refused so that a typo does not silently
+//! Every key is optional; `{}` (or no file) gives HAMi's defaults for
+//! NVIDIA. A file with no content at all is refused: a file caught
+//! truncated must not silently replace the config in force. Unknown keys are refused so that a typo does not silently
 //! fall back to a default. The `nvidia` section uses the key names of HAMi's
 //! device config so that it can be copied over when migrating.
 
@@ -26,6 +27,9 @@ pub struct Config {
     /// events go through their own bounded queue), and how often watches
     /// re-list. Read at start; a reload does not change them.
     pub api: crate::cluster::api::ApiLimits,
+    /// What a client can make the server hold, and for how long
+    /// (connections, deadlines, body budget, shutdown). Read at start.
+    pub server: crate::server::limits::ServerConfig,
 }
 
 /// Names of the MutatingWebhookConfiguration and
@@ -229,7 +233,27 @@ impl Config {
             path: shown.clone(),
             source,
         })?;
-        Self::from_yaml(&text, &shown)
+        Self::from_file_text(&text, &shown)
+    }
+
+    /// Parses and validates the text of a config file: as
+    /// [`Config::from_yaml`], but a file with no content (empty, or only
+    /// comments) is refused.
+    pub fn from_file_text(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let document: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
+                path: origin.to_string(),
+                source,
+            })?;
+        if document.is_null() {
+            return Err(ConfigError::Invalid {
+                path: origin.to_string(),
+                problem: "the file is empty: refused, so that a file caught truncated cannot \
+                          replace the config in force; write {} to use every default"
+                    .to_string(),
+            });
+        }
+        Self::from_yaml(text, origin)
     }
 
     /// Parses and validates config text; `origin` names it in errors.
@@ -290,6 +314,7 @@ impl Config {
             ));
         }
         self.api.validate()?;
+        self.server.validate()?;
         crate::admission::policy::validate_policies(&self.namespace_policies)?;
         Ok(())
     }
@@ -306,6 +331,18 @@ mod tests {
         assert_eq!(c.nvidia.default_gpu_num, 1);
         assert_eq!(c.scheduler.gpu_scheduler_policy, GpuPolicy::Spread);
         assert_eq!(c.scheduler.node_scheduler_policy, NodePolicy::Binpack);
+    }
+
+    #[test]
+    fn an_empty_file_is_refused_but_braces_give_the_defaults() {
+        for text in ["", "  \n", "# only a comment\n", "---\n", "~\n"] {
+            let e = Config::from_file_text(text, "f.yaml").unwrap_err();
+            assert!(e.to_string().contains("the file is empty"), "{text:?}: {e}");
+        }
+        assert_eq!(
+            Config::from_file_text("{}\n", "f.yaml").unwrap(),
+            Config::default()
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use gpugate::cluster::{SharedCluster, Snapshot};
 use gpugate::config::Config;
+use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
-use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
 use support::https::{Server, post, start};
 
@@ -29,7 +29,7 @@ async fn server(config: Config, with_cluster: bool) -> Server {
     });
     start(
         AppState::with_cluster(config, Metrics::new(None), cluster),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await
 }

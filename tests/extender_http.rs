@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use gpugate::cluster::{SharedCluster, Snapshot};
 use gpugate::config::Config;
+use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
-use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
 use support::https::{Server, post, post_json, start};
 
@@ -28,7 +28,7 @@ async fn server(config: Config) -> Server {
     let (view, _) = snapshot.to_view();
     let cluster = Arc::new(SharedCluster::new(view, true));
     let state = AppState::with_cluster(config, Metrics::new(None), Some(cluster));
-    start(state, Timeouts::default()).await
+    start(state, Limits::default()).await
 }
 
 /// A pending pod as kube-scheduler sends it (after gpugate's mutation).
@@ -470,7 +470,7 @@ async fn every_bad_body_gets_http_200_with_a_clear_error() {
 #[tokio::test]
 async fn without_cluster_state_the_extender_says_how_to_get_it() {
     let state = AppState::new(Config::default(), Metrics::new(None));
-    let s = start(state, Timeouts::default()).await;
+    let s = start(state, Limits::default()).await;
     let out = post_json(&s, "/filter", json!({"Pod": {}, "NodeNames": []})).await;
     assert!(
         out["Error"].as_str().unwrap().contains("--cluster"),

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use gpugate::cluster::{SharedCluster, Snapshot};
 use gpugate::config::Config;
+use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
-use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
 use support::https::{Server, post_json, start};
 
@@ -52,7 +52,7 @@ async fn server(pods: &[Value]) -> (Server, Arc<SharedCluster>) {
     let cluster = Arc::new(SharedCluster::new(view, true));
     let state =
         AppState::with_cluster(Config::default(), Metrics::new(None), Some(cluster.clone()));
-    (start(state, Timeouts::default()).await, cluster)
+    (start(state, Limits::default()).await, cluster)
 }
 
 async fn filter(s: &Server, pod: &Value) -> Value {

@@ -41,10 +41,21 @@ fn free_port() -> SocketAddr {
 }
 
 fn spawn(name: &str, extra: &[&str]) -> Gpugate {
+    spawn_configured(name, None, extra)
+}
+
+/// Spawns with `--config DIR/gpugate.yaml` holding `config`, when given.
+fn spawn_configured(name: &str, config: Option<&str>, extra: &[&str]) -> Gpugate {
     let dir = std::env::temp_dir().join(format!("gpugate-proc-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (listen, admin) = (free_port(), free_port());
+    let mut config_args = Vec::new();
+    if let Some(text) = config {
+        let path = dir.join("gpugate.yaml");
+        std::fs::write(&path, text).unwrap();
+        config_args = vec!["--config".to_string(), path.display().to_string()];
+    }
     let child = Command::new(env!("CARGO_BIN_EXE_gpugate"))
         .arg("serve")
         .arg("--listen")
@@ -54,6 +65,7 @@ fn spawn(name: &str, extra: &[&str]) -> Gpugate {
         .arg("--cert-dir")
         .arg(dir.join("certs"))
         .args(extra)
+        .args(&config_args)
         .stdout(Stdio::null())
         // A file, not a pipe: nobody reads the log while the test runs, and
         // a full pipe would block the server.
@@ -173,52 +185,162 @@ async fn standalone_serve_is_ready_counts_the_snapshot_and_mutates_over_tls() {
     assert_eq!(review["response"]["patchType"], "JSONPatch");
 }
 
-#[tokio::test]
-async fn sigterm_finishes_the_request_in_flight_then_exits_cleanly() {
-    let mut g = spawn(
-        "sigterm",
-        &["--cluster", &format!("{ROOT}/examples/demo/cluster.yaml")],
-    );
-    wait_ready(&mut g);
+fn send_signal(g: &Gpugate, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &g.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal}");
+}
+
+/// Starts a POST of a review and sends half of its body.
+async fn half_sent(
+    g: &Gpugate,
+    path: &str,
+) -> (tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>) {
     let body = review_body();
-    let mut tls = connect(&g).await;
+    let mut tls = connect(g).await;
     let head = format!(
-        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let half = body.len() / 2;
     tls.write_all(head.as_bytes()).await.unwrap();
     tls.write_all(&body[..half]).await.unwrap();
     tls.flush().await.unwrap();
+    (tls, body[half..].to_vec())
+}
+
+fn wait_exit(g: &mut Gpugate, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = g.child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "gpugate did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGTERM as Kubernetes sends it: readiness turns false at once while
+/// the server keeps answering (for server.shutdownDelaySeconds, while the
+/// endpoints are removed), then the listener closes, the request in
+/// flight is finished, and the process exits 0.
+#[tokio::test]
+async fn sigterm_keeps_serving_for_the_delay_then_drains_and_exits_cleanly() {
+    let mut g = spawn_configured(
+        "sigterm",
+        Some("server:\n  shutdownDelaySeconds: 1.5\n  drainSeconds: 10\n"),
+        &["--cluster", &format!("{ROOT}/examples/demo/cluster.yaml")],
+    );
+    wait_ready(&mut g);
+    let (mut tls, rest) = half_sent(&g, "/validate").await;
     // Let the server start reading the request, then ask it to stop.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let killed = Command::new("kill")
-        .args(["-TERM", &g.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // New connections are refused while the old one is served.
-    assert!(
-        std::net::TcpStream::connect_timeout(&g.listen, Duration::from_millis(500)).is_err(),
-        "the listener should be closed after SIGTERM"
+    let signalled = Instant::now();
+    send_signal(&g, "TERM");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Readiness is off, but new requests are still answered.
+    let (status, body) = admin_get(g.admin, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("shutting down"), "{body}");
+    let (status, review) = post(&g, g.listen, "/mutate", &review_body()).await;
+    assert_eq!(
+        (status, &review["response"]["allowed"]),
+        (200, &Value::Bool(true))
     );
-    tls.write_all(&body[half..]).await.unwrap();
+    // After the delay the listener closes.
+    let closed_at = loop {
+        if std::net::TcpStream::connect_timeout(&g.listen, Duration::from_millis(200)).is_err() {
+            break signalled.elapsed();
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "listener still open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        closed_at >= Duration::from_millis(1400),
+        "closed after {closed_at:?}"
+    );
+    // The request in flight is still finished.
+    tls.write_all(&rest).await.unwrap();
     let (status, review) = read_response(&mut tls).await;
     assert_eq!(status, 200, "the request in flight must be answered");
     assert_eq!(review["response"]["allowed"], true);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(s) = g.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gpugate did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = wait_exit(&mut g, Duration::from_secs(30));
     assert!(exit.success(), "exit status {exit}");
+}
+
+/// SIGHUP re-reads the config (and certificates) and never kills the
+/// process: an upload in flight is finished, and a new config version is
+/// put in force.
+#[tokio::test]
+async fn sighup_reloads_without_killing_anything() {
+    let mut g = spawn_configured(
+        "sighup",
+        Some("scheduler:\n  name: before-hup\n"),
+        &["--reload-seconds", "3600"],
+    );
+    let path = g.dir.join("gpugate.yaml");
+    wait_ready(&mut g);
+    let sha = |metrics: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with("gpugate_config_info{"))
+            .map(str::to_string)
+    };
+    let (_, metrics) = admin_get(g.admin, "/metrics").unwrap();
+    let first = sha(&metrics).expect("gpugate_config_info");
+    let (mut tls, rest) = half_sent(&g, "/mutate").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&path, "scheduler:\n  name: after-hup\n").unwrap();
+    send_signal(&g, "HUP");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tls.write_all(&rest).await.unwrap();
+    let (status, review) = read_response(&mut tls).await;
+    assert_eq!(status, 200, "the upload in flight must be answered");
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(
+        g.child.try_wait().unwrap().is_none(),
+        "SIGHUP killed gpugate"
+    );
+    // The new version is in force within a second (two reads a moment
+    // apart), long before the hour-long poll interval.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, metrics) = admin_get(g.admin, "/metrics").unwrap();
+        if sha(&metrics).is_some_and(|s| s != first) {
+            assert!(
+                metrics.contains("gpugate_config_last_reload_successful 1"),
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "config not reloaded on SIGHUP");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, review) = post(&g, g.listen, "/mutate", &review_body()).await;
+    let patch = review["response"]["patch"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let patch = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap(),
+    )
+    .unwrap();
+    assert!(patch.contains("after-hup"), "{patch}");
+    // Many SIGHUPs in a row: still alive.
+    for _ in 0..5 {
+        send_signal(&g, "HUP");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        g.child.try_wait().unwrap().is_none(),
+        "SIGHUP killed gpugate"
+    );
+    assert!(admin_get(g.admin, "/healthz").is_some_and(|(s, _)| s == 200));
 }
 
 #[test]

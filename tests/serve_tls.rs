@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use gpugate::config::Config;
+use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
-use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
 use support::https::{Server, connect, post, start};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -55,7 +55,7 @@ fn message(out: &Value) -> &str {
 async fn reviews_of_real_pods_in_both_versions() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     for version in ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] {
@@ -98,7 +98,7 @@ async fn reviews_of_real_pods_in_both_versions() {
 async fn bad_bodies() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     let (status, body) = post(&s, "/mutate", b"{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}").await;
@@ -141,7 +141,7 @@ async fn bad_bodies() {
 async fn objects_that_are_not_what_they_claim_are_refused() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     let refused = |out: &Value, what: &str| {
@@ -215,10 +215,11 @@ async fn objects_that_are_not_what_they_claim_are_refused() {
 async fn slow_and_silent_clients_are_cut_off() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts {
+        Limits {
             handshake: Duration::from_millis(300),
-            header_read: Duration::from_millis(300),
+            header: Duration::from_millis(300),
             drain: Duration::from_secs(1),
+            ..Limits::default()
         },
     )
     .await;
@@ -257,7 +258,7 @@ async fn slow_and_silent_clients_are_cut_off() {
 async fn validate_over_tls() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     let (status, out) = post_review(
@@ -288,7 +289,7 @@ async fn validate_over_tls() {
 async fn metrics_count_requests_results_and_denials() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     post_review(&s, "/mutate", "admission.k8s.io/v1", "gpu-only.yaml").await;
@@ -316,7 +317,7 @@ async fn metrics_count_requests_results_and_denials() {
 async fn request_data_never_becomes_a_metric_label() {
     let s = start(
         AppState::new(Config::default(), Metrics::new(None)),
-        Timeouts::default(),
+        Limits::default(),
     )
     .await;
     let before = s.state.metrics.encode().len();

@@ -16,9 +16,9 @@ use gpugate::admission::{Denial, DenyReason};
 use gpugate::cluster::{SharedCluster, Snapshot};
 use gpugate::config::Config;
 use gpugate::engine::{ContainerKind, QuotaAmount};
+use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
-use gpugate::server::serve_tls::Timeouts;
 use serde_json::{Value, json};
 use support::https::{Server, post_json, start};
 
@@ -46,7 +46,7 @@ async fn server() -> (Server, Arc<SharedCluster>) {
     let cluster = Arc::new(SharedCluster::new(view, true));
     let state =
         AppState::with_cluster(Config::default(), Metrics::new(None), Some(cluster.clone()));
-    (start(state, Timeouts::default()).await, cluster)
+    (start(state, Limits::default()).await, cluster)
 }
 
 fn bind_args(node: &str) -> Value {

@@ -54,9 +54,14 @@ async fn serve_watched(
     cert: Arc<ReloadingCert>,
 ) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(tls::watch(cert.clone(), Duration::from_millis(50), async {
-        let _ = stop_rx.await;
-    }));
+    tokio::spawn(tls::watch(
+        cert.clone(),
+        Duration::from_millis(50),
+        Arc::default(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
     (serve(cert).await, stop_tx)
 }
 

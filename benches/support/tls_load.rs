@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use bytes::Bytes;
 use gpugate::server::certs::{self, CertBundle, CertSpec};
-use gpugate::server::serve_tls::{Timeouts, serve_tls};
+use gpugate::server::limits::ServerConfig;
+use gpugate::server::listener::{self, Listener, Transport};
+use gpugate::server::routes::MAX_EXTENDER_BODY_BYTES;
 use gpugate::server::tls::{self, ReloadingCert};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -57,11 +59,15 @@ pub async fn start(
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tls(
+    tokio::spawn(listener::serve(
         listener,
-        config,
+        Transport::Tls(config),
         router,
-        Timeouts::default(),
+        Listener {
+            name: "webhook",
+            limits: ServerConfig::default().limits(MAX_EXTENDER_BODY_BYTES),
+            metrics: Default::default(),
+        },
         async {
             let _ = rx.await;
         },

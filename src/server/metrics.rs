@@ -26,6 +26,8 @@ use crate::extender::bind::BindMetrics;
 use crate::extender::filter::reason_code;
 use crate::extender::wire::FilterResult;
 
+use super::config_reload::ConfigStamp;
+use super::listener::ConnMetrics;
 use super::tls::ReloadingCert;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -44,6 +46,13 @@ pub struct RequestLabels {
 pub struct DenialLabels {
     pub webhook: &'static str,
     pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigLabels {
+    /// SHA-256 of the config file in force (from the operator's file,
+    /// never from a request; one series at a time).
+    pub sha256: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,6 +137,11 @@ pub struct Metrics {
     pub denials: Family<DenialLabels, Counter>,
     pub latency: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     pub config_reload_errors: Counter,
+    config_info: Family<ConfigLabels, Gauge>,
+    config_loaded_at: Gauge,
+    config_last_reload_ok: Gauge,
+    /// Connections and request bodies of every listener.
+    pub connections: ConnMetrics,
     pub extender_requests: Family<VerbResultLabels, Counter>,
     pub extender_latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
     filter_decisions: Family<ResultLabels, Counter>,
@@ -178,9 +192,30 @@ impl Metrics {
         );
         registry.register(
             "gpugate_config_reload_errors",
-            "Config file reloads refused (the previous config stays in force)",
+            "Config file versions refused on reload (the version in force stays)",
             config_reload_errors.clone(),
         );
+        let config_info = Family::<ConfigLabels, Gauge>::default();
+        let config_loaded_at = Gauge::default();
+        let config_last_reload_ok = Gauge::default();
+        registry.register(
+            "gpugate_config_info",
+            "1 for the config file in force, labelled with its SHA-256",
+            config_info.clone(),
+        );
+        registry.register(
+            "gpugate_config_loaded_timestamp_seconds",
+            "When the config in force was loaded (Unix time)",
+            config_loaded_at.clone(),
+        );
+        registry.register(
+            "gpugate_config_last_reload_successful",
+            "1 if the last version of the config file read was put in force, 0 if refused",
+            config_last_reload_ok.clone(),
+        );
+        config_last_reload_ok.set(1);
+        let connections = ConnMetrics::default();
+        connections.register(&mut registry);
         registry.register(
             "gpugate_tls_cert_not_after_timestamp_seconds",
             "Expiry (Unix time) of the serving certificate in use",
@@ -301,6 +336,10 @@ impl Metrics {
             denials,
             latency,
             config_reload_errors,
+            config_info,
+            config_loaded_at,
+            config_last_reload_ok,
+            connections,
             cert_not_after,
             cert_reload_errors,
             cert,
@@ -312,6 +351,24 @@ impl Metrics {
     pub fn observing(mut self, cluster: Arc<SharedCluster>, config: Arc<ArcSwap<Config>>) -> Self {
         self.observed = Some(Observed { cluster, config });
         self
+    }
+
+    /// Records the config version put in force.
+    pub fn config_in_force(&self, stamp: &ConfigStamp) {
+        self.config_info.clear();
+        self.config_info
+            .get_or_create(&ConfigLabels {
+                sha256: stamp.sha256.clone(),
+            })
+            .set(1);
+        self.config_loaded_at.set(stamp.loaded_at);
+        self.config_last_reload_ok.set(1);
+    }
+
+    /// Records a config version refused (the one in force stays).
+    pub fn config_refused(&self) {
+        self.config_reload_errors.inc();
+        self.config_last_reload_ok.set(0);
     }
 
     /// Records one answered review.

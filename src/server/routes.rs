@@ -2,12 +2,14 @@
 //! port (health).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::middleware;
 use axum::response::IntoResponse as _;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -24,12 +26,17 @@ use crate::extender::{BindMode, Extender};
 use super::metrics::Metrics;
 
 /// kube-apiserver sends at most about 3 MiB objects; an UPDATE carries two.
-/// controller-runtime accepts 7 MiB; larger bodies get HTTP 413.
+/// controller-runtime accepts 7 MiB; larger bodies get HTTP 413 (a larger
+/// declared Content-Length before any of it is read).
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
 
 /// kube-scheduler sends whole Node objects to an extender that is not
 /// `nodeCacheCapable` (10-20 KiB each): room for about 5,000 of them.
 pub const MAX_EXTENDER_BODY_BYTES: usize = 96 * 1024 * 1024;
+
+/// The admin port's routes read no body; a client that sends one anyway
+/// may send this much.
+pub const ADMIN_MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -41,6 +48,9 @@ pub struct AppState {
     pub cluster: Option<Arc<SharedCluster>>,
     /// The scheduler extender, over `cluster`.
     pub extender: Option<Extender>,
+    /// Set on SIGTERM: `/readyz` answers 503 so that the pod leaves the
+    /// Service's endpoints while it keeps serving.
+    pub shutting_down: AtomicBool,
 }
 
 impl AppState {
@@ -76,6 +86,7 @@ impl AppState {
             metrics,
             extender: cluster.clone().map(|c| Extender::new(c, bind_mode)),
             cluster,
+            shutting_down: AtomicBool::new(false),
         })
     }
 }
@@ -92,7 +103,11 @@ pub fn admission_router(state: Arc<AppState>) -> Router {
         .route("/mutate", post(mutate))
         .route("/webhook", post(mutate))
         .route("/validate", post(validate))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            MAX_BODY_BYTES,
+            crate::server::body::bounded_body,
+        ))
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
@@ -105,7 +120,11 @@ pub fn extender_router(state: Arc<AppState>) -> Router {
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
         .route("/preempt", post(preempt))
-        .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            MAX_EXTENDER_BODY_BYTES,
+            crate::server::body::bounded_body,
+        ))
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
@@ -231,12 +250,24 @@ pub fn admin_router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(
+            ADMIN_MAX_BODY_BYTES,
+            crate::server::body::bounded_body,
+        ))
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
 /// Ready once the cluster view (if any) has been listed in full; the
-/// certificate is loaded before the port opens.
+/// certificate is loaded before the port opens. Not ready once stopping.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: shutting down\n",
+        )
+            .into_response();
+    }
     match &state.cluster {
         Some(cluster) if !cluster.is_synced() => (
             StatusCode::SERVICE_UNAVAILABLE,

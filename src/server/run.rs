@@ -1,5 +1,5 @@
 //! `gpugate serve`: certificates, the TLS webhook port and the admin port,
-//! until SIGTERM or Ctrl-C.
+//! until SIGTERM or Ctrl-C; SIGHUP re-reads the config and certificates.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,23 +23,35 @@ use super::config_reload::ConfigFile;
 
 use super::cert_secret::{InClusterCerts, Pass};
 use super::certs::{self, CertSpec, Ensured};
+use super::listener::{self, Listener, Transport};
 use super::metrics::Metrics;
-use super::routes::{AppState, admin_router, admission_router, extender_router, webhook_router};
-use super::serve_tls::{Timeouts, serve_tls};
+use super::routes::{
+    AppState, MAX_BODY_BYTES, MAX_EXTENDER_BODY_BYTES, admin_router, admission_router,
+    extender_router, webhook_router,
+};
+use super::signals::Signals;
 use super::tls::{self, ReloadingCert};
 
 /// Lifetime of self-made serving certificates.
 const SELF_MADE_DAYS: u32 = 90;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // First of all: from here on SIGHUP reloads instead of killing.
+    let signals = Signals::register().context("signal handlers")?;
     tls::install_default_provider();
     let (config_file, config) = match &args.config {
         Some(path) => {
-            let (file, config) = ConfigFile::load(path.clone())?;
+            let (file, config) = ConfigFile::load(path.clone()).await?;
+            tracing::info!(
+                path = %path.display(),
+                sha256 = file.stamp().short(),
+                "config loaded"
+            );
             (Some(file), config)
         }
         None => (None, Config::default()),
     };
+    let server_config = config.server.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -118,6 +130,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(tls::watch(
         cert.clone(),
         Duration::from_secs(args.reload_seconds),
+        signals.reload_cert.clone(),
         stopped(),
     ));
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
@@ -149,17 +162,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let state = AppState::assemble(config, metrics, cluster, bind_mode);
     if let Some(file) = config_file {
-        let errors = state.metrics.config_reload_errors.clone();
+        state.metrics.config_in_force(&file.stamp());
+        let reporter = state.clone();
         tokio::spawn(file.watch(
             state.config.clone(),
             Duration::from_secs(args.reload_seconds),
-            move || {
-                errors.inc();
+            signals.reload_config.clone(),
+            move |outcome| match outcome {
+                Ok(stamp) => reporter.metrics.config_in_force(stamp),
+                Err(_) => reporter.metrics.config_refused(),
             },
             stopped(),
         ));
     }
-    let listener = TcpListener::bind(args.listen)
+    let webhook_tcp = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}", args.listen))?;
     let admin = TcpListener::bind(args.admin_listen)
@@ -174,7 +190,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     tracing::info!(
-        listen = %listener.local_addr()?,
+        listen = %webhook_tcp.local_addr()?,
         extender = %extender
             .as_ref()
             .and_then(|l| l.local_addr().ok())
@@ -184,31 +200,66 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "gpugate serving"
     );
 
+    let shutdown_delay = server_config.shutdown_delay();
+    let stopping = state.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("stopping: finishing requests in flight");
+        let mut signals = signals;
+        let which = signals.terminated().await;
+        // Readiness off first: the pod leaves the Service's endpoints while
+        // it keeps answering whoever still routes to it.
+        stopping
+            .shutting_down
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            signal = which,
+            serving_for = ?shutdown_delay,
+            "stopping: readiness off, still serving while endpoints are removed"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(shutdown_delay) => {}
+            which = signals.terminated() => {
+                tracing::info!(signal = which, "second signal: stopping now");
+            }
+        }
+        tracing::info!("stopping: no new connections, finishing requests in flight");
         let _ = stop_tx.send(true);
     });
-    let admin_server =
-        axum::serve(admin, admin_router(state.clone())).with_graceful_shutdown(stopped());
-    let (webhooks, extender_server) = match extender {
+    let metrics = state.metrics.connections.clone();
+    let tls_listener = |name: &'static str, max_body: usize| Listener {
+        name,
+        limits: server_config.limits(max_body),
+        metrics: metrics.clone(),
+    };
+    let admin_server = listener::serve(
+        admin,
+        Transport::Plain,
+        admin_router(state.clone()),
+        Listener {
+            name: "admin",
+            limits: server_config.admin_limits(),
+            metrics: metrics.clone(),
+        },
+        stopped(),
+    );
+    let (webhooks, webhook_max_body, extender_server) = match extender {
         Some(extender) => (
             admission_router(state.clone()),
-            Some(serve_tls(
+            MAX_BODY_BYTES,
+            Some(listener::serve(
                 extender,
-                tls_config.clone(),
+                Transport::Tls(tls_config.clone()),
                 extender_router(state),
-                Timeouts::default(),
+                tls_listener("extender", MAX_EXTENDER_BODY_BYTES),
                 stopped(),
             )),
         ),
-        None => (webhook_router(state), None),
+        None => (webhook_router(state), MAX_EXTENDER_BODY_BYTES, None),
     };
-    let webhook_server = serve_tls(
-        listener,
-        tls_config,
+    let webhook_server = listener::serve(
+        webhook_tcp,
+        Transport::Tls(tls_config),
         webhooks,
-        Timeouts::default(),
+        tls_listener("webhook", webhook_max_body),
         stopped(),
     );
     let extender_server = async {
@@ -216,8 +267,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.await;
         }
     };
-    let (admin_result, (), ()) = tokio::join!(admin_server, webhook_server, extender_server);
-    admin_result.context("admin server")?;
+    tokio::join!(admin_server, webhook_server, extender_server);
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -381,26 +432,5 @@ async fn renew_loop<F, Fut>(
                 renew_at = time::OffsetDateTime::now_utc() + time::Duration::minutes(1);
             }
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
     }
 }

@@ -187,13 +187,15 @@ pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConf
     Ok(config)
 }
 
-/// Re-reads the certificate files every `interval` until `stop` resolves.
+/// Re-reads the certificate files every `interval`, and at once when `now`
+/// is notified (SIGHUP), until `stop` resolves.
 pub async fn watch(
     cert: Arc<ReloadingCert>,
     interval: Duration,
+    now: Arc<tokio::sync::Notify>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    super::poll::every(interval, stop, || match cert.reload() {
+    super::poll::every(interval, &now, stop, || match cert.reload() {
         Ok(Reload::Replaced) => tracing::info!(
             cert = %cert.cert_path.display(),
             not_after = cert.not_after(),

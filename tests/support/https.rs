@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use gpugate::server::certs::{self, CertBundle, CertSpec};
+use gpugate::server::limits::Limits;
+use gpugate::server::listener::{self, Listener, Transport};
 use gpugate::server::routes::{AppState, webhook_router};
-use gpugate::server::serve_tls::{Timeouts, serve_tls};
 use gpugate::server::tls::{self, ReloadingCert};
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject as _;
@@ -29,7 +30,7 @@ impl Drop for Server {
     }
 }
 
-pub async fn start(state: Arc<AppState>, timeouts: Timeouts) -> Server {
+pub async fn start(state: Arc<AppState>, limits: Limits) -> Server {
     let dir = std::env::temp_dir().join(format!(
         "gpugate-serve-{}-{}",
         std::process::id(),
@@ -46,11 +47,15 @@ pub async fn start(state: Arc<AppState>, timeouts: Timeouts) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tls(
+    tokio::spawn(listener::serve(
         listener,
-        config,
+        Transport::Tls(config),
         webhook_router(state.clone()),
-        timeouts,
+        Listener {
+            name: "webhook",
+            limits,
+            metrics: state.metrics.connections.clone(),
+        },
         async {
             let _ = rx.await;
         },
@@ -79,6 +84,16 @@ pub async fn connect_trusting(
     addr: std::net::SocketAddr,
     ca_pem: &[u8],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
+    connect_alpn(addr, ca_pem, b"http/1.1").await
+}
+
+/// A TLS connection to `addr` as `localhost` offering one ALPN protocol
+/// (`h2` or `http/1.1`), trusting only the CA in `ca_pem`.
+pub async fn connect_alpn(
+    addr: std::net::SocketAddr,
+    ca_pem: &[u8],
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem).unwrap())
@@ -88,7 +103,7 @@ pub async fn connect_trusting(
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = TcpStream::connect(addr).await.unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)

@@ -1,0 +1,483 @@
+//! The accept loop and the life of each connection, TLS or plain: a cap on
+//! open connections, a deadline for the TLS handshake, for the first
+//! request and for keep-alive idleness (HTTP/1.1 and HTTP/2 alike, from
+//! what the connection's requests do, not from its bytes), HTTP/2 stream
+//! and window limits with keep-alive pings, and a stop that lets requests
+//! in flight finish and then closes what is left. Request bodies are
+//! bounded by [`super::body`], which reads the per-connection allowance
+//! and the listener's budget that this module hands each request.
+//!
+//! Every connection that a rule closes or refuses is counted by rule in
+//! [`ConnMetrics`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
+
+use super::body::BodyBudget;
+use super::limits::Limits;
+
+/// How a listener's connections speak.
+#[derive(Clone)]
+pub enum Transport {
+    Tls(Arc<ServerConfig>),
+    /// Plain HTTP (the admin port).
+    Plain,
+}
+
+/// One listener: its name (a metric label), its bounds and its metrics.
+#[derive(Clone, Debug)]
+pub struct Listener {
+    /// `webhook`, `extender` or `admin`.
+    pub name: &'static str,
+    pub limits: Limits,
+    pub metrics: ConnMetrics,
+}
+
+/// Why a connection was refused or closed by gpugate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// At `maxConnections`: accepted and closed at once.
+    MaxConnections,
+    HandshakeTimeout,
+    HandshakeFailed,
+    /// No complete request headers within `headerTimeoutSeconds` of the
+    /// connection opening.
+    HeaderTimeout,
+    /// No request for `idleTimeoutSeconds` after the last one.
+    IdleTimeout,
+    /// Still open when the drain after a stop ended.
+    DrainTimeout,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::MaxConnections => "max_connections",
+            Rule::HandshakeTimeout => "handshake_timeout",
+            Rule::HandshakeFailed => "handshake_failed",
+            Rule::HeaderTimeout => "header_timeout",
+            Rule::IdleTimeout => "idle_timeout",
+            Rule::DrainTimeout => "drain_timeout",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub listener: &'static str,
+    pub rule: &'static str,
+}
+
+/// Connections and request bodies, per listener and rule.
+#[derive(Clone, Debug, Default)]
+pub struct ConnMetrics {
+    pub open: Family<ListenerLabels, Gauge>,
+    pub accepted: Family<ListenerLabels, Counter>,
+    pub refused: Family<RuleLabels, Counter>,
+    pub closed: Family<RuleLabels, Counter>,
+    /// Requests answered 408, 413 or 503 before their body was read.
+    pub requests_refused: Family<RuleLabels, Counter>,
+    /// Request body bytes held now (allowances and budget).
+    pub body_bytes: Family<ListenerLabels, Gauge>,
+}
+
+impl ConnMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_connections_open",
+            "Open connections, by listener",
+            self.open.clone(),
+        );
+        registry.register(
+            "gpugate_connections_accepted",
+            "Connections accepted, by listener",
+            self.accepted.clone(),
+        );
+        registry.register(
+            "gpugate_connections_refused",
+            "Connections closed on accept, by listener and rule (max_connections)",
+            self.refused.clone(),
+        );
+        registry.register(
+            "gpugate_connections_closed",
+            "Connections gpugate closed, by listener and rule (handshake_timeout, \
+             handshake_failed, header_timeout, idle_timeout, drain_timeout)",
+            self.closed.clone(),
+        );
+        registry.register(
+            "gpugate_requests_refused",
+            "Requests answered before their body was read, by listener and rule \
+             (body_too_large, body_timeout, body_budget)",
+            self.requests_refused.clone(),
+        );
+        registry.register(
+            "gpugate_request_body_bytes",
+            "Request body bytes held in memory now, by listener",
+            self.body_bytes.clone(),
+        );
+    }
+
+    pub fn closed(&self, listener: &'static str, rule: Rule) {
+        let labels = RuleLabels {
+            listener,
+            rule: rule.as_str(),
+        };
+        match rule {
+            Rule::MaxConnections => self.refused.get_or_create(&labels).inc(),
+            _ => self.closed.get_or_create(&labels).inc(),
+        };
+    }
+}
+
+/// What the requests of one connection are doing, for its deadlines.
+#[derive(Debug)]
+pub struct ConnActivity {
+    opened: Instant,
+    /// Milliseconds after `opened` of the last request start or end.
+    last: AtomicU64,
+    in_flight: AtomicUsize,
+    requests: AtomicU64,
+    changed: Notify,
+}
+
+impl ConnActivity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            last: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            changed: Notify::new(),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    fn started(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        self.changed.notify_one();
+        InFlight(self.clone())
+    }
+
+    /// When the connection is due to be closed, and by which rule: none
+    /// while a request is in flight (its body and handler have deadlines
+    /// of their own).
+    fn deadline(&self, limits: &Limits) -> Option<(Instant, Rule)> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        if self.requests.load(Ordering::Relaxed) == 0 {
+            return Some((self.opened + limits.header, Rule::HeaderTimeout));
+        }
+        let last = self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed));
+        Some((last + limits.idle, Rule::IdleTimeout))
+    }
+}
+
+/// A request in flight on a connection; its end counts as activity.
+struct InFlight(Arc<ConnActivity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+/// The router of one connection: each request carries the connection's
+/// [`BodyBudget`] and counts as the connection's activity until answered.
+#[derive(Clone)]
+struct ConnService {
+    router: Router,
+    activity: Arc<ConnActivity>,
+    budget: BodyBudget,
+}
+
+impl tower::Service<Request<hyper::body::Incoming>> for ConnService {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<hyper::body::Incoming>) -> Self::Future {
+        let in_flight = self.activity.started();
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(self.budget.clone());
+        let call = tower::ServiceExt::oneshot(self.router.clone(), req);
+        Box::pin(async move {
+            let response = call.await;
+            drop(in_flight);
+            response
+        })
+    }
+}
+
+/// Serves `router` on `listener` until `stop` resolves; then stops
+/// accepting, lets requests in flight finish for up to `limits.drain`, and
+/// closes what is left.
+pub async fn serve(
+    tcp: TcpListener,
+    transport: Transport,
+    router: Router,
+    listener: Listener,
+    stop: impl Future<Output = ()>,
+) {
+    let limits = listener.limits;
+    let builder = Arc::new(http_builder(&limits));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let budget = Arc::new(Semaphore::new(limits.body_budget));
+    let (phase_tx, phase) = watch::channel(Phase::Serving);
+    let acceptor = match &transport {
+        Transport::Tls(config) => Some(TlsAcceptor::from(config.clone())),
+        Transport::Plain => None,
+    };
+    let open = listener
+        .metrics
+        .open
+        .get_or_create(&ListenerLabels {
+            listener: listener.name,
+        })
+        .clone();
+    tokio::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = tcp.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(listener = listener.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Closed at once: the client learns now, and the backlog does
+            // not fill with connections that would wait for nothing.
+            listener.metrics.closed(listener.name, Rule::MaxConnections);
+            tracing::debug!(listener = listener.name, %peer, "connection refused: maxConnections");
+            drop(tcp);
+            continue;
+        };
+        listener
+            .metrics
+            .accepted
+            .get_or_create(&ListenerLabels {
+                listener: listener.name,
+            })
+            .inc();
+        // Answers are written in several pieces (TLS records, a large
+        // /filter answer is hundreds of KiB): with Nagle's algorithm the
+        // last piece can wait for the client's delayed ACK, about 40 ms.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        let conn = Conn {
+            listener: listener.clone(),
+            builder: builder.clone(),
+            router: router.clone(),
+            budget: BodyBudget::new(
+                limits.connection_body,
+                budget.clone(),
+                limits,
+                listener.metrics.clone(),
+                listener.name,
+            ),
+            phase: phase.clone(),
+        };
+        let acceptor = acceptor.clone();
+        let open = open.clone();
+        open.inc();
+        tokio::spawn(async move {
+            conn.run(tcp, acceptor).await;
+            open.dec();
+            drop(slot);
+        });
+    }
+    drop(tcp);
+    let _ = phase_tx.send(Phase::Draining);
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(limits.drain, slots.acquire_many(all)).await;
+    if drained.is_err() {
+        let _ = phase_tx.send(Phase::Closing);
+        tracing::warn!(
+            listener = listener.name,
+            "stopped with requests still in flight after the drain timeout"
+        );
+        // Give the tasks a moment to drop their connections.
+        let _ = tokio::time::timeout(Duration::from_secs(1), slots.acquire_many(all)).await;
+    }
+}
+
+/// What the listener asks of its connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    /// Finish the requests in flight, take no new ones.
+    Draining,
+    /// Close now.
+    Closing,
+}
+
+fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Not hyper's: it also ends kept-alive connections that wait for
+        // their next request, after `header` rather than `idle`, and a Go
+        // client that reuses one at that moment fails its request. The
+        // watchdog in `Conn::http` closes a connection whose first request
+        // does not arrive within `header` and an idle one after `idle`;
+        // headers in between wait at most that long in a 64 KiB buffer.
+        .header_read_timeout(None)
+        .keep_alive(true)
+        // Headers and the body data not yet read are held here; 64 KiB
+        // is far above any request head kube-apiserver or kube-scheduler
+        // sends.
+        .max_buf_size(64 * 1024);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
+        // Data a client may send before gpugate reads it: per stream and
+        // for the whole connection. Bodies are read as they come (within
+        // the body budget), so these bound what waits unread.
+        .initial_stream_window_size(64 * 1024)
+        .initial_connection_window_size(64 * 1024)
+        .max_send_buf_size(64 * 1024)
+        .max_header_list_size(16 * 1024)
+        .keep_alive_interval(limits.http2_keep_alive_interval)
+        .keep_alive_timeout(limits.http2_keep_alive_timeout);
+    builder
+}
+
+/// One accepted connection.
+struct Conn {
+    listener: Listener,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    router: Router,
+    budget: BodyBudget,
+    phase: watch::Receiver<Phase>,
+}
+
+impl Conn {
+    async fn run(self, tcp: TcpStream, acceptor: Option<TlsAcceptor>) {
+        let Some(acceptor) = acceptor else {
+            return self.http(tcp).await;
+        };
+        let name = self.listener.name;
+        match tokio::time::timeout(self.listener.limits.handshake, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => self.http(tls).await,
+            Ok(Err(e)) => {
+                tracing::debug!(listener = name, error = %e, "TLS handshake failed");
+                self.listener.metrics.closed(name, Rule::HandshakeFailed);
+            }
+            Err(_) => {
+                tracing::debug!(listener = name, "TLS handshake timed out");
+                self.listener.metrics.closed(name, Rule::HandshakeTimeout);
+            }
+        }
+    }
+
+    async fn http<IO>(mut self, io: IO)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(ConnActivity::new());
+        let service = hyper_util::service::TowerToHyperService::new(ConnService {
+            router: self.router.clone(),
+            activity: activity.clone(),
+            budget: self.budget.clone(),
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let limits = self.listener.limits;
+        let name = self.listener.name;
+        let mut shutting_down = false;
+        loop {
+            let deadline = if shutting_down {
+                None
+            } else {
+                activity.deadline(&limits)
+            };
+            let sleep = async {
+                match deadline {
+                    Some((at, _)) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(listener = name, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = sleep => {
+                    // Re-checked: a request may have started just now.
+                    if let Some((at, rule)) = activity.deadline(&limits)
+                        && at <= Instant::now()
+                    {
+                        self.listener.metrics.closed(name, rule);
+                        tracing::debug!(listener = name, rule = rule.as_str(), "closing connection");
+                        // No request is in flight: nothing to finish.
+                        return;
+                    }
+                }
+                () = activity.changed.notified() => {}
+                changed = self.phase.changed() => {
+                    let phase = if changed.is_ok() { *self.phase.borrow() } else { Phase::Closing };
+                    match phase {
+                        Phase::Serving => {}
+                        Phase::Draining if !shutting_down => {
+                            shutting_down = true;
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        Phase::Draining => {}
+                        Phase::Closing => {
+                            self.listener.metrics.closed(name, Rule::DrainTimeout);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
