@@ -59,8 +59,8 @@ impl Default for ServerConfig {
             header_timeout_seconds: 10.0,
             body_timeout_seconds: 10.0,
             idle_timeout_seconds: 120.0,
-            connection_body_kib: 64,
-            body_budget_mib: 64,
+            connection_body_kib: 32,
+            body_budget_mib: 32,
             http2_max_concurrent_streams: 32,
             http2_keep_alive_interval_seconds: 30.0,
             http2_keep_alive_timeout_seconds: 10.0,
@@ -224,11 +224,12 @@ impl Default for Limits {
     }
 }
 
-/// What hyper and rustls buffer per connection at most, by the settings in
-/// `server::listener`: hyper's HTTP/1 read buffer or HTTP/2's connection
-/// window (64 KiB either way), rustls' record and plaintext buffers (about
-/// 34 KiB in, 16 KiB out), and HTTP/2's send buffer (64 KiB).
-pub const PER_CONNECTION_BUFFERS: usize = 180 * 1024;
+/// What a connection costs beyond the body bytes it holds, measured
+/// (docs/benchmarks.md, "Slow clients"): about 34 KiB for a TLS
+/// connection that sent its headers, about 105 KiB for one stalled with
+/// data waiting in hyper's 16 KiB read buffer and rustls' record and
+/// plaintext buffers.
+pub const PER_CONNECTION_BUFFERS: usize = 110 * 1024;
 
 #[cfg(test)]
 mod tests {
@@ -239,12 +240,12 @@ mod tests {
         let c = ServerConfig::default();
         c.validate().unwrap();
         let l = c.limits(7 * 1024 * 1024);
-        assert_eq!(l.body_budget, 64 * 1024 * 1024);
+        assert_eq!(l.body_budget, 32 * 1024 * 1024);
         // The extender's 96 MiB bodies still fit in the budget.
         assert_eq!(c.limits(96 * 1024 * 1024).body_budget, 96 * 1024 * 1024);
         assert_eq!(c.admin_limits().max_connections, 64);
-        // docs/operations.md: about 308 MiB at the default caps.
-        assert_eq!(l.worst_case_bytes() / (1024 * 1024), 308);
+        // docs/operations.md: about 174 MiB at the default caps.
+        assert_eq!(l.worst_case_bytes() / (1024 * 1024), 174);
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct ConnMetrics {
     pub requests_refused: Family<RuleLabels, Counter>,
     /// Request body bytes held now (allowances and budget).
     pub body_bytes: Family<ListenerLabels, Gauge>,
+    /// Requests whose headers arrived and that are not answered yet
+    /// (HTTP/2 streams included).
+    pub in_flight: Family<ListenerLabels, Gauge>,
 }
 
 impl ConnMetrics {
@@ -138,6 +141,11 @@ impl ConnMetrics {
             "gpugate_request_body_bytes",
             "Request body bytes held in memory now, by listener",
             self.body_bytes.clone(),
+        );
+        registry.register(
+            "gpugate_requests_in_flight",
+            "Requests received and not answered yet (HTTP/2 streams included), by listener",
+            self.in_flight.clone(),
         );
     }
 
@@ -180,12 +188,14 @@ impl ConnActivity {
         self.last.store(ms, Ordering::Relaxed);
     }
 
-    fn started(self: &Arc<Self>) -> InFlight {
+    /// A request starts. The watchdog need not wake: a deadline it sleeps
+    /// towards is checked again when it comes.
+    fn started(self: &Arc<Self>, gauge: &Gauge) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.touch();
-        self.changed.notify_one();
-        InFlight(self.clone())
+        gauge.inc();
+        InFlight(self.clone(), gauge.clone())
     }
 
     /// When the connection is due to be closed, and by which rule: none
@@ -204,13 +214,17 @@ impl ConnActivity {
 }
 
 /// A request in flight on a connection; its end counts as activity.
-struct InFlight(Arc<ConnActivity>);
+struct InFlight(Arc<ConnActivity>, Gauge);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
+        // The last request ends: the watchdog, which had no deadline while
+        // requests were in flight, sets the idle one.
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.changed.notify_one();
+        }
+        self.1.dec();
     }
 }
 
@@ -221,6 +235,8 @@ struct ConnService {
     router: Router,
     activity: Arc<ConnActivity>,
     budget: BodyBudget,
+    /// The listener's `gpugate_requests_in_flight`.
+    in_flight: Gauge,
 }
 
 impl tower::Service<Request<hyper::body::Incoming>> for ConnService {
@@ -235,7 +251,7 @@ impl tower::Service<Request<hyper::body::Incoming>> for ConnService {
     }
 
     fn call(&mut self, req: Request<hyper::body::Incoming>) -> Self::Future {
-        let in_flight = self.activity.started();
+        let in_flight = self.activity.started(&self.in_flight);
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(self.budget.clone());
         let call = tower::ServiceExt::oneshot(self.router.clone(), req);
@@ -368,10 +384,10 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         // headers in between wait at most that long in a 64 KiB buffer.
         .header_read_timeout(None)
         .keep_alive(true)
-        // Headers and the body data not yet read are held here; 64 KiB
-        // is far above any request head kube-apiserver or kube-scheduler
-        // sends.
-        .max_buf_size(64 * 1024);
+        // Headers and the body data not yet read are held here (hyper's
+        // default grows to 400 KiB); 16 KiB is far above any request head
+        // kube-apiserver or kube-scheduler sends.
+        .max_buf_size(16 * 1024);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -425,6 +441,14 @@ impl Conn {
             router: self.router.clone(),
             activity: activity.clone(),
             budget: self.budget.clone(),
+            in_flight: self
+                .listener
+                .metrics
+                .in_flight
+                .get_or_create(&ListenerLabels {
+                    listener: self.listener.name,
+                })
+                .clone(),
         });
         let conn = self.builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(conn);
