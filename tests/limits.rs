@@ -183,6 +183,15 @@ async fn a_huge_declared_length_gets_413_at_once() {
         ),
         1
     );
+    // A request head larger than the 16 KiB read buffer is refused too.
+    let mut tls = connect(&s).await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nX-Padding: {}\r\nContent-Length: 2\r\n\r\n{{}}",
+        "a".repeat(20 * 1024)
+    );
+    let _ = tls.write_all(head.as_bytes()).await;
+    let (raw, _) = until_closed(&mut tls, Duration::from_secs(2)).await;
+    assert_eq!(status(&raw), 431, "{}", String::from_utf8_lossy(&raw));
 }
 
 /// Case 3: connections that go silent after the TLS handshake are closed
