@@ -177,6 +177,43 @@ impl ServerConfig {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit (as Go programs
+/// do at start; containers often start with a soft limit of 1,024), and
+/// says whether `needed` descriptors fit under it. A connection cap above
+/// the limit would turn an attack into failed accepts for everyone.
+pub fn raise_open_file_limit(needed: u64) -> Result<u64, String> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    let current = if limit.current != limit.maximum && setrlimit(Resource::Nofile, raised).is_ok() {
+        limit.maximum
+    } else {
+        limit.current
+    };
+    match current {
+        Some(n) if n < needed => Err(format!(
+            "the open-file limit is {n}, below the {needed} descriptors the connection caps \
+             (server.maxConnections, adminMaxConnections) and the API client may need: \
+             lower the caps or raise the limit"
+        )),
+        Some(n) => Ok(n),
+        None => Ok(u64::MAX),
+    }
+}
+
+impl ServerConfig {
+    /// File descriptors the listeners may hold at once, plus room for the
+    /// API client, watches, files and logs.
+    pub fn descriptors_needed(&self, tls_listeners: u64) -> u64 {
+        tls_listeners * u64::from(self.max_connections)
+            + u64::from(self.admin_max_connections)
+            + 256
+    }
+}
+
 /// Bodies on the admin port, whose routes are all GETs.
 const ADMIN_MAX_BODY: usize = crate::server::routes::ADMIN_MAX_BODY_BYTES;
 
@@ -246,6 +283,22 @@ mod tests {
         assert_eq!(c.admin_limits().max_connections, 64);
         // docs/operations.md: about 174 MiB at the default caps.
         assert_eq!(l.worst_case_bytes() / (1024 * 1024), 174);
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_and_checked() {
+        let limit = raise_open_file_limit(16).unwrap();
+        assert!(limit >= 16);
+        // Raised to the hard limit: asking again gives the same.
+        assert_eq!(raise_open_file_limit(16).unwrap(), limit);
+        if limit != u64::MAX {
+            let e = raise_open_file_limit(limit + 1).unwrap_err();
+            assert!(e.contains("server.maxConnections"), "{e}");
+        }
+        assert_eq!(
+            ServerConfig::default().descriptors_needed(2),
+            2 * 1024 + 64 + 256
+        );
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => (None, Config::default()),
     };
     let server_config = config.server.clone();
+    let tls_listeners = if args.extender_listen.is_some() { 2 } else { 1 };
+    match super::limits::raise_open_file_limit(server_config.descriptors_needed(tls_listeners)) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(problem) => tracing::warn!("{problem}"),
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
