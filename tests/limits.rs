@@ -192,6 +192,20 @@ async fn a_huge_declared_length_gets_413_at_once() {
     let _ = tls.write_all(head.as_bytes()).await;
     let (raw, _) = until_closed(&mut tls, Duration::from_secs(2)).await;
     assert_eq!(status(&raw), 431, "{}", String::from_utf8_lossy(&raw));
+    // The same over HTTP/2: that stream alone is refused.
+    let ca = s.bundle.ca_cert_pem.as_bytes().to_vec();
+    let tls = connect_alpn(s.addr, &ca, b"h2").await;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let big = http::Request::post("https://localhost/validate")
+        .header("x-padding", "a".repeat(20 * 1024))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let refused = send.send_request(big).await.unwrap();
+    assert_eq!(refused.status(), 431);
 }
 
 /// Case 3: connections that go silent after the TLS handshake are closed

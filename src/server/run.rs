@@ -211,10 +211,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let mut signals = signals;
         let which = signals.terminated().await;
         // Readiness off first: the pod leaves the Service's endpoints while
-        // it keeps answering whoever still routes to it.
+        // it keeps answering whoever still routes to it. Ctrl-C (SIGINT)
+        // is a person at a terminal: no endpoints to wait for.
         stopping
             .shutting_down
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        let shutdown_delay = if which == "SIGTERM" {
+            shutdown_delay
+        } else {
+            Duration::ZERO
+        };
         tracing::info!(
             signal = which,
             serving_for = ?shutdown_delay,
