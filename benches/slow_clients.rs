@@ -313,7 +313,7 @@ async fn probe(
     ca: &[u8],
     review: Bytes,
     length: Duration,
-) -> (Probe, Probe, Probe) {
+) -> (Probe, Probe, Probe, Probe) {
     let end = Instant::now() + length;
     let admin = server.admin;
     let health = tokio::spawn(async move {
@@ -373,7 +373,9 @@ async fn probe(
             p
         })
     };
+    let fresh_review = review.clone();
     let fresh = tokio::spawn(async move {
+        let review = fresh_review;
         let mut p = Probe::default();
         while Instant::now() < end {
             let t = Instant::now();
@@ -400,10 +402,72 @@ async fn probe(
         }
         p
     });
+    // As kube-apiserver sends them: 8 reviews at once over one kept
+    // HTTP/2 connection, every 100 ms.
+    let c2 = connector(ca, b"h2");
+    let concurrent = tokio::spawn(async move {
+        let mut p = Probe::default();
+        let mut sender: Option<hyper::client::conn::http2::SendRequest<Full<Bytes>>> = None;
+        while Instant::now() < end {
+            if sender.as_ref().is_none_or(|s| s.is_closed()) {
+                sender = match tls(addr, &c2).await {
+                    Ok(s) => {
+                        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+                            .await
+                            .ok()
+                            .map(|(sender, conn)| {
+                                tokio::spawn(conn);
+                                sender
+                            })
+                    }
+                    Err(_) => None,
+                };
+            }
+            let Some(s) = sender.clone() else {
+                p.errors += 8;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let batch: Vec<_> = (0..8)
+                .map(|_| {
+                    let mut s = s.clone();
+                    let body = review.clone();
+                    tokio::spawn(async move {
+                        let t = Instant::now();
+                        let req = http::Request::post("https://localhost/validate")
+                            .header("content-type", "application/json")
+                            .body(Full::new(body))
+                            .unwrap();
+                        let ok = match s.send_request(req).await {
+                            Ok(res) => {
+                                let status = res.status();
+                                let b = res.into_body().collect().await.map(|b| b.to_bytes());
+                                status == 200
+                                    && b.is_ok_and(|b| {
+                                        b.windows(14).any(|w| w == b"\"allowed\":true")
+                                    })
+                            }
+                            Err(_) => false,
+                        };
+                        (ok, t.elapsed())
+                    })
+                })
+                .collect();
+            for task in batch {
+                match task.await {
+                    Ok((true, took)) => p.latencies.push(took),
+                    _ => p.errors += 1,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        p
+    });
     (
         health.await.unwrap(),
         keep.await.unwrap(),
         fresh.await.unwrap(),
+        concurrent.await.unwrap(),
     )
 }
 
@@ -447,7 +511,7 @@ async fn main() {
     let (idle_rss, _) = rss(pid);
 
     // The reference: the same probes with no attack.
-    let (mut h_ref, mut k_ref, mut f_ref) =
+    let (mut h_ref, mut k_ref, mut f_ref, mut c_ref) =
         probe(&server, &ca, review.clone(), Duration::from_secs(8)).await;
     let (ref_rss, _) = rss(pid);
 
@@ -511,7 +575,8 @@ async fn main() {
     // Let the attack build up, then probe during it.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let probe_for = Duration::from_secs(seconds.saturating_sub(5).max(5) as u64);
-    let (mut h_att, mut k_att, mut f_att) = probe(&server, &ca, review.clone(), probe_for).await;
+    let (mut h_att, mut k_att, mut f_att, mut c_att) =
+        probe(&server, &ca, review.clone(), probe_for).await;
     stop.store(true, Ordering::Relaxed);
     let (peak_rss, peak_body, peak_open, peak_requests) = sampling.await.unwrap();
     let metrics = admin_get(server.admin, "/metrics")
@@ -562,6 +627,14 @@ async fn main() {
     );
     println!("{}", f_ref.row("review, new TLS connection, no attack"));
     println!("{}", f_att.row("review, new TLS connection, under attack"));
+    println!(
+        "{}",
+        c_ref.row("8 concurrent reviews, one HTTP/2 connection, no attack")
+    );
+    println!(
+        "{}",
+        c_att.row("8 concurrent reviews, one HTTP/2 connection, under attack")
+    );
     println!();
     println!("| rule | count |");
     println!("|---|---|");
@@ -572,6 +645,8 @@ async fn main() {
         "gpugate_connections_refused_total{listener=\"webhook\",rule=\"max_connections\"}",
         "gpugate_connections_closed_total{listener=\"webhook\",rule=\"header_timeout\"}",
         "gpugate_connections_closed_total{listener=\"webhook\",rule=\"idle_timeout\"}",
+        "gpugate_connections_closed_total{listener=\"webhook\",rule=\"evicted_idle\"}",
+        "gpugate_connections_closed_total{listener=\"webhook\",rule=\"write_timeout\"}",
     ] {
         println!("| `{series}` | {} |", metric(&metrics, series));
     }

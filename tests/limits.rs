@@ -268,11 +268,66 @@ async fn silent_and_idle_connections_are_closed() {
     );
 }
 
-/// Above `maxConnections`, connections are accepted and closed at once
-/// and counted; the admin port has its own cap, so health checks are
-/// answered while the webhook port is full.
+/// A TLS connection to `addr` with a client that trusts `ca` (no ALPN).
+async fn tls_client(
+    addr: std::net::SocketAddr,
+    ca: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::pem::PemObject::from_pem_slice(ca).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(gpugate::server::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+}
+
+/// Starts the admin router on its own listener with `max_connections`.
+async fn admin_port(s: &Server, max_connections: usize) -> std::net::SocketAddr {
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = admin.local_addr().unwrap();
+    let state = s.state.clone();
+    tokio::spawn(listener::serve(
+        admin,
+        Transport::Plain,
+        admin_router(state.clone()),
+        Listener {
+            name: "admin",
+            limits: Limits {
+                max_connections,
+                header: Duration::from_secs(30),
+                ..limits()
+            },
+            metrics: state.metrics.connections.clone(),
+        },
+        std::future::pending(),
+    ));
+    addr
+}
+
+async fn healthz(addr: std::net::SocketAddr) -> u16 {
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (raw, _) = until_closed(&mut tcp, Duration::from_secs(2)).await;
+    status(&raw)
+}
+
+/// At `maxConnections`, the connection idle the longest makes room:
+/// holding idle connections (or half-open ones on the admin port) blocks
+/// no one. Counted as `evicted_idle`.
 #[tokio::test]
-async fn connections_above_the_cap_are_refused_and_health_stays_up() {
+async fn idle_connections_make_room_at_the_cap() {
     let s = server(Limits {
         max_connections: 8,
         header: Duration::from_secs(30),
@@ -282,30 +337,60 @@ async fn connections_above_the_cap_are_refused_and_health_stays_up() {
     let mut held = Vec::new();
     for _ in 0..8 {
         held.push(connect(&s).await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The ninth: closed before its TLS handshake can finish.
-    let ca = s.bundle.ca_cert_pem.as_bytes().to_vec();
-    let addr = s.addr;
-    let ninth = tokio::time::timeout(Duration::from_secs(2), async move {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(rustls::pki_types::pem::PemObject::from_pem_slice(&ca).unwrap())
-            .unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(gpugate::server::tls::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(
-                rustls::pki_types::ServerName::try_from("localhost").unwrap(),
-                tcp,
-            )
-            .await
+    let (code, _) = post(&s, "/mutate", &review()).await;
+    assert_eq!(code, 200, "a ninth client is served");
+    assert_eq!(
+        metric(
+            &s,
+            "gpugate_connections_closed_total{listener=\"webhook\",rule=\"evicted_idle\"}"
+        ),
+        1
+    );
+    // The one idle the longest (the first) made room.
+    let mut first = held.remove(0);
+    until_closed(&mut first, Duration::from_secs(2)).await;
+    // The admin port: 4 connections that never finish their request.
+    let admin = admin_port(&s, 4).await;
+    let mut stuck = Vec::new();
+    for _ in 0..4 {
+        let mut tcp = tokio::net::TcpStream::connect(admin).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        stuck.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(healthz(admin).await, 200, "a probe is answered");
+}
+
+/// When every connection is busy (a request in flight), a new one is
+/// accepted and closed at once and counted; the admin port has its own
+/// cap, so health checks are answered while the webhook port is full.
+#[tokio::test]
+async fn busy_connections_at_the_cap_refuse_new_ones_and_health_stays_up() {
+    let s = server(Limits {
+        max_connections: 8,
+        body: Duration::from_secs(30),
+        ..limits()
     })
-    .await
-    .expect("the ninth connection is answered at once");
+    .await;
+    let mut busy = Vec::new();
+    for _ in 0..8 {
+        let mut tls = connect(&s).await;
+        tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{")
+            .await
+            .unwrap();
+        busy.push(tls);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        metric(&s, "gpugate_requests_in_flight{listener=\"webhook\"}"),
+        8
+    );
+    let ca = s.bundle.ca_cert_pem.as_bytes().to_vec();
+    let ninth = tokio::time::timeout(Duration::from_secs(2), tls_client(s.addr, &ca))
+        .await
+        .expect("the ninth connection is answered at once");
     assert!(ninth.is_err(), "the ninth connection must be closed");
     assert_eq!(
         metric(
@@ -318,35 +403,90 @@ async fn connections_above_the_cap_are_refused_and_health_stays_up() {
         metric(&s, "gpugate_connections_open{listener=\"webhook\"}"),
         8
     );
-    // The admin port, served by the same code with its own cap.
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin_addr = admin.local_addr().unwrap();
-    let state = s.state.clone();
-    tokio::spawn(listener::serve(
-        admin,
-        Transport::Plain,
-        admin_router(state.clone()),
-        Listener {
-            name: "admin",
-            limits: Limits {
-                max_connections: 4,
-                ..limits()
-            },
-            metrics: state.metrics.connections.clone(),
-        },
-        std::future::pending(),
-    ));
-    let mut tcp = tokio::net::TcpStream::connect(admin_addr).await.unwrap();
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let (raw, _) = until_closed(&mut tcp, Duration::from_secs(2)).await;
-    assert_eq!(status(&raw), 200);
-    // Closing one frees a slot.
-    held.pop();
+    let admin = admin_port(&s, 4).await;
+    assert_eq!(healthz(admin).await, 200);
+    // Ending one busy connection frees a slot.
+    busy.pop();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (code, _) = post(&s, "/mutate", &review()).await;
     assert_eq!(code, 200);
+}
+
+/// An answer the client does not take is cut off at the write deadline,
+/// and what its request held is given back then, not before: a /filter
+/// that echoes 6 MB of node names to a client that never reads.
+#[tokio::test]
+async fn an_answer_nobody_reads_is_cut_off_at_the_write_deadline() {
+    let snapshot = gpugate::cluster::Snapshot::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/cluster/extender.yaml"),
+    )
+    .unwrap();
+    let (view, _) = snapshot.to_view();
+    let cluster = Arc::new(gpugate::cluster::SharedCluster::new(view, true));
+    let state = AppState::with_cluster(Config::default(), Metrics::new(None), Some(cluster));
+    let s = start(state, limits()).await;
+    // A pod without GPUs: every candidate passes and is echoed back.
+    let names: Vec<String> = (0..200_000)
+        .map(|i| format!("node-{i:07}-with-a-long-name"))
+        .collect();
+    let body = json!({
+        "Pod": {"metadata": {"name": "p", "namespace": "ml", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}},
+        "NodeNames": names,
+    })
+    .to_string();
+    // A small receive buffer, so that the kernel does not take the whole
+    // answer off the server's hands.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(32 * 1024).unwrap();
+    let tcp = socket.connect(s.addr).await.unwrap();
+    let mut tls = support::https::wrap_tls(tcp, s.bundle.ca_cert_pem.as_bytes(), b"http/1.1").await;
+    let head = format!(
+        "POST /filter HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(body.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    // Never read: the answer stays in the server until the deadline.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let held = metric(&s, "gpugate_request_body_bytes{listener=\"webhook\"}");
+    assert!(held as usize >= body.len(), "held {held} of {}", body.len());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&s, "gpugate_request_body_bytes{listener=\"webhook\"}") > 0 {
+        assert!(Instant::now() < deadline, "answer still held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric(
+            &s,
+            "gpugate_connections_closed_total{listener=\"webhook\",rule=\"write_timeout\"}"
+        ),
+        1
+    );
+}
+
+/// A body sent as thousands of one-byte chunks costs its buffer, not a
+/// piece of memory per chunk, and is read like any other.
+#[tokio::test]
+async fn a_body_of_one_byte_chunks_is_read_into_one_buffer() {
+    let s = server(limits()).await;
+    let body = review();
+    let mut chunked = Vec::new();
+    for b in &body {
+        chunked.extend_from_slice(b"1\r\n");
+        chunked.push(*b);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let mut tls = connect(&s).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    tls.write_all(&chunked).await.unwrap();
+    let (raw, _) = until_closed(&mut tls, Duration::from_secs(5)).await;
+    assert_eq!(status(&raw), 200, "{}", String::from_utf8_lossy(&raw));
+    assert!(String::from_utf8_lossy(&raw).contains("\"allowed\":true"));
 }
 
 /// HTTP/2 streams that stall their bodies are answered 408 each, and the

@@ -422,3 +422,47 @@ async fn extender_listen_keeps_the_extender_off_the_webhook_port() {
     let (status, _) = post(&g, extender, "/mutate", &review_body()).await;
     assert_eq!(status, 404, "/mutate on --extender-listen");
 }
+
+/// A stop signal during a start-up that waits (here: the first
+/// self-managed certificate pass against an API server that is not there,
+/// retried without end) ends the process at once, cleanly.
+#[tokio::test]
+async fn sigterm_during_start_up_exits_at_once() {
+    let dir = std::env::temp_dir().join(format!("gpugate-unreachable-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n",
+    )
+    .unwrap();
+    let mut g = spawn(
+        "startup",
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--self-signed-secret",
+            "gpugate/gpugate-ca",
+            "--dns",
+            "gpugate.gpugate.svc",
+        ],
+    );
+    // Let it reach the retry loop.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    if let Some(status) = g.child.try_wait().unwrap() {
+        let log = std::fs::read_to_string(g.dir.join("stderr.log")).unwrap_or_default();
+        panic!("gpugate exited by itself ({status}): {log}");
+    }
+    let signalled = Instant::now();
+    send_signal(&g, "TERM");
+    let exit = wait_exit(&mut g, Duration::from_secs(5));
+    assert!(exit.success(), "exit status {exit}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        signalled.elapsed()
+    );
+    let log = std::fs::read_to_string(g.dir.join("stderr.log")).unwrap_or_default();
+    assert!(log.contains("stopped during start-up"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

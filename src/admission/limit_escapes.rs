@@ -101,6 +101,9 @@ fn refusal(
     if let Some(e) = ESCAPES.iter().find(|e| names(e, name)) {
         return Some(e.why.to_string());
     }
+    // The kubelet expands $(NAME) in a value from the variables before it,
+    // so such a value is as unknown at admission as one from valueFrom.
+    let unknown = var.value_from || var.value.as_deref().is_some_and(|v| v.contains("$("));
     let value = || {
         if var.value_from {
             "from valueFrom".to_string()
@@ -115,10 +118,10 @@ fn refusal(
             let configured = nv.gpu_core_policy.trim();
             let set = var.value.as_deref().unwrap_or("").trim();
             if configured.is_empty() || configured.eq_ignore_ascii_case("default") {
-                (var.value_from || set.eq_ignore_ascii_case("disable"))
-                    .then(|| format!("{} turns off the compute limiter", value()))
+                (unknown || set.eq_ignore_ascii_case("disable"))
+                    .then(|| format!("{} turns off the compute limiter, or may", value()))
             } else {
-                (var.value_from || !set.eq_ignore_ascii_case(configured)).then(|| {
+                (unknown || !set.eq_ignore_ascii_case(configured)).then(|| {
                     format!(
                         "{} is not the policy set for every vGPU container (nvidia.gpuCorePolicy {configured:?})",
                         value()
@@ -135,7 +138,7 @@ fn refusal(
                 .map(str::trim)
                 .filter(|_| !nv.resource_priority_name.is_empty());
             let set = var.value.as_deref().map(str::trim);
-            let fine = !var.value_from && (set == from_resource || set == Some("1"));
+            let fine = !unknown && (set == from_resource || set == Some("1"));
             (!fine).then(|| {
                 format!(
                     "{} sets the GPU time-slice priority, which comes from the container's {} limit",
@@ -163,11 +166,19 @@ fn names(e: &Escape, name: &str) -> bool {
 /// such a name.
 pub fn env_from_warning(container: &ContainerView<'_>) -> Result<Option<String>, String> {
     let hidden = container.env_from_prefixes()?.into_iter().any(|prefix| {
+        let prefix = prefix.as_ref();
         ESCAPES
             .iter()
-            .map(|e| e.name)
-            .chain(["GPU_CORE_UTILIZATION_POLICY", "CUDA_TASK_PRIORITY"])
-            .any(|name| name.starts_with(prefix.as_ref()))
+            .map(|e| (e.name, e.indexed))
+            .chain([
+                ("GPU_CORE_UTILIZATION_POLICY", false),
+                ("CUDA_TASK_PRIORITY", false),
+            ])
+            // A prefix that begins a refused name, or that is such a name
+            // with its index to come from the source's keys.
+            .any(|(name, indexed)| {
+                name.starts_with(prefix) || (indexed && prefix.starts_with(name))
+            })
     });
     Ok(hidden.then(|| {
         format!(
@@ -289,6 +300,15 @@ mod tests {
         // nvidia.com/priority (what the webhook writes) may set it.
         let m = check(env(&[("CUDA_TASK_PRIORITY", "0")]), &nv, &[]).unwrap();
         assert!(m.contains("nvidia.com/priority limit"), "{m}");
+        // A $(NAME) reference is expanded by the kubelet: unknown here.
+        let m = check(
+            env(&[("P", "disable"), ("GPU_CORE_UTILIZATION_POLICY", "$(P)")]),
+            &nv,
+            &[],
+        )
+        .unwrap();
+        assert!(m.contains("GPU_CORE_UTILIZATION_POLICY"), "{m}");
+        assert!(check(env(&[("Q", "0"), ("CUDA_TASK_PRIORITY", "$(Q)")]), &nv, &[]).is_some());
         let mut high = env(&[("CUDA_TASK_PRIORITY", "0")]);
         high["resources"]["limits"]["nvidia.com/priority"] = "0".into();
         assert_eq!(check(high, &nv, &[]), None);
@@ -334,6 +354,8 @@ mod tests {
                 .contains("envFrom can set variables")
         );
         assert!(warn(with(Some("CUDA_"))).is_some());
+        // The key "0" would make CUDA_DEVICE_MEMORY_LIMIT_0.
+        assert!(warn(with(Some("CUDA_DEVICE_MEMORY_LIMIT_"))).is_some());
         assert!(warn(with(Some("APP_"))).is_none());
         assert!(warn(serde_json::json!({"name": "main"})).is_none());
     }

@@ -114,6 +114,40 @@ pub struct ApiBinder {
     locks: NodeLocks,
     events: EventSink,
     pub metrics: BindMetrics,
+    /// Transactions running in their own tasks, which a stop waits for.
+    running: Arc<Running>,
+}
+
+/// A count of running bind transactions and a wake-up when it reaches 0.
+#[derive(Debug, Default)]
+struct Running {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One running transaction; counted until dropped.
+struct RunningBind(Arc<Running>);
+
+impl RunningBind {
+    fn start(running: &Arc<Running>) -> Self {
+        running
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(running.clone())
+    }
+}
+
+impl Drop for RunningBind {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// What the steps so far changed, for the undo.
@@ -138,6 +172,29 @@ impl ApiBinder {
             locks: NodeLocks::default(),
             events,
             metrics,
+            running: Arc::default(),
+        }
+    }
+
+    /// Waits until no bind transaction runs, for at most `within`; whether
+    /// none does. A stop calls it after the listeners have drained: a bind
+    /// whose caller gave up still runs to its end (bound, or undone) in its
+    /// own task, and must not be cut off half way.
+    pub async fn wait_for_binds(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            let idle = self.running.idle.notified();
+            if self
+                .running
+                .count
+                .load(std::sync::atomic::Ordering::Acquire)
+                == 0
+            {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return false;
+            }
         }
     }
 
@@ -155,8 +212,10 @@ impl ApiBinder {
         args: BindingArgs,
     ) -> Result<(), String> {
         let (binder, cluster) = (self.clone(), cluster.clone());
+        let running = RunningBind::start(&self.running);
         // Counted in the task: a bind whose caller gave up counts too.
         let task = tokio::spawn(async move {
+            let _running = running;
             let result = binder.transaction(&cluster, &config, &args).await;
             let (result_label, code) = match &result {
                 Ok(code) => ("ok", *code),

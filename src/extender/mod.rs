@@ -72,7 +72,10 @@ impl Extender {
             return FilterResult::error("gpugate: cluster state not synced yet");
         }
         if let BindMode::Ledger = self.bind_mode {
-            self.recent.remember(&args.pod, body.len());
+            // Weighed by its own size, not the body's: a body with many
+            // full Node objects must not push every pod out.
+            let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
+            self.recent.remember(&args.pod, weight);
         }
         let result = filter::filter(&self.cluster.read(), config, &args);
         if let Some(binder) = self.api_binder() {

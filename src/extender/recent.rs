@@ -11,9 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 /// How many pods are remembered.
 pub const CAPACITY: usize = 2048;
-/// How many bytes of filter bodies the remembered pods may stand for: a
-/// client that sends huge pods cannot make the standalone server hold
-/// more than this (each pod is weighed by the body it came in).
+/// How many bytes the remembered pods may weigh (as JSON): a client that
+/// sends huge pods cannot make the standalone server hold more than this.
 pub const CAPACITY_BYTES: usize = 64 * 1024 * 1024;
 
 #[derive(Debug, Default)]

@@ -1,11 +1,13 @@
 //! Reading request bodies within bounds: a declared length above the
 //! route's limit is refused (413) before a byte is read; the whole body
-//! must arrive within the body timeout (408); and the bytes held count
-//! first against the connection's own allowance, then against the
-//! listener's shared budget, waiting for room within the same timeout
-//! (503 when none comes). A client that stalls half way through a large
-//! body therefore holds at most its allowance plus what it took of the
-//! budget, and only until its timeout.
+//! must arrive within the body timeout (408); and the memory it takes
+//! (its buffer's capacity) counts first against the connection's own
+//! allowance, then against the listener's shared budget; when neither has
+//! room an HTTP/1.1 request waits within its body timeout and an HTTP/2
+//! request is refused at once (503). A client that stalls half way
+//! through a large body therefore holds at most its allowance plus what
+//! it took of the budget, and only until its timeout; the answer keeps
+//! the request's share until it has been sent.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +86,8 @@ impl BodyBudget {
     }
 }
 
-/// Body bytes held by one request, given back when it is dropped.
+/// Body bytes held by one request, given back when it is dropped: with
+/// the response, once that has been sent.
 struct Held {
     permits: Vec<OwnedSemaphorePermit>,
     bytes: usize,
@@ -93,23 +96,38 @@ struct Held {
 
 impl Held {
     /// Takes `n` bytes: from the connection's allowance if it has them,
-    /// else from the shared budget, waiting for room until `deadline`.
+    /// else from the shared budget. Over HTTP/1.1 a request waits for room
+    /// until `deadline`: meanwhile the client's data waits in hyper's
+    /// 16 KiB read buffer and the kernel. Over HTTP/2 (`wait` none) a
+    /// request that finds no room is refused: while it waited, the
+    /// client's frames would queue unread in the HTTP/2 layer, each
+    /// costing far more memory than its bytes when frames are tiny.
     async fn take(
         &mut self,
         n: usize,
         budget: &BodyBudget,
-        deadline: Instant,
+        wait: Option<Instant>,
     ) -> Result<(), BodyError> {
+        if n == 0 {
+            return Ok(());
+        }
         let count = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
         let permit = match budget.own.clone().try_acquire_many_owned(count) {
             Ok(p) => p,
-            Err(_) => tokio::time::timeout_at(
-                deadline.into(),
-                budget.shared.clone().acquire_many_owned(count),
-            )
-            .await
-            .map_err(|_| BodyError::Budget)?
-            .map_err(|_| BodyError::Budget)?,
+            Err(_) => match wait {
+                None => budget
+                    .shared
+                    .clone()
+                    .try_acquire_many_owned(count)
+                    .map_err(|_| BodyError::Budget)?,
+                Some(deadline) => tokio::time::timeout_at(
+                    deadline.into(),
+                    budget.shared.clone().acquire_many_owned(count),
+                )
+                .await
+                .map_err(|_| BodyError::Budget)?
+                .map_err(|_| BodyError::Budget)?,
+            },
         };
         self.permits.push(permit);
         self.bytes += n;
@@ -134,8 +152,11 @@ enum BodyError {
 }
 
 /// Middleware: reads the request body within `max_body` bytes and the
-/// bounds above, then hands the handler the whole body at once; the bytes
-/// stay counted until the handler has answered.
+/// bounds above, then hands the handler the whole body at once. The memory
+/// stays counted until the response has been sent: an answer is about as
+/// large as its question at most (a `/filter` that echoes its node names),
+/// so a client that does not read its answers holds no more than its
+/// bodies did.
 pub async fn bounded_body(State(max_body): State<usize>, req: Request, next: Next) -> Response {
     let budget = req
         .extensions()
@@ -149,35 +170,44 @@ pub async fn bounded_body(State(max_body): State<usize>, req: Request, next: Nex
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let result = if declared.is_some_and(|n| n > max_body as u64) {
-        Err(BodyError::TooLarge)
-    } else {
-        read(body, max_body, &budget).await
+    let result = match declared {
+        Some(n) if n > max_body as u64 => Err(BodyError::TooLarge),
+        // Not above max_body, so it fits in usize.
+        _ => read(body, max_body, declared.map(|n| n as usize), &budget, http1).await,
     };
     match result {
         Ok((bytes, held)) => {
             let response = next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
-            drop(held);
-            response
+            response.map(|body| Body::new(Guarded::new(body, held)))
         }
         Err(e) => refusal(e, max_body, &budget, http1),
     }
 }
 
+/// The smallest buffer a multi-frame body starts with.
+const FIRST_BUFFER: usize = 16 * 1024;
+
+/// Reads the body into one buffer whose capacity, not only its contents,
+/// is charged: a body sent in many tiny frames costs what it weighs.
 async fn read(
     body: Body,
     max_body: usize,
+    declared: Option<usize>,
     budget: &BodyBudget,
+    http1: bool,
 ) -> Result<(Bytes, Held), BodyError> {
     let deadline = Instant::now() + budget.timeout;
+    let wait = http1.then_some(deadline);
     let mut held = Held {
         permits: Vec::new(),
         bytes: 0,
         gauge: budget.gauge(),
     };
-    let mut chunks: Vec<Bytes> = Vec::new();
+    // The buffer never grows past what the body can be.
+    let ceiling = declared.unwrap_or(max_body).min(max_body);
+    let mut buf: Vec<u8> = Vec::new();
     let mut body = body;
     loop {
         let frame = match tokio::time::timeout_at(deadline.into(), body.frame()).await {
@@ -192,31 +222,137 @@ async fn read(
         if data.is_empty() {
             continue;
         }
-        if held.bytes + data.len() > max_body {
+        let needed = buf.len() + data.len();
+        if needed > max_body {
             return Err(BodyError::TooLarge);
         }
-        held.take(data.len(), budget, deadline).await?;
-        if chunks.is_empty() && body.is_end_stream() {
+        let whole = buf.capacity() == 0 && body.is_end_stream();
+        // The capacity the buffer needs for this frame, when it must grow.
+        let capacity = (needed > buf.capacity()).then(|| {
+            let grown = (buf.capacity() * 2).max(FIRST_BUFFER).min(ceiling);
+            grown.max(needed)
+        });
+        let taken = match (whole, capacity) {
             // The whole body in one frame: handled at once, no copy.
-            chunks.push(data);
-            break;
-        }
-        // A copy of exactly the bytes counted, rather than a slice that
-        // keeps hyper's larger read buffer alive while the rest arrives.
-        chunks.push(Bytes::copy_from_slice(&data));
-    }
-    let bytes = match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.pop().unwrap_or_default(),
-        _ => {
-            let mut all = Vec::with_capacity(held.bytes);
-            for c in &chunks {
-                all.extend_from_slice(c);
+            (true, _) => held.take(data.len(), budget, wait).await,
+            (false, Some(capacity)) => held.take(capacity - buf.capacity(), budget, wait).await,
+            (false, None) => Ok(()),
+        };
+        match taken {
+            Ok(()) if whole => return Ok((data, held)),
+            Ok(()) => {
+                if let Some(capacity) = capacity {
+                    buf.reserve_exact(capacity - buf.len());
+                }
+                buf.extend_from_slice(&data);
             }
-            Bytes::from(all)
+            Err(BodyError::Budget) if !http1 => {
+                // HTTP/2: read the rest and let it go, then refuse. Its
+                // frames never queue unread, and the stream stays busy
+                // until its body is done or its deadline comes, instead of
+                // being refused and sent again at once.
+                drop((buf, held));
+                return Err(discard(body, deadline).await);
+            }
+            Err(e) => return Err(e),
         }
-    };
-    Ok((bytes, held))
+    }
+    Ok((Bytes::from(buf), held))
+}
+
+/// Reads and drops the rest of a body, until its end or `deadline`; the
+/// error to answer with then.
+async fn discard(mut body: Body, deadline: Instant) -> BodyError {
+    loop {
+        match tokio::time::timeout_at(deadline.into(), body.frame()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(None) | Ok(Some(Err(_))) | Err(_) => return BodyError::Budget,
+        }
+    }
+}
+
+/// What a [`Guarded`] body keeps until its last byte is taken.
+pub(crate) trait Guard: Unpin + Send + 'static {
+    /// A piece of the body was taken by the connection.
+    fn progress(&self) {}
+}
+
+impl Guard for Held {}
+
+/// The largest piece of an answer handed to hyper at once: hyper takes the
+/// next piece only when its 16 KiB write buffer has room, so the guard
+/// lives until the answer is nearly all written, not merely queued.
+const ANSWER_PIECE: usize = 16 * 1024;
+
+/// A response body that keeps `guard` until it has been sent (or dropped
+/// unsent), handing hyper its data in pieces of at most [`ANSWER_PIECE`].
+pub(crate) struct Guarded<G: Guard> {
+    inner: Body,
+    /// The rest of a data frame larger than a piece.
+    pending: Bytes,
+    guard: Option<G>,
+}
+
+impl<G: Guard> Guarded<G> {
+    pub(crate) fn new(inner: Body, guard: G) -> Self {
+        Self {
+            inner,
+            pending: Bytes::new(),
+            guard: Some(guard),
+        }
+    }
+
+    fn piece(&mut self) -> hyper::body::Frame<Bytes> {
+        let n = self.pending.len().min(ANSWER_PIECE);
+        if let Some(g) = &self.guard {
+            g.progress();
+        }
+        hyper::body::Frame::data(self.pending.split_to(n))
+    }
+}
+
+impl<G: Guard> hyper::body::Body for Guarded<G> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        use std::task::Poll;
+        if !self.pending.is_empty() {
+            return Poll::Ready(Some(Ok(self.piece())));
+        }
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                self.guard = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    self.pending = data;
+                    Poll::Ready(Some(Ok(self.piece())))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pending.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let inner = self.inner.size_hint();
+        let pending = self.pending.len() as u64;
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(inner.lower() + pending);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + pending);
+        }
+        hint
+    }
 }
 
 fn refusal(e: BodyError, max_body: usize, budget: &BodyBudget, http1: bool) -> Response {

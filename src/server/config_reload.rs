@@ -62,6 +62,9 @@ struct State {
 pub enum Polled {
     /// The file holds the version in force.
     Unchanged,
+    /// The file holds the version in force again, after a version that
+    /// was refused.
+    Restored,
     /// The file changed; it is taken if the next poll reads the same.
     Settling,
     /// A new version is in force.
@@ -81,13 +84,24 @@ impl ConfigFile {
     /// agree.
     pub async fn load(path: PathBuf) -> Result<(Self, Config), ConfigError> {
         let mut bytes = read(&path)?;
+        let mut stable = false;
         for _ in 0..FIRST_LOAD_ATTEMPTS {
             tokio::time::sleep(FIRST_LOAD_SETTLE).await;
             let again = read(&path)?;
             if again == bytes {
+                stable = true;
                 break;
             }
             bytes = again;
+        }
+        if !stable {
+            return Err(ConfigError::Invalid {
+                path: path.display().to_string(),
+                problem: format!(
+                    "the file kept changing for {:?}; not taken",
+                    FIRST_LOAD_SETTLE * FIRST_LOAD_ATTEMPTS as u32
+                ),
+            });
         }
         let config = parse(&path, &bytes)?;
         let stamp = ConfigStamp::of(&bytes);
@@ -126,7 +140,11 @@ impl ConfigFile {
         let mut state = self.lock();
         if bytes == state.loaded {
             state.candidate = None;
-            return Ok(Polled::Unchanged);
+            return Ok(if state.refused.take().is_some() {
+                Polled::Restored
+            } else {
+                Polled::Unchanged
+            });
         }
         if state.refused.as_ref() == Some(&bytes) {
             state.candidate = None;
@@ -168,6 +186,8 @@ impl ConfigFile {
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut follow_up: Option<tokio::time::Instant> = None;
         let mut last_read_error: Option<String> = None;
+        // The last outcome reported was a refusal or a read error.
+        let mut failing = false;
         loop {
             let settle = async {
                 match follow_up {
@@ -186,6 +206,7 @@ impl ConfigFile {
             match self.poll(&target) {
                 Ok(Polled::Applied(stamp)) => {
                     last_read_error = None;
+                    failing = false;
                     tracing::info!(
                         path = %self.path.display(),
                         sha256 = stamp.short(),
@@ -193,11 +214,25 @@ impl ConfigFile {
                     );
                     report(Ok(&stamp));
                 }
+                Ok(Polled::Unchanged | Polled::Restored) if failing => {
+                    // Back to the version in force: nothing is refused now.
+                    last_read_error = None;
+                    failing = false;
+                    let stamp = self.stamp();
+                    tracing::info!(
+                        path = %self.path.display(),
+                        sha256 = stamp.short(),
+                        "config file holds the version in force again"
+                    );
+                    report(Ok(&stamp));
+                }
                 Ok(Polled::Settling) => {
                     // Confirm soon rather than a whole interval later.
                     follow_up.get_or_insert(tokio::time::Instant::now() + SIGNAL_SETTLE);
                 }
-                Ok(Polled::Unchanged | Polled::StillRefused) => last_read_error = None,
+                Ok(Polled::Unchanged | Polled::Restored | Polled::StillRefused) => {
+                    last_read_error = None;
+                }
                 Err(e) => {
                     let is_read = matches!(e, ConfigError::Read { .. });
                     let message = e.to_string();
@@ -205,6 +240,7 @@ impl ConfigFile {
                         continue;
                     }
                     last_read_error = is_read.then(|| message.clone());
+                    failing = true;
                     let in_force = self.stamp();
                     tracing::error!(
                         error = %message,
@@ -285,6 +321,13 @@ mod tests {
         // Reported once, not at every poll.
         assert_eq!(file.poll(&target).unwrap(), Polled::StillRefused);
         assert_eq!(file.stamp(), stamp);
+        // Put back as it was: nothing is refused any more, and the same
+        // bad version is reported again if it comes back.
+        std::fs::write(&path, "scheduler:\n  name: two\n").unwrap();
+        assert_eq!(file.poll(&target).unwrap(), Polled::Restored);
+        assert_eq!(file.poll(&target).unwrap(), Polled::Unchanged);
+        std::fs::write(&path, "scheduler:\n  nmae: three\n").unwrap();
+        assert!(settle(&file, &target).is_err());
 
         std::fs::remove_file(&path).unwrap();
         assert!(file.poll(&target).is_err());

@@ -11,30 +11,32 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Open connections per TLS listener (webhooks; extender); more are
-    /// accepted and closed at once.
+    /// Open connections per TLS listener (webhooks; extender). At the
+    /// cap the connection idle the longest is closed to make room; when
+    /// every one is busy, a new one is accepted and closed at once.
     pub max_connections: u32,
     /// Open connections on the admin port (probes, metrics).
     pub admin_max_connections: u32,
     /// TCP accept to finished TLS handshake.
     pub handshake_timeout_seconds: f64,
-    /// Connection open, or the previous response, to a request's complete
-    /// headers (a connection that never sends a request is closed then).
+    /// End of the TLS handshake to the first request's complete headers
+    /// (a connection that never sends a request is closed then).
     pub header_timeout_seconds: f64,
-    /// A request's complete headers to its complete body.
+    /// A request's complete headers to its complete body; also how long
+    /// an answer may go without the client taking any of it.
     pub body_timeout_seconds: f64,
     /// A kept-alive connection (HTTP/1.1, or HTTP/2 without open streams)
     /// with no request for this long is closed. Above the 90 s idle
     /// timeout of Go's HTTP clients (kube-apiserver, kube-scheduler), so
     /// that the client, not the server, closes an idle connection.
     pub idle_timeout_seconds: f64,
-    /// Request body bytes each connection may hold without drawing on the
-    /// listener's shared budget: small reviews never wait for it.
+    /// Request body memory each connection may hold without drawing on the
+    /// listener's shared budget: small reviews do not need it.
     #[serde(rename = "connectionBodyKiB")]
     pub connection_body_kib: u32,
-    /// Request body bytes all connections of a listener may hold at once
-    /// beyond their own allowance; a body waits for room (within its body
-    /// timeout). At least the listener's largest body.
+    /// Request body memory all connections of a listener may hold at once
+    /// beyond their own allowance (HTTP/1.1 waits for room within its body
+    /// timeout, HTTP/2 is refused). At least the listener's largest body.
     #[serde(rename = "bodyBudgetMiB")]
     pub body_budget_mib: u32,
     /// Concurrent HTTP/2 streams (requests) per connection.
@@ -174,6 +176,10 @@ impl ServerConfig {
 
     pub fn shutdown_delay(&self) -> Duration {
         Duration::from_secs_f64(self.shutdown_delay_seconds)
+    }
+
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs_f64(self.drain_seconds)
     }
 }
 

@@ -1,18 +1,21 @@
 //! The accept loop and the life of each connection, TLS or plain: a cap on
-//! open connections, a deadline for the TLS handshake, for the first
-//! request and for keep-alive idleness (HTTP/1.1 and HTTP/2 alike, from
-//! what the connection's requests do, not from its bytes), HTTP/2 stream
-//! and window limits with keep-alive pings, and a stop that lets requests
-//! in flight finish and then closes what is left. Request bodies are
-//! bounded by [`super::body`], which reads the per-connection allowance
-//! and the listener's budget that this module hands each request.
+//! open connections (at the cap, the connection idle the longest makes
+//! room, so holding idle connections blocks no one), a deadline for the
+//! TLS handshake, for the first request, for writing an answer and for
+//! keep-alive idleness (HTTP/1.1 and HTTP/2 alike, from what the
+//! connection's requests do, not from its bytes), HTTP/2 stream and window
+//! limits with keep-alive pings, and a stop that lets requests in flight
+//! finish and then closes what is left. Request bodies are bounded by
+//! [`super::body`], which reads the per-connection allowance and the
+//! listener's budget that this module hands each request.
 //!
 //! Every connection that a rule closes or refuses is counted by rule in
 //! [`ConnMetrics`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -32,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 
-use super::body::BodyBudget;
+use super::body::{BodyBudget, Guarded};
 use super::limits::Limits;
 
 /// How a listener's connections speak.
@@ -55,14 +58,19 @@ pub struct Listener {
 /// Why a connection was refused or closed by gpugate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
-    /// At `maxConnections`: accepted and closed at once.
+    /// At `maxConnections` with every connection busy: accepted and
+    /// closed at once.
     MaxConnections,
+    /// At `maxConnections`: closed to make room, as the one idle longest.
+    Evicted,
     HandshakeTimeout,
     HandshakeFailed,
     /// No complete request headers within `headerTimeoutSeconds` of the
-    /// connection opening.
+    /// TLS handshake (of the accept, on the plain admin port).
     HeaderTimeout,
-    /// No request for `idleTimeoutSeconds` after the last one.
+    /// An answer not taken by the client within `bodyTimeoutSeconds`.
+    WriteTimeout,
+    /// No request for `idleTimeoutSeconds` after the last answer.
     IdleTimeout,
     /// Still open when the drain after a stop ended.
     DrainTimeout,
@@ -72,9 +80,11 @@ impl Rule {
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::MaxConnections => "max_connections",
+            Rule::Evicted => "evicted_idle",
             Rule::HandshakeTimeout => "handshake_timeout",
             Rule::HandshakeFailed => "handshake_failed",
             Rule::HeaderTimeout => "header_timeout",
+            Rule::WriteTimeout => "write_timeout",
             Rule::IdleTimeout => "idle_timeout",
             Rule::DrainTimeout => "drain_timeout",
         }
@@ -127,8 +137,9 @@ impl ConnMetrics {
         );
         registry.register(
             "gpugate_connections_closed",
-            "Connections gpugate closed, by listener and rule (handshake_timeout, \
-             handshake_failed, header_timeout, idle_timeout, drain_timeout)",
+            "Connections gpugate closed, by listener and rule (evicted_idle, \
+             handshake_timeout, handshake_failed, header_timeout, write_timeout, \
+             idle_timeout, drain_timeout)",
             self.closed.clone(),
         );
         registry.register(
@@ -163,12 +174,18 @@ impl ConnMetrics {
 
 /// What the requests of one connection are doing, for its deadlines.
 #[derive(Debug)]
-pub struct ConnActivity {
+struct ConnActivity {
     opened: Instant,
-    /// Milliseconds after `opened` of the last request start or end.
+    /// Milliseconds after `opened` of the last event: the handshake's end,
+    /// a request's start, an answer's start or end.
     last: AtomicU64,
+    /// The TLS handshake is done (at once for plain connections).
+    ready: AtomicBool,
     in_flight: AtomicUsize,
+    /// Answers being written.
+    writing: AtomicUsize,
     requests: AtomicU64,
+    evicted: AtomicBool,
     changed: Notify,
 }
 
@@ -177,8 +194,11 @@ impl ConnActivity {
         Self {
             opened: Instant::now(),
             last: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            writing: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
+            evicted: AtomicBool::new(false),
             changed: Notify::new(),
         }
     }
@@ -186,6 +206,15 @@ impl ConnActivity {
     fn touch(&self) {
         let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed))
+    }
+
+    fn handshake_done(&self) {
+        self.touch();
+        self.ready.store(true, Ordering::Release);
     }
 
     /// A request starts. The watchdog need not wake: a deadline it sleeps
@@ -198,18 +227,55 @@ impl ConnActivity {
         InFlight(self.clone(), gauge.clone())
     }
 
+    /// An answer starts to be written; taken before its request's
+    /// [`InFlight`] ends, so that the connection is never seen idle
+    /// between the two.
+    fn writing(self: &Arc<Self>) -> Writing {
+        self.writing.fetch_add(1, Ordering::AcqRel);
+        Writing(self.clone())
+    }
+
     /// When the connection is due to be closed, and by which rule: none
     /// while a request is in flight (its body and handler have deadlines
-    /// of their own).
+    /// of their own) or its TLS handshake runs (it has its own).
     fn deadline(&self, limits: &Limits) -> Option<(Instant, Rule)> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
+        if self.in_flight.load(Ordering::Acquire) > 0 || !self.ready.load(Ordering::Acquire) {
             return None;
         }
-        if self.requests.load(Ordering::Relaxed) == 0 {
-            return Some((self.opened + limits.header, Rule::HeaderTimeout));
+        let last = self.last();
+        if self.writing.load(Ordering::Acquire) > 0 {
+            // No piece of an answer taken for this long.
+            return Some((last + limits.body, Rule::WriteTimeout));
         }
-        let last = self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed));
+        if self.requests.load(Ordering::Relaxed) == 0 {
+            return Some((last + limits.header, Rule::HeaderTimeout));
+        }
         Some((last + limits.idle, Rule::IdleTimeout))
+    }
+
+    /// Whether the connection can be closed to make room: nothing in
+    /// flight and no answer being written (a handshake or a wait for the
+    /// first request counts as idle).
+    fn evictable(&self) -> bool {
+        !self.evicted.load(Ordering::Acquire)
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && self.writing.load(Ordering::Acquire) == 0
+    }
+
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+
+    fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection is evicted.
+    async fn eviction(&self) {
+        while !self.is_evicted() {
+            self.changed.notified().await;
+        }
     }
 }
 
@@ -220,7 +286,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
         // The last request ends: the watchdog, which had no deadline while
-        // requests were in flight, sets the idle one.
+        // requests were in flight, sets the next one.
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.changed.notify_one();
         }
@@ -228,8 +294,59 @@ impl Drop for InFlight {
     }
 }
 
+/// An answer being written; dropped when it is sent, or dropped unsent.
+struct Writing(Arc<ConnActivity>);
+
+impl super::body::Guard for Writing {
+    /// The client takes the answer: the write deadline runs from here.
+    fn progress(&self) {
+        self.0.touch();
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.0.touch();
+        if self.0.writing.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.changed.notify_one();
+        }
+    }
+}
+
+/// The open connections of a listener, for eviction at the cap.
+#[derive(Debug, Default)]
+struct OpenConns {
+    next: u64,
+    conns: HashMap<u64, Arc<ConnActivity>>,
+}
+
+impl OpenConns {
+    fn insert(&mut self, activity: Arc<ConnActivity>) -> u64 {
+        self.next += 1;
+        self.conns.insert(self.next, activity);
+        self.next
+    }
+
+    /// Evicts the connection idle the longest; whether there was one.
+    fn evict_longest_idle(&self) -> bool {
+        match self
+            .conns
+            .values()
+            .filter(|a| a.evictable())
+            .min_by_key(|a| a.last())
+        {
+            Some(a) => {
+                a.evict();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// The router of one connection: each request carries the connection's
-/// [`BodyBudget`] and counts as the connection's activity until answered.
+/// [`BodyBudget`] and counts as the connection's activity until its
+/// answer has been written.
 #[derive(Clone)]
 struct ConnService {
     router: Router,
@@ -252,16 +369,21 @@ impl tower::Service<Request<hyper::body::Incoming>> for ConnService {
 
     fn call(&mut self, req: Request<hyper::body::Incoming>) -> Self::Future {
         let in_flight = self.activity.started(&self.in_flight);
+        let activity = self.activity.clone();
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(self.budget.clone());
         let call = tower::ServiceExt::oneshot(self.router.clone(), req);
         Box::pin(async move {
             let response = call.await;
+            let writing = activity.writing();
             drop(in_flight);
-            response
+            response.map(|r| r.map(|body| Body::new(Guarded::new(body, writing))))
         })
     }
 }
+
+/// How long the accept loop waits for an evicted connection's slot.
+const EVICTION_WAIT: Duration = Duration::from_millis(200);
 
 /// Serves `router` on `listener` until `stop` resolves; then stops
 /// accepting, lets requests in flight finish for up to `limits.drain`, and
@@ -274,21 +396,20 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
 ) {
     let limits = listener.limits;
+    let name = listener.name;
     let builder = Arc::new(http_builder(&limits));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let budget = Arc::new(Semaphore::new(limits.body_budget));
+    let registry = Arc::new(std::sync::Mutex::new(OpenConns::default()));
     let (phase_tx, phase) = watch::channel(Phase::Serving);
     let acceptor = match &transport {
         Transport::Tls(config) => Some(TlsAcceptor::from(config.clone())),
         Transport::Plain => None,
     };
-    let open = listener
-        .metrics
-        .open
-        .get_or_create(&ListenerLabels {
-            listener: listener.name,
-        })
-        .clone();
+    let labels = ListenerLabels { listener: name };
+    let open = listener.metrics.open.get_or_create(&labels).clone();
+    let accepted = listener.metrics.accepted.get_or_create(&labels).clone();
+    let in_flight = listener.metrics.in_flight.get_or_create(&labels).clone();
     tokio::pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -297,33 +418,46 @@ pub async fn serve(
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(listener = listener.name, error = %e, "accept failed");
+                    tracing::warn!(listener = name, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Closed at once: the client learns now, and the backlog does
-            // not fill with connections that would wait for nothing.
-            listener.metrics.closed(listener.name, Rule::MaxConnections);
-            tracing::debug!(listener = listener.name, %peer, "connection refused: maxConnections");
-            drop(tcp);
-            continue;
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let evicted = lock(&registry).evict_longest_idle();
+                let slot = if evicted {
+                    listener.metrics.closed(name, Rule::Evicted);
+                    tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                };
+                match slot {
+                    Some(slot) => slot,
+                    None => {
+                        // Every connection is busy: closed at once, so the
+                        // client learns now and the backlog does not fill.
+                        listener.metrics.closed(name, Rule::MaxConnections);
+                        tracing::debug!(listener = name, %peer, "connection refused: maxConnections");
+                        continue;
+                    }
+                }
+            }
         };
-        listener
-            .metrics
-            .accepted
-            .get_or_create(&ListenerLabels {
-                listener: listener.name,
-            })
-            .inc();
+        accepted.inc();
         // Answers are written in several pieces (TLS records, a large
         // /filter answer is hundreds of KiB): with Nagle's algorithm the
         // last piece can wait for the client's delayed ACK, about 40 ms.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
         }
+        let activity = Arc::new(ConnActivity::new());
+        let id = lock(&registry).insert(activity.clone());
         let conn = Conn {
             listener: listener.clone(),
             builder: builder.clone(),
@@ -333,15 +467,18 @@ pub async fn serve(
                 budget.clone(),
                 limits,
                 listener.metrics.clone(),
-                listener.name,
+                name,
             ),
             phase: phase.clone(),
+            activity,
+            in_flight: in_flight.clone(),
         };
         let acceptor = acceptor.clone();
-        let open = open.clone();
+        let (open, registry) = (open.clone(), registry.clone());
         open.inc();
         tokio::spawn(async move {
             conn.run(tcp, acceptor).await;
+            lock(&registry).conns.remove(&id);
             open.dec();
             drop(slot);
         });
@@ -353,12 +490,16 @@ pub async fn serve(
     if drained.is_err() {
         let _ = phase_tx.send(Phase::Closing);
         tracing::warn!(
-            listener = listener.name,
+            listener = name,
             "stopped with requests still in flight after the drain timeout"
         );
         // Give the tasks a moment to drop their connections.
         let _ = tokio::time::timeout(Duration::from_secs(1), slots.acquire_many(all)).await;
     }
+}
+
+fn lock(registry: &std::sync::Mutex<OpenConns>) -> std::sync::MutexGuard<'_, OpenConns> {
+    registry.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the listener asks of its connections.
@@ -381,7 +522,7 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         // client that reuses one at that moment fails its request. The
         // watchdog in `Conn::http` closes a connection whose first request
         // does not arrive within `header` and an idle one after `idle`;
-        // headers in between wait at most that long in a 64 KiB buffer.
+        // headers in between wait at most that long in the read buffer.
         .header_read_timeout(None)
         .keep_alive(true)
         // Headers and the body data not yet read are held here (hyper's
@@ -393,8 +534,8 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.http2_max_streams)
         // Data a client may send before gpugate reads it: per stream and
-        // for the whole connection. Bodies are read as they come (within
-        // the body budget), so these bound what waits unread.
+        // for the whole connection. Bodies are read as they come and
+        // refused when the budget is full, never left unread.
         .initial_stream_window_size(64 * 1024)
         .initial_connection_window_size(64 * 1024)
         .max_send_buf_size(64 * 1024)
@@ -411,16 +552,28 @@ struct Conn {
     router: Router,
     budget: BodyBudget,
     phase: watch::Receiver<Phase>,
+    activity: Arc<ConnActivity>,
+    /// The listener's `gpugate_requests_in_flight`.
+    in_flight: Gauge,
 }
 
 impl Conn {
     async fn run(self, tcp: TcpStream, acceptor: Option<TlsAcceptor>) {
         let Some(acceptor) = acceptor else {
+            self.activity.handshake_done();
             return self.http(tcp).await;
         };
         let name = self.listener.name;
-        match tokio::time::timeout(self.listener.limits.handshake, acceptor.accept(tcp)).await {
-            Ok(Ok(tls)) => self.http(tls).await,
+        let handshake = tokio::time::timeout(self.listener.limits.handshake, acceptor.accept(tcp));
+        let done = tokio::select! {
+            done = handshake => done,
+            () = self.activity.eviction() => return,
+        };
+        match done {
+            Ok(Ok(tls)) => {
+                self.activity.handshake_done();
+                self.http(tls).await;
+            }
             Ok(Err(e)) => {
                 tracing::debug!(listener = name, error = %e, "TLS handshake failed");
                 self.listener.metrics.closed(name, Rule::HandshakeFailed);
@@ -436,31 +589,23 @@ impl Conn {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(ConnActivity::new());
+        let activity = self.activity.clone();
         let service = hyper_util::service::TowerToHyperService::new(ConnService {
             router: self.router.clone(),
             activity: activity.clone(),
             budget: self.budget.clone(),
-            in_flight: self
-                .listener
-                .metrics
-                .in_flight
-                .get_or_create(&ListenerLabels {
-                    listener: self.listener.name,
-                })
-                .clone(),
+            in_flight: self.in_flight.clone(),
         });
         let conn = self.builder.serve_connection(TokioIo::new(io), service);
         tokio::pin!(conn);
         let limits = self.listener.limits;
         let name = self.listener.name;
-        let mut shutting_down = false;
+        let mut draining = false;
         loop {
-            let deadline = if shutting_down {
-                None
-            } else {
-                activity.deadline(&limits)
-            };
+            if activity.is_evicted() {
+                return;
+            }
+            let deadline = activity.deadline(&limits);
             let sleep = async {
                 match deadline {
                     Some((at, _)) => tokio::time::sleep_until(at.into()).await,
@@ -481,7 +626,6 @@ impl Conn {
                     {
                         self.listener.metrics.closed(name, rule);
                         tracing::debug!(listener = name, rule = rule.as_str(), "closing connection");
-                        // No request is in flight: nothing to finish.
                         return;
                     }
                 }
@@ -490,8 +634,10 @@ impl Conn {
                     let phase = if changed.is_ok() { *self.phase.borrow() } else { Phase::Closing };
                     match phase {
                         Phase::Serving => {}
-                        Phase::Draining if !shutting_down => {
-                            shutting_down = true;
+                        // The deadlines still hold while draining: an idle
+                        // or stalled connection does not hold the drain up.
+                        Phase::Draining if !draining => {
+                            draining = true;
                             conn.as_mut().graceful_shutdown();
                         }
                         Phase::Draining => {}

@@ -50,7 +50,7 @@ pub struct AppState {
     pub extender: Option<Extender>,
     /// Set on SIGTERM: `/readyz` answers 503 so that the pod leaves the
     /// Service's endpoints while it keeps serving.
-    pub shutting_down: AtomicBool,
+    pub shutting_down: Arc<AtomicBool>,
 }
 
 impl AppState {
@@ -70,23 +70,26 @@ impl AppState {
             metrics,
             cluster,
             BindMode::Ledger,
+            Arc::default(),
         )
     }
 
     /// A state sharing `config` with its reloader; the extender, if there
-    /// is a cluster view, binds in `bind_mode`.
+    /// is a cluster view, binds in `bind_mode`; readiness turns false when
+    /// `shutting_down` is set.
     pub fn assemble(
         config: Arc<ArcSwap<Config>>,
         metrics: Metrics,
         cluster: Option<Arc<SharedCluster>>,
         bind_mode: BindMode,
+        shutting_down: Arc<AtomicBool>,
     ) -> Arc<Self> {
         Arc::new(AppState {
             config,
             metrics,
             extender: cluster.clone().map(|c| Extender::new(c, bind_mode)),
             cluster,
-            shutting_down: AtomicBool::new(false),
+            shutting_down,
         })
     }
 }

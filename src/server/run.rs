@@ -2,6 +2,7 @@
 //! until SIGTERM or Ctrl-C; SIGHUP re-reads the config and certificates.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -23,6 +24,7 @@ use super::config_reload::ConfigFile;
 
 use super::cert_secret::{InClusterCerts, Pass};
 use super::certs::{self, CertSpec, Ensured};
+use super::limits::ServerConfig;
 use super::listener::{self, Listener, Transport};
 use super::metrics::Metrics;
 use super::routes::{
@@ -64,8 +66,112 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    let lifecycle = Lifecycle::default();
+    let reload = Reload {
+        config: signals.reload_config.clone(),
+        cert: signals.reload_cert.clone(),
+    };
+    tokio::spawn(answer_signals(
+        signals,
+        stop_tx,
+        lifecycle.clone(),
+        server_config.shutdown_delay(),
+    ));
+    // Start-up can wait a long time (the API server, the first
+    // self-managed certificate pass): a stop signal ends it at once.
+    let started = tokio::select! {
+        started = start(&args, config_file, config, reload, &stopped, &lifecycle) => started?,
+        () = stopped() => {
+            tracing::info!("stopped during start-up");
+            return Ok(());
+        }
+    };
+    lifecycle.serving.store(true, Ordering::Relaxed);
+    started.serve(&server_config, &stopped).await;
+    tracing::info!("stopped");
+    Ok(())
+}
 
-    let client = match api_source(&args)? {
+/// What the signal task and the server share about the process's life.
+#[derive(Clone, Debug, Default)]
+struct Lifecycle {
+    /// Set on SIGTERM: `/readyz` answers 503 (`AppState::shutting_down`).
+    shutting_down: Arc<AtomicBool>,
+    /// The listeners are open: SIGTERM then waits for the endpoints.
+    serving: Arc<AtomicBool>,
+}
+
+/// Whom SIGHUP wakes.
+struct Reload {
+    config: Arc<tokio::sync::Notify>,
+    cert: Arc<tokio::sync::Notify>,
+}
+
+/// SIGTERM: readiness off, serve on for `delay` (not during start-up, not
+/// for Ctrl-C, not after a second signal), then stop; a third signal
+/// exits at once.
+async fn answer_signals(
+    mut signals: Signals,
+    stop: watch::Sender<bool>,
+    lifecycle: Lifecycle,
+    delay: Duration,
+) {
+    let which = signals.terminated().await;
+    // Readiness off first: the pod leaves the Service's endpoints while it
+    // keeps answering whoever still routes to it. Ctrl-C (SIGINT) is a
+    // person at a terminal: no endpoints to wait for.
+    lifecycle.shutting_down.store(true, Ordering::Relaxed);
+    let delay = if which == "SIGTERM" && lifecycle.serving.load(Ordering::Relaxed) {
+        delay
+    } else {
+        Duration::ZERO
+    };
+    tracing::info!(
+        signal = which,
+        serving_for = ?delay,
+        "stopping: readiness off, still serving while endpoints are removed"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(delay) => {}
+        which = signals.terminated() => {
+            tracing::info!(signal = which, "second signal: stopping now");
+        }
+    }
+    tracing::info!("stopping: no new connections, finishing requests in flight");
+    let _ = stop.send(true);
+    let which = signals.terminated().await;
+    tracing::warn!(
+        signal = which,
+        "third signal: exiting without finishing requests in flight"
+    );
+    std::process::exit(1);
+}
+
+/// Everything `serve` needs once start-up is done: the state, the bound
+/// ports and the TLS configuration.
+struct Started {
+    state: Arc<AppState>,
+    webhook_tcp: TcpListener,
+    admin: TcpListener,
+    extender: Option<TcpListener>,
+    tls_config: Arc<rustls::ServerConfig>,
+}
+
+/// Start-up: the API client, certificates, the cluster view, the state,
+/// the config and certificate watchers, and the ports.
+async fn start<S, F>(
+    args: &ServeArgs,
+    config_file: Option<ConfigFile>,
+    config: Config,
+    reload: Reload,
+    stopped: &S,
+    lifecycle: &Lifecycle,
+) -> anyhow::Result<Started>
+where
+    S: Fn() -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let client = match api_source(args)? {
         Some(source) => Some(client::connect(&source).await?),
         None => None,
     };
@@ -135,14 +241,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(tls::watch(
         cert.clone(),
         Duration::from_secs(args.reload_seconds),
-        signals.reload_cert.clone(),
+        reload.cert,
         stopped(),
     ));
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
     let metrics = Metrics::new(Some(cert.clone()));
     let resync = config.load().api.resync_seconds;
-    let cluster = cluster_view(&args, resync, client.clone(), &metrics, stopped())?;
+    let cluster = cluster_view(args, resync, client.clone(), &metrics, stopped())?;
     if let Some(cluster) = &cluster {
         tokio::spawn(expire_gang_holds(cluster.clone(), stopped()));
     }
@@ -165,14 +271,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         _ => BindMode::Ledger,
     };
-    let state = AppState::assemble(config, metrics, cluster, bind_mode);
+    let state = AppState::assemble(
+        config,
+        metrics,
+        cluster,
+        bind_mode,
+        lifecycle.shutting_down.clone(),
+    );
     if let Some(file) = config_file {
         state.metrics.config_in_force(&file.stamp());
         let reporter = state.clone();
         tokio::spawn(file.watch(
             state.config.clone(),
             Duration::from_secs(args.reload_seconds),
-            signals.reload_config.clone(),
+            reload.config,
             move |outcome| match outcome {
                 Ok(stamp) => reporter.metrics.config_in_force(stamp),
                 Err(_) => reporter.metrics.config_refused(),
@@ -204,83 +316,82 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cert = %cert_path.display(),
         "gpugate serving"
     );
-
-    let shutdown_delay = server_config.shutdown_delay();
-    let stopping = state.clone();
-    tokio::spawn(async move {
-        let mut signals = signals;
-        let which = signals.terminated().await;
-        // Readiness off first: the pod leaves the Service's endpoints while
-        // it keeps answering whoever still routes to it. Ctrl-C (SIGINT)
-        // is a person at a terminal: no endpoints to wait for.
-        stopping
-            .shutting_down
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let shutdown_delay = if which == "SIGTERM" {
-            shutdown_delay
-        } else {
-            Duration::ZERO
-        };
-        tracing::info!(
-            signal = which,
-            serving_for = ?shutdown_delay,
-            "stopping: readiness off, still serving while endpoints are removed"
-        );
-        tokio::select! {
-            () = tokio::time::sleep(shutdown_delay) => {}
-            which = signals.terminated() => {
-                tracing::info!(signal = which, "second signal: stopping now");
-            }
-        }
-        tracing::info!("stopping: no new connections, finishing requests in flight");
-        let _ = stop_tx.send(true);
-    });
-    let metrics = state.metrics.connections.clone();
-    let tls_listener = |name: &'static str, max_body: usize| Listener {
-        name,
-        limits: server_config.limits(max_body),
-        metrics: metrics.clone(),
-    };
-    let admin_server = listener::serve(
-        admin,
-        Transport::Plain,
-        admin_router(state.clone()),
-        Listener {
-            name: "admin",
-            limits: server_config.admin_limits(),
-            metrics: metrics.clone(),
-        },
-        stopped(),
-    );
-    let (webhooks, webhook_max_body, extender_server) = match extender {
-        Some(extender) => (
-            admission_router(state.clone()),
-            MAX_BODY_BYTES,
-            Some(listener::serve(
-                extender,
-                Transport::Tls(tls_config.clone()),
-                extender_router(state),
-                tls_listener("extender", MAX_EXTENDER_BODY_BYTES),
-                stopped(),
-            )),
-        ),
-        None => (webhook_router(state), MAX_EXTENDER_BODY_BYTES, None),
-    };
-    let webhook_server = listener::serve(
+    Ok(Started {
+        state,
         webhook_tcp,
-        Transport::Tls(tls_config),
-        webhooks,
-        tls_listener("webhook", webhook_max_body),
-        stopped(),
-    );
-    let extender_server = async {
-        if let Some(server) = extender_server {
-            server.await;
+        admin,
+        extender,
+        tls_config,
+    })
+}
+
+impl Started {
+    /// Serves every port until `stopped` resolves, drains them, and waits
+    /// for bind transactions still running.
+    async fn serve<S, F>(self, server_config: &ServerConfig, stopped: &S)
+    where
+        S: Fn() -> F,
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Started {
+            state,
+            webhook_tcp,
+            admin,
+            extender,
+            tls_config,
+        } = self;
+        let kept = state.clone();
+
+        let metrics = state.metrics.connections.clone();
+        let tls_listener = |name: &'static str, max_body: usize| Listener {
+            name,
+            limits: server_config.limits(max_body),
+            metrics: metrics.clone(),
+        };
+        let admin_server = listener::serve(
+            admin,
+            Transport::Plain,
+            admin_router(state.clone()),
+            Listener {
+                name: "admin",
+                limits: server_config.admin_limits(),
+                metrics: metrics.clone(),
+            },
+            stopped(),
+        );
+        let (webhooks, webhook_max_body, extender_server) = match extender {
+            Some(extender) => (
+                admission_router(state.clone()),
+                MAX_BODY_BYTES,
+                Some(listener::serve(
+                    extender,
+                    Transport::Tls(tls_config.clone()),
+                    extender_router(state),
+                    tls_listener("extender", MAX_EXTENDER_BODY_BYTES),
+                    stopped(),
+                )),
+            ),
+            None => (webhook_router(state), MAX_EXTENDER_BODY_BYTES, None),
+        };
+        let webhook_server = listener::serve(
+            webhook_tcp,
+            Transport::Tls(tls_config),
+            webhooks,
+            tls_listener("webhook", webhook_max_body),
+            stopped(),
+        );
+        let extender_server = async {
+            if let Some(server) = extender_server {
+                server.await;
+            }
+        };
+        tokio::join!(admin_server, webhook_server, extender_server);
+        if let Some(binder) = kept.extender.as_ref().and_then(|x| x.api_binder())
+            && !binder.wait_for_binds(server_config.drain()).await
+        {
+            tracing::warn!("stopped with bind transactions still running after the drain timeout");
         }
-    };
-    tokio::join!(admin_server, webhook_server, extender_server);
-    tracing::info!("stopped");
-    Ok(())
+    }
 }
 
 /// Where the API server is, if gpugate talks to one.

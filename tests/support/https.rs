@@ -111,6 +111,28 @@ pub async fn connect_alpn(
         .unwrap()
 }
 
+/// TLS over an already connected `tcp`, as [`connect_alpn`] does.
+pub async fn wrap_tls(
+    tcp: TcpStream,
+    ca_pem: &[u8],
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
 /// One HTTP/1.1 request; returns (status, body).
 pub async fn post(s: &Server, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut tls = connect(s).await;
