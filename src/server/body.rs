@@ -3,11 +3,11 @@
 //! must arrive within the body timeout (408); and the memory it takes
 //! (its buffer's capacity) counts first against the connection's own
 //! allowance, then against the listener's shared budget; when neither has
-//! room an HTTP/1.1 request waits within its body timeout and an HTTP/2
-//! request is refused at once (503). A client that stalls half way
-//! through a large body therefore holds at most its allowance plus what
-//! it took of the budget, and only until its timeout; the answer keeps
-//! the request's share until it has been sent.
+//! room, the rest of the body is read and dropped and the request refused
+//! (503). A client that stalls half way through a large body therefore
+//! holds at most its allowance plus what it took of the budget, and only
+//! until its timeout; the answer keeps the request's share until it has
+//! been sent.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,38 +96,22 @@ struct Held {
 
 impl Held {
     /// Takes `n` bytes: from the connection's allowance if it has them,
-    /// else from the shared budget. Over HTTP/1.1 a request waits for room
-    /// until `deadline`: meanwhile the client's data waits in hyper's
-    /// 16 KiB read buffer and the kernel. Over HTTP/2 (`wait` none) a
-    /// request that finds no room is refused: while it waited, the
-    /// client's frames would queue unread in the HTTP/2 layer, each
-    /// costing far more memory than its bytes when frames are tiny.
-    async fn take(
-        &mut self,
-        n: usize,
-        budget: &BodyBudget,
-        wait: Option<Instant>,
-    ) -> Result<(), BodyError> {
+    /// else from the shared budget; [`BodyError::Budget`] when neither has
+    /// room. Never waits: a body that waited would leave the client's data
+    /// unread in hyper's buffer, rustls' buffers and, over HTTP/2, as
+    /// queued frames that cost far more than their bytes when tiny.
+    fn take(&mut self, n: usize, budget: &BodyBudget) -> Result<(), BodyError> {
         if n == 0 {
             return Ok(());
         }
         let count = u32::try_from(n).map_err(|_| BodyError::TooLarge)?;
         let permit = match budget.own.clone().try_acquire_many_owned(count) {
             Ok(p) => p,
-            Err(_) => match wait {
-                None => budget
-                    .shared
-                    .clone()
-                    .try_acquire_many_owned(count)
-                    .map_err(|_| BodyError::Budget)?,
-                Some(deadline) => tokio::time::timeout_at(
-                    deadline.into(),
-                    budget.shared.clone().acquire_many_owned(count),
-                )
-                .await
-                .map_err(|_| BodyError::Budget)?
+            Err(_) => budget
+                .shared
+                .clone()
+                .try_acquire_many_owned(count)
                 .map_err(|_| BodyError::Budget)?,
-            },
         };
         self.permits.push(permit);
         self.bytes += n;
@@ -173,7 +157,7 @@ pub async fn bounded_body(State(max_body): State<usize>, req: Request, next: Nex
     let result = match declared {
         Some(n) if n > max_body as u64 => Err(BodyError::TooLarge),
         // Not above max_body, so it fits in usize.
-        _ => read(body, max_body, declared.map(|n| n as usize), &budget, http1).await,
+        _ => read(body, max_body, declared.map(|n| n as usize), &budget).await,
     };
     match result {
         Ok((bytes, held)) => {
@@ -196,10 +180,8 @@ async fn read(
     max_body: usize,
     declared: Option<usize>,
     budget: &BodyBudget,
-    http1: bool,
 ) -> Result<(Bytes, Held), BodyError> {
     let deadline = Instant::now() + budget.timeout;
-    let wait = http1.then_some(deadline);
     let mut held = Held {
         permits: Vec::new(),
         bytes: 0,
@@ -234,8 +216,8 @@ async fn read(
         });
         let taken = match (whole, capacity) {
             // The whole body in one frame: handled at once, no copy.
-            (true, _) => held.take(data.len(), budget, wait).await,
-            (false, Some(capacity)) => held.take(capacity - buf.capacity(), budget, wait).await,
+            (true, _) => held.take(data.len(), budget),
+            (false, Some(capacity)) => held.take(capacity - buf.capacity(), budget),
             (false, None) => Ok(()),
         };
         match taken {
@@ -246,13 +228,14 @@ async fn read(
                 }
                 buf.extend_from_slice(&data);
             }
-            Err(BodyError::Budget) if !http1 => {
-                // HTTP/2: read the rest and let it go, then refuse. Its
-                // frames never queue unread, and the stream stays busy
-                // until its body is done or its deadline comes, instead of
-                // being refused and sent again at once.
+            Err(BodyError::Budget) => {
+                // No room: read the rest and let it go, then refuse (503).
+                // Nothing waits unread, and the request stays busy until
+                // its body is done or its deadline comes, instead of being
+                // refused at once and sent again in a tight loop.
+                let read = needed;
                 drop((buf, held));
-                return Err(discard(body, deadline).await);
+                return Err(discard(body, read, max_body, deadline).await);
             }
             Err(e) => return Err(e),
         }
@@ -260,12 +243,17 @@ async fn read(
     Ok((Bytes::from(buf), held))
 }
 
-/// Reads and drops the rest of a body, until its end or `deadline`; the
-/// error to answer with then.
-async fn discard(mut body: Body, deadline: Instant) -> BodyError {
+/// Reads and drops the rest of a body (`read` bytes of it came already),
+/// until its end, `max_body` or `deadline`; the error to answer with then.
+async fn discard(mut body: Body, mut read: usize, max_body: usize, deadline: Instant) -> BodyError {
     loop {
         match tokio::time::timeout_at(deadline.into(), body.frame()).await {
-            Ok(Some(Ok(_))) => {}
+            Ok(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, |d| d.len());
+                if read > max_body {
+                    return BodyError::TooLarge;
+                }
+            }
             Ok(None) | Ok(Some(Err(_))) | Err(_) => return BodyError::Budget,
         }
     }

@@ -35,8 +35,8 @@ pub struct ServerConfig {
     #[serde(rename = "connectionBodyKiB")]
     pub connection_body_kib: u32,
     /// Request body memory all connections of a listener may hold at once
-    /// beyond their own allowance (HTTP/1.1 waits for room within its body
-    /// timeout, HTTP/2 is refused). At least the listener's largest body.
+    /// beyond their own allowance; a body that finds no room is read and
+    /// dropped, then refused (503). At least the listener's largest body.
     #[serde(rename = "bodyBudgetMiB")]
     pub body_budget_mib: u32,
     /// Concurrent HTTP/2 streams (requests) per connection.
@@ -267,12 +267,12 @@ impl Default for Limits {
     }
 }
 
-/// What a connection costs beyond the body bytes it holds, measured
-/// (docs/benchmarks.md, "Slow clients"): about 34 KiB for a TLS
-/// connection that sent its headers, about 105 KiB for one stalled with
-/// data waiting in hyper's 16 KiB read buffer and rustls' record and
-/// plaintext buffers.
-pub const PER_CONNECTION_BUFFERS: usize = 110 * 1024;
+/// What a connection costs beyond the body memory it holds, measured with
+/// 1,000 connections (docs/benchmarks.md, "Slow clients"): about 33 KiB
+/// for a TLS connection that sent its headers, about 61 KiB once a body
+/// has gone through it (hyper's 16 KiB read buffer and rustls' record and
+/// plaintext buffers stay allocated), with room for data in flight.
+pub const PER_CONNECTION_BUFFERS: usize = 80 * 1024;
 
 #[cfg(test)]
 mod tests {
@@ -287,8 +287,8 @@ mod tests {
         // The extender's 96 MiB bodies still fit in the budget.
         assert_eq!(c.limits(96 * 1024 * 1024).body_budget, 96 * 1024 * 1024);
         assert_eq!(c.admin_limits().max_connections, 64);
-        // docs/operations.md: about 174 MiB at the default caps.
-        assert_eq!(l.worst_case_bytes() / (1024 * 1024), 174);
+        // docs/operations.md: about 144 MiB at the default caps.
+        assert_eq!(l.worst_case_bytes() / (1024 * 1024), 144);
     }
 
     #[test]
