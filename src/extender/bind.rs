@@ -125,6 +125,23 @@ struct Running {
     idle: tokio::sync::Notify,
 }
 
+impl Running {
+    /// Waits until the count is 0, for at most `within`; whether it is.
+    async fn wait_idle(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            // Registered before the check, so a drop to 0 in between is seen.
+            let idle = self.idle.notified();
+            if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
 /// One running transaction; counted until dropped.
 struct RunningBind(Arc<Running>);
 
@@ -181,21 +198,7 @@ impl ApiBinder {
     /// whose caller gave up still runs to its end (bound, or undone) in its
     /// own task, and must not be cut off half way.
     pub async fn wait_for_binds(&self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        loop {
-            let idle = self.running.idle.notified();
-            if self
-                .running
-                .count
-                .load(std::sync::atomic::Ordering::Acquire)
-                == 0
-            {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                return false;
-            }
-        }
+        self.running.wait_idle(within).await
     }
 
     pub fn events(&self) -> &EventSink {
@@ -788,6 +791,26 @@ fn gpu_list(allocation: &Allocation) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_stop_waits_for_running_binds_within_its_drain() {
+        let running = Arc::new(Running::default());
+        assert!(running.wait_idle(Duration::ZERO).await, "none running");
+        let first = RunningBind::start(&running);
+        let second = RunningBind::start(&running);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(first);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(second);
+        });
+        let started = Instant::now();
+        assert!(running.wait_idle(Duration::from_secs(5)).await);
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        // One that never ends: the wait gives up at its deadline.
+        let _stuck = RunningBind::start(&running);
+        assert!(!running.wait_idle(Duration::from_millis(50)).await);
+    }
     use crate::engine::DeviceGrant;
 
     #[test]

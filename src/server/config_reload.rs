@@ -376,6 +376,70 @@ mod tests {
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
+    /// What the watcher reports, as the metrics hear it: a refused version
+    /// (gauge 0), then the file put back (gauge 1 again), then a new one.
+    #[tokio::test]
+    async fn the_watcher_reports_refusals_and_recoveries() {
+        let path = temp("watch");
+        std::fs::write(&path, "scheduler:\n  name: one\n").unwrap();
+        let (file, config) = ConfigFile::load(path.clone()).await.unwrap();
+        let first = file.stamp();
+        let target = Arc::new(ArcSwap::from_pointee(config));
+        let heard = Arc::new(Mutex::new(Vec::<Result<String, String>>::new()));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let log = heard.clone();
+        let watcher = tokio::spawn(file.watch(
+            target.clone(),
+            Duration::from_millis(30),
+            Arc::default(),
+            move |outcome| {
+                log.lock().unwrap().push(match outcome {
+                    Ok(stamp) => Ok(stamp.sha256.clone()),
+                    Err(e) => Err(e.to_string()),
+                });
+            },
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        let wait_for = |n: usize| {
+            let heard = heard.clone();
+            async move {
+                for _ in 0..200 {
+                    if heard.lock().unwrap().len() >= n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("heard {:?}", heard.lock().unwrap());
+            }
+        };
+        std::fs::write(&path, "scheduler:\n  nmae: typo\n").unwrap();
+        wait_for(1).await;
+        std::fs::write(&path, "scheduler:\n  name: one\n").unwrap();
+        wait_for(2).await;
+        std::fs::write(&path, "scheduler:\n  name: two\n").unwrap();
+        wait_for(3).await;
+        let _ = stop_tx.send(());
+        watcher.await.unwrap();
+        let heard = heard.lock().unwrap().clone();
+        assert!(
+            heard[0].as_ref().is_err_and(|e| e.contains("nmae")),
+            "{heard:?}"
+        );
+        assert_eq!(
+            heard[1],
+            Ok(first.sha256.clone()),
+            "back to the version in force"
+        );
+        assert!(
+            heard[2].as_ref().is_ok_and(|s| *s != first.sha256),
+            "{heard:?}"
+        );
+        assert_eq!(target.load().scheduler.name, "two");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
     #[tokio::test]
     async fn an_empty_file_is_refused_at_start() {
         let path = temp("empty-start");
