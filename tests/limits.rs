@@ -135,8 +135,8 @@ async fn stalled_bodies_are_cut_off_and_hold_only_their_budget() {
     for mut tls in stalled {
         let (raw, took) = until_closed(&mut tls, Duration::from_secs(5)).await;
         let code = status(&raw);
-        // 408 at the deadline, or 503 for a body that waited for the
-        // budget until then.
+        // 408 at the deadline, or 503 for a body that found no room in the
+        // budget (its rest read and dropped until then).
         assert!(
             code == 408 || code == 503,
             "{}",
