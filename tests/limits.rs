@@ -268,27 +268,13 @@ async fn silent_and_idle_connections_are_closed() {
     );
 }
 
-/// A TLS connection to `addr` with a client that trusts `ca` (no ALPN).
+/// A TLS connection to `addr` whose handshake may fail.
 async fn tls_client(
     addr: std::net::SocketAddr,
     ca: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::pem::PemObject::from_pem_slice(ca).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(gpugate::server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect(addr).await?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(
-            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
-            tcp,
-        )
-        .await
+    support::https::try_wrap_tls(tcp, ca, b"http/1.1").await
 }
 
 /// Starts the admin router on its own listener with `max_connections`.

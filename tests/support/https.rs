@@ -94,21 +94,8 @@ pub async fn connect_alpn(
     ca_pem: &[u8],
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = TcpStream::connect(addr).await.unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap()
+    wrap_tls(tcp, ca_pem, alpn).await
 }
 
 /// TLS over an already connected `tcp`, as [`connect_alpn`] does.
@@ -117,6 +104,15 @@ pub async fn wrap_tls(
     ca_pem: &[u8],
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
+    try_wrap_tls(tcp, ca_pem, alpn).await.unwrap()
+}
+
+/// [`wrap_tls`], with the handshake's failure as an error.
+pub async fn try_wrap_tls(
+    tcp: TcpStream,
+    ca_pem: &[u8],
+    alpn: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem).unwrap())
@@ -130,7 +126,6 @@ pub async fn wrap_tls(
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
-        .unwrap()
 }
 
 /// One HTTP/1.1 request; returns (status, body).
