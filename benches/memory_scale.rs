@@ -2,7 +2,7 @@
 //! vGPU pods (benches/support/big_cluster.rs), as a separate release
 //! process: VmRSS sampled from /proc every 50 ms while it loads, VmHWM (the
 //! kernel's peak), RSS once idle, and RSS after `/filter` calls with all
-//! 5,000 candidate names.
+//! 5,000 candidate names and after `/metrics` scrapes.
 //!
 //! Two modes:
 //! - `--mode file` (default): the cluster written as a snapshot file, as
@@ -13,12 +13,14 @@
 //!   (tests/e2e/build-control-plane.sh), the cluster created through the
 //!   API (64 requests at a time; pods created already bound, no scheduler,
 //!   no webhooks), then `gpugate serve --kubeconfig` watching it. Sampled
-//!   until `gpugate_cluster_synced 1` and for `--idle-seconds` after. The
+//!   until `gpugate_cluster_synced 1` (`/metrics` read every 250 ms) and
+//!   for `--idle-seconds` after. The
 //!   populated etcd is kept in `--api-dir` (default
 //!   `$TMPDIR/gpugate-memory-api`) and reused by the next run; delete the
 //!   directory to build it again.
 //!
-//! `--write-snapshot PATH` only writes the snapshot file and exits.
+//! `--write-snapshot PATH` only writes the snapshot file and exits;
+//! `--gpugate PATH` measures another build (e.g. an older commit's).
 //!
 //! Run: `cargo bench --bench memory_scale [-- --mode api]`. Results go to
 //! docs/benchmarks.md ("Memory at 5,000 nodes x 8 GPUs and 40,000 pods").
@@ -61,9 +63,12 @@ struct Options {
     write_snapshot: Option<PathBuf>,
     idle_seconds: u64,
     filter_calls: usize,
+    metrics_scrapes: usize,
     api_dir: PathBuf,
     concurrency: usize,
     env: Vec<(String, String)>,
+    /// Another gpugate binary (an older build, to compare).
+    gpugate: Option<PathBuf>,
 }
 
 fn options() -> Options {
@@ -73,9 +78,11 @@ fn options() -> Options {
         write_snapshot: None,
         idle_seconds: 10,
         filter_calls: 20,
+        metrics_scrapes: 5,
         api_dir: std::env::temp_dir().join("gpugate-memory-api"),
         concurrency: 64,
         env: Vec::new(),
+        gpugate: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -86,8 +93,10 @@ fn options() -> Options {
             "--write-snapshot" => o.write_snapshot = Some(value().into()),
             "--idle-seconds" => o.idle_seconds = value().parse().expect("--idle-seconds"),
             "--filter-calls" => o.filter_calls = value().parse().expect("--filter-calls"),
+            "--metrics-scrapes" => o.metrics_scrapes = value().parse().expect("--metrics-scrapes"),
             "--api-dir" => o.api_dir = value().into(),
             "--concurrency" => o.concurrency = value().parse().expect("--concurrency"),
+            "--gpugate" => o.gpugate = Some(value().into()),
             // An environment variable for the server, e.g.
             // `--server-env MALLOC_ARENA_MAX=2`.
             "--server-env" => {
@@ -208,7 +217,11 @@ fn start_server(source: &[String], o: &Options) -> Server {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (listen, admin, extender) = (free_port(), free_port(), free_port());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gpugate"));
+    let bin = o
+        .gpugate
+        .clone()
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_gpugate").into());
+    let mut command = Command::new(bin);
     command
         .arg("serve")
         .args(source)
@@ -299,8 +312,13 @@ fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     ))
 }
 
-/// Waits until `ready` says so (polled every 50 ms), up to `limit`.
-fn wait_until(server: &mut Server, limit: Duration, ready: impl Fn(&Server) -> bool) -> Duration {
+/// Waits until `ready` says so (asked every `every`), up to `limit`.
+fn wait_until(
+    server: &mut Server,
+    limit: Duration,
+    every: Duration,
+    ready: impl Fn(&Server) -> bool,
+) -> Duration {
     let t = Instant::now();
     while t.elapsed() < limit {
         if let Ok(Some(status)) = server.child.try_wait() {
@@ -310,7 +328,7 @@ fn wait_until(server: &mut Server, limit: Duration, ready: impl Fn(&Server) -> b
         if ready(server) {
             return t.elapsed();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
     }
     panic!("gpugate not ready within {limit:?}");
 }
@@ -360,7 +378,17 @@ fn measure_after_load(server: &Server, sampler: &Sampler, loaded_in: Duration, o
     let feasible = filter_calls(server, o.filter_calls);
     let filter_time = t.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    let (after_filter, hwm) = rss(pid);
+    let (after_filter, _) = rss(pid);
+    // What Prometheus does every 15-60 s: the text has a series per GPU
+    // and per vGPU (HAMi's gauges), 57 MB here.
+    let t = Instant::now();
+    let mut metrics_bytes = 0;
+    for _ in 0..o.metrics_scrapes {
+        metrics_bytes = admin_get(server.admin, "/metrics").map_or(0, |(_, t)| t.len());
+    }
+    let scrape_time = t.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    let (after_scrapes, hwm) = rss(pid);
     println!("loaded in {:.1} s", loaded_in.as_secs_f64());
     println!("RSS when loaded:                {}", mib(at_ready));
     println!(
@@ -375,6 +403,13 @@ fn measure_after_load(server: &Server, sampler: &Sampler, loaded_in: Duration, o
         mib(after_filter),
         feasible,
         filter_time.as_secs_f64() * 1000.0 / o.filter_calls.max(1) as f64
+    );
+    println!(
+        "RSS after {} /metrics scrapes:   {} ({:.1} MiB of text; {:.0} ms each)",
+        o.metrics_scrapes,
+        mib(after_scrapes),
+        metrics_bytes as f64 / MIB / MIB,
+        scrape_time.as_secs_f64() * 1000.0 / o.metrics_scrapes.max(1) as f64
     );
     println!("VmHWM (peak) at the end:        {}", mib(hwm));
     println!("highest 50 ms VmRSS sample:     {}", mib(sampler.peak()));
@@ -397,9 +432,12 @@ fn file_mode(o: &Options) {
     }
     let mut server = start_server(&["--cluster".into(), path.display().to_string()], o);
     let sampler = Sampler::start(server.child.id());
-    let loaded_in = wait_until(&mut server, Duration::from_secs(600), |s| {
-        admin_get(s.admin, "/readyz").is_some_and(|(status, _)| status == 200)
-    });
+    let loaded_in = wait_until(
+        &mut server,
+        Duration::from_secs(600),
+        Duration::from_millis(50),
+        |s| admin_get(s.admin, "/readyz").is_some_and(|(status, _)| status == 200),
+    );
     measure_after_load(&server, &sampler, loaded_in, o);
 }
 
@@ -691,10 +729,16 @@ fn api_mode(o: &Options) {
     let kubeconfig = dir.join("admin.kubeconfig").display().to_string();
     let mut server = start_server(&["--kubeconfig".into(), kubeconfig], o);
     let sampler = Sampler::start(server.child.id());
-    let synced_in = wait_until(&mut server, Duration::from_secs(900), |s| {
-        admin_get(s.admin, "/metrics").and_then(|(_, text)| metric(&text, "gpugate_cluster_synced"))
-            == Some(1.0)
-    });
+    let synced_in = wait_until(
+        &mut server,
+        Duration::from_secs(900),
+        Duration::from_millis(250),
+        |s| {
+            admin_get(s.admin, "/metrics")
+                .and_then(|(_, text)| metric(&text, "gpugate_cluster_synced"))
+                == Some(1.0)
+        },
+    );
     let metrics = admin_get(server.admin, "/metrics").map(|(_, t)| t);
     if let Some(text) = &metrics {
         for line in text.lines().filter(|l| {
