@@ -219,12 +219,12 @@ async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
     let lock = rig.lock("gpu-1").unwrap();
     assert!(lock.ends_with("Z,ml,train-0"), "{lock}");
 
-    // The writes, in order, each with its precondition.
+    // Two writes, in order: the lock with its precondition, then the
+    // Binding, which carries the annotations and label onto the pod.
     assert_eq!(
         rig.writes(),
         [
             (Method::PATCH, node_path("gpu-1")),
-            (Method::PATCH, pod_path("ml", "train-0")),
             (
                 Method::POST,
                 format!("{}/binding", pod_path("ml", "train-0"))
@@ -244,12 +244,21 @@ async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
             p.body
         );
     }
-    let binding = &seen.last().unwrap().body;
+    let binding = &seen
+        .iter()
+        .find(|s| s.path.ends_with("/binding"))
+        .unwrap()
+        .body;
     assert_eq!(
         binding["target"],
         json!({"apiVersion": "v1", "kind": "Node", "name": "gpu-1"})
     );
     assert_eq!(binding["metadata"]["uid"], "u-0");
+    assert_eq!(
+        binding["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"],
+        devices
+    );
+    assert_eq!(binding["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
 
     // The ledger holds the same allocation the pod carries.
     let held = rig.held("u-0").unwrap();
@@ -351,10 +360,9 @@ async fn an_unreadable_lock_is_never_overwritten() {
 /// and the same bind succeeds once the API server is well again.
 #[tokio::test]
 async fn every_failure_point_is_undone() {
-    let cases: [(Method, &str, u16, &str); 5] = [
+    let cases: [(Method, &str, u16, &str); 4] = [
         (Method::GET, "/pods/p", 500, "GET pod ml/p"),
         (Method::PATCH, "/nodes/gpu-1", 500, "PATCH node gpu-1"),
-        (Method::PATCH, "/pods/p", 500, "PATCH pod ml/p"),
         (Method::POST, "/binding", 500, "POST binding"),
         (Method::POST, "/binding", 404, "not found"),
     ];
@@ -402,40 +410,40 @@ async fn an_undo_that_fails_too_is_reported() {
         config(1.0),
     );
     rig.api.fail(Method::POST, "/binding", 500, 1);
-    // The annotation patch and the lock go through; removing them does not.
-    rig.api.fail_after(Method::PATCH, "/pods/p", 503, 1, 1);
+    // The lock goes through; releasing it does not.
     rig.api.fail_after(Method::PATCH, "/nodes/gpu-1", 500, 1, 1);
     let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
     assert!(e.contains("POST binding"), "{e}");
     assert!(e.contains("undo incomplete"), "{e}");
-    assert!(e.contains("removing the allocation annotations"), "{e}");
     assert!(e.contains("releasing the node lock"), "{e}");
     // The ledger is released regardless; what is left on the API server is
     // named in the error (and counted in gpugate_bind_rollback_failures).
     assert_eq!(rig.held("u-p"), None);
-    assert!(has_allocation_annotations(&rig.pod("ml", "p")));
-    // The next bind of the same pod replaces the leftovers and the lock.
+    assert!(rig.lock("gpu-1").unwrap().ends_with(",ml,p"));
+    // The Binding carried the annotations, so none were left behind.
+    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
+    // The next bind of the same pod finds the lock its own and binds.
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
 }
 
 #[tokio::test]
-async fn a_pod_changed_between_read_and_patch_is_read_again() {
+async fn a_node_changed_between_read_and_lock_is_read_again() {
     let rig = Rig::new(
         &[node("gpu-1", 1)],
         &[pod("ml", "p", "u-p", 2000, 10)],
         config(1.0),
     );
-    rig.api.fail(Method::PATCH, "/pods/p", 409, 1);
+    rig.api.fail(Method::PATCH, "/nodes/gpu-1", 409, 1);
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
-    let pod_patches: Vec<_> = rig
+    let node_patches: Vec<_> = rig
         .api
         .seen()
         .into_iter()
-        .filter(|s| s.method == Method::PATCH && s.path.contains("/pods/"))
+        .filter(|s| s.method == Method::PATCH && s.path.contains("/nodes/"))
         .collect();
-    assert_eq!(pod_patches.len(), 2);
+    assert_eq!(node_patches.len(), 2);
     // The retry carries the version read again, not the stale one.
-    let versions: Vec<&Value> = pod_patches
+    let versions: Vec<&Value> = node_patches
         .iter()
         .map(|p| &p.body["metadata"]["resourceVersion"])
         .collect();
@@ -739,7 +747,7 @@ async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
     });
     release_lock(&rig.api, "gpu-1");
     let e = bind.await.unwrap();
-    assert!(e.contains("bound to node gpu-2 by someone else"), "{e}");
+    assert!(e.contains("already bound to node gpu-2, not gpu-1"), "{e}");
     let p = rig.pod("ml", "p");
     assert_eq!(annotations(&p)["hami.io/vgpu-node"], "gpu-2");
     assert_eq!(rig.lock("gpu-1"), None, "our lock is released");
@@ -748,19 +756,11 @@ async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
 
 #[tokio::test]
 async fn lost_answers_are_told_apart_from_failures() {
-    // The annotation patch lands but its answer is lost: undone.
     let rig = Rig::new(
         &[node("gpu-1", 1)],
         &[pod("ml", "p", "u-p", 2000, 10)],
         config(1.0),
     );
-    rig.api.lose(Method::PATCH, "/pods/p", 1);
-    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
-    assert!(e.contains("504"), "{e}");
-    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
-    assert_eq!(rig.lock("gpu-1"), None);
-    assert_eq!(rig.held("u-p"), None);
-
     // The Binding lands but its answer is lost: success.
     rig.api.lose(Method::POST, "/binding", 1);
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
@@ -777,9 +777,11 @@ async fn lost_answers_are_told_apart_from_failures() {
     rig.api.fail_after(Method::GET, "/pods/q", 503, 1, 10);
     let e = rig.bind("ml", "q", "u-q", "gpu-1").await;
     assert!(e.contains("whether the Binding landed is unknown"), "{e}");
+    // Kept: the watch will show whether the pod is bound (here it is not:
+    // the Binding, annotations included, did not land).
     assert!(rig.held("u-q").is_some());
-    assert!(has_allocation_annotations(&rig.pod("ml", "q")));
     assert!(rig.lock("gpu-1").is_some());
+    assert!(!has_allocation_annotations(&rig.pod("ml", "q")));
 }
 
 #[tokio::test]
