@@ -154,6 +154,32 @@ impl Rig {
         }
     }
 
+    /// The nodes as the API server holds them, fed to the view's copy of
+    /// their locks as the node watch would.
+    fn deliver_node_events(&self) {
+        let mut view = self.cluster.write();
+        for (_, n) in self.api.list("/api/v1/nodes/") {
+            let k: Node = serde_json::from_value(n).unwrap();
+            view.note_node_lock(&k);
+        }
+    }
+
+    fn filter(&self, pod: &Value, nodes: &[&str]) -> gpugate::extender::wire::FilterResult {
+        let body = json!({"Pod": pod, "NodeNames": nodes});
+        self.extender
+            .filter(&self.config, body.to_string().as_bytes())
+    }
+
+    fn prioritize(&self, pod: &Value, nodes: &[&str]) -> Vec<(String, i64)> {
+        let body = json!({"Pod": pod, "NodeNames": nodes});
+        self.extender
+            .prioritize(&self.config, body.to_string().as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.host, h.score))
+            .collect()
+    }
+
     fn writes(&self) -> Vec<(Method, String)> {
         self.api
             .seen()
@@ -817,4 +843,139 @@ async fn a_gang_members_failed_bind_keeps_the_groups_capacity_held() {
     assert_eq!(rig.bind("ml", "m1", "u-m1", "gpu-2").await, "");
     assert_eq!(rig.bind("ml", "m2", "u-m2", "gpu-3").await, "");
     assert_eq!(rig.cluster.read().gang_hold_count(), 0);
+}
+
+/// kube-scheduler's cycle for two pods at once, as at scale: the first
+/// pod's `/prioritize` holds its GPUs on the node it ranked first, the
+/// second pod is steered away from that node and from a node whose lock is
+/// held, and the first pod's bind takes the pod from its `/filter` call
+/// (no read) and writes only the lock and the Binding.
+#[tokio::test]
+async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut locked = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    locked["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let (p, q) = (
+        pod("ml", "p", "u-p", 1000, 0),
+        pod("ml", "q", "u-q", 1000, 0),
+    );
+    let rig = Rig::new(
+        &[locked, node("gpu-2", 1), node("gpu-3", 1)],
+        &[holder, p.clone(), q.clone()],
+        config(1.0),
+    );
+    rig.deliver_node_events();
+    let all = ["gpu-1", "gpu-2", "gpu-3"];
+
+    let r = rig.filter(&p, &all);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-2".to_string(), "gpu-3".to_string()])
+    );
+    let why = &r.failed_nodes["gpu-1"];
+    assert!(
+        why.starts_with("NodeLockBusy (hami.io/mutex.lock held by pod ml/holder"),
+        "{why}"
+    );
+    // Ranked: the free nodes only; the first of them is assumed.
+    let scores = rig.prioritize(&p, &["gpu-2", "gpu-3"]);
+    assert_eq!(scores.len(), 2);
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-2");
+    assert_eq!(rig.extender.api_binder().unwrap().metrics.assumed.get(), 1);
+
+    // The next pod: gpu-2 now has p's assumption, gpu-1 the lock.
+    let r = rig.filter(&q, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-3".to_string()]));
+    assert!(
+        r.failed_nodes["gpu-2"].contains("being bound there by gpugate"),
+        "{:?}",
+        r.failed_nodes
+    );
+    // Every feasible node busy: none is refused for it (the bind waits).
+    let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".to_string(), "gpu-2".to_string()])
+    );
+
+    // kube-scheduler chose gpu-3 for p after all: the bind's reservation
+    // replaces the assumption.
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-3").await, "");
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-3");
+    assert_eq!(
+        rig.cluster.read().state().node("gpu-2").unwrap().usage[0].slots,
+        0
+    );
+    assert_eq!(
+        rig.writes(),
+        [
+            (Method::PATCH, node_path("gpu-3")),
+            (Method::POST, format!("{}/binding", pod_path("ml", "p"))),
+        ]
+    );
+    let reads_of_p = rig
+        .api
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::GET && s.path == pod_path("ml", "p"))
+        .count();
+    assert_eq!(reads_of_p, 0, "the pod came from /filter");
+    let p_now = rig.pod("ml", "p");
+    assert_eq!(annotations(&p_now)["hami.io/vgpu-node"], "gpu-3");
+    assert_eq!(p_now["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-3");
+}
+
+/// A bind's budget (scheduler.bindTimeoutSeconds) covers the wait for the
+/// node lock: it fails in time, with the holder named, and leaves nothing.
+#[tokio::test]
+async fn a_bind_ends_within_its_budget() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut n = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    n["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let mut c = config(600.0);
+    c.scheduler.bind_timeout_seconds = 2.5;
+    let rig = Rig::new(&[n], &[holder, pod("ml", "p", "u-p", 1000, 0)], c);
+    rig.deliver_node_events();
+    let started = std::time::Instant::now();
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    let took = started.elapsed();
+    assert!(e.contains("locked by pod ml/holder"), "{e}");
+    // The lock is waited for until the Binding's own 2 s are left.
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    assert_eq!(rig.held("u-p"), None);
+    assert!(rig.writes().is_empty());
+}
+
+/// The wait for the API rate limiter counts against the caller's deadline:
+/// a call that cannot get a token in time is not sent, and says why.
+#[tokio::test]
+async fn the_rate_limiters_wait_counts_against_the_deadline() {
+    let api = FakeApi::default();
+    api.put(&node_path("gpu-1"), node("gpu-1", 1));
+    let calls = ApiCalls::new(
+        api.client(),
+        &ApiLimits {
+            qps: 0.5,
+            burst: 1,
+            ..ApiLimits::default()
+        },
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    gpugate::cluster::api::within(deadline, async {
+        calls.get_node("gpu-1").await.unwrap();
+        let e = calls.get_node("gpu-1").await.unwrap_err();
+        assert!(
+            matches!(e, gpugate::cluster::api::ApiError::NotSent { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("api.qps"), "{e}");
+        assert!(!e.outcome_unknown(), "not sent: nothing to read back");
+    })
+    .await;
+    assert_eq!(api.seen().len(), 1);
 }

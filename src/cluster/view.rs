@@ -1228,6 +1228,101 @@ mod tests {
     }
 
     #[test]
+    fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
+        let mut view = ClusterView::new();
+        view.upsert_node(&node("n1", REGISTER));
+        view.upsert_node(&node("n2", REGISTER));
+        let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
+        let on_n1 = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+        p.metadata.annotations = None;
+        let none = HashMap::new();
+        let now = jiff::Timestamp::now();
+        let expiry = std::time::Duration::from_secs(300);
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+
+        assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 1);
+        let unsettled = view.unsettled_binds();
+        assert_eq!(unsettled.get("n1"), Some(&1));
+        assert!(view.node_busy("n1", &unsettled, now, expiry).is_some());
+        assert_eq!(view.node_busy("n2", &unsettled, now, expiry), None);
+        // Only a pod that holds nothing is assumed; watch events of the
+        // unbound pod keep it.
+        assert!(!view.assume("uid-p", &p, on_n1.clone(), 2_000));
+        view.upsert_pod("uid-p", &p);
+        view.pod_holds_nothing("uid-p");
+        assert!(view.is_assumed("uid-p"));
+        assert!(view.has_assumed());
+        // Not yet due; then due: dropped, nothing left.
+        assert_eq!(view.expire_assumed(999), 0);
+        assert_eq!(view.expire_assumed(1_000), 1);
+        assert!(view.held_allocation("uid-p").is_none());
+        assert!(view.unsettled_binds().is_empty());
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+
+        // The bind chooses another node: its reservation replaces the
+        // assumption, and confirming it leaves nothing unsettled.
+        assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+        let mut on_n2 = on_n1.clone();
+        on_n2.node = "n2".into();
+        view.reserve("uid-p", &p, on_n2.clone()).unwrap();
+        assert!(!view.is_assumed("uid-p"));
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+        assert_eq!(view.unsettled_binds().get("n2"), Some(&1));
+        assert_eq!(view.expire_assumed(i64::MAX), 0, "a bind is not assumed");
+        view.settle("uid-p");
+        assert!(view.unsettled_binds().is_empty());
+
+        // A new cycle of the pod drops what its last prioritize assumed.
+        let q = pod("ns", "q", "n1", "", "Pending");
+        assert!(view.assume("uid-q", &q, on_n1.clone(), 1_000));
+        assert!(view.drop_assumed("uid-q"));
+        assert!(!view.drop_assumed("uid-q"));
+        assert!(!view.has_assumed());
+    }
+
+    #[test]
+    fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
+        let mut view = ClusterView::new();
+        let mut n = node("n1", REGISTER);
+        n.metadata.resource_version = Some("7".into());
+        view.upsert_node(&n);
+        view.note_node_lock(&n);
+        let seen = view.seen_lock("n1").unwrap();
+        assert_eq!(seen.value, None);
+        assert_eq!(seen.resource_version.as_deref(), Some("7"));
+        let none = HashMap::new();
+        let expiry = std::time::Duration::from_secs(300);
+        let now = jiff::Timestamp::now();
+        let lock = |value: &str| {
+            let mut n = n.clone();
+            n.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(keys::NODE_LOCK.into(), value.into());
+            n
+        };
+        view.note_node_lock(&lock(&format!("{now},ml,holder")));
+        let why = view.node_busy("n1", &none, now, expiry).unwrap();
+        assert!(why.contains("ml/holder"), "{why}");
+        // Expired, or unreadable (bind reports it): not steered around.
+        view.note_node_lock(&lock("2020-01-01T00:00:00Z,ml,old"));
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+        view.note_node_lock(&lock("garbage"));
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+        // A write's answer updates only nodes the watch has shown.
+        view.note_node_lock_if_watched(&lock(&format!("{now},ml,other")));
+        assert!(view.node_busy("n1", &none, now, expiry).is_some());
+        let mut stranger = lock(&format!("{now},ml,other"));
+        stranger.metadata.name = Some("n9".into());
+        view.note_node_lock_if_watched(&stranger);
+        assert!(view.seen_lock("n9").is_none());
+        view.delete_node("n1");
+        assert!(view.seen_lock("n1").is_none());
+    }
+
+    #[test]
     fn gang_members_and_holds_follow_their_pods() {
         let mut view = ClusterView::new();
         view.upsert_node(&node("n1", REGISTER));
