@@ -979,3 +979,43 @@ async fn the_rate_limiters_wait_counts_against_the_deadline() {
     .await;
     assert_eq!(api.seen().len(), 1);
 }
+
+/// Two nodes in the same 0..=10 level under binpack: the fuller one ranks
+/// above, so kube-scheduler's own scores (which prefer the emptier node)
+/// cannot spread a burst over the level.
+#[tokio::test]
+async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
+    let (a, b, c) = (
+        pod("ml", "a", "u-a", 1000, 0),
+        pod("ml", "b", "u-b", 1000, 0),
+        pod("ml", "c", "u-c", 1000, 0),
+    );
+    let rig = Rig::new(
+        &[node("gpu-1", 2), node("gpu-2", 2), node("gpu-3", 2)],
+        &[],
+        config(1.0),
+    );
+    {
+        // One slice on gpu-1, two on gpu-2: both binpack level 1.
+        let mut view = rig.cluster.write();
+        for (uid, p, n) in [
+            ("u-a", &a, "gpu-1"),
+            ("u-b", &b, "gpu-2"),
+            ("u-c", &c, "gpu-2"),
+        ] {
+            let k: Pod = serde_json::from_value(p.clone()).unwrap();
+            let plan = gpugate::engine::PodPlan::from_pod(&k, &rig.config).unwrap();
+            let alloc = view.state().assign(&plan, n).unwrap();
+            view.reserve(uid, &k, alloc).unwrap();
+            view.settle(uid);
+        }
+    }
+    let new = pod("ml", "d", "u-d", 1000, 0);
+    let scores = rig.prioritize(&new, &["gpu-1", "gpu-2", "gpu-3"]);
+    let score = |n: &str| scores.iter().find(|(h, _)| h == n).unwrap().1;
+    assert!(score("gpu-2") > score("gpu-1"), "{scores:?}");
+    assert!(score("gpu-1") >= score("gpu-3"), "{scores:?}");
+    assert_eq!(score("gpu-3"), 0, "empty");
+    // The pod is assumed on the node ranked best.
+    assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
+}

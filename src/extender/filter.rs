@@ -315,14 +315,19 @@ pub fn prioritize_with_likely(
     if let Some(busy) = busy_nodes(view, config, &eval.feasible) {
         eval.retain_feasible(|f| !busy.iter().any(|(n, _)| *n == f.node));
     }
+    // The 0..=10 priority is coarse: under binpack a node holding one
+    // slice and one holding five share a level, and kube-scheduler breaks
+    // such ties with its own scores (LeastAllocated: the emptier node), so
+    // a burst spread over many nodes. The node the policy ranks best keeps
+    // its level; the others of that level go one below.
+    let best = eval.best().map(|b| (b.score, b.priority));
+    let level = |f: &crate::engine::FeasibleNode<'_>| match best {
+        Some((score, top)) if f.priority == top && f.score != score && top > 0 => top - 1,
+        _ => f.priority,
+    };
     let priority: std::collections::HashMap<&str, u8> =
-        eval.feasible.iter().map(|f| (f.node, f.priority)).collect();
-    let likely = eval
-        .feasible
-        .iter()
-        .rev()
-        .max_by_key(|f| f.priority)
-        .map(|f| f.node.to_string());
+        eval.feasible.iter().map(|f| (f.node, level(f))).collect();
+    let likely = eval.best().map(|b| b.node.to_string());
     let scores = names
         .iter()
         .map(|host| HostPriority {
