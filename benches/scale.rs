@@ -391,10 +391,11 @@ async fn phase(
     let gpus = matches!(workload, Workload::Gpu { .. });
     let profile = workload.profile();
     println!(
-        "scale: phase {}: {} pods, {} creators",
+        "scale: phase {}: {} pods, {} creators; load average before: {}",
         workload.label(),
         args.pods,
-        args.creators
+        args.creators,
+        load_average()
     );
     let sched_before = cp
         .scheduler_metrics()
@@ -537,6 +538,7 @@ fn print_table(args: &Args, rows: &[Row]) {
         manifests::SCHEDULER_BURST,
         args.deadline.as_secs(),
     );
+    println!("Load average at the end (1, 5, 15 min): {}", load_average());
     println!();
     println!(
         "| phase | bound | pods/s | create→bound p50 | p99 | max | attempts/pod | failed attempts/pod | nodes used (min) | gpugate binds by code |"
@@ -597,4 +599,12 @@ fn print_table(args: &Args, rows: &[Row]) {
         }
     }
     println!();
+}
+
+/// The machine's load average (1, 5, 15 minutes), for the report: the
+/// numbers of a run are only comparable on an equally quiet machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
 }
