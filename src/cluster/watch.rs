@@ -3,9 +3,14 @@
 //! labels). Objects are applied to the view as they arrive and not kept, so
 //! memory is the view's, not a copy of every Pod.
 //!
-//! A watcher's (re)list is buffered and swapped in whole at its end, so a
-//! restarted watch never shows a half-listed cluster, and objects that
-//! vanished while the watch was down are removed then (counted as drift).
+//! A watcher's (re)list is applied object by object as its pages arrive
+//! (kube's watcher lists 500 at a time), and objects that vanished while
+//! the watch was down are removed at its end (counted as drift). So a
+//! restarted watch never shows a half-listed cluster: every object keeps
+//! its last state until its listed state replaces it, and nothing is
+//! dropped before the list is complete. Only the listed keys are kept
+//! until then, not the objects: buffering a 40,000-pod list whole held
+//! every Pod (managed fields and all) at once, hundreds of MB.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -37,8 +42,8 @@ trait Watched: Resource + Clone + Debug + DeserializeOwned + Send + 'static {
     }
     /// Keys of every object of this kind the view holds.
     fn held(view: &ClusterView) -> Vec<String>;
-    /// Whether a re-list must keep the object until it is swapped in; when
-    /// not, only its key is kept (and it is applied as "holds nothing").
+    /// Whether a listed object is applied whole; when not, it is applied
+    /// as "holds nothing" by its key alone.
     fn worth_keeping(&self) -> bool {
         true
     }
@@ -91,8 +96,8 @@ impl Watched for Pod {
     fn held(view: &ClusterView) -> Vec<String> {
         view.tracked_pods()
     }
-    /// Most pods hold no GPUs and are in no gang group: a re-list keeps
-    /// only their UIDs.
+    /// Most pods hold no GPUs and are in no gang group: a re-list only
+    /// makes sure the view holds nothing for them.
     fn worth_keeping(&self) -> bool {
         self.metadata
             .annotations
@@ -268,7 +273,7 @@ async fn feed_until_resync<K>(
 where
     K: Watched,
 {
-    let mut buffer: Vec<(String, Option<K>)> = Vec::new();
+    let mut listing = Listing::default();
     // The clock starts once a list is complete, so that a list slower than
     // the period is never cut short.
     let mut due: Option<tokio::time::Instant> = None;
@@ -282,16 +287,14 @@ where
         };
         match next {
             Ok(Some(event)) => match event {
-                watcher::Event::Init => buffer.clear(),
+                watcher::Event::Init => listing = Listing::default(),
                 watcher::Event::InitApply(obj) => {
-                    if let Some(key) = obj.key() {
-                        let keep = obj.worth_keeping().then_some(obj);
-                        buffer.push((key, keep));
-                    }
+                    listing.apply(&mut shared.write(), &obj);
                 }
                 watcher::Event::InitDone => {
-                    let objects = buffer.len();
-                    let drift = replace_all(&mut shared.write(), std::mem::take(&mut buffer));
+                    let listed = std::mem::take(&mut listing);
+                    let objects = listed.keys.len();
+                    let drift = listed.done::<K>(&mut shared.write());
                     observer.listed(K::KIND, objects, drift);
                     if !*listed_once {
                         *listed_once = true;
@@ -321,26 +324,56 @@ where
     }
 }
 
-/// Swaps in a complete list of one kind: objects the view holds that the
-/// list lacks are removed, listed objects without a body (not worth
-/// keeping) are applied as holding nothing. Returns how many were removed
-/// (drift: deletions the watch missed).
-fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, Option<K>)>) -> usize {
-    let listed: HashSet<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
-    let gone: Vec<String> = K::held(view)
-        .into_iter()
-        .filter(|k| !listed.contains(k.as_str()))
-        .collect();
-    for key in &gone {
-        K::missing(view, key);
+/// The keys of a (re)list so far; its objects are applied as they come.
+#[derive(Default)]
+struct Listing {
+    keys: HashSet<String>,
+}
+
+impl Listing {
+    /// Applies a listed object: whole, or as holding nothing when it is not
+    /// worth keeping.
+    fn apply<K: Watched>(&mut self, view: &mut ClusterView, obj: &K) {
+        let Some(key) = obj.key() else {
+            return;
+        };
+        if obj.worth_keeping() {
+            K::apply(view, &key, obj);
+        } else {
+            K::holds_nothing(view, &key);
+        }
+        self.keys.insert(key);
     }
-    for (key, obj) in &objects {
+
+    /// The list is complete: objects the view holds that it lacked are
+    /// removed. Returns how many (drift: deletions the watch missed).
+    fn done<K: Watched>(self, view: &mut ClusterView) -> usize {
+        let gone: Vec<String> = K::held(view)
+            .into_iter()
+            .filter(|k| !self.keys.contains(k))
+            .collect();
+        for key in &gone {
+            K::missing(view, key);
+        }
+        gone.len()
+    }
+}
+
+/// A complete list of one kind at once (listed objects without a body are
+/// applied as holding nothing). Returns the drift.
+#[cfg(test)]
+fn replace_all<K: Watched>(view: &mut ClusterView, objects: Vec<(String, Option<K>)>) -> usize {
+    let mut listing = Listing::default();
+    for (key, obj) in objects {
         match obj {
-            Some(obj) => K::apply(view, key, obj),
-            None => K::holds_nothing(view, key),
+            Some(obj) => listing.apply(view, &obj),
+            None => {
+                K::holds_nothing(view, &key);
+                listing.keys.insert(key);
+            }
         }
     }
-    gone.len()
+    listing.done::<K>(view)
 }
 
 #[cfg(test)]

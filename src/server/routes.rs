@@ -287,7 +287,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        // Streamed piece by piece: the text of a large cluster is tens of MB.
+        axum::body::Body::from_stream(futures::stream::iter(
+            state
+                .metrics
+                .encode_chunks()
+                .map(Ok::<_, std::convert::Infallible>),
+        )),
     )
         .into_response()
 }

@@ -15,7 +15,7 @@ use crate::cluster::api::ApiCalls;
 use crate::cluster::client::{self, ApiSource};
 use crate::cluster::events::EventSink;
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
-use crate::cluster::{SharedCluster, Snapshot};
+use crate::cluster::{SharedCluster, snapshot};
 use crate::config::Config;
 use crate::extender::BindMode;
 use crate::extender::bind::ApiBinder;
@@ -458,8 +458,8 @@ fn cluster_view(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<Arc<SharedCluster>>> {
     if let Some(path) = &args.cluster {
-        let snapshot = Snapshot::load(path)?;
-        let (view, report) = snapshot.to_view();
+        // Streamed: one object at a time, never the whole file.
+        let (view, report) = snapshot::load_view(path)?;
         for problem in report
             .unregistered_nodes
             .iter()
