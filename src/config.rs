@@ -69,6 +69,16 @@ pub struct SchedulerConfig {
     pub filter_mode: FilterMode,
     /// HAMi's node lock, taken by `/bind` against an API server.
     pub node_lock: NodeLockConfig,
+    /// Everything one `/bind` does against the API server (waiting for its
+    /// turn, for HAMi's node lock and for the API rate limit, and every
+    /// call) ends within this; keep it below the extender's `httpTimeout`
+    /// in kube-scheduler's configuration (deploy/ sets 30 s), so that
+    /// kube-scheduler hears every bind's own answer.
+    pub bind_timeout_seconds: f64,
+    /// How long the GPUs of the node `/prioritize` ranked first stay held
+    /// for the pod when no bind comes (kube-scheduler chose, then gave up
+    /// before binding); a bind replaces them at once. 0 turns it off.
+    pub assume_seconds: f64,
     /// Gang scheduling (pods labelled `pod-group.scheduling.sigs.k8s.io/name`).
     pub gang: GangConfig,
 }
@@ -97,10 +107,16 @@ pub struct NodeLockConfig {
     pub enabled: bool,
     /// Age after which a lock is taken over (HAMi: 5 minutes).
     pub expiry_seconds: u64,
-    /// How long a bind waits for a node locked by another pod before it
-    /// fails (kube-scheduler then retries). Keep it below the extender's
-    /// `httpTimeout` in kube-scheduler's configuration.
+    /// How long a bind waits for its node (binds before it in this
+    /// gpugate, and a lock held by another pod) before it fails
+    /// (kube-scheduler then retries). Capped by `bindTimeoutSeconds`
+    /// less the time the Binding itself needs.
     pub wait_seconds: f64,
+    /// `/filter` and `/prioritize` steer pods away from nodes whose lock is
+    /// held or that have binds in progress, as long as other nodes can hold
+    /// the pod: binds then run on many nodes at once instead of queueing
+    /// on one (the node policy still orders the free nodes).
+    pub steer: bool,
 }
 
 impl Default for NodeLockConfig {
@@ -108,7 +124,8 @@ impl Default for NodeLockConfig {
         Self {
             enabled: true,
             expiry_seconds: 300,
-            wait_seconds: 3.0,
+            wait_seconds: 20.0,
+            steer: true,
         }
     }
 }
@@ -131,6 +148,8 @@ impl Default for SchedulerConfig {
             force_overwrite_default_scheduler: true,
             filter_mode: FilterMode::All,
             node_lock: NodeLockConfig::default(),
+            bind_timeout_seconds: 25.0,
+            assume_seconds: 5.0,
             gang: GangConfig::default(),
         }
     }
@@ -305,6 +324,18 @@ impl Config {
             return Err(format!(
                 "scheduler.nodeLock.waitSeconds is {}, allowed 0 to 600",
                 lock.wait_seconds
+            ));
+        }
+        let bind = self.scheduler.bind_timeout_seconds;
+        if !(bind.is_finite() && (1.0..=600.0).contains(&bind)) {
+            return Err(format!(
+                "scheduler.bindTimeoutSeconds is {bind}, allowed 1 to 600"
+            ));
+        }
+        let assume = self.scheduler.assume_seconds;
+        if !(assume.is_finite() && (0.0..=60.0).contains(&assume)) {
+            return Err(format!(
+                "scheduler.assumeSeconds is {assume}, allowed 0 to 60"
             ));
         }
         if self.scheduler.gang.hold_seconds == 0 || self.scheduler.gang.hold_seconds > 3600 {

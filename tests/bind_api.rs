@@ -154,6 +154,32 @@ impl Rig {
         }
     }
 
+    /// The nodes as the API server holds them, fed to the view's copy of
+    /// their locks as the node watch would.
+    fn deliver_node_events(&self) {
+        let mut view = self.cluster.write();
+        for (_, n) in self.api.list("/api/v1/nodes/") {
+            let k: Node = serde_json::from_value(n).unwrap();
+            view.note_node_lock(&k);
+        }
+    }
+
+    fn filter(&self, pod: &Value, nodes: &[&str]) -> gpugate::extender::wire::FilterResult {
+        let body = json!({"Pod": pod, "NodeNames": nodes});
+        self.extender
+            .filter(&self.config, body.to_string().as_bytes())
+    }
+
+    fn prioritize(&self, pod: &Value, nodes: &[&str]) -> Vec<(String, i64)> {
+        let body = json!({"Pod": pod, "NodeNames": nodes});
+        self.extender
+            .prioritize(&self.config, body.to_string().as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.host, h.score))
+            .collect()
+    }
+
     fn writes(&self) -> Vec<(Method, String)> {
         self.api
             .seen()
@@ -219,12 +245,12 @@ async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
     let lock = rig.lock("gpu-1").unwrap();
     assert!(lock.ends_with("Z,ml,train-0"), "{lock}");
 
-    // The writes, in order, each with its precondition.
+    // Two writes, in order: the lock with its precondition, then the
+    // Binding, which carries the annotations and label onto the pod.
     assert_eq!(
         rig.writes(),
         [
             (Method::PATCH, node_path("gpu-1")),
-            (Method::PATCH, pod_path("ml", "train-0")),
             (
                 Method::POST,
                 format!("{}/binding", pod_path("ml", "train-0"))
@@ -244,12 +270,21 @@ async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
             p.body
         );
     }
-    let binding = &seen.last().unwrap().body;
+    let binding = &seen
+        .iter()
+        .find(|s| s.path.ends_with("/binding"))
+        .unwrap()
+        .body;
     assert_eq!(
         binding["target"],
         json!({"apiVersion": "v1", "kind": "Node", "name": "gpu-1"})
     );
     assert_eq!(binding["metadata"]["uid"], "u-0");
+    assert_eq!(
+        binding["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"],
+        devices
+    );
+    assert_eq!(binding["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
 
     // The ledger holds the same allocation the pod carries.
     let held = rig.held("u-0").unwrap();
@@ -351,10 +386,9 @@ async fn an_unreadable_lock_is_never_overwritten() {
 /// and the same bind succeeds once the API server is well again.
 #[tokio::test]
 async fn every_failure_point_is_undone() {
-    let cases: [(Method, &str, u16, &str); 5] = [
+    let cases: [(Method, &str, u16, &str); 4] = [
         (Method::GET, "/pods/p", 500, "GET pod ml/p"),
         (Method::PATCH, "/nodes/gpu-1", 500, "PATCH node gpu-1"),
-        (Method::PATCH, "/pods/p", 500, "PATCH pod ml/p"),
         (Method::POST, "/binding", 500, "POST binding"),
         (Method::POST, "/binding", 404, "not found"),
     ];
@@ -402,40 +436,40 @@ async fn an_undo_that_fails_too_is_reported() {
         config(1.0),
     );
     rig.api.fail(Method::POST, "/binding", 500, 1);
-    // The annotation patch and the lock go through; removing them does not.
-    rig.api.fail_after(Method::PATCH, "/pods/p", 503, 1, 1);
+    // The lock goes through; releasing it does not.
     rig.api.fail_after(Method::PATCH, "/nodes/gpu-1", 500, 1, 1);
     let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
     assert!(e.contains("POST binding"), "{e}");
     assert!(e.contains("undo incomplete"), "{e}");
-    assert!(e.contains("removing the allocation annotations"), "{e}");
     assert!(e.contains("releasing the node lock"), "{e}");
     // The ledger is released regardless; what is left on the API server is
     // named in the error (and counted in gpugate_bind_rollback_failures).
     assert_eq!(rig.held("u-p"), None);
-    assert!(has_allocation_annotations(&rig.pod("ml", "p")));
-    // The next bind of the same pod replaces the leftovers and the lock.
+    assert!(rig.lock("gpu-1").unwrap().ends_with(",ml,p"));
+    // The Binding carried the annotations, so none were left behind.
+    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
+    // The next bind of the same pod finds the lock its own and binds.
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
 }
 
 #[tokio::test]
-async fn a_pod_changed_between_read_and_patch_is_read_again() {
+async fn a_node_changed_between_read_and_lock_is_read_again() {
     let rig = Rig::new(
         &[node("gpu-1", 1)],
         &[pod("ml", "p", "u-p", 2000, 10)],
         config(1.0),
     );
-    rig.api.fail(Method::PATCH, "/pods/p", 409, 1);
+    rig.api.fail(Method::PATCH, "/nodes/gpu-1", 409, 1);
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
-    let pod_patches: Vec<_> = rig
+    let node_patches: Vec<_> = rig
         .api
         .seen()
         .into_iter()
-        .filter(|s| s.method == Method::PATCH && s.path.contains("/pods/"))
+        .filter(|s| s.method == Method::PATCH && s.path.contains("/nodes/"))
         .collect();
-    assert_eq!(pod_patches.len(), 2);
+    assert_eq!(node_patches.len(), 2);
     // The retry carries the version read again, not the stale one.
-    let versions: Vec<&Value> = pod_patches
+    let versions: Vec<&Value> = node_patches
         .iter()
         .map(|p| &p.body["metadata"]["resourceVersion"])
         .collect();
@@ -739,7 +773,7 @@ async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
     });
     release_lock(&rig.api, "gpu-1");
     let e = bind.await.unwrap();
-    assert!(e.contains("bound to node gpu-2 by someone else"), "{e}");
+    assert!(e.contains("already bound to node gpu-2, not gpu-1"), "{e}");
     let p = rig.pod("ml", "p");
     assert_eq!(annotations(&p)["hami.io/vgpu-node"], "gpu-2");
     assert_eq!(rig.lock("gpu-1"), None, "our lock is released");
@@ -748,19 +782,11 @@ async fn a_pod_bound_by_someone_else_meanwhile_keeps_their_annotations() {
 
 #[tokio::test]
 async fn lost_answers_are_told_apart_from_failures() {
-    // The annotation patch lands but its answer is lost: undone.
     let rig = Rig::new(
         &[node("gpu-1", 1)],
         &[pod("ml", "p", "u-p", 2000, 10)],
         config(1.0),
     );
-    rig.api.lose(Method::PATCH, "/pods/p", 1);
-    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
-    assert!(e.contains("504"), "{e}");
-    assert!(!has_allocation_annotations(&rig.pod("ml", "p")));
-    assert_eq!(rig.lock("gpu-1"), None);
-    assert_eq!(rig.held("u-p"), None);
-
     // The Binding lands but its answer is lost: success.
     rig.api.lose(Method::POST, "/binding", 1);
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
@@ -777,9 +803,11 @@ async fn lost_answers_are_told_apart_from_failures() {
     rig.api.fail_after(Method::GET, "/pods/q", 503, 1, 10);
     let e = rig.bind("ml", "q", "u-q", "gpu-1").await;
     assert!(e.contains("whether the Binding landed is unknown"), "{e}");
+    // Kept: the watch will show whether the pod is bound (here it is not:
+    // the Binding, annotations included, did not land).
     assert!(rig.held("u-q").is_some());
-    assert!(has_allocation_annotations(&rig.pod("ml", "q")));
     assert!(rig.lock("gpu-1").is_some());
+    assert!(!has_allocation_annotations(&rig.pod("ml", "q")));
 }
 
 #[tokio::test]
@@ -815,4 +843,179 @@ async fn a_gang_members_failed_bind_keeps_the_groups_capacity_held() {
     assert_eq!(rig.bind("ml", "m1", "u-m1", "gpu-2").await, "");
     assert_eq!(rig.bind("ml", "m2", "u-m2", "gpu-3").await, "");
     assert_eq!(rig.cluster.read().gang_hold_count(), 0);
+}
+
+/// kube-scheduler's cycle for two pods at once, as at scale: the first
+/// pod's `/prioritize` holds its GPUs on the node it ranked first, the
+/// second pod is steered away from that node and from a node whose lock is
+/// held, and the first pod's bind takes the pod from its `/filter` call
+/// (no read) and writes only the lock and the Binding.
+#[tokio::test]
+async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut locked = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    locked["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let (p, q) = (
+        pod("ml", "p", "u-p", 1000, 0),
+        pod("ml", "q", "u-q", 1000, 0),
+    );
+    let rig = Rig::new(
+        &[locked, node("gpu-2", 1), node("gpu-3", 1)],
+        &[holder, p.clone(), q.clone()],
+        config(1.0),
+    );
+    rig.deliver_node_events();
+    let all = ["gpu-1", "gpu-2", "gpu-3"];
+
+    let r = rig.filter(&p, &all);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-2".to_string(), "gpu-3".to_string()])
+    );
+    let why = &r.failed_nodes["gpu-1"];
+    assert!(
+        why.starts_with("NodeLockBusy (hami.io/mutex.lock held by pod ml/holder"),
+        "{why}"
+    );
+    // Ranked: the free nodes only; the first of them is assumed.
+    let scores = rig.prioritize(&p, &["gpu-2", "gpu-3"]);
+    assert_eq!(scores.len(), 2);
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-2");
+    assert_eq!(rig.extender.api_binder().unwrap().metrics.assumed.get(), 1);
+
+    // The next pod: gpu-2 now has p's assumption, gpu-1 the lock.
+    let r = rig.filter(&q, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-3".to_string()]));
+    assert!(
+        r.failed_nodes["gpu-2"].contains("being bound there by gpugate"),
+        "{:?}",
+        r.failed_nodes
+    );
+    // Every feasible node busy: none is refused for it (the bind waits).
+    let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".to_string(), "gpu-2".to_string()])
+    );
+
+    // kube-scheduler chose gpu-3 for p after all: the bind's reservation
+    // replaces the assumption.
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-3").await, "");
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-3");
+    assert_eq!(
+        rig.cluster.read().state().node("gpu-2").unwrap().usage[0].slots,
+        0
+    );
+    assert_eq!(
+        rig.writes(),
+        [
+            (Method::PATCH, node_path("gpu-3")),
+            (Method::POST, format!("{}/binding", pod_path("ml", "p"))),
+        ]
+    );
+    let reads_of_p = rig
+        .api
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::GET && s.path == pod_path("ml", "p"))
+        .count();
+    assert_eq!(reads_of_p, 0, "the pod came from /filter");
+    let p_now = rig.pod("ml", "p");
+    assert_eq!(annotations(&p_now)["hami.io/vgpu-node"], "gpu-3");
+    assert_eq!(p_now["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-3");
+}
+
+/// A bind's budget (scheduler.bindTimeoutSeconds) covers the wait for the
+/// node lock: it fails in time, with the holder named, and leaves nothing.
+#[tokio::test]
+async fn a_bind_ends_within_its_budget() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut n = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    n["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let mut c = config(600.0);
+    c.scheduler.bind_timeout_seconds = 2.5;
+    let rig = Rig::new(&[n], &[holder, pod("ml", "p", "u-p", 1000, 0)], c);
+    rig.deliver_node_events();
+    let started = std::time::Instant::now();
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    let took = started.elapsed();
+    assert!(e.contains("locked by pod ml/holder"), "{e}");
+    // The lock is waited for until the Binding's own 2 s are left.
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    assert_eq!(rig.held("u-p"), None);
+    assert!(rig.writes().is_empty());
+}
+
+/// The wait for the API rate limiter counts against the caller's deadline:
+/// a call that cannot get a token in time is not sent, and says why.
+#[tokio::test]
+async fn the_rate_limiters_wait_counts_against_the_deadline() {
+    let api = FakeApi::default();
+    api.put(&node_path("gpu-1"), node("gpu-1", 1));
+    let calls = ApiCalls::new(
+        api.client(),
+        &ApiLimits {
+            qps: 0.5,
+            burst: 1,
+            ..ApiLimits::default()
+        },
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    gpugate::cluster::api::within(deadline, async {
+        calls.get_node("gpu-1").await.unwrap();
+        let e = calls.get_node("gpu-1").await.unwrap_err();
+        assert!(
+            matches!(e, gpugate::cluster::api::ApiError::NotSent { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("api.qps"), "{e}");
+        assert!(!e.outcome_unknown(), "not sent: nothing to read back");
+    })
+    .await;
+    assert_eq!(api.seen().len(), 1);
+}
+
+/// Two nodes in the same 0..=10 level under binpack: the fuller one ranks
+/// above, so kube-scheduler's own scores (which prefer the emptier node)
+/// cannot spread a burst over the level.
+#[tokio::test]
+async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
+    let (a, b, c) = (
+        pod("ml", "a", "u-a", 1000, 0),
+        pod("ml", "b", "u-b", 1000, 0),
+        pod("ml", "c", "u-c", 1000, 0),
+    );
+    let rig = Rig::new(
+        &[node("gpu-1", 2), node("gpu-2", 2), node("gpu-3", 2)],
+        &[],
+        config(1.0),
+    );
+    {
+        // One slice on gpu-1, two on gpu-2: both binpack level 1.
+        let mut view = rig.cluster.write();
+        for (uid, p, n) in [
+            ("u-a", &a, "gpu-1"),
+            ("u-b", &b, "gpu-2"),
+            ("u-c", &c, "gpu-2"),
+        ] {
+            let k: Pod = serde_json::from_value(p.clone()).unwrap();
+            let plan = gpugate::engine::PodPlan::from_pod(&k, &rig.config).unwrap();
+            let alloc = view.state().assign(&plan, n).unwrap();
+            view.reserve(uid, &k, alloc).unwrap();
+            view.settle(uid);
+        }
+    }
+    let new = pod("ml", "d", "u-d", 1000, 0);
+    let scores = rig.prioritize(&new, &["gpu-1", "gpu-2", "gpu-3"]);
+    let score = |n: &str| scores.iter().find(|(h, _)| h == n).unwrap().1;
+    assert!(score("gpu-2") > score("gpu-1"), "{scores:?}");
+    assert!(score("gpu-1") >= score("gpu-3"), "{scores:?}");
+    assert_eq!(score("gpu-3"), 0, "empty");
+    // The pod is assumed on the node ranked best.
+    assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
 }

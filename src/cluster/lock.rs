@@ -9,7 +9,9 @@
 //!   it): taken, with a resourceVersion precondition, so two writers cannot
 //!   both win;
 //! - held by the same pod: already ours (a retried bind);
-//! - held by another live pod: wait, re-reading, until the deadline;
+//! - held by another live pod: wait until the deadline, watching the node
+//!   (the watch's copy, no API calls) and asking about the holder again
+//!   every few seconds;
 //! - unreadable: refused with the value, never overwritten (a writer gpugate
 //!   does not understand may rely on it).
 //!
@@ -30,9 +32,19 @@ use crate::hami::node_lock::{decode_node_lock, encode_node_lock};
 use crate::hami::{LockHolder, NodeLock};
 
 use super::api::{ApiCalls, ApiError};
+use super::shared::SharedCluster;
+use super::view::SeenLock;
 
-/// How often a held lock is re-read while waiting for it.
+/// How often a held lock is re-read from the API server while waiting for
+/// it, for a node the watch has not shown.
 const POLL: Duration = Duration::from_millis(200);
+/// How often the watch's view of a held lock is looked at (no API call).
+const WATCH_POLL: Duration = Duration::from_millis(10);
+/// How long the watch's copy of a held lock is waited on before the API
+/// server is asked again.
+const CACHE_TRUST: Duration = Duration::from_secs(2);
+/// How long a holder found alive is not asked about again.
+const HOLDER_RECHECK: Duration = Duration::from_secs(5);
 /// Release attempts when the node keeps changing under us.
 const RELEASE_ATTEMPTS: usize = 5;
 
@@ -128,25 +140,56 @@ impl NodeLocks {
 
     /// Takes the lock on `node` for pod `namespace/name`, waiting for a
     /// live holder until `deadline`; a lock older than `expiry` is stale.
+    ///
+    /// The lock's state comes from the node watch (`cluster`): waiting
+    /// costs no API call, and the lock is tried within milliseconds of the
+    /// watch showing it released. The API server is read only for a node
+    /// the watch has not shown, after a write lost a race (the watch may
+    /// lag), and to see whether a new holder is still alive.
     pub async fn acquire(
         &self,
         api: &ApiCalls,
+        cluster: &SharedCluster,
         node: &str,
         (namespace, name): (&str, &str),
         expiry: Duration,
         deadline: Instant,
     ) -> Result<Taken, LockError> {
         let start = Instant::now();
+        let mut read_api = false;
+        // The holder last found alive, and when.
+        let mut alive: Option<(String, Instant)> = None;
+        // The watch's copy is trusted for a while; a watch that broke must
+        // not keep a bind waiting for a lock long released.
+        let mut api_read_at = start;
         loop {
-            let current = api.get_node(node).await?;
-            let rv = current.metadata.resource_version.clone();
-            let value = current
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(NODE_LOCK))
-                .cloned();
-            let taken = match value {
+            if api_read_at.elapsed() >= CACHE_TRUST {
+                read_api = true;
+            }
+            let cached = if read_api {
+                None
+            } else {
+                cluster.read().seen_lock(node).cloned()
+            };
+            let from_watch = cached.is_some();
+            let seen = match cached {
+                Some(seen) => seen,
+                None => {
+                    let current = api.get_node(node).await?;
+                    api_read_at = Instant::now();
+                    SeenLock {
+                        value: current
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(NODE_LOCK))
+                            .cloned(),
+                        resource_version: current.metadata.resource_version.clone(),
+                    }
+                }
+            };
+            read_api = false;
+            let taken = match seen.value {
                 None => Taken::Free,
                 Some(value) => {
                     let lock = decode_node_lock(&value).map_err(|e| LockError::Unreadable {
@@ -157,11 +200,29 @@ impl NodeLocks {
                     if lock.is_held_by(namespace, name) {
                         return Ok(Taken::AlreadyOurs);
                     }
-                    match stale(api, node, &lock, expiry).await? {
+                    let checked = alive
+                        .as_ref()
+                        .is_some_and(|(v, at)| *v == value && at.elapsed() < HOLDER_RECHECK);
+                    let gone = if lock.is_expired(Timestamp::now(), expiry) {
+                        Some(format!(
+                            "expired (taken {}, expiry {} s)",
+                            lock.time,
+                            expiry.as_secs()
+                        ))
+                    } else if checked {
+                        None
+                    } else {
+                        let why = holder_gone(api, node, &lock).await?;
+                        if why.is_none() {
+                            alive = Some((value.clone(), Instant::now()));
+                        }
+                        why
+                    };
+                    match gone {
                         Some(why) => Taken::TakenOver(why),
                         None => {
-                            let waited = start.elapsed();
-                            if Instant::now() + POLL > deadline {
+                            let pause = if from_watch { WATCH_POLL } else { POLL };
+                            if Instant::now() + pause > deadline {
                                 return Err(LockError::Contention {
                                     node: node.to_string(),
                                     holder: lock.holder.as_ref().map_or_else(
@@ -173,10 +234,10 @@ impl NodeLocks {
                                         holder: None,
                                     }),
                                     expiry_seconds: expiry.as_secs(),
-                                    waited_ms: waited.as_millis(),
+                                    waited_ms: start.elapsed().as_millis(),
                                 });
                             }
-                            tokio::time::sleep(POLL).await;
+                            tokio::time::sleep(pause).await;
                             continue;
                         }
                     }
@@ -184,13 +245,19 @@ impl NodeLocks {
             };
             let value = encode_node_lock(&NodeLock::new(Timestamp::now(), namespace, name));
             let patch = json!({"metadata": {
-                "resourceVersion": rv,
+                "resourceVersion": seen.resource_version,
                 "annotations": {NODE_LOCK: value},
             }});
             match api.merge_patch_node(node, &patch).await {
-                Ok(_) => return Ok(taken),
-                // Someone changed the node since the read: read again.
-                Err(e) if e.is_conflict() && Instant::now() < deadline => continue,
+                Ok(written) => {
+                    // The next bind to this node need not wait for the
+                    // watch to learn what this one wrote.
+                    cluster.write().note_node_lock_if_watched(&written);
+                    return Ok(taken);
+                }
+                // Someone changed the node since it was seen (or the watch
+                // lags behind): read the API server, then try again.
+                Err(e) if e.is_conflict() && Instant::now() < deadline => read_api = true,
                 Err(e) if e.is_conflict() => {
                     return Err(LockError::Changing {
                         node: node.to_string(),
@@ -206,6 +273,7 @@ impl NodeLocks {
     pub async fn release(
         &self,
         api: &ApiCalls,
+        cluster: &SharedCluster,
         node: &str,
         namespace: &str,
         name: &str,
@@ -232,7 +300,10 @@ impl NodeLocks {
                 "annotations": {NODE_LOCK: null},
             }});
             match api.merge_patch_node(node, &patch).await {
-                Ok(_) => return Ok(()),
+                Ok(written) => {
+                    cluster.write().note_node_lock_if_watched(&written);
+                    return Ok(());
+                }
                 Err(e) if e.is_conflict() => last = Some(e),
                 Err(e) => return Err(e),
             }
@@ -244,20 +315,13 @@ impl NodeLocks {
     }
 }
 
-/// Why a lock held by someone else may be taken over, if it may.
-async fn stale(
+/// Why a lock held by a pod may be taken over, if it may: the pod is gone,
+/// has finished, or is bound to another node.
+async fn holder_gone(
     api: &ApiCalls,
     node: &str,
     lock: &NodeLock,
-    expiry: Duration,
 ) -> Result<Option<String>, ApiError> {
-    if lock.is_expired(Timestamp::now(), expiry) {
-        return Ok(Some(format!(
-            "expired (taken {}, expiry {} s)",
-            lock.time,
-            expiry.as_secs()
-        )));
-    }
     let Some(LockHolder { namespace, name }) = &lock.holder else {
         return Ok(None);
     };

@@ -50,6 +50,10 @@ enum Reservation {
     InFlight,
     /// Written and bound; held until the watch shows the pod carrying it.
     Bound,
+    /// The node `/prioritize` ranked first, held until the pod's bind
+    /// arrives (kube-scheduler has chosen a node, and the next pod must not
+    /// be given the same GPUs meanwhile) or until the time (Unix ms).
+    Assumed { until_ms: i64 },
 }
 
 /// The cluster as gpugate sees it. Not thread-safe by itself; see
@@ -76,6 +80,21 @@ pub struct ClusterView {
     /// Capacity held for members of groups being placed, by member UID:
     /// the group and when the hold ends (Unix ms).
     gang_holds: HashMap<String, (GangKey, i64)>,
+    /// Pods whose allocation gpugate reserved and the watch does not show
+    /// yet (bind in flight, or bound a moment ago), by UID: their node.
+    unsettled: HashMap<String, String>,
+    /// Each node's `hami.io/mutex.lock` value and resourceVersion as the
+    /// watch last showed them, so that bind waits for a lock without
+    /// polling the API server and `/filter` can steer around held locks.
+    node_locks: HashMap<String, SeenLock>,
+}
+
+/// A node's lock annotation and resourceVersion, as last seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeenLock {
+    /// The `hami.io/mutex.lock` value, when the node carries one.
+    pub value: Option<String>,
+    pub resource_version: Option<String>,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -141,6 +160,85 @@ impl ClusterView {
         self.state.node(name).is_some() && self.node_sources.get(name) == Some(&node_sources(node))
     }
 
+    /// Records the node's lock annotation and resourceVersion (every node
+    /// event, those [`ClusterView::upsert_node`] ignores included).
+    pub fn note_node_lock(&mut self, node: &K8sNode) {
+        let Some(name) = node.metadata.name.as_deref() else {
+            return;
+        };
+        let seen = SeenLock {
+            value: node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::hami::keys::NODE_LOCK))
+                .cloned(),
+            resource_version: node.metadata.resource_version.clone(),
+        };
+        match self.node_locks.get_mut(name) {
+            Some(old) => *old = seen,
+            None => {
+                self.node_locks.insert(name.to_string(), seen);
+            }
+        }
+    }
+
+    /// [`ClusterView::note_node_lock`] for a node the watch has shown: a
+    /// write's answer keeps the copy current until the watch catches up.
+    pub fn note_node_lock_if_watched(&mut self, node: &K8sNode) {
+        let known = node
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| self.node_locks.contains_key(n));
+        if known {
+            self.note_node_lock(node);
+        }
+    }
+
+    /// The node's lock annotation and resourceVersion as the watch last
+    /// showed them; `None` for a node never seen (standalone mode).
+    pub fn seen_lock(&self, node: &str) -> Option<&SeenLock> {
+        self.node_locks.get(node)
+    }
+
+    /// How many of gpugate's binds to each node are unsettled (running, or
+    /// bound and not yet seen by the watch). Small: only nodes with some.
+    pub fn unsettled_binds(&self) -> HashMap<&str, u32> {
+        let mut out: HashMap<&str, u32> = HashMap::new();
+        for node in self.unsettled.values() {
+            *out.entry(node.as_str()).or_default() += 1;
+        }
+        out
+    }
+
+    /// Why a new bind to `node` would have to wait, if it would: binds of
+    /// gpugate's running or just done there (`unsettled`, from
+    /// [`ClusterView::unsettled_binds`]), or HAMi's node lock held by a pod
+    /// (and not expired) as the watch last showed it.
+    pub fn node_busy(
+        &self,
+        node: &str,
+        unsettled: &HashMap<&str, u32>,
+        now: jiff::Timestamp,
+        expiry: std::time::Duration,
+    ) -> Option<String> {
+        if let Some(n) = unsettled.get(node) {
+            return Some(format!(
+                "{n} pod(s) being bound there by gpugate, not yet confirmed"
+            ));
+        }
+        let value = self.node_locks.get(node)?.value.as_deref()?;
+        let lock = crate::hami::node_lock::decode_node_lock(value).ok()?;
+        if lock.is_expired(now, expiry) {
+            return None;
+        }
+        Some(match &lock.holder {
+            Some(h) => format!("hami.io/mutex.lock held by pod {}/{}", h.namespace, h.name),
+            None => "hami.io/mutex.lock held".to_string(),
+        })
+    }
+
     /// Whether the node is known and has no GPU inventory annotation.
     pub fn is_plain_node(&self, name: &str) -> bool {
         self.plain_nodes.contains(name)
@@ -153,6 +251,7 @@ impl ClusterView {
         self.node_problems.remove(name);
         self.plain_nodes.remove(name);
         self.node_sources.remove(name);
+        self.node_locks.remove(name);
         for p in self.pods.values_mut() {
             if p.allocation.as_ref().is_some_and(|a| a.node == name) {
                 p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.name));
@@ -197,6 +296,7 @@ impl ClusterView {
                     // reservation of a bound pod is now carried by the pod.
                     if !reserved {
                         held.reservation = Reservation::Settled;
+                        self.unsettled.remove(key);
                     }
                     return held.unaccounted.clone();
                 }
@@ -266,17 +366,90 @@ impl ClusterView {
         pod: &Pod,
         allocation: Allocation,
     ) -> Result<(), crate::engine::ApplyError> {
+        self.place(key, pod, allocation, Reservation::InFlight)
+    }
+
+    /// Holds an allocation on the node kube-scheduler is likely to choose
+    /// for a pod that holds nothing yet, until `until_ms` (Unix ms) or its
+    /// bind, whichever comes first (the bind replaces it with its own
+    /// choice). Returns whether it was made.
+    pub fn assume(&mut self, key: &str, pod: &Pod, allocation: Allocation, until_ms: i64) -> bool {
+        if self.pods.contains_key(key) {
+            return false;
+        }
+        self.place(key, pod, allocation, Reservation::Assumed { until_ms })
+            .is_ok()
+    }
+
+    /// Whether any pod holds an assumed allocation (cheap: only unsettled
+    /// pods are looked at).
+    pub fn has_assumed(&self) -> bool {
+        self.unsettled.keys().any(|k| self.is_assumed(k))
+    }
+
+    /// Whether the pod holds an assumed allocation.
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.pods
+            .get(key)
+            .is_some_and(|p| matches!(p.reservation, Reservation::Assumed { .. }))
+    }
+
+    /// Drops the pod's assumed allocation (a new scheduling cycle of the
+    /// pod began). Returns whether there was one.
+    pub fn drop_assumed(&mut self, key: &str) -> bool {
+        let assumed = self.is_assumed(key);
+        if assumed {
+            self.forget_allocation(key);
+        }
+        assumed
+    }
+
+    /// Drops assumed allocations whose time is up: no bind confirmed them.
+    /// Returns how many.
+    pub fn expire_assumed(&mut self, now_ms: i64) -> usize {
+        let ended: Vec<String> = self
+            .unsettled
+            .keys()
+            .filter(|k| {
+                self.pods.get(*k).is_some_and(|p| {
+                    matches!(p.reservation, Reservation::Assumed { until_ms } if until_ms <= now_ms)
+                })
+            })
+            .cloned()
+            .collect();
+        for k in &ended {
+            self.forget_allocation(k);
+        }
+        ended.len()
+    }
+
+    /// Holds `allocation` for the pod under `key` with the given
+    /// reservation, replacing whatever it held.
+    fn place(
+        &mut self,
+        key: &str,
+        pod: &Pod,
+        allocation: Allocation,
+        reservation: Reservation,
+    ) -> Result<(), crate::engine::ApplyError> {
         let amount = QuotaAmount::of_allocation(&allocation);
         let old = self.pods.remove(key);
         if let Some(old) = &old {
             self.state.remove(key);
             self.release_quota(old);
+            self.unsettled.remove(key);
         }
+        let node = allocation.node.clone();
         if let Err(e) = self.state.apply(key, allocation.clone()) {
             if let Some(old) = old {
                 // Put back what was there.
                 if let Some(a) = old.allocation.clone() {
                     let _ = self.state.apply(key, a);
+                }
+                if old.reservation != Reservation::Settled
+                    && let Some(a) = &old.allocation
+                {
+                    self.unsettled.insert(key.to_string(), a.node.clone());
                 }
                 self.hold(key, old);
             }
@@ -295,9 +468,10 @@ impl ClusterView {
                 amount,
                 unaccounted: None,
                 allocation: Some(allocation),
-                reservation: Reservation::InFlight,
+                reservation,
             },
         );
+        self.unsettled.insert(key.to_string(), node);
         Ok(())
     }
 
@@ -319,6 +493,7 @@ impl ClusterView {
         if let Some(p) = self.pods.get_mut(key) {
             p.reservation = Reservation::Settled;
         }
+        self.unsettled.remove(key);
     }
 
     /// Undoes a reservation whose bind failed. Returns whether there was
@@ -437,6 +612,7 @@ impl ClusterView {
 
     /// Frees what a pod holds (GPUs and quota); the pod itself may live on.
     pub fn forget_allocation(&mut self, key: &str) {
+        self.unsettled.remove(key);
         let Some(old) = self.pods.remove(key) else {
             return;
         };
@@ -1087,6 +1263,101 @@ mod tests {
         view.upsert_pod("uid-p", &bound);
         assert!(view.held_allocation("uid-p").is_none());
         assert!(!view.is_reserved("uid-p"));
+    }
+
+    #[test]
+    fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
+        let mut view = ClusterView::new();
+        view.upsert_node(&node("n1", REGISTER));
+        view.upsert_node(&node("n2", REGISTER));
+        let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
+        let on_n1 = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+        p.metadata.annotations = None;
+        let none = HashMap::new();
+        let now = jiff::Timestamp::now();
+        let expiry = std::time::Duration::from_secs(300);
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+
+        assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 1);
+        let unsettled = view.unsettled_binds();
+        assert_eq!(unsettled.get("n1"), Some(&1));
+        assert!(view.node_busy("n1", &unsettled, now, expiry).is_some());
+        assert_eq!(view.node_busy("n2", &unsettled, now, expiry), None);
+        // Only a pod that holds nothing is assumed; watch events of the
+        // unbound pod keep it.
+        assert!(!view.assume("uid-p", &p, on_n1.clone(), 2_000));
+        view.upsert_pod("uid-p", &p);
+        view.pod_holds_nothing("uid-p");
+        assert!(view.is_assumed("uid-p"));
+        assert!(view.has_assumed());
+        // Not yet due; then due: dropped, nothing left.
+        assert_eq!(view.expire_assumed(999), 0);
+        assert_eq!(view.expire_assumed(1_000), 1);
+        assert!(view.held_allocation("uid-p").is_none());
+        assert!(view.unsettled_binds().is_empty());
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+
+        // The bind chooses another node: its reservation replaces the
+        // assumption, and confirming it leaves nothing unsettled.
+        assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+        let mut on_n2 = on_n1.clone();
+        on_n2.node = "n2".into();
+        view.reserve("uid-p", &p, on_n2.clone()).unwrap();
+        assert!(!view.is_assumed("uid-p"));
+        assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+        assert_eq!(view.unsettled_binds().get("n2"), Some(&1));
+        assert_eq!(view.expire_assumed(i64::MAX), 0, "a bind is not assumed");
+        view.settle("uid-p");
+        assert!(view.unsettled_binds().is_empty());
+
+        // A new cycle of the pod drops what its last prioritize assumed.
+        let q = pod("ns", "q", "n1", "", "Pending");
+        assert!(view.assume("uid-q", &q, on_n1.clone(), 1_000));
+        assert!(view.drop_assumed("uid-q"));
+        assert!(!view.drop_assumed("uid-q"));
+        assert!(!view.has_assumed());
+    }
+
+    #[test]
+    fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
+        let mut view = ClusterView::new();
+        let mut n = node("n1", REGISTER);
+        n.metadata.resource_version = Some("7".into());
+        view.upsert_node(&n);
+        view.note_node_lock(&n);
+        let seen = view.seen_lock("n1").unwrap();
+        assert_eq!(seen.value, None);
+        assert_eq!(seen.resource_version.as_deref(), Some("7"));
+        let none = HashMap::new();
+        let expiry = std::time::Duration::from_secs(300);
+        let now = jiff::Timestamp::now();
+        let lock = |value: &str| {
+            let mut n = n.clone();
+            n.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(keys::NODE_LOCK.into(), value.into());
+            n
+        };
+        view.note_node_lock(&lock(&format!("{now},ml,holder")));
+        let why = view.node_busy("n1", &none, now, expiry).unwrap();
+        assert!(why.contains("ml/holder"), "{why}");
+        // Expired, or unreadable (bind reports it): not steered around.
+        view.note_node_lock(&lock("2020-01-01T00:00:00Z,ml,old"));
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+        view.note_node_lock(&lock("garbage"));
+        assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+        // A write's answer updates only nodes the watch has shown.
+        view.note_node_lock_if_watched(&lock(&format!("{now},ml,other")));
+        assert!(view.node_busy("n1", &none, now, expiry).is_some());
+        let mut stranger = lock(&format!("{now},ml,other"));
+        stranger.metadata.name = Some("n9".into());
+        view.note_node_lock_if_watched(&stranger);
+        assert!(view.seen_lock("n9").is_none());
+        view.delete_node("n1");
+        assert!(view.seen_lock("n1").is_none());
     }
 
     #[test]

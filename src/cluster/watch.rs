@@ -55,6 +55,7 @@ impl Watched for Node {
         self.metadata.name.clone()
     }
     fn apply(view: &mut ClusterView, key: &str, obj: &Self) {
+        view.note_node_lock(obj);
         if view.node_unchanged(obj) {
             return;
         }

@@ -11,7 +11,7 @@ use super::allocation::{Allocation, DeviceGrant};
 use super::device::Node;
 use super::fit::{Scratch, fit_pod};
 use super::plan::PodPlan;
-use super::policy::{node_better, node_priority, node_score};
+use super::policy::{NodePolicy, node_better, node_priority, node_score};
 use super::reason::Rejection;
 
 /// Candidate lists at least 1/`WALK_RATIO` of the cluster are matched to
@@ -44,6 +44,7 @@ pub struct Evaluation<'a> {
     pub rejected: Vec<(String, Rejection)>,
     /// Index into `feasible` of the best node under the node policy.
     best: Option<usize>,
+    policy: NodePolicy,
 }
 
 impl<'a> Evaluation<'a> {
@@ -51,6 +52,21 @@ impl<'a> Evaluation<'a> {
     /// name among equals.
     pub fn best(&self) -> Option<&FeasibleNode<'a>> {
         self.best.and_then(|i| self.feasible.get(i))
+    }
+
+    /// Keeps only the feasible nodes `keep` accepts (the others are set
+    /// aside by the caller, with its own reason); the best is chosen again.
+    pub fn retain_feasible(&mut self, keep: impl FnMut(&FeasibleNode<'a>) -> bool) {
+        self.feasible.retain(keep);
+        self.best = None;
+        for (i, f) in self.feasible.iter().enumerate() {
+            if self
+                .best()
+                .is_none_or(|b| node_better(self.policy, f.score, b.score))
+            {
+                self.best = Some(i);
+            }
+        }
     }
 }
 
@@ -168,6 +184,7 @@ impl ClusterState {
             feasible: Vec::new(),
             rejected: Vec::new(),
             best: None,
+            policy: plan.node_policy,
         };
         let mut judge =
             |node: &'a Node, eval: &mut Evaluation<'a>| match fit_pod(node, plan, &mut scratch) {

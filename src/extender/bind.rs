@@ -1,20 +1,24 @@
 //! `/bind` against the API server: the one place where gpugate commits a
-//! placement (design.md). In order:
+//! placement (design.md). In order, all within one budget
+//! (`scheduler.bindTimeoutSeconds`, below kube-scheduler's `httpTimeout`):
 //!
-//! 1. read the pod from the API server (its UID must be the one bound;
-//!    a pod already on that node is success, on another node an error);
-//! 2. wait for this process's turn on the node (bounded);
-//! 3. choose the GPUs on that node against the ledger and reserve them
+//! 1. the pod: the one kube-scheduler sent to `/filter` (its UID must be
+//!    the one bound), read from the API server only when gpugate did not
+//!    see it or the ledger says it was bound before;
+//! 2. choose the GPUs on the node against the ledger and reserve them
 //!    under the pod's UID, with the namespace quota checked, under the
-//!    ledger's write lock;
-//! 4. take HAMi's node lock (when a regular container asks for GPUs);
-//! 5. patch the pod's allocation annotations and label, with the
-//!    resourceVersion read in 1 as precondition (re-read on conflict);
-//! 6. create the Binding.
+//!    ledger's write lock: from here on `/filter` and `/prioritize` count
+//!    them, while the bind waits;
+//! 3. wait for this process's turn on the node, then take HAMi's node lock
+//!    (when a regular container asks for GPUs), waiting for the watch to
+//!    show it free rather than polling the API server;
+//! 4. create the Binding, carrying HAMi's allocation annotations and label:
+//!    the API server writes them onto the pod with the node in one write
+//!    (a pod already bound, or replaced, is refused by the API server).
 //!
-//! A failure at any step undoes the steps before it (annotations removed,
-//! node lock released, reservation dropped) and is answered with what
-//! failed; a rollback that fails too is named in the answer and counted.
+//! A failure at any step undoes the steps before it (node lock released,
+//! reservation dropped) and is answered with what failed; a rollback that
+//! fails too is named in the answer and counted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +33,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::cluster::api::{ApiCalls, ApiError};
+use crate::cluster::api::{self, ApiCalls, ApiError};
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::cluster::lock::{NodeLocks, Taken};
 use crate::cluster::{ClusterView, SharedCluster};
@@ -42,8 +46,9 @@ use super::filter::quota_check;
 use super::gang;
 use super::wire::BindingArgs;
 
-/// Re-reads of the pod when its resourceVersion moved under the patch.
-const PATCH_ATTEMPTS: usize = 3;
+/// What is kept of a bind's budget for the Binding itself: the node is
+/// waited for until then.
+const BINDING_TIME: Duration = Duration::from_secs(2);
 /// Reads of the pod after a `POST binding` without a clear answer.
 const OUTCOME_READS: usize = 3;
 const OUTCOME_READ_PAUSE: Duration = Duration::from_millis(300);
@@ -68,6 +73,10 @@ pub struct BindMetrics {
     pub lock_wait: Histogram,
     /// Undo steps that failed (each is also in the bind's error).
     pub rollback_failures: Counter,
+    /// Allocations held from `/prioritize` until the pod's bind.
+    pub assumed: Counter,
+    /// Of those, the ones no bind came for in time (dropped).
+    pub assumed_expired: Counter,
 }
 
 impl Default for BindMetrics {
@@ -77,6 +86,8 @@ impl Default for BindMetrics {
             // 1 ms to about 33 s.
             lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             rollback_failures: Counter::default(),
+            assumed: Counter::default(),
+            assumed_expired: Counter::default(),
         }
     }
 }
@@ -167,21 +178,6 @@ impl Drop for RunningBind {
     }
 }
 
-/// What the steps so far changed, for the undo.
-#[derive(Debug, Default)]
-struct Done {
-    locked: bool,
-    /// The annotation patch was (or may have been) applied.
-    annotated: Option<Written>,
-}
-
-/// The annotations bind wrote: the pod's resourceVersion after the write,
-/// when known.
-#[derive(Debug)]
-struct Written {
-    version: Option<String>,
-}
-
 impl ApiBinder {
     pub fn new(api: ApiCalls, events: EventSink, metrics: BindMetrics) -> Self {
         Self {
@@ -213,13 +209,14 @@ impl ApiBinder {
         cluster: &Arc<SharedCluster>,
         config: Arc<Config>,
         args: BindingArgs,
+        known: Option<Pod>,
     ) -> Result<(), String> {
         let (binder, cluster) = (self.clone(), cluster.clone());
         let running = RunningBind::start(&self.running);
         // Counted in the task: a bind whose caller gave up counts too.
         let task = tokio::spawn(async move {
             let _running = running;
-            let result = binder.transaction(&cluster, &config, &args).await;
+            let result = binder.transaction(&cluster, &config, &args, known).await;
             let (result_label, code) = match &result {
                 Ok(code) => ("ok", *code),
                 Err(f) => ("error", f.code),
@@ -245,6 +242,26 @@ impl ApiBinder {
         cluster: &SharedCluster,
         config: &Config,
         args: &BindingArgs,
+        known: Option<Pod>,
+    ) -> Result<&'static str, BindFailure> {
+        let asked = Instant::now();
+        let budget = Duration::from_secs_f64(config.scheduler.bind_timeout_seconds);
+        let deadline = asked + budget;
+        api::within(
+            deadline,
+            self.transaction_by(cluster, config, args, known, asked, deadline),
+        )
+        .await
+    }
+
+    async fn transaction_by(
+        &self,
+        cluster: &SharedCluster,
+        config: &Config,
+        args: &BindingArgs,
+        known: Option<Pod>,
+        asked: Instant,
+        deadline: Instant,
     ) -> Result<&'static str, BindFailure> {
         let (ns, name, node) = (
             args.pod_namespace.as_str(),
@@ -253,13 +270,14 @@ impl ApiBinder {
         );
         let who = format!("{ns}/{name}");
         let lock_config = &config.scheduler.node_lock;
-        let asked = Instant::now();
-        let deadline = asked + Duration::from_secs_f64(lock_config.wait_seconds);
+        // The node may be waited for until the Binding's own time is left.
+        let node_deadline = (asked + Duration::from_secs_f64(lock_config.wait_seconds))
+            .min(deadline.checked_sub(BINDING_TIME).unwrap_or(asked));
         // Binds of one pod run one after the other: a retry (kube-scheduler
         // gave up on the first) sees what the first did.
         let _pod_turn = self
             .locks
-            .local_turn(&format!("pod/{}", args.pod_uid), deadline)
+            .local_turn(&format!("pod/{}", args.pod_uid), node_deadline)
             .await
             .map_err(|_| {
                 BindFailure::new(
@@ -267,20 +285,28 @@ impl ApiBinder {
                     format!("pod {who}: another bind of this pod is still running"),
                 )
             })?;
-        let pod = self
-            .api
-            .get_pod(ns, name)
-            .await
-            .map_err(|e| BindFailure::api(&who, &e))?;
+        // The pod kube-scheduler filtered is the pod it binds; it is read
+        // from the API server only when gpugate did not see it, or when
+        // the ledger says it carries an allocation already (bound before).
+        let settled = cluster
+            .read()
+            .held_allocation(&args.pod_uid)
+            .is_some_and(|_| !cluster.read().is_reserved(&args.pod_uid));
+        let pod = match known.filter(|p| {
+            !settled
+                && p.metadata.uid.as_deref() == Some(args.pod_uid.as_str())
+                && p.metadata.name.as_deref() == Some(name)
+                && p.metadata.namespace.as_deref().unwrap_or("default") == ns
+        }) {
+            Some(pod) => pod,
+            None => self
+                .api
+                .get_pod(ns, name)
+                .await
+                .map_err(|e| BindFailure::api(&who, &e))?,
+        };
         if pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
-            return Err(BindFailure::new(
-                "pod_replaced",
-                format!(
-                    "pod {who}: its uid is {}, not {} (deleted and created again)",
-                    pod.metadata.uid.as_deref().unwrap_or("(none)"),
-                    args.pod_uid
-                ),
-            ));
+            return Err(replaced(&who, &pod, args));
         }
         if let Some(bound) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             // kube-scheduler retries a bind whose answer it did not get.
@@ -296,16 +322,24 @@ impl ApiBinder {
         let plan = PodPlan::from_pod(&pod, config)
             .map_err(|e| BindFailure::new("invalid_pod", format!("pod {who}: {e}")))?;
         if !plan.request.has_gpus() {
-            self.api
-                .bind_pod(ns, name, &args.pod_uid, node)
-                .await
-                .map_err(|e| BindFailure::api(&who, &e))?;
-            return Ok("bound_without_gpus");
+            return match self.api.bind_pod(ns, name, &args.pod_uid, node, None).await {
+                Ok(()) => Ok("bound_without_gpus"),
+                Err(e) => match self.binding_outcome(&pod, args, None, &e).await {
+                    BindingOutcome::Bound => Ok("bound_without_gpus"),
+                    BindingOutcome::NotBound(f) => {
+                        Err(f.unwrap_or_else(|| BindFailure::api(&who, &e)))
+                    }
+                    BindingOutcome::Unknown(why) => Err(BindFailure::new(
+                        "binding_unknown",
+                        format!("pod {who}: {e}; whether the Binding landed is unknown ({why})"),
+                    )),
+                },
+            };
         }
 
-        let _node_turn = self.locks.local_turn(node, deadline).await.map_err(|e| {
-            self.failed(&pod, BindFailure::new(e.code(), format!("pod {who}: {e}")))
-        })?;
+        // The GPUs are reserved as soon as the bind arrives, before it waits
+        // for the node: /filter and /prioritize count them from now on, so
+        // binds queued behind a node's lock cannot over-book it.
         let allocation =
             reserve(cluster, config, &pod, &plan, args, &who).map_err(|f| self.failed(&pod, f))?;
         // Should this task die between here and the end, the reservation
@@ -314,8 +348,15 @@ impl ApiBinder {
             cluster,
             uid: &args.pod_uid,
         };
-
-        let mut done = Done::default();
+        let mut locked = false;
+        let node_turn = self.locks.local_turn(node, node_deadline).await;
+        let _node_turn = match node_turn {
+            Ok(turn) => turn,
+            Err(e) => {
+                let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
+                return Err(self.undo(cluster, config, &pod, args, locked, f).await);
+            }
+        };
         // HAMi locks only for GPUs of containers that are not init
         // containers; a sidecar runs like an app container, so it counts.
         let regular_gpus = plan
@@ -327,20 +368,20 @@ impl ApiBinder {
             let expiry = Duration::from_secs(lock_config.expiry_seconds);
             match self
                 .locks
-                .acquire(&self.api, node, (ns, name), expiry, deadline)
+                .acquire(&self.api, cluster, node, (ns, name), expiry, node_deadline)
                 .await
             {
                 Ok(taken) => {
                     // Even a lock this pod held already (a bind before
                     // that could not release it) is released on failure.
-                    done.locked = true;
+                    locked = true;
                     if let Taken::TakenOver(why) = &taken {
                         tracing::warn!(pod = %who, node, %why, "node lock taken over");
                     }
                 }
                 Err(e) => {
                     let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
-                    return Err(self.undo(cluster, config, &pod, args, done, f).await);
+                    return Err(self.undo(cluster, config, &pod, args, locked, f).await);
                 }
             }
         }
@@ -348,19 +389,18 @@ impl ApiBinder {
             .lock_wait
             .observe(asked.elapsed().as_secs_f64());
 
+        // One write: the API server copies the Binding's annotations (and,
+        // from 1.35, labels) onto the pod as it assigns the node, so the
+        // pod never carries an allocation for a node it is not bound to.
         let devices = encode_pod_devices(&allocation.to_pod_devices());
-        match self.annotate(&pod, args, &allocation, &who).await {
-            Ok(version) => done.annotated = Some(Written { version }),
-            Err((f, maybe_written)) => {
-                if maybe_written {
-                    done.annotated = Some(Written { version: None });
-                }
-                return Err(self.undo(cluster, config, &pod, args, done, f).await);
-            }
-        }
-
-        if let Err(e) = self.api.bind_pod(ns, name, &args.pod_uid, node).await {
-            match self.binding_outcome(&pod, args, &e).await {
+        let metadata = allocation_patch(&allocation, Timestamp::now().as_second());
+        let metadata = &metadata["metadata"];
+        if let Err(e) = self
+            .api
+            .bind_pod(ns, name, &args.pod_uid, node, Some(metadata))
+            .await
+        {
+            match self.binding_outcome(&pod, args, Some(&devices), &e).await {
                 BindingOutcome::Bound => {}
                 BindingOutcome::Unknown(why) => {
                     // Undoing a Binding that may have landed would leave a
@@ -372,19 +412,33 @@ impl ApiBinder {
                         "binding_unknown",
                         format!(
                             "pod {who}: {e}; whether the Binding landed is unknown ({why}); \
-                             the allocation, annotations and node lock are kept"
+                             the allocation and node lock are kept"
                         ),
                     );
                     return Err(self.failed(&pod, f));
                 }
-                BindingOutcome::NotBound => {
-                    let f = BindFailure::api(&who, &e);
-                    return Err(self.undo(cluster, config, &pod, args, done, f).await);
+                BindingOutcome::NotBound(f) => {
+                    let f = f.unwrap_or_else(|| BindFailure::api(&who, &e));
+                    return Err(self.undo(cluster, config, &pod, args, locked, f).await);
                 }
             }
         }
         cluster.write().mark_bound(&args.pod_uid);
         guard.disarm();
+        if !self.api.binding_copies_labels().await
+            && let Some(labels) = metadata
+                .get("labels")
+                .filter(|l| l.as_object().is_some_and(|o| !o.is_empty()))
+        {
+            // An API server before 1.35 drops a Binding's labels: HAMi's
+            // `hami.io/vgpu-node` label is written on its own (the device
+            // plugin reads the annotations; the label is for people).
+            let patch = json!({"metadata": {"labels": labels}});
+            if let Err(e) = api::without_deadline(self.api.merge_patch_pod(ns, name, &patch)).await
+            {
+                tracing::warn!(pod = %who, "bound, but the hami.io/vgpu-node label was not written: {e}");
+            }
+        }
         tracing::info!(pod = %who, node, devices = %devices, "bound");
         self.events.emit(PodEvent::new(
             &pod,
@@ -399,14 +453,18 @@ impl ApiBinder {
     }
 
     /// After a failed `POST binding`: whether the pod is bound to the node
-    /// after all (a lost answer), surely not, or unknown. Reads the pod
+    /// by this Binding after all (a lost answer), surely not (with why,
+    /// when the pod says more than the error), or unknown. Reads the pod
     /// again, a few times when the failure left the outcome open.
+    /// `devices` is the allocation the Binding carried.
     async fn binding_outcome(
         &self,
         pod: &Pod,
         args: &BindingArgs,
+        devices: Option<&str>,
         error: &ApiError,
     ) -> BindingOutcome {
+        let who = format!("{}/{}", args.pod_namespace, args.pod_name);
         let open = error.outcome_unknown();
         let attempts = if open { OUTCOME_READS } else { 1 };
         // The last read's failure; None once a read showed the pod unbound.
@@ -415,165 +473,75 @@ impl ApiBinder {
             if attempt > 0 {
                 tokio::time::sleep(OUTCOME_READ_PAUSE).await;
             }
-            match self.api.get_pod(&args.pod_namespace, &args.pod_name).await {
-                Ok(p) if p.metadata.uid != pod.metadata.uid => return BindingOutcome::NotBound,
+            let read =
+                api::without_deadline(self.api.get_pod(&args.pod_namespace, &args.pod_name)).await;
+            match read {
+                Ok(p) if p.metadata.uid != pod.metadata.uid => {
+                    return BindingOutcome::NotBound(Some(replaced(&who, &p, args)));
+                }
                 Ok(p) => match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                    Some(n) if n == args.node => return BindingOutcome::Bound,
-                    Some(_) => return BindingOutcome::NotBound,
-                    None if !open => return BindingOutcome::NotBound,
+                    Some(n) if n == args.node => {
+                        let carried = p
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(keys::VGPU_DEVICES_ALLOCATED))
+                            .map(String::as_str);
+                        return if devices.is_none() || carried == devices {
+                            BindingOutcome::Bound
+                        } else {
+                            // Bound here by an earlier Binding, with other
+                            // GPUs (or none of gpugate's): not this one.
+                            BindingOutcome::NotBound(Some(BindFailure::new(
+                                "bound_elsewhere",
+                                format!(
+                                    "pod {who}: already bound to node {n} by an earlier Binding, with devices {:?}",
+                                    carried.unwrap_or("")
+                                ),
+                            )))
+                        };
+                    }
+                    Some(n) => {
+                        return BindingOutcome::NotBound(Some(BindFailure::new(
+                            "bound_elsewhere",
+                            format!("pod {who}: already bound to node {n}, not {}", args.node),
+                        )));
+                    }
+                    None if !open => return BindingOutcome::NotBound(None),
                     None => unreadable = None,
                 },
-                Err(e) if e.is_not_found() => return BindingOutcome::NotBound,
+                Err(e) if e.is_not_found() => {
+                    return BindingOutcome::NotBound(Some(BindFailure::api(&who, &e)));
+                }
                 Err(e) => unreadable = Some(e.to_string()),
             }
         }
         match unreadable {
             // Read unbound, last, after the failure: the Binding did not land.
-            None => BindingOutcome::NotBound,
+            None => BindingOutcome::NotBound(None),
             Some(e) => BindingOutcome::Unknown(e),
         }
     }
 
-    /// Writes the allocation onto the pod, with its resourceVersion as
-    /// precondition; on a conflict, reads the pod again and retries if it
-    /// is still the same, unbound pod. Returns the pod's resourceVersion
-    /// after the write, or the failure and whether the write may have been
-    /// applied.
-    async fn annotate(
-        &self,
-        pod: &Pod,
-        args: &BindingArgs,
-        allocation: &Allocation,
-        who: &str,
-    ) -> Result<Option<String>, (BindFailure, bool)> {
-        let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
-        let mut version = pod.metadata.resource_version.clone();
-        let mut patch = allocation_patch(allocation, Timestamp::now().as_second());
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            patch["metadata"]["resourceVersion"] = json!(version);
-            match self.api.merge_patch_pod(ns, name, &patch).await {
-                Ok(p) => return Ok(p.metadata.resource_version),
-                Err(e) if e.is_conflict() => {
-                    if attempt == PATCH_ATTEMPTS {
-                        return Err((
-                            BindFailure::new(
-                                "conflict",
-                                format!(
-                                    "pod {who}: changed {PATCH_ATTEMPTS} times while bind wrote its annotations"
-                                ),
-                            ),
-                            false,
-                        ));
-                    }
-                    let fresh = self
-                        .api
-                        .get_pod(ns, name)
-                        .await
-                        .map_err(|e| (BindFailure::api(who, &e), false))?;
-                    if fresh.metadata.uid != pod.metadata.uid {
-                        return Err((
-                            BindFailure::new(
-                                "pod_replaced",
-                                format!("pod {who}: deleted and created again during bind"),
-                            ),
-                            false,
-                        ));
-                    }
-                    if let Some(n) = fresh.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                        return Err((
-                            BindFailure::new(
-                                "bound_elsewhere",
-                                format!("pod {who}: bound to node {n} by someone else during bind"),
-                            ),
-                            false,
-                        ));
-                    }
-                    version = fresh.metadata.resource_version;
-                }
-                // Refused outright: nothing was written. No answer: it may
-                // have been.
-                Err(e) => return Err((BindFailure::api(who, &e), e.outcome_unknown())),
-            }
-        }
-    }
-
-    /// Removes the annotations this bind wrote, only while the pod is the
-    /// same unbound pod and still carries them (never another writer's).
-    async fn remove_annotations(
-        &self,
-        pod: &Pod,
-        args: &BindingArgs,
-        written: &Written,
-        devices: &str,
-    ) -> Result<(), ApiError> {
-        let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
-        let mut version = written.version.clone();
-        for _ in 0..PATCH_ATTEMPTS {
-            let v = match version.take() {
-                Some(v) => v,
-                None => {
-                    let fresh = match self.api.get_pod(ns, name).await {
-                        Err(e) if e.is_not_found() => return Ok(()),
-                        r => r?,
-                    };
-                    let ann = fresh.metadata.annotations.as_ref();
-                    let ours = fresh.metadata.uid == pod.metadata.uid
-                        && fresh.spec.as_ref().is_none_or(|s| s.node_name.is_none())
-                        && ann.and_then(|a| a.get(keys::VGPU_NODE)) == Some(&args.node)
-                        && ann
-                            .and_then(|a| a.get(keys::VGPU_DEVICES_ALLOCATED))
-                            .map(String::as_str)
-                            == Some(devices);
-                    if !ours {
-                        return Ok(());
-                    }
-                    fresh.metadata.resource_version.unwrap_or_default()
-                }
-            };
-            let mut patch = removal_patch();
-            patch["metadata"]["resourceVersion"] = json!(v);
-            patch["metadata"]["uid"] = json!(pod.metadata.uid);
-            match self.api.merge_patch_pod(ns, name, &patch).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) if e.is_conflict() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Err(ApiError::Conflict {
-            what: format!("PATCH pod {ns}/{name}"),
-            message: "the pod kept changing".to_string(),
-        })
-    }
-
-    /// Undoes what `done` says was done, drops the reservation (holding the
-    /// capacity of its gang group's members again), and returns the failure
-    /// with any undo step that failed too.
+    /// Releases the node lock if this bind took it, drops the reservation
+    /// (holding the capacity of its gang group's members again), and
+    /// returns the failure with any undo step that failed too. Runs to its
+    /// end even when the bind's budget is spent.
     async fn undo(
         &self,
         cluster: &SharedCluster,
         config: &Config,
         pod: &Pod,
         args: &BindingArgs,
-        done: Done,
+        locked: bool,
         mut failure: BindFailure,
     ) -> BindFailure {
         let (ns, name) = (args.pod_namespace.as_str(), args.pod_name.as_str());
         let mut problems = Vec::new();
-        if let Some(written) = &done.annotated {
-            let devices = cluster
-                .read()
-                .held_allocation(&args.pod_uid)
-                .map(|a| encode_pod_devices(&a.to_pod_devices()))
-                .unwrap_or_default();
-            if let Err(e) = self.remove_annotations(pod, args, written, &devices).await {
-                problems.push(format!("removing the allocation annotations: {e}"));
-            }
-        }
-        if done.locked
-            && let Err(e) = self.locks.release(&self.api, &args.node, ns, name).await
+        if locked
+            && let Err(e) =
+                api::without_deadline(self.locks.release(&self.api, cluster, &args.node, ns, name))
+                    .await
         {
             problems.push(format!("releasing the node lock: {e}"));
         }
@@ -616,10 +584,24 @@ impl ApiBinder {
     }
 }
 
+/// The pod under the name is another pod than the one kube-scheduler binds.
+fn replaced(who: &str, found: &Pod, args: &BindingArgs) -> BindFailure {
+    BindFailure::new(
+        "pod_replaced",
+        format!(
+            "pod {who}: its uid is {}, not {} (deleted and created again)",
+            found.metadata.uid.as_deref().unwrap_or("(none)"),
+            args.pod_uid
+        ),
+    )
+}
+
 /// What a failed `POST binding` left.
 enum BindingOutcome {
     Bound,
-    NotBound,
+    /// Not bound by this Binding; the failure to answer when the pod told
+    /// more than the error did.
+    NotBound(Option<BindFailure>),
     Unknown(String),
 }
 
@@ -740,8 +722,8 @@ pub fn reserve_in_view(
     Ok(allocation)
 }
 
-/// HAMi's allocation annotations and label (hami-compat.md 4.1), as a merge
-/// patch.
+/// HAMi's allocation annotations and label (hami-compat.md 4.1), as the
+/// `metadata` of a Binding (under `"metadata"`).
 pub fn allocation_patch(allocation: &Allocation, now_unix: i64) -> Value {
     let devices = encode_pod_devices(&allocation.to_pod_devices());
     let now = now_unix.to_string();
@@ -759,21 +741,6 @@ pub fn allocation_patch(allocation: &Allocation, now_unix: i64) -> Value {
             keys::BIND_TIME: now,
         },
         "labels": labels,
-    }})
-}
-
-/// Removes everything [`allocation_patch`] writes.
-pub fn removal_patch() -> Value {
-    json!({"metadata": {
-        "annotations": {
-            keys::VGPU_NODE: null,
-            keys::VGPU_TIME: null,
-            keys::VGPU_DEVICES_TO_ALLOCATE: null,
-            keys::VGPU_DEVICES_ALLOCATED: null,
-            keys::BIND_PHASE: null,
-            keys::BIND_TIME: null,
-        },
-        "labels": {keys::VGPU_NODE: null},
     }})
 }
 
@@ -842,14 +809,6 @@ mod tests {
         assert_eq!(ann["hami.io/bind-time"], "1700000000");
         assert_eq!(ann["hami.io/vgpu-time"], "1700000000");
         assert_eq!(p["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
-        // Everything written is removed by the undo.
-        let mut pod = json!({"metadata": {"annotations": {"keep": "x"}, "labels": {"app": "y"}}});
-        json_patch::merge(&mut pod, &p);
-        json_patch::merge(&mut pod, &removal_patch());
-        assert_eq!(
-            pod,
-            json!({"metadata": {"annotations": {"keep": "x"}, "labels": {"app": "y"}}})
-        );
     }
 
     #[test]

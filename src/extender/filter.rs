@@ -84,9 +84,7 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
         if let Some(place) = &judged.node {
             // A group still being placed: this member goes where the
             // group's placement puts it, so that the rest still fit.
-            let (keep, others): (Vec<_>, Vec<_>) =
-                eval.feasible.into_iter().partition(|f| f.node == place);
-            for f in others {
+            for f in eval.feasible.iter().filter(|f| f.node != place) {
                 result.failed_nodes.insert(
                     f.node.to_string(),
                     format!(
@@ -94,7 +92,16 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
                     ),
                 );
             }
-            eval.feasible = keep;
+            eval.retain_feasible(|f| f.node == place);
+        }
+        if let Some(busy) = busy_nodes(view, config, &eval.feasible) {
+            eval.retain_feasible(|f| !busy.iter().any(|(n, _)| *n == f.node));
+            for (node, why) in busy {
+                result.failed_nodes.insert(
+                    node.to_string(),
+                    format!("NodeLockBusy ({why}; other nodes can hold the pod now)"),
+                );
+            }
         }
         for (node, rejection) in &eval.rejected {
             let target = if rejection.is_unresolvable() {
@@ -127,6 +134,32 @@ pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> Filte
     finish(result, &args.candidates, feasible)
 }
 
+/// The feasible nodes a bind would have to wait for (HAMi's node lock held,
+/// or gpugate's own binds in progress there), with why, when some other
+/// feasible node is free: those the pod is steered away from. `None` when
+/// steering is off or every feasible node is busy (the bind then waits).
+fn busy_nodes<'a>(
+    view: &ClusterView,
+    config: &Config,
+    feasible: &[crate::engine::FeasibleNode<'a>],
+) -> Option<Vec<(&'a str, String)>> {
+    let lock = &config.scheduler.node_lock;
+    if !(lock.enabled && lock.steer) || feasible.len() < 2 {
+        return None;
+    }
+    let unsettled = view.unsettled_binds();
+    let now = jiff::Timestamp::now();
+    let expiry = std::time::Duration::from_secs(lock.expiry_seconds);
+    let busy: Vec<(&'a str, String)> = feasible
+        .iter()
+        .filter_map(|f| {
+            view.node_busy(f.node, &unsettled, now, expiry)
+                .map(|why| (f.node, why))
+        })
+        .collect();
+    (busy.len() < feasible.len()).then_some(busy)
+}
+
 /// Answers the feasible nodes in the form they were asked in.
 fn finish(
     mut result: FilterResult,
@@ -152,8 +185,9 @@ fn finish(
 /// The codes a node's reason can start with besides the per-GPU
 /// [`Reason`](crate::engine::Reason)s: every value `reason_code` returns
 /// is one of these, one of those, or `Other`.
-const NODE_CODES: [&str; 6] = [
+const NODE_CODES: [&str; 7] = [
     "NodeUnregistered",
+    "NodeLockBusy",
     "NodeInsufficientDevice",
     "ResourceQuotaNotFit",
     "GangNotFit",
@@ -236,6 +270,14 @@ pub fn failure_notes(result: &FilterResult) -> Vec<String> {
         .collect()
 }
 
+/// What `/prioritize` answers, and the node kube-scheduler will most
+/// likely choose (the first of those ranked highest), with the pod's plan.
+#[derive(Debug)]
+pub struct Prioritized {
+    pub scores: Vec<HostPriority>,
+    pub likely: Option<(String, PodPlan)>,
+}
+
 /// 0..=10 per candidate, in the order given: the node policy's priority for
 /// nodes that can hold the pod, 0 for the others.
 pub fn prioritize(
@@ -243,32 +285,60 @@ pub fn prioritize(
     config: &Config,
     args: &ExtenderArgs,
 ) -> Result<Vec<HostPriority>, String> {
+    prioritize_with_likely(view, config, args).map(|p| p.scores)
+}
+
+/// [`prioritize`], with the likely node.
+pub fn prioritize_with_likely(
+    view: &ClusterView,
+    config: &Config,
+    args: &ExtenderArgs,
+) -> Result<Prioritized, String> {
+    let zero = |names: Vec<String>| Prioritized {
+        scores: names
+            .into_iter()
+            .map(|host| HostPriority { host, score: 0 })
+            .collect(),
+        likely: None,
+    };
     let names = args.candidates.names();
     let plan = PodPlan::from_pod(&args.pod, config)
         .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
     if !plan.request.has_gpus() {
-        return Ok(names
-            .into_iter()
-            .map(|host| HostPriority { host, score: 0 })
-            .collect());
+        return Ok(zero(names));
     }
     // A member of a gang group that cannot be placed gets no preference.
     let Ok(judged) = super::gang::judge(view, config, &args.pod, &plan, &names) else {
-        return Ok(names
-            .into_iter()
-            .map(|host| HostPriority { host, score: 0 })
-            .collect());
+        return Ok(zero(names));
     };
-    let eval = judged.state.evaluate(&plan, Some(&names));
+    let mut eval = judged.state.evaluate(&plan, Some(&names));
+    if let Some(busy) = busy_nodes(view, config, &eval.feasible) {
+        eval.retain_feasible(|f| !busy.iter().any(|(n, _)| *n == f.node));
+    }
+    // The 0..=10 priority is coarse: under binpack a node holding one
+    // slice and one holding five share a level, and kube-scheduler breaks
+    // such ties with its own scores (LeastAllocated: the emptier node), so
+    // a burst spread over many nodes. The node the policy ranks best keeps
+    // its level; the others of that level go one below.
+    let best = eval.best().map(|b| (b.score, b.priority));
+    let level = |f: &crate::engine::FeasibleNode<'_>| match best {
+        Some((score, top)) if f.priority == top && f.score != score && top > 0 => top - 1,
+        _ => f.priority,
+    };
     let priority: std::collections::HashMap<&str, u8> =
-        eval.feasible.iter().map(|f| (f.node, f.priority)).collect();
-    Ok(names
+        eval.feasible.iter().map(|f| (f.node, level(f))).collect();
+    let likely = eval.best().map(|b| b.node.to_string());
+    let scores = names
         .iter()
         .map(|host| HostPriority {
             host: host.clone(),
             score: priority.get(host.as_str()).map_or(0, |p| i64::from(*p)),
         })
-        .collect())
+        .collect();
+    Ok(Prioritized {
+        scores,
+        likely: likely.map(|n| (n, plan)),
+    })
 }
 
 #[cfg(test)]

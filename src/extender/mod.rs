@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::cluster::{SharedCluster, pod_name};
 use crate::config::Config;
 use crate::engine::PodPlan;
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::events::PodEvent;
 use bind::ApiBinder;
@@ -71,12 +72,19 @@ impl Extender {
         if !self.cluster.is_synced() {
             return FilterResult::error("gpugate: cluster state not synced yet");
         }
-        if let BindMode::Ledger = self.bind_mode {
-            // Weighed by its own size, not the body's: a body with many
-            // full Node objects must not push every pod out.
-            let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
-            self.recent.remember(&args.pod, weight);
+        // A new scheduling cycle of the pod: what its last /prioritize
+        // assumed is not its choice any more.
+        if let Some(uid) = args.pod.metadata.uid.as_deref()
+            && self.cluster.read().is_assumed(uid)
+        {
+            self.cluster.write().drop_assumed(uid);
         }
+        // Bind takes the pod from here (standalone: the only source; with an
+        // API server: saves a read per bind). Weighed by its own size, not
+        // the body's: a body with many full Node objects must not push
+        // every pod out.
+        let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
+        self.recent.remember(&args.pod, weight);
         let result = filter::filter(&self.cluster.read(), config, &args);
         if let Some(binder) = self.api_binder() {
             for note in filter::failure_notes(&result) {
@@ -93,7 +101,40 @@ impl Extender {
         if !self.cluster.is_synced() {
             return Err("gpugate: cluster state not synced yet".to_string());
         }
-        filter::prioritize(&self.cluster.read(), config, &args)
+        let prioritized = filter::prioritize_with_likely(&self.cluster.read(), config, &args)?;
+        if let (Some(binder), Some((node, plan))) = (self.api_binder(), &prioritized.likely) {
+            self.assume(binder, config, &args.pod, plan, node);
+        }
+        Ok(prioritized.scores)
+    }
+
+    /// Holds the pod's GPUs on the node kube-scheduler will most likely
+    /// choose, from its `/prioritize` until its bind arrives (or
+    /// `scheduler.assumeSeconds`): kube-scheduler goes on to the next pod
+    /// as soon as it has chosen, and that pod's `/filter` can come before
+    /// this pod's `/bind`. Without it, the next pod could be given the same
+    /// last GPUs of the node (its bind would then fail) or the same node
+    /// (its bind would wait for the node lock). Gang members are left to
+    /// the group's own holds.
+    fn assume(&self, binder: &ApiBinder, config: &Config, pod: &Pod, plan: &PodPlan, node: &str) {
+        let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+            return;
+        };
+        let seconds = config.scheduler.assume_seconds;
+        if seconds <= 0.0 || matches!(gang::label_of(pod), Ok(Some(_)) | Err(_)) {
+            return;
+        }
+        let mut view = self.cluster.write();
+        if view.held_allocation(uid).is_some() {
+            return;
+        }
+        let Ok(allocation) = view.state().assign(plan, node) else {
+            return;
+        };
+        let until = jiff::Timestamp::now().as_millisecond() + (seconds * 1000.0) as i64;
+        if view.assume(uid, pod, allocation, until) {
+            binder.metrics.assumed.inc();
+        }
     }
 
     /// Commits kube-scheduler's choice of node: through the API server (see
@@ -105,7 +146,16 @@ impl Extender {
                 Err("gpugate: cluster state not synced yet".to_string())
             }
             Ok(args) => match &self.bind_mode {
-                BindMode::Api(binder) => binder.bind(&self.cluster, config, args).await,
+                BindMode::Api(binder) => {
+                    let known = self.recent.get(&args.pod_uid);
+                    let result = binder
+                        .bind(&self.cluster, config, args.clone(), known)
+                        .await;
+                    if result.is_ok() {
+                        self.recent.forget(&args.pod_uid);
+                    }
+                    result
+                }
                 BindMode::Ledger => self.bind_in_ledger(&config, &args),
             },
         };

@@ -283,6 +283,17 @@ impl Metrics {
             bind.lock_wait.clone(),
         );
         registry.register(
+            "gpugate_assumed_reservations",
+            "Allocations held from /prioritize on the node kube-scheduler is likely to choose, \
+             until the pod's bind arrives",
+            bind.assumed.clone(),
+        );
+        registry.register(
+            "gpugate_assumed_reservations_expired",
+            "Assumed allocations dropped because no bind came within scheduler.assumeSeconds",
+            bind.assumed_expired.clone(),
+        );
+        registry.register(
             "gpugate_bind_rollback_failures",
             "Undo steps of failed binds that failed too (annotations left, lock not released)",
             bind.rollback_failures.clone(),

@@ -250,7 +250,11 @@ where
     let resync = config.load().api.resync_seconds;
     let cluster = cluster_view(args, resync, client.clone(), &metrics, stopped())?;
     if let Some(cluster) = &cluster {
-        tokio::spawn(expire_gang_holds(cluster.clone(), stopped()));
+        tokio::spawn(expire_holds(
+            cluster.clone(),
+            metrics.bind.assumed_expired.clone(),
+            stopped(),
+        ));
     }
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone(), config.clone()),
@@ -494,21 +498,27 @@ fn cluster_view(
 }
 
 /// Ends gang holds whose time is up (scheduler.gang.holdSeconds), so that
-/// capacity held for a group that never completes is given back.
-async fn expire_gang_holds(
+/// capacity held for a group that never completes is given back, and
+/// assumed allocations no bind came for (scheduler.assumeSeconds).
+async fn expire_holds(
     cluster: Arc<SharedCluster>,
+    assumed_expired: prometheus_client::metrics::counter::Counter,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => return,
             _ = tick.tick() => {
+                let now = jiff::Timestamp::now().as_millisecond();
+                if cluster.read().has_assumed() {
+                    let dropped = cluster.write().expire_assumed(now);
+                    assumed_expired.inc_by(dropped as u64);
+                }
                 if cluster.read().gang_hold_count() == 0 {
                     continue;
                 }
-                let now = jiff::Timestamp::now().as_millisecond();
                 let ended = cluster.write().expire_gang_holds(now);
                 if ended > 0 {
                     tracing::info!(members = ended, "gang: held capacity released (hold ended)");

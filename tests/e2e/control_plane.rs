@@ -5,7 +5,7 @@
 //! deploy/'s KubeSchedulerConfiguration.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -38,6 +38,12 @@ pub struct ControlPlane {
     pub gpugate_admin_port: u16,
     gpugate_bin: PathBuf,
     gpugate_args: Vec<String>,
+    bin: PathBuf,
+    /// deploy/'s KubeSchedulerConfiguration as run here (the extender on
+    /// 127.0.0.1, the ServiceAccount's kubeconfig, explicit client QPS).
+    pub scheduler_config: String,
+    /// kube-scheduler's secure port (its /metrics), new for each start.
+    scheduler_port: Mutex<u16>,
     pub gpugate: Mutex<Option<Proc>>,
     pub scheduler: Mutex<Option<Proc>>,
     pub apiserver: Mutex<Option<Proc>>,
@@ -132,6 +138,9 @@ impl ControlPlane {
             gpugate_admin_port: free_port()?,
             gpugate_bin: gpugate_bin.to_path_buf(),
             gpugate_args: vec![],
+            bin: bin.to_path_buf(),
+            scheduler_config: String::new(),
+            scheduler_port: Mutex::new(0),
             gpugate: Mutex::new(None),
             scheduler: Mutex::new(None),
             apiserver: Mutex::new(Some(apiserver)),
@@ -202,51 +211,96 @@ impl ControlPlane {
         }
         cp.wait_for_webhooks().await?;
 
-        let sched_config = dir.join("kube-scheduler.yaml");
-        std::fs::write(
-            &sched_config,
-            manifests::local_scheduler_config(
-                deployed,
-                &sa_kubeconfig,
-                cp.extender_port,
-                &cp.pki.path("webhook-ca.crt"),
-            )?,
+        cp.scheduler_config = manifests::local_scheduler_config(
+            deployed,
+            &sa_kubeconfig,
+            cp.extender_port,
+            &cp.pki.path("webhook-ca.crt"),
         )?;
+        let config = cp.scheduler_config.clone();
+        cp.start_scheduler("kube-scheduler", &config).await?;
+        Ok(cp)
+    }
+
+    /// Starts kube-scheduler with this KubeSchedulerConfiguration (its log
+    /// is `<name>.log`) and waits until it holds the Lease. Leader election
+    /// is on, as shipped; the Lease is deploy/'s `gpugate/gpugate-scheduler`
+    /// (the only one deploy/'s Role allows), so a previous kube-scheduler
+    /// must have been stopped: the new one is ready once it, not the
+    /// previous holder, holds the Lease.
+    ///
+    /// Its secure port serves `/metrics` to anyone (the always-allow paths,
+    /// no delegated authentication lookup) with the cluster CA's
+    /// certificate for 127.0.0.1, so that `scheduler_metrics` can read
+    /// `scheduler_schedule_attempts_total`.
+    pub async fn start_scheduler(&self, name: &str, config: &str) -> anyhow::Result<()> {
+        let leases: Api<Lease> = Api::namespaced(self.admin.clone(), "gpugate");
+        let holder = |l: Option<Lease>| {
+            l.and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty())
+        };
+        let before = holder(leases.get_opt("gpugate-scheduler").await?);
+        let path = self.dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, config)?;
+        let port = free_port()?;
+        *self.scheduler_port.lock().unwrap() = port;
+        let p = |n: &str| self.pki.path(n).display().to_string();
         let scheduler = Proc::spawn(
-            "kube-scheduler",
-            Command::new(bin.join("kube-scheduler")).args([
-                format!("--config={}", sched_config.display()),
+            name,
+            Command::new(self.bin.join("kube-scheduler")).args([
+                format!("--config={}", path.display()),
                 "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()?),
+                format!("--secure-port={port}"),
+                format!("--tls-cert-file={}", p("apiserver.crt")),
+                format!("--tls-private-key-file={}", p("apiserver.key")),
+                "--authentication-skip-lookup=true".into(),
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
                 "--v=2".into(),
             ]),
-            &logs,
+            &self.log_dir(),
         )?;
-        *cp.scheduler.lock().unwrap() = Some(scheduler);
-        // Leader election as deployed (its own Lease in gpugate's
-        // namespace, through deploy/'s Role): held means scheduling.
-        let leases: Api<Lease> = Api::namespaced(admin.clone(), "gpugate");
-        eventually(
-            "kube-scheduler holds Lease gpugate/gpugate-scheduler",
-            Duration::from_secs(60),
-            || {
-                let leases = leases.clone();
-                async move {
-                    match leases.get_opt("gpugate-scheduler").await {
-                        Ok(Some(l))
-                            if l.spec.as_ref().is_some_and(|s| s.holder_identity.is_some()) =>
-                        {
-                            Ok(())
-                        }
-                        Ok(_) => Err("no holder yet".into()),
-                        Err(e) => Err(e.to_string()),
-                    }
+        *self.scheduler.lock().unwrap() = Some(scheduler);
+        // Held by this process (a new identity), not by a stopped one
+        // whose Lease has not expired yet.
+        let what = format!("{name} holds Lease gpugate/gpugate-scheduler");
+        eventually(&what, Duration::from_secs(90), || {
+            let (leases, before) = (leases.clone(), before.clone());
+            async move {
+                match leases.get_opt("gpugate-scheduler").await {
+                    Ok(l) => match holder(l) {
+                        Some(h) if Some(&h) != before.as_ref() => Ok(()),
+                        Some(h) => Err(format!("still held by {h}")),
+                        None => Err("no holder yet".into()),
+                    },
+                    Err(e) => Err(e.to_string()),
                 }
-            },
-        )
+            }
+        })
         .await
-        .map_err(|e| cp.with_log("kube-scheduler", &cp.scheduler, e))?;
-        Ok(cp)
+        .map_err(|e| self.with_log(name, &self.scheduler, e))
+    }
+
+    /// Stops kube-scheduler (SIGTERM, then SIGKILL after 10 s).
+    #[allow(dead_code)] // benches/scale.rs
+    pub fn stop_scheduler(&self) {
+        if let Some(mut p) = self.scheduler.lock().unwrap().take() {
+            p.terminate(Duration::from_secs(10));
+        }
+    }
+
+    /// kube-scheduler's own metrics (its secure port, `/metrics`).
+    pub async fn scheduler_metrics(&self) -> anyhow::Result<String> {
+        let port = *self.scheduler_port.lock().unwrap();
+        let kubeconfig = self.dir.join("scheduler-metrics.kubeconfig");
+        write_kubeconfig(&kubeconfig, port, &self.pki.cluster.ca_cert_pem, json!({}))?;
+        let client = client_from(&kubeconfig).await?;
+        let req = http::Request::get("/metrics").body(vec![])?;
+        let text = tokio::time::timeout(Duration::from_secs(20), client.request_text(req))
+            .await
+            .context("kube-scheduler /metrics timed out")?
+            .context("kube-scheduler /metrics")?;
+        Ok(text)
     }
 
     pub fn log_dir(&self) -> PathBuf {
@@ -365,6 +419,39 @@ impl ControlPlane {
         }
         out
     }
+}
+
+/// Runs `tests/e2e/build-control-plane.sh` (Go modules, cached outside the
+/// repository) and returns the directory of etcd, kube-apiserver and
+/// kube-scheduler; `None` when there is no `go`.
+pub fn build(root: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let out = Command::new(root.join("tests/e2e/build-control-plane.sh"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("run tests/e2e/build-control-plane.sh")?;
+    match out.status.code() {
+        Some(0) => {}
+        Some(3) => return Ok(None),
+        _ => bail!("build-control-plane.sh exited with {}", out.status),
+    }
+    let stdout = String::from_utf8(out.stdout)?;
+    let bin = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+    if !bin.join("kube-apiserver").is_file() {
+        bail!("build-control-plane.sh printed {stdout:?}, not a bin directory");
+    }
+    Ok(Some(bin))
+}
+
+/// `kustomize build deploy/<variant>` with the kustomize the build script
+/// installed beside the binaries.
+pub fn render(bin: &Path, root: &Path, variant: &str) -> anyhow::Result<Vec<Value>> {
+    let kustomize = bin
+        .parent()
+        .context("bin has no parent")?
+        .join("tools")
+        .join("kustomize");
+    manifests::render(&kustomize, &root.join("deploy").join(variant))
 }
 
 /// deploy/'s gpugate config with one namespace policy added, so that the

@@ -1,6 +1,6 @@
 //! Nodes, pods and what the API server holds about them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -320,4 +320,56 @@ pub fn usage_by_gpu(pods: &[Pod]) -> anyhow::Result<BTreeMap<String, (u32, u64, 
         }
     }
     Ok(out)
+}
+
+/// Waits until gpugate's ledger, as its metrics show it
+/// (`hami_vgpu_memory_allocated_bytes` of the namespace), equals the
+/// annotations of these bound pods, pod by pod and GPU by GPU.
+pub async fn ledger_matches(
+    metrics_port: u16,
+    ns: &str,
+    bound: &[Pod],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let want: BTreeSet<(String, String, u64)> = bound
+        .iter()
+        .flat_map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            devices(p)
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |d| (name.clone(), d.uuid, u64::from(d.mem_mib) << 20))
+        })
+        .collect();
+    eventually("the ledger matches the annotations", timeout, || {
+        let want = &want;
+        async move {
+            let text = crate::http::metrics(metrics_port)
+                .await
+                .map_err(|e| e.to_string())?;
+            let got: BTreeSet<(String, String, u64)> =
+                crate::http::samples(&text, "hami_vgpu_memory_allocated_bytes")
+                    .iter()
+                    .filter(|s| s.label("namespace") == ns)
+                    .map(|s| {
+                        (
+                            s.label("pod").to_string(),
+                            s.label("device_uuid").to_string(),
+                            s.value as u64,
+                        )
+                    })
+                    .collect();
+            if got == *want {
+                Ok(())
+            } else {
+                let only_ledger: Vec<_> = got.difference(want).take(10).collect();
+                let only_annotations: Vec<_> = want.difference(&got).take(10).collect();
+                Err(format!(
+                    "only in ledger {only_ledger:?}; only in annotations {only_annotations:?} \
+                         (at most 10 of each shown)"
+                ))
+            }
+        }
+    })
+    .await
 }

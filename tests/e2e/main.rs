@@ -8,6 +8,7 @@
 //! skipped and why. `GPUGATE_E2E=skip` skips it on purpose (for quick local
 //! runs); CI never sets it.
 
+mod burst;
 mod control_plane;
 mod device_plugin;
 mod fixtures;
@@ -19,13 +20,17 @@ mod scenarios;
 mod wait;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
 use crate::control_plane::ControlPlane;
 use crate::scenarios::{Ctx, SCENARIOS};
+
+/// How long the simulated device plugin's Allocate takes (scenario 10 sets
+/// its own).
+const PLUGIN_DELAY: Duration = Duration::from_millis(0);
 
 /// Longest a scenario may take, its cleanup included.
 const SCENARIO_LIMIT: Duration = Duration::from_secs(300);
@@ -37,7 +42,7 @@ fn main() -> ExitCode {
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let started = Instant::now();
-    let bin = match build(&root) {
+    let bin = match control_plane::build(&root) {
         Ok(Some(bin)) => bin,
         Ok(None) => {
             println!(
@@ -73,26 +78,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the build script; `None` when there is no `go`.
-fn build(root: &Path) -> anyhow::Result<Option<PathBuf>> {
-    let out = Command::new(root.join("tests/e2e/build-control-plane.sh"))
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("run tests/e2e/build-control-plane.sh")?;
-    match out.status.code() {
-        Some(0) => {}
-        Some(3) => return Ok(None),
-        _ => bail!("build-control-plane.sh exited with {}", out.status),
-    }
-    let stdout = String::from_utf8(out.stdout)?;
-    let bin = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
-    if !bin.join("kube-apiserver").is_file() {
-        bail!("build-control-plane.sh printed {stdout:?}, not a bin directory");
-    }
-    Ok(Some(bin))
-}
-
 async fn run(root: &Path, bin: &Path) -> (usize, usize) {
     match setup(root, bin).await {
         Ok((ctx, dir)) => {
@@ -122,11 +107,12 @@ async fn run(root: &Path, bin: &Path) -> (usize, usize) {
 
 async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
     let tools = bin.parent().context("bin has no parent")?.join("tools");
-    let kustomize = tools.join("kustomize");
     let mut variants = Vec::new();
     for variant in ["cert-manager", "self-signed"] {
-        let objects = manifests::render(&kustomize, &root.join("deploy").join(variant))?;
-        variants.push((variant.to_string(), objects));
+        variants.push((
+            variant.to_string(),
+            control_plane::render(bin, root, variant)?,
+        ));
     }
     let dir = std::env::temp_dir().join(format!("gpugate-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -158,7 +144,7 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
 }
 
 async fn scenarios(ctx: &Ctx) -> (usize, usize) {
-    let plugin = device_plugin::DevicePlugin::start(ctx.cp.admin.clone());
+    let plugin = device_plugin::DevicePlugin::start(ctx.cp.admin.clone(), PLUGIN_DELAY);
     let only = std::env::var("GPUGATE_E2E_ONLY").ok();
     let (mut passed, mut failed, mut ran) = (0, 0, 0);
     for (i, (name, ns, scenario)) in SCENARIOS.iter().enumerate() {
@@ -175,13 +161,14 @@ async fn scenarios(ctx: &Ctx) -> (usize, usize) {
             failed += 1;
             continue;
         }
-        let result = match tokio::time::timeout(SCENARIO_LIMIT, scenarios::run(ctx, i)).await {
-            Ok(r) => r,
-            Err(_) => Err(anyhow::anyhow!(
-                "timed out after {} s",
-                SCENARIO_LIMIT.as_secs()
-            )),
-        };
+        let result =
+            match tokio::time::timeout(SCENARIO_LIMIT, scenarios::run(ctx, &plugin, i)).await {
+                Ok(r) => r,
+                Err(_) => Err(anyhow::anyhow!(
+                    "timed out after {} s",
+                    SCENARIO_LIMIT.as_secs()
+                )),
+            };
         // Whatever happened, leave no pods or nodes behind for the next one.
         let cleaned = tokio::time::timeout(Duration::from_secs(60), ctx.clean(ns, scenario)).await;
         let secs = started.elapsed().as_secs_f64();
@@ -213,7 +200,7 @@ async fn scenarios(ctx: &Ctx) -> (usize, usize) {
         failed += 1;
     }
     println!(
-        "e2e: the simulated device plugin released {} node locks ({} passes failed)",
+        "e2e: the simulated device plugin released {} node locks ({} errors)",
         plugin.released.load(std::sync::atomic::Ordering::Relaxed),
         plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );

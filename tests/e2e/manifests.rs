@@ -148,10 +148,17 @@ pub fn local_webhooks(objects: &[Value], port: u16, ca_pem: &str) -> anyhow::Res
     Ok(out)
 }
 
+/// kube-scheduler's own defaults for its API client (deploy/ sets none),
+/// written out so that the scale benchmark's two kube-schedulers, with and
+/// without the extender, are visibly configured alike.
+pub const SCHEDULER_QPS: u32 = 50;
+pub const SCHEDULER_BURST: u32 = 100;
+
 /// deploy/'s KubeSchedulerConfiguration with what differs outside a pod:
 /// the kubeconfig (instead of the in-cluster service account), the
 /// extender's URL and CA file (instead of 127.0.0.1:9443 and the mounted
-/// volume). Leader election, profiles, verbs, managedResources and the
+/// volume), and the API client's QPS and burst at kube-scheduler's
+/// defaults. Leader election, profiles, verbs, managedResources and the
 /// rest stay as deployed.
 pub fn local_scheduler_config(
     objects: &[Value],
@@ -166,7 +173,11 @@ pub fn local_scheduler_config(
         .ok_or_else(|| anyhow!("config.yaml is not a mapping"))?;
     map.insert(
         "clientConnection".into(),
-        serde_yaml_ng::to_value(serde_json::json!({"kubeconfig": kubeconfig}))?,
+        serde_yaml_ng::to_value(serde_json::json!({
+            "kubeconfig": kubeconfig,
+            "qps": SCHEDULER_QPS,
+            "burst": SCHEDULER_BURST,
+        }))?,
     );
     let extenders = config["extenders"]
         .as_sequence_mut()
@@ -175,5 +186,26 @@ pub fn local_scheduler_config(
     let e = &mut extenders[0];
     e["urlPrefix"] = format!("https://127.0.0.1:{gpugate_port}").into();
     e["tlsConfig"]["caFile"] = ca_file.display().to_string().into();
+    Ok(serde_yaml_ng::to_string(&config)?)
+}
+
+/// The reference for the scale benchmark: the same KubeSchedulerConfiguration
+/// (leader election, client, percentageOfNodesToScore) without the extender,
+/// its one profile named `default-scheduler`, so that it schedules plain
+/// pods the webhook leaves alone.
+#[allow(dead_code)] // benches/scale.rs
+pub fn reference_scheduler_config(config: &str) -> anyhow::Result<String> {
+    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(config)?;
+    let map = config
+        .as_mapping_mut()
+        .ok_or_else(|| anyhow!("the scheduler config is not a mapping"))?;
+    map.remove("extenders")
+        .ok_or_else(|| anyhow!("the scheduler config has no extenders"))?;
+    let profiles = map
+        .get_mut("profiles")
+        .and_then(|p| p.as_sequence_mut())
+        .filter(|p| p.len() == 1)
+        .ok_or_else(|| anyhow!("the scheduler config must have exactly one profile"))?;
+    profiles[0]["schedulerName"] = "default-scheduler".into();
     Ok(serde_yaml_ng::to_string(&config)?)
 }

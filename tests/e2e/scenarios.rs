@@ -15,7 +15,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use serde_json::{Value, json};
 
+use crate::burst;
 use crate::control_plane::{ControlPlane, POLICY_NAMESPACE, ensure_namespace};
+use crate::device_plugin::DevicePlugin;
 use crate::fixtures::*;
 use crate::http::{gauge, metrics, samples};
 use crate::manifests;
@@ -73,7 +75,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 9] = [
+pub const SCENARIOS: [(&str, &str, &str); 10] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -103,9 +105,14 @@ pub const SCENARIOS: [(&str, &str, &str); 9] = [
         "e2e-dry-run",
         "dry-run",
     ),
+    (
+        "burst of 200 pods onto 20 nodes",
+        "e2e-scale-burst",
+        "scale-burst",
+    ),
 ];
 
-pub async fn run(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
+pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Result<()> {
     let (_, ns, scenario) = SCENARIOS[index];
     ensure_namespace(&ctx.cp.admin, ns).await?;
     match index {
@@ -118,6 +125,7 @@ pub async fn run(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
         6 => certificate_rotation(ctx, ns).await,
         7 => gang(ctx, ns, scenario).await,
         8 => dry_run(ctx).await,
+        9 => scale_burst(ctx, plugin, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -637,50 +645,7 @@ async fn restart_mid_burst(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
 
     // The restarted gpugate's ledger, as its metrics show it, equals the
     // annotations, pod by pod and GPU by GPU.
-    let want: BTreeSet<(String, String, u64)> = bound
-        .iter()
-        .flat_map(|p| {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            devices(p)
-                .unwrap_or_default()
-                .into_iter()
-                .map(move |d| (name.clone(), d.uuid, u64::from(d.mem_mib) << 20))
-        })
-        .collect();
-    let port = ctx.metrics_port();
-    let ns_owned = ns.to_string();
-    eventually(
-        "the ledger matches the annotations",
-        Duration::from_secs(30),
-        || {
-            let (want, ns) = (want.clone(), ns_owned.clone());
-            async move {
-                let text = metrics(port).await.map_err(|e| e.to_string())?;
-                let got: BTreeSet<(String, String, u64)> =
-                    samples(&text, "hami_vgpu_memory_allocated_bytes")
-                        .iter()
-                        .filter(|s| s.label("namespace") == ns)
-                        .map(|s| {
-                            (
-                                s.label("pod").to_string(),
-                                s.label("device_uuid").to_string(),
-                                s.value as u64,
-                            )
-                        })
-                        .collect();
-                if got == want {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "only in ledger {:?}; only in annotations {:?}",
-                        got.difference(&want).collect::<Vec<_>>(),
-                        want.difference(&got).collect::<Vec<_>>()
-                    ))
-                }
-            }
-        },
-    )
-    .await?;
+    ledger_matches(ctx.metrics_port(), ns, &bound, Duration::from_secs(30)).await?;
     println!(
         "    burst: {PODS} pods on 6 GPUs, {} creates refused while gpugate was down",
         refused.load(Ordering::Relaxed)
@@ -983,5 +948,110 @@ async fn dry_run(ctx: &Ctx) -> anyhow::Result<()> {
             .with_context(|| format!("{variant}: the Deployment's pod"))?;
     }
     println!("    dry run: {counts:?} objects accepted, and each variant's pod");
+    Ok(())
+}
+
+// 10 ------------------------------------------------------------------------
+
+/// The scale benchmark's load (benches/scale.rs, the same code in
+/// `burst.rs`) at a size CI can afford: 200 slices of 1 GPU, 4096 MiB and
+/// 20 cores created at once by 32 clients onto 20 nodes of 8 × V100 32 GB,
+/// node policy binpack, with the device plugin taking 200 ms per Allocate.
+/// All must be bound, no GPU over its share count, memory or cores, and
+/// gpugate's ledger equal to the annotations. Throughput is printed, not
+/// asserted (a noisy 2-core machine).
+async fn scale_burst(
+    ctx: &Ctx,
+    plugin: &DevicePlugin,
+    ns: &str,
+    scenario: &str,
+) -> anyhow::Result<()> {
+    const NODES: usize = 20;
+    const PODS: usize = 200;
+    let names: Vec<String> = (0..NODES).map(|i| format!("sb-{i:02}")).collect();
+    burst::create_nodes(&ctx.cp.admin, scenario, &names, 10).await?;
+    burst::wait_gpugate_nodes(ctx.metrics_port(), NODES, Duration::from_secs(30)).await?;
+
+    // The suite's plugin answers at once; here Allocate takes a while, as
+    // it does on a node. Put back whatever happens.
+    struct Restore<'a>(&'a DevicePlugin, Duration);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            self.0.set_delay(self.1);
+        }
+    }
+    let _restore = Restore(plugin, plugin.delay());
+    plugin.set_delay(Duration::from_millis(200));
+
+    let workload = burst::Workload::Gpu {
+        node_policy: "binpack".into(),
+    };
+    let profile = workload.profile();
+    let port = ctx.metrics_port();
+    let sched_before = burst::schedule_attempts(&ctx.cp.scheduler_metrics().await?, profile);
+    let binds_before = burst::bind_outcomes(&metrics(port).await?);
+    let outcome = burst::run(
+        &ctx.cp.admin,
+        &burst::Burst {
+            ns: ns.to_string(),
+            prefix: "sb".into(),
+            pods: PODS,
+            creators: 32,
+            workload,
+            deadline: Duration::from_secs(240),
+        },
+    )
+    .await?;
+    let attempts = burst::delta(
+        &burst::schedule_attempts(&ctx.cp.scheduler_metrics().await?, profile),
+        &sched_before,
+    );
+    let binds = burst::delta(&burst::bind_outcomes(&metrics(port).await?), &binds_before);
+    ensure!(
+        outcome.unbound_count == 0,
+        "{} of {PODS} pods not bound after 240 s, e.g. {:?}",
+        outcome.unbound_count,
+        outcome.unbound
+    );
+    let placed = burst::placement(&ctx.cp.admin, ns, true, Some(port)).await?;
+    ensure!(
+        placed.overcommitted.is_empty(),
+        "over-committed GPUs: {:?}",
+        placed.overcommitted
+    );
+    ensure!(
+        placed.bound == PODS,
+        "{} pods carry an allocation",
+        placed.bound
+    );
+    if let Some(mismatch) = placed.ledger_mismatch {
+        bail!("{mismatch}");
+    }
+    let total: f64 = attempts.values().sum();
+    let failed = total - attempts.get("scheduled").copied().unwrap_or(0.0);
+    let bind_failures: BTreeMap<String, f64> = binds
+        .iter()
+        .filter(|(k, _)| !k.starts_with("ok/"))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    println!(
+        "    scale burst: {} pods ({} creates retried) on {} nodes (min {}), {} GPUs, \
+         in {:.1} s: {:.1} pods/s, create→bound p50 {:.2} s, p99 {:.2} s, max {:.2} s; \
+         scheduling attempts {:.2}/pod, failed {:.0} ({}); gpugate bind failures: {}",
+        outcome.created,
+        outcome.create_retries,
+        placed.nodes_used,
+        burst::min_nodes(PODS),
+        placed.gpus_used,
+        outcome.span.as_secs_f64(),
+        outcome.pods_per_second(),
+        outcome.quantile(0.5).as_secs_f64(),
+        outcome.quantile(0.99).as_secs_f64(),
+        outcome.max().as_secs_f64(),
+        total / PODS as f64,
+        failed,
+        burst::show(&attempts),
+        burst::show(&bind_failures),
+    );
     Ok(())
 }

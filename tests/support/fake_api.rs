@@ -210,6 +210,11 @@ impl FakeApi {
             return status(code, reason, "injected failure");
         }
         match parts.method {
+            Method::GET if path == "/version" => (
+                200,
+                json!({"major": "1", "minor": "36", "gitVersion": "v1.36.3", "gitCommit": "",
+                    "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "", "platform": ""}),
+            ),
             Method::GET => match inner.objects.get(&path) {
                 Some(o) => (200, o.clone()),
                 None => status(404, "NotFound", &format!("{path} not found")),
@@ -234,6 +239,18 @@ impl FakeApi {
                     );
                 }
                 pod["spec"]["nodeName"] = body["target"]["name"].clone();
+                // As kube-apiserver 1.35+: the Binding's annotations and
+                // labels are merged onto the pod.
+                for key in ["annotations", "labels"] {
+                    if let Some(extra) = body["metadata"][key].as_object() {
+                        if !pod["metadata"][key].is_object() {
+                            pod["metadata"][key] = json!({});
+                        }
+                        for (k, v) in extra {
+                            pod["metadata"][key][k] = v.clone();
+                        }
+                    }
+                }
                 pod["metadata"]["resourceVersion"] = json!(version.to_string());
                 inner.version = version;
                 let (_, mut ok) = status(201, "", "");

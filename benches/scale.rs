@@ -1,0 +1,610 @@
+//! Scheduling throughput at scale: gpugate (webhooks + extender + binds)
+//! behind kube-scheduler, against kube-scheduler alone, on the e2e suite's
+//! real etcd, kube-apiserver and kube-scheduler (docs/e2e.md,
+//! docs/benchmarks.md).
+//!
+//! Run: `cargo bench --bench scale -- --nodes 1000 --pods 2000 --policy binpack`
+//! (`-- --help` lists the flags). One run:
+//!
+//! 1. starts the control plane as the e2e suite does (deploy/'s RBAC,
+//!    config, webhooks and KubeSchedulerConfiguration, gpugate built in the
+//!    bench profile);
+//! 2. creates N nodes of 8 × V100 32 GB split 10 ways, 32 at a time, and
+//!    waits until gpugate's `gpugate_cluster_nodes` shows N;
+//! 3. starts the simulated device plugin with its Allocate delay;
+//! 4. runs the phases, by default the reference first:
+//!    - reference: kube-scheduler alone (deploy/'s configuration without
+//!      the extender, its profile named `default-scheduler`, the same
+//!      client QPS and burst), M plain pods (cpu 100m, memory 64Mi) that
+//!      the webhook leaves alone;
+//!    - gpugate: deploy/'s kube-scheduler with the extender, M pods of
+//!      1 GPU, 4096 MiB, 20 cores through the webhooks, node policy binpack
+//!      or spread (`hami.io/node-scheduler-policy`);
+//!
+//!    each phase creates its M pods with 64 clients at once and measures,
+//!    per pod, create returned → first seen bound (a watch), kube-scheduler's
+//!    `scheduler_schedule_attempts_total` and gpugate's `gpugate_bind_total`
+//!    (deltas over the phase); a gpugate phase then checks every GPU
+//!    against its capacity and gpugate's ledger against the annotations;
+//!    the pods are deleted before the next phase;
+//! 5. prints a markdown table with the ratio gpugate / reference.
+//!
+//! It exits non-zero if a pod was still unbound at the deadline, a GPU was
+//! over-committed or the ledger disagreed with the annotations. The
+//! processes' logs stay in the work directory it prints.
+
+#[allow(dead_code)]
+#[path = "../tests/e2e/burst.rs"]
+mod burst;
+#[allow(dead_code)]
+#[path = "../tests/e2e/control_plane.rs"]
+mod control_plane;
+#[allow(dead_code)]
+#[path = "../tests/e2e/device_plugin.rs"]
+mod device_plugin;
+#[allow(dead_code)]
+#[path = "../tests/e2e/fixtures.rs"]
+mod fixtures;
+#[allow(dead_code)]
+#[path = "../tests/e2e/http.rs"]
+mod http;
+#[allow(dead_code)]
+#[path = "../tests/e2e/manifests.rs"]
+mod manifests;
+#[allow(dead_code)]
+#[path = "../tests/e2e/pki.rs"]
+mod pki;
+#[allow(dead_code)]
+#[path = "../tests/e2e/procs.rs"]
+mod procs;
+#[allow(dead_code)]
+#[path = "../tests/e2e/wait.rs"]
+mod wait;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+
+use crate::burst::{Burst, Outcome, Placement, Workload};
+use crate::control_plane::ControlPlane;
+
+const NAMESPACE: &str = "scale-bench";
+const NODE_LABEL_VALUE: &str = "scale";
+
+const USAGE: &str = "\
+usage: cargo bench --bench scale -- [flags]
+
+  --nodes N            nodes of 8 x V100 32 GB split 10 (default 1000)
+  --pods M             pods per phase (default 2000)
+  --policy P           gpugate's node policy: binpack, spread or both (default binpack)
+  --delay D            the simulated device plugin's Allocate delay (default 1s)
+  --deadline D         longest wait for a phase's pods to be bound (default 15m)
+  --order O            reference-first (default) or gpugate-first
+  --no-reference       gpugate phases only
+  --creators C         clients creating pods at once (default 64)
+  --node-creators C    clients creating nodes at once (default 32)
+  --help               this text
+
+Durations: 500ms, 1s, 2m; a bare number is seconds.";
+
+#[derive(Debug)]
+struct Args {
+    nodes: usize,
+    pods: usize,
+    policies: Vec<String>,
+    delay: Duration,
+    deadline: Duration,
+    reference_first: bool,
+    reference: bool,
+    creators: usize,
+    node_creators: usize,
+    /// The flags as given, for the report.
+    given: Vec<String>,
+}
+
+fn duration(v: &str) -> Result<Duration, String> {
+    let num = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .ok_or_else(|| format!("not a duration: {v:?}"))
+    };
+    let secs = if let Some(ms) = v.strip_suffix("ms") {
+        num(ms)? / 1000.0
+    } else if let Some(s) = v.strip_suffix('s') {
+        num(s)?
+    } else if let Some(m) = v.strip_suffix('m') {
+        num(m)? * 60.0
+    } else {
+        num(v)?
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `None`: `--help`.
+fn parse(raw: &[String]) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        nodes: 1000,
+        pods: 2000,
+        policies: vec!["binpack".into()],
+        delay: Duration::from_secs(1),
+        deadline: Duration::from_secs(15 * 60),
+        reference_first: true,
+        reference: true,
+        creators: 64,
+        node_creators: 32,
+        given: Vec::new(),
+    };
+    let mut it = raw.iter();
+    while let Some(arg) = it.next() {
+        // cargo bench passes `--bench` to a harness-less bench.
+        if arg == "--bench" {
+            continue;
+        }
+        a.given.push(arg.clone());
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || -> Result<String, String> {
+            let v = match &inline {
+                Some(v) => v.clone(),
+                None => {
+                    let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+                    a.given.push(v.clone());
+                    v.clone()
+                }
+            };
+            Ok(v)
+        };
+        let count = |v: String| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{flag}: not a positive number: {v:?}"))
+        };
+        match flag {
+            "--help" | "-h" => return Ok(None),
+            "--nodes" => a.nodes = count(value()?)?,
+            "--pods" => a.pods = count(value()?)?,
+            "--creators" => a.creators = count(value()?)?,
+            "--node-creators" => a.node_creators = count(value()?)?,
+            "--delay" => a.delay = duration(&value()?)?,
+            "--deadline" => a.deadline = duration(&value()?)?,
+            "--policy" => {
+                a.policies = match value()?.as_str() {
+                    "binpack" => vec!["binpack".into()],
+                    "spread" => vec!["spread".into()],
+                    "both" => vec!["binpack".into(), "spread".into()],
+                    other => {
+                        return Err(format!("--policy: binpack, spread or both, not {other:?}"));
+                    }
+                }
+            }
+            "--order" => {
+                a.reference_first = match value()?.as_str() {
+                    "reference-first" => true,
+                    "gpugate-first" => false,
+                    other => {
+                        return Err(format!(
+                            "--order: reference-first or gpugate-first, not {other:?}"
+                        ));
+                    }
+                }
+            }
+            "--no-reference" => a.reference = false,
+            other => return Err(format!("unknown flag {other:?}")),
+        }
+    }
+    Ok(Some(a))
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo test --benches` runs bench targets without arguments; this one
+    // takes minutes and starts a control plane, so it only runs when asked.
+    if raw.is_empty() {
+        println!("scale: not run without flags; `cargo bench --bench scale -- --help`");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse(&raw) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("scale: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let dir = std::env::temp_dir().join(format!("gpugate-scale-{}", std::process::id()));
+    let result = runtime.block_on(async {
+        // Ctrl-C drops the run, and with it the control plane's processes.
+        tokio::select! {
+            r = run(&args, &dir) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        }
+    });
+    // The logs stay; etcd's data does not (hundreds of MB at 1,000 nodes).
+    let _ = std::fs::remove_dir_all(dir.join("etcd"));
+    println!("scale: logs kept in {}", dir.join("logs").display());
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            println!("scale: FAILED (see above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            println!("scale: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What one phase measured.
+struct Row {
+    label: String,
+    gpus: bool,
+    outcome: Outcome,
+    /// kube-scheduler's attempts by result, or why they are unknown.
+    attempts: Result<BTreeMap<String, f64>, String>,
+    /// gpugate's binds by `result/code`.
+    binds: BTreeMap<String, f64>,
+    placement: Placement,
+}
+
+/// Which kube-scheduler runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scheduler {
+    WithExtender,
+    Alone,
+}
+
+async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let started = Instant::now();
+    let Some(bin) = control_plane::build(&root)? else {
+        bail!(
+            "`go` is not installed; the benchmark builds etcd, kube-apiserver and kube-scheduler as the e2e suite does (docs/e2e.md)"
+        );
+    };
+    let deployed = control_plane::render(&bin, &root, "cert-manager")?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    println!("scale: work dir {} (logs in logs/)", dir.display());
+    let cp = ControlPlane::start(
+        &bin,
+        Path::new(env!("CARGO_BIN_EXE_gpugate")),
+        dir,
+        &deployed,
+    )
+    .await?;
+    println!(
+        "scale: etcd, kube-apiserver, gpugate and kube-scheduler up in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let t = Instant::now();
+    let names: Vec<String> = (0..args.nodes).map(|i| format!("scale-{i:05}")).collect();
+    burst::create_nodes(&cp.admin, NODE_LABEL_VALUE, &names, args.node_creators).await?;
+    let created = t.elapsed();
+    burst::wait_gpugate_nodes(
+        cp.gpugate_admin_port,
+        args.nodes,
+        Duration::from_secs(120) + Duration::from_millis(100 * args.nodes as u64),
+    )
+    .await?;
+    println!(
+        "scale: {} nodes created in {:.1} s ({} at a time), gpugate saw them all after {:.1} s",
+        args.nodes,
+        created.as_secs_f64(),
+        args.node_creators,
+        t.elapsed().as_secs_f64()
+    );
+    let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
+    control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
+
+    let gpu_phases = args.policies.iter().map(|p| Workload::Gpu {
+        node_policy: p.clone(),
+    });
+    let mut phases: Vec<Workload> = Vec::new();
+    if args.reference && args.reference_first {
+        phases.push(Workload::Plain);
+    }
+    phases.extend(gpu_phases);
+    if args.reference && !args.reference_first {
+        phases.push(Workload::Plain);
+    }
+
+    let reference_config = manifests::reference_scheduler_config(&cp.scheduler_config)?;
+    let mut running = Scheduler::WithExtender;
+    let mut rows = Vec::new();
+    for (i, workload) in phases.iter().enumerate() {
+        let want = match workload {
+            Workload::Plain => Scheduler::Alone,
+            Workload::Gpu { .. } => Scheduler::WithExtender,
+        };
+        if want != running {
+            cp.stop_scheduler();
+            match want {
+                Scheduler::Alone => {
+                    cp.start_scheduler("kube-scheduler-reference", &reference_config)
+                        .await?
+                }
+                Scheduler::WithExtender => {
+                    cp.start_scheduler("kube-scheduler", &cp.scheduler_config)
+                        .await?
+                }
+            }
+            running = want;
+        }
+        let row = phase(&cp, args, workload, &format!("p{i}")).await?;
+        print_row_details(&row);
+        let t = Instant::now();
+        let gpus = matches!(workload, Workload::Gpu { .. });
+        burst::delete_pods(
+            &cp.admin,
+            NAMESPACE,
+            gpus.then_some(cp.gpugate_admin_port),
+            Duration::from_secs(600),
+        )
+        .await?;
+        println!(
+            "scale: {} pods deleted in {:.1} s",
+            row.outcome.created,
+            t.elapsed().as_secs_f64()
+        );
+        rows.push(row);
+    }
+    println!(
+        "scale: the simulated device plugin released {} node locks ({} errors)",
+        plugin.released.load(std::sync::atomic::Ordering::Relaxed),
+        plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    plugin.stop().await;
+
+    let ok = rows.iter().all(|r| {
+        r.outcome.unbound_count == 0
+            && r.placement.overcommitted.is_empty()
+            && r.placement.ledger_mismatch.is_none()
+    });
+    print_table(args, &rows);
+    Ok(ok)
+}
+
+async fn phase(
+    cp: &ControlPlane,
+    args: &Args,
+    workload: &Workload,
+    prefix: &str,
+) -> anyhow::Result<Row> {
+    let gpus = matches!(workload, Workload::Gpu { .. });
+    let profile = workload.profile();
+    println!(
+        "scale: phase {}: {} pods, {} creators; load average before: {}",
+        workload.label(),
+        args.pods,
+        args.creators,
+        load_average()
+    );
+    let sched_before = cp
+        .scheduler_metrics()
+        .await
+        .map(|t| burst::schedule_attempts(&t, profile));
+    let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
+    let outcome = burst::run(
+        &cp.admin,
+        &Burst {
+            ns: NAMESPACE.to_string(),
+            prefix: prefix.to_string(),
+            pods: args.pods,
+            creators: args.creators,
+            workload: workload.clone(),
+            deadline: args.deadline,
+        },
+    )
+    .await?;
+    let attempts = match (sched_before, cp.scheduler_metrics().await) {
+        (Ok(before), Ok(after)) => Ok(burst::delta(
+            &burst::schedule_attempts(&after, profile),
+            &before,
+        )),
+        (Err(e), _) | (_, Err(e)) => Err(format!("{e:#}")),
+    };
+    let binds = burst::delta(
+        &burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?),
+        &binds_before,
+    );
+    let all_bound = outcome.unbound_count == 0;
+    let placement = burst::placement(
+        &cp.admin,
+        NAMESPACE,
+        gpus,
+        (gpus && all_bound).then_some(cp.gpugate_admin_port),
+    )
+    .await?;
+    Ok(Row {
+        label: workload.label(),
+        gpus,
+        outcome,
+        attempts,
+        binds,
+        placement,
+    })
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// (attempts per pod, failed attempts per pod), as text.
+fn attempts_per_pod(row: &Row) -> (String, String) {
+    match &row.attempts {
+        Ok(a) => {
+            let n = row.outcome.pods.max(1) as f64;
+            let total: f64 = a.values().sum();
+            let failed = total - a.get("scheduled").copied().unwrap_or(0.0);
+            (format!("{:.2}", total / n), format!("{:.2}", failed / n))
+        }
+        Err(_) => ("?".into(), "?".into()),
+    }
+}
+
+fn print_row_details(row: &Row) {
+    let o = &row.outcome;
+    println!(
+        "scale:   {}: {}/{} bound ({} creates retried; all created after {:.1} s), {:.1} pods/s, \
+         create→bound p50 {}, p99 {}, max {}",
+        row.label,
+        o.bound,
+        o.pods,
+        o.create_retries,
+        o.create_span.as_secs_f64(),
+        o.pods_per_second(),
+        secs(o.quantile(0.5)),
+        secs(o.quantile(0.99)),
+        secs(o.max()),
+    );
+    match &row.attempts {
+        Ok(a) => println!(
+            "scale:   kube-scheduler attempts (scheduler_schedule_attempts_total): {}",
+            burst::show(a)
+        ),
+        Err(e) => println!("scale:   kube-scheduler's metrics could not be read: {e}"),
+    }
+    if row.gpus {
+        println!(
+            "scale:   gpugate binds (gpugate_bind_total): {}",
+            burst::show(&row.binds)
+        );
+        let p = &row.placement;
+        println!(
+            "scale:   {} nodes used (min {}), {} GPUs; over-committed GPUs: {}; ledger = annotations: {}",
+            p.nodes_used,
+            burst::min_nodes(p.bound),
+            p.gpus_used,
+            if p.overcommitted.is_empty() {
+                "none".to_string()
+            } else {
+                p.overcommitted.join("; ")
+            },
+            match (&p.ledger_mismatch, o.unbound_count) {
+                (_, n) if n > 0 => "not checked (pods unbound)".to_string(),
+                (None, _) => "yes".to_string(),
+                (Some(m), _) => format!("NO: {m}"),
+            }
+        );
+    } else {
+        println!("scale:   {} nodes used", row.placement.nodes_used);
+    }
+    if o.unbound_count > 0 {
+        println!(
+            "scale:   {} pods NOT bound by the deadline, e.g. {:?}",
+            o.unbound_count, o.unbound
+        );
+    }
+}
+
+fn print_table(args: &Args, rows: &[Row]) {
+    println!();
+    println!(
+        "Command: `cargo bench --bench scale -- {}`  ",
+        args.given.join(" ")
+    );
+    println!(
+        "Date: {}; {} nodes × 8 {} (split {}), {} pods per phase created by {} clients, \
+         device plugin Allocate delay {} ms, kube-scheduler client QPS {} burst {}, \
+         deadline {} s",
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or(jiff::Timestamp::now()),
+        args.nodes,
+        burst::MODEL,
+        burst::SPLIT,
+        args.pods,
+        args.creators,
+        args.delay.as_millis(),
+        manifests::SCHEDULER_QPS,
+        manifests::SCHEDULER_BURST,
+        args.deadline.as_secs(),
+    );
+    println!("Load average at the end (1, 5, 15 min): {}", load_average());
+    println!();
+    println!(
+        "| phase | bound | pods/s | create→bound p50 | p99 | max | attempts/pod | failed attempts/pod | nodes used (min) | gpugate binds by code |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let o = &r.outcome;
+        let (attempts, failed) = attempts_per_pod(r);
+        println!(
+            "| {} | {}/{} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            r.label,
+            o.bound,
+            o.pods,
+            o.pods_per_second(),
+            secs(o.quantile(0.5)),
+            secs(o.quantile(0.99)),
+            secs(o.max()),
+            attempts,
+            failed,
+            if r.gpus {
+                format!(
+                    "{} ({})",
+                    r.placement.nodes_used,
+                    burst::min_nodes(r.placement.bound)
+                )
+            } else {
+                format!("{} (—)", r.placement.nodes_used)
+            },
+            if r.gpus {
+                burst::show(&r.binds)
+            } else {
+                "—".to_string()
+            },
+        );
+    }
+    if let Some(reference) = rows.iter().find(|r| !r.gpus) {
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.3}×", a / b)
+            } else {
+                "—".to_string()
+            }
+        };
+        for r in rows.iter().filter(|r| r.gpus) {
+            let (o, b) = (&r.outcome, &reference.outcome);
+            println!(
+                "| ratio {} / {} | | {} | {} | {} | {} | | | | |",
+                r.label,
+                reference.label,
+                ratio(o.pods_per_second(), b.pods_per_second()),
+                ratio(o.quantile(0.5).as_secs_f64(), b.quantile(0.5).as_secs_f64()),
+                ratio(
+                    o.quantile(0.99).as_secs_f64(),
+                    b.quantile(0.99).as_secs_f64()
+                ),
+                ratio(o.max().as_secs_f64(), b.max().as_secs_f64()),
+            );
+        }
+    }
+    println!();
+}
+
+/// The machine's load average (1, 5, 15 minutes), for the report: the
+/// numbers of a run are only comparable on an equally quiet machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
