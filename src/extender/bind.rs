@@ -287,11 +287,15 @@ impl ApiBinder {
             })?;
         // The pod kube-scheduler filtered is the pod it binds; it is read
         // from the API server only when gpugate did not see it, or when
-        // the ledger says it carries an allocation already (bound before).
-        let settled = cluster
-            .read()
-            .held_allocation(&args.pod_uid)
-            .is_some_and(|_| !cluster.read().is_reserved(&args.pod_uid));
+        // the ledger holds an allocation for it (bound before, perhaps).
+        // Anything the ledger holds for the pod but an assumption means an
+        // earlier bind got at least as far as its reservation: the API
+        // server says whether it bound (a retry must not take the node
+        // lock again for a pod the device plugin has already set up).
+        let settled = {
+            let view = cluster.read();
+            view.held_allocation(&args.pod_uid).is_some() && !view.is_assumed(&args.pod_uid)
+        };
         let pod = match known.filter(|p| {
             !settled
                 && p.metadata.uid.as_deref() == Some(args.pod_uid.as_str())
