@@ -26,7 +26,6 @@
 //! docs/benchmarks.md ("Memory at 5,000 nodes x 8 GPUs and 40,000 pods").
 
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -47,8 +46,12 @@ mod big_cluster;
 #[path = "support/pod_review.rs"]
 mod pod_review;
 #[allow(dead_code)]
+#[path = "support/server_process.rs"]
+mod server_process;
+#[allow(dead_code)]
 #[path = "support/tls_load.rs"]
 mod tls_load;
+use server_process::{Server, admin_get, free_port, rss};
 
 use big_cluster::{NODES, RUNNING_PODS, node_name};
 
@@ -190,71 +193,12 @@ fn write_snapshot(path: &Path, format: &str) {
 
 // --- the server process and its memory --------------------------------------
 
-struct Server {
-    child: Child,
-    extender: SocketAddr,
-    admin: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 fn start_server(source: &[String], o: &Options) -> Server {
-    let dir = std::env::temp_dir().join(format!("gpugate-memory-scale-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (listen, admin, extender) = (free_port(), free_port(), free_port());
     let bin = o
         .gpugate
         .clone()
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_gpugate").into());
-    let mut command = Command::new(bin);
-    command
-        .arg("serve")
-        .args(source)
-        .args(["--listen", &listen.to_string()])
-        .args(["--admin-listen", &admin.to_string()])
-        .args(["--extender-listen", &extender.to_string()])
-        .arg("--cert-dir")
-        .arg(dir.join("certs"))
-        .env("RUST_LOG", "warn")
-        .envs(o.env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap());
-    let child = command.spawn().expect("start gpugate");
-    Server {
-        child,
-        extender,
-        admin,
-        dir,
-    }
-}
-
-/// (VmRSS, VmHWM) in KiB.
-fn rss(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    server_process::start("memory-scale", &bin, source, &o.env)
 }
 
 fn mib(kib: u64) -> String {
@@ -290,26 +234,6 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    use std::io::Read as _;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    Some((
-        status,
-        text.split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_string(),
-    ))
 }
 
 /// Waits until `ready` says so (asked every `every`), up to `limit`.

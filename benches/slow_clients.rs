@@ -15,7 +15,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,8 +34,10 @@ use tokio::net::TcpStream;
 #[allow(dead_code)]
 mod support {
     pub mod pod_review;
+    pub mod server_process;
     pub mod tls_load;
 }
+use support::server_process::{self, Server, admin_get, rss};
 use support::tls_load::{ms, pct};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -47,108 +50,25 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-struct Server {
-    child: Child,
-    listen: SocketAddr,
-    admin: SocketAddr,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 fn start_server() -> Server {
-    let dir = std::env::temp_dir().join(format!("gpugate-slow-clients-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (listen, admin, extender) = (free_port(), free_port(), free_port());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_gpugate"));
-    command
-        .args([
-            "serve",
-            "--cluster",
-            &format!("{ROOT}/examples/demo/cluster.yaml"),
-        ])
-        .args([
-            "--listen",
-            &listen.to_string(),
-            "--admin-listen",
-            &admin.to_string(),
-        ])
-        // deploy/'s layout: the webhooks on the Service's port, the
-        // extender on loopback.
-        .args(["--extender-listen", &extender.to_string()]);
+    let mut args = vec![
+        "--cluster".to_string(),
+        format!("{ROOT}/examples/demo/cluster.yaml"),
+    ];
     if let Ok(config) = std::env::var("GPUGATE_BENCH_CONFIG") {
-        command.args(["--config", &config]);
+        args.extend(["--config".to_string(), config]);
     }
-    let child = command
-        .arg("--cert-dir")
-        .arg(dir.join("certs"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
-        .spawn()
-        .expect("start gpugate");
-    let server = Server {
-        child,
-        listen,
-        admin,
-        dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if admin_get(admin, "/readyz").is_some_and(|(s, _)| s == 200) {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gpugate not ready");
-}
-
-/// (VmRSS, VmHWM) in KiB.
-fn rss(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    Some((
-        status,
-        text.split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_string(),
-    ))
+    let server = server_process::start(
+        "slow-clients",
+        Path::new(env!("CARGO_BIN_EXE_gpugate")),
+        &args,
+        &[],
+    );
+    assert!(
+        server_process::wait_ready(&server, Duration::from_secs(30)),
+        "gpugate not ready"
+    );
+    server
 }
 
 fn connector(ca: &[u8], alpn: &[u8]) -> tokio_rustls::TlsConnector {

@@ -279,17 +279,8 @@ pub struct Prioritized {
 }
 
 /// 0..=10 per candidate, in the order given: the node policy's priority for
-/// nodes that can hold the pod, 0 for the others.
+/// nodes that can hold the pod, 0 for the others; and the likely node.
 pub fn prioritize(
-    view: &ClusterView,
-    config: &Config,
-    args: &ExtenderArgs,
-) -> Result<Vec<HostPriority>, String> {
-    prioritize_with_likely(view, config, args).map(|p| p.scores)
-}
-
-/// [`prioritize`], with the likely node.
-pub fn prioritize_with_likely(
     view: &ClusterView,
     config: &Config,
     args: &ExtenderArgs,

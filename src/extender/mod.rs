@@ -101,7 +101,7 @@ impl Extender {
         if !self.cluster.is_synced() {
             return Err("gpugate: cluster state not synced yet".to_string());
         }
-        let prioritized = filter::prioritize_with_likely(&self.cluster.read(), config, &args)?;
+        let prioritized = filter::prioritize(&self.cluster.read(), config, &args)?;
         if let (Some(binder), Some((node, plan))) = (self.api_binder(), &prioritized.likely) {
             self.assume(binder, config, &args.pod, plan, node);
         }

@@ -15,7 +15,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use gpugate::hami::keys::NODE_SCHEDULER_POLICY;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event, watcher};
 use serde_json::{Value, json};
@@ -448,28 +448,7 @@ pub async fn delete_pods(
     ledger: Option<u16>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let now = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
-    pods.delete_collection(&now, &ListParams::default()).await?;
-    eventually(&format!("no pods left in {ns}"), timeout, || {
-        let (pods, now) = (pods.clone(), now.clone());
-        async move {
-            let left = pods
-                .list(&ListParams::default().limit(1))
-                .await
-                .map_err(|e| e.to_string())?;
-            if left.items.is_empty() {
-                Ok(())
-            } else {
-                let _ = pods.delete_collection(&now, &ListParams::default()).await;
-                Err("pods left".to_string())
-            }
-        }
-    })
-    .await?;
+    crate::fixtures::delete_all_pods(client, ns, timeout).await?;
     if let Some(port) = ledger {
         eventually("gpugate's ledger is empty", timeout, || async move {
             let text = metrics(port).await.map_err(|e| e.to_string())?;

@@ -241,6 +241,33 @@ pub async fn wait_event(
     .await
 }
 
+/// Deletes every pod of `ns` (grace period 0: no kubelet would confirm) and
+/// waits until none is left, deleting again what a late create added.
+pub async fn delete_all_pods(client: &Client, ns: &str, timeout: Duration) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete_collection(&now, &ListParams::default()).await?;
+    eventually(&format!("no pods left in {ns}"), timeout, || {
+        let (pods, now) = (pods.clone(), now.clone());
+        async move {
+            let left = pods
+                .list(&ListParams::default().limit(1))
+                .await
+                .map_err(|e| e.to_string())?;
+            if left.items.is_empty() {
+                Ok(())
+            } else {
+                let _ = pods.delete_collection(&now, &ListParams::default()).await;
+                Err("pods left".to_string())
+            }
+        }
+    })
+    .await
+}
+
 /// Deletes every pod of these namespaces at once (no kubelet would confirm
 /// a graceful deletion) and the scenario's nodes, then waits until the pods
 /// are gone and gpugate's ledger has let go of them.
@@ -250,33 +277,8 @@ pub async fn clean(
     scenario: &str,
     metrics_port: u16,
 ) -> anyhow::Result<()> {
-    let now = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
     for ns in namespaces {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        pods.delete_collection(&now, &ListParams::default()).await?;
-        eventually(
-            &format!("no pods left in {ns}"),
-            Duration::from_secs(30),
-            || {
-                let (pods, now) = (pods.clone(), now.clone());
-                async move {
-                    let left = pods
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if left.items.is_empty() {
-                        Ok(())
-                    } else {
-                        let _ = pods.delete_collection(&now, &ListParams::default()).await;
-                        Err(format!("{} pods", left.items.len()))
-                    }
-                }
-            },
-        )
-        .await?;
+        delete_all_pods(client, ns, Duration::from_secs(30)).await?;
     }
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
