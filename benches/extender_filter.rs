@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use gpugate::cluster::SharedCluster;
 use gpugate::config::{Config, FilterMode};
-use gpugate::engine::{ClusterState, PodPlan};
+use gpugate::engine::ClusterState;
 use gpugate::extender::filter;
 use gpugate::extender::wire::ExtenderArgs;
 use gpugate::server::metrics::Metrics;
@@ -136,7 +136,7 @@ fn check_answer(
     names: &[String],
 ) -> (usize, usize) {
     let pod: Pod = serde_json::from_value(case.pod.clone()).expect("pod");
-    let plan = PodPlan::from_pod(&pod, &case.config).expect("plan");
+    let plan = gpugate::cluster::convert::pod_plan(&pod, &case.config).expect("plan");
     assert!(plan.request.has_gpus());
     let view = cluster.read();
     let eval = view.state().evaluate(&plan, Some(names));

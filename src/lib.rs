@@ -15,5 +15,6 @@ pub mod extender;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hami;
+pub mod serve;
 pub mod server;
 pub mod simulate;

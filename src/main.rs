@@ -86,5 +86,5 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(gpugate::server::run::run(args))
+    runtime.block_on(gpugate::serve::run(args))
 }

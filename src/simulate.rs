@@ -91,7 +91,7 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
     };
     for (i, pod) in pods.iter().enumerate() {
         let name = pod_name(pod);
-        let plan = match PodPlan::from_pod(pod, config) {
+        let plan = match crate::cluster::convert::pod_plan(pod, config) {
             Ok(plan) => plan,
             Err(e) => {
                 report.unschedulable.push(Unschedulable {

@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
-use gpugate::admission::policy::{NamespacePolicy, PolicyDefaults, policy_for};
 use gpugate::admission::{Denial, DenyReason};
+use gpugate::config::namespace_policy::{NamespacePolicy, PolicyDefaults, policy_for};
 use gpugate::config::{Config, NvidiaConfig};
 use gpugate::engine::request::ContainerResources;
 use gpugate::hami::keys;

@@ -10,10 +10,11 @@ mod support {
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpugate::cluster::api::{ApiCalls, ApiLimits};
+use gpugate::cluster::api::ApiCalls;
 use gpugate::cluster::events::{EventSink, PodEvent};
 use gpugate::cluster::{ClusterView, SharedCluster, pod_allocation};
 use gpugate::config::Config;
+use gpugate::config::api::ApiLimits;
 use gpugate::extender::bind::{ApiBinder, BindMetrics};
 use gpugate::extender::{BindMode, Extender};
 use http::Method;
@@ -1004,7 +1005,7 @@ async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
             ("u-c", &c, "gpu-2"),
         ] {
             let k: Pod = serde_json::from_value(p.clone()).unwrap();
-            let plan = gpugate::engine::PodPlan::from_pod(&k, &rig.config).unwrap();
+            let plan = gpugate::cluster::convert::pod_plan(&k, &rig.config).unwrap();
             let alloc = view.state().assign(&plan, n).unwrap();
             view.reserve(uid, &k, alloc).unwrap();
             view.settle(uid);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use bytes::Bytes;
+use gpugate::config::server::ServerConfig;
 use gpugate::server::certs::{self, CertBundle, CertSpec};
-use gpugate::server::limits::ServerConfig;
+use gpugate::server::limits::MAX_EXTENDER_BODY_BYTES;
 use gpugate::server::listener::{self, Listener, Transport};
-use gpugate::server::routes::MAX_EXTENDER_BODY_BYTES;
 use gpugate::server::tls::{self, ReloadingCert};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;

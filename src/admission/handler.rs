@@ -9,9 +9,10 @@ use crate::cluster::ClusterView;
 use crate::config::Config;
 
 use super::DenyReason;
+use super::answer::ReviewResponse;
 use super::mutate::{Mutation, mutate};
 use super::pod::PodView;
-use super::review::{EnvelopeError, ReviewObject, ReviewRequest, ReviewResponse, parse_review};
+use super::review::{EnvelopeError, ReviewObject, ReviewRequest, parse_review};
 use super::validate::{Validation, validate};
 
 /// A review's answer and, when it is a denial, its reason code.

@@ -17,10 +17,10 @@ use crate::engine::request::{ContainerResources, ContainerSpec as _};
 use super::lean::Slot;
 use super::patch::{ContainerEdits, PodEdits};
 use super::pod::{ContainerView, PodView};
-use super::policy::{NamespacePolicy, PolicyDefaults, policy_for_namespace};
 use super::validate::placement_denial;
 use super::{Denial, DenyReason};
 use crate::cluster::ClusterView;
+use crate::config::namespace_policy::{NamespacePolicy, PolicyDefaults, policy_for_namespace};
 use crate::hami::keys;
 
 /// What the mutating webhook answers.

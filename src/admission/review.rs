@@ -19,8 +19,6 @@ use serde_json::value::RawValue;
 use super::lean::{IfObject, Loose, ObjectFields};
 use super::pod::PodView;
 
-pub use super::answer::{ReviewResponse, Status};
-
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 pub(super) const KIND: &str = "AdmissionReview";
@@ -271,6 +269,7 @@ fn scan_string(text: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::answer::ReviewResponse;
     use base64::Engine as _;
     use serde_json::{Value, json};
 

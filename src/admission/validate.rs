@@ -13,9 +13,9 @@ use crate::engine::{PlanError, PodPlan};
 use super::lean::Pairs;
 use super::limit_escapes::{env_escape, env_from_warning};
 use super::pod::{ContainerView, PodView};
-use super::policy::{PolicyMode, policy_for_namespace};
 use super::{Denial, DenyReason};
 use crate::cluster::ClusterView;
+use crate::config::namespace_policy::{PolicyMode, policy_for_namespace};
 use crate::engine::QuotaAmount;
 use crate::engine::quota::QuotaResource;
 use crate::hami::keys;
@@ -79,7 +79,7 @@ pub fn validate(
     }
     let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv)
         .map_err(PlanError::from)
-        .and_then(|request| PodPlan::from_parts(request, pod, config));
+        .and_then(|request| PodPlan::from_parts(request, pod, config.default_policies()));
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {

@@ -1,13 +1,64 @@
 //! Kubernetes `Node` and `Pod` objects into engine types.
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use std::collections::BTreeMap;
 
-use crate::engine::{Allocation, ContainerKind, Gpu, Node, Usage};
+use k8s_openapi::api::core::v1::{Container, Node as K8sNode, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::config::Config;
+use crate::engine::request::{ContainerSpec, RequestError};
+use crate::engine::{Allocation, ContainerKind, Gpu, Node, PlanError, PodPlan, PodRequest, Usage};
 use crate::hami::cordon::decode_device_cordon;
 use crate::hami::pair_scores::decode_pair_scores;
 use crate::hami::pod_devices::decode_pod_devices;
 use crate::hami::register::decode_node_devices;
 use crate::hami::{DecodeError, keys};
+
+/// A pod's request, read from every container (init containers first).
+pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestError> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(PodRequest::default());
+    };
+    PodRequest::from_containers(
+        spec.init_containers.iter().flatten(),
+        &spec.containers,
+        &config.nvidia,
+    )
+}
+
+/// A pod's plan: its request, selection annotations and policy overrides
+/// over the config's defaults.
+pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
+    let empty = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    PodPlan::from_parts(
+        pod_request(pod, config)?,
+        annotations,
+        config.default_policies(),
+    )
+}
+
+impl ContainerSpec for Container {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn restart_policy(&self) -> Option<&str> {
+        self.restart_policy.as_deref()
+    }
+
+    fn limit(&self, resource: &str) -> Option<&str> {
+        quantity_in(self.resources.as_ref()?.limits.as_ref()?, resource)
+    }
+
+    fn request(&self, resource: &str) -> Option<&str> {
+        quantity_in(self.resources.as_ref()?.requests.as_ref()?, resource)
+    }
+}
+
+fn quantity_in<'a>(map: &'a BTreeMap<String, Quantity>, resource: &str) -> Option<&'a str> {
+    map.get(resource).map(|q| q.0.as_str())
+}
 
 /// A node whose GPUs cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,7 +1,25 @@
 //! GPUs, their capacity and their usage, and the nodes that hold them.
 
-use super::policy::NodeTotals;
-use super::selection::model_words;
+/// Lower-case words of a model name.
+pub fn model_words(model: &str) -> Vec<String> {
+    model
+        .split([' ', '-', '_'])
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Sums of a node's capacity and usage over all its GPUs, kept up to date
+/// by the state so that the node score costs O(1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeTotals {
+    pub slots: u64,
+    pub slots_used: u64,
+    pub cores: u64,
+    pub cores_used: u64,
+    pub mem_mib: u64,
+    pub mem_used_mib: u64,
+}
 
 /// An amount of one GPU: time-slicing slots, memory and cores. Used both for
 /// what a GPU offers and for what is taken of it.

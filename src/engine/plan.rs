@@ -1,11 +1,6 @@
 //! Everything the engine needs to know about one pod: its GPU request, the
 //! GPUs it accepts and the policies that place it.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Pod;
-
-use crate::config::Config;
 use crate::hami::keys;
 
 use super::annotations::Annotations;
@@ -36,37 +31,26 @@ pub enum PlanError {
     },
 }
 
-impl PodPlan {
-    /// Reads a pod's request, selection annotations and policy overrides.
-    pub fn from_pod(pod: &Pod, config: &Config) -> Result<Self, PlanError> {
-        let empty = BTreeMap::new();
-        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-        Self::from_parts(
-            PodRequest::from_pod(pod, &config.nvidia)?,
-            annotations,
-            config,
-        )
-    }
+/// The policies of a pod whose annotations name none (config `scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefaultPolicies {
+    pub node: NodePolicy,
+    pub gpu: GpuPolicy,
+}
 
-    /// A plan from a pod's request (read already) and its annotations.
+impl PodPlan {
+    /// A plan from a pod's request (read already) and its annotations: the
+    /// selection and the policy overrides.
     pub fn from_parts(
         request: PodRequest,
         annotations: &impl Annotations,
-        config: &Config,
+        defaults: DefaultPolicies,
     ) -> Result<Self, PlanError> {
         Ok(PodPlan {
             request,
             selection: Selection::from_annotations(annotations)?,
-            node_policy: policy_override(
-                annotations,
-                keys::NODE_SCHEDULER_POLICY,
-                config.scheduler.node_scheduler_policy,
-            )?,
-            gpu_policy: policy_override(
-                annotations,
-                keys::GPU_SCHEDULER_POLICY,
-                config.scheduler.gpu_scheduler_policy,
-            )?,
+            node_policy: policy_override(annotations, keys::NODE_SCHEDULER_POLICY, defaults.node)?,
+            gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
         })
     }
 
@@ -101,33 +85,32 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
-    fn pod(annotations: &[(&str, &str)]) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        p
+    const DEFAULTS: DefaultPolicies = DefaultPolicies {
+        node: NodePolicy::Binpack,
+        gpu: GpuPolicy::Spread,
+    };
+
+    fn plan(annotations: &[(&str, &str)]) -> Result<PodPlan, PlanError> {
+        let annotations: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        PodPlan::from_parts(PodRequest::default(), &annotations, DEFAULTS)
     }
 
     #[test]
     fn overrides_and_defaults() {
-        let cfg = Config::default();
-        let p = PodPlan::from_pod(&pod(&[]), &cfg).unwrap();
+        let p = plan(&[]).unwrap();
         assert_eq!(
             (p.node_policy, p.gpu_policy),
             (NodePolicy::Binpack, GpuPolicy::Spread)
         );
-        let p = PodPlan::from_pod(
-            &pod(&[
-                (keys::NODE_SCHEDULER_POLICY, "spread"),
-                (keys::GPU_SCHEDULER_POLICY, "topology-aware"),
-            ]),
-            &cfg,
-        )
+        let p = plan(&[
+            (keys::NODE_SCHEDULER_POLICY, "spread"),
+            (keys::GPU_SCHEDULER_POLICY, "topology-aware"),
+        ])
         .unwrap();
         assert_eq!(
             (p.node_policy, p.gpu_policy),
@@ -137,11 +120,7 @@ mod tests {
 
     #[test]
     fn unknown_policy_is_an_error_not_a_default() {
-        let e = PodPlan::from_pod(
-            &pod(&[(keys::GPU_SCHEDULER_POLICY, "fastest")]),
-            &Config::default(),
-        )
-        .unwrap_err();
+        let e = plan(&[(keys::GPU_SCHEDULER_POLICY, "fastest")]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex"

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-use super::device::Usage;
+use super::device::{NodeTotals, Usage};
 
 /// HAMi's weight: scores are fractions scaled by 10.
 const WEIGHT: f64 = 10.0;
@@ -123,18 +123,6 @@ impl fmt::Display for GpuPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Sums of a node's capacity and usage over all its GPUs, kept up to date
-/// by the state so that the node score costs O(1).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeTotals {
-    pub slots: u64,
-    pub slots_used: u64,
-    pub cores: u64,
-    pub cores_used: u64,
-    pub mem_mib: u64,
-    pub mem_used_mib: u64,
 }
 
 /// HAMi's node score: `10 × (ΣUsed/ΣCount + ΣUsedcores/ΣTotalcore +

@@ -4,15 +4,9 @@
 //! Unlike HAMi, a value that cannot be honoured is an error naming the
 //! container and the resource: never clamped, never silently dropped.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-use crate::config::NvidiaConfig;
-
 use super::lifecycle::ContainerKind;
 use super::quantity::parse_whole;
+pub use super::resources::NvidiaConfig;
 
 /// Largest MiB value HAMi's device plugin can parse (it reads int32).
 pub const MAX_MEM_MIB: u64 = i32::MAX as u64;
@@ -80,14 +74,6 @@ impl PodRequest {
             .unwrap_or(0)
     }
 
-    /// Reads every container of a pod.
-    pub fn from_pod(pod: &Pod, cfg: &NvidiaConfig) -> Result<Self, RequestError> {
-        let Some(spec) = pod.spec.as_ref() else {
-            return Ok(PodRequest::default());
-        };
-        Self::from_containers(spec.init_containers.iter().flatten(), &spec.containers, cfg)
-    }
-
     /// Reads init containers, then app containers, from any view of them.
     pub fn from_containers<'c, C: ContainerSpec + 'c>(
         init: impl IntoIterator<Item = &'c C>,
@@ -113,9 +99,10 @@ impl PodRequest {
 }
 
 /// What the engine reads of a container: its name and resource quantities
-/// as written. Implemented for k8s-openapi's `Container` (the scheduler
-/// side) and for the admission webhooks' borrowed view of a pod, so both
-/// read requests with the same code.
+/// as written. Implemented for k8s-openapi's `Container` at the edge
+/// (`cluster/convert.rs`, the scheduler side) and for the admission
+/// webhooks' borrowed view of a pod, so both read requests with the same
+/// code.
 pub trait ContainerSpec {
     fn name(&self) -> &str;
     /// `restartPolicy`, as written (`Always` makes an init container a
@@ -129,28 +116,6 @@ pub trait ContainerSpec {
     fn quantity(&self, resource: &str) -> Option<&str> {
         self.limit(resource).or_else(|| self.request(resource))
     }
-}
-
-impl ContainerSpec for Container {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn restart_policy(&self) -> Option<&str> {
-        self.restart_policy.as_deref()
-    }
-
-    fn limit(&self, resource: &str) -> Option<&str> {
-        quantity_in(self.resources.as_ref()?.limits.as_ref()?, resource)
-    }
-
-    fn request(&self, resource: &str) -> Option<&str> {
-        quantity_in(self.resources.as_ref()?.requests.as_ref()?, resource)
-    }
-}
-
-fn quantity_in<'a>(map: &'a BTreeMap<String, Quantity>, resource: &str) -> Option<&'a str> {
-    map.get(resource).map(|q| q.0.as_str())
 }
 
 /// A GPU request that cannot be honoured.
@@ -334,24 +299,47 @@ impl ContainerResources {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ResourceRequirements;
+
+    /// A container as the engine sees one: name, restart policy and the
+    /// quantities of its limits and requests as written.
+    #[derive(Default)]
+    struct Container {
+        name: String,
+        restart_policy: Option<String>,
+        limits: Vec<(String, String)>,
+        requests: Vec<(String, String)>,
+    }
+
+    impl ContainerSpec for Container {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn restart_policy(&self) -> Option<&str> {
+            self.restart_policy.as_deref()
+        }
+        fn limit(&self, resource: &str) -> Option<&str> {
+            find(&self.limits, resource)
+        }
+        fn request(&self, resource: &str) -> Option<&str> {
+            find(&self.requests, resource)
+        }
+    }
+
+    fn find<'a>(kv: &'a [(String, String)], key: &str) -> Option<&'a str> {
+        kv.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
 
     fn container(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-        let map = |kv: &[(&str, &str)]| -> Option<BTreeMap<String, Quantity>> {
-            (!kv.is_empty()).then(|| {
-                kv.iter()
-                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                    .collect()
-            })
+        let own = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         Container {
             name: "main".into(),
-            resources: Some(ResourceRequirements {
-                limits: map(limits),
-                requests: map(requests),
-                ..Default::default()
-            }),
-            ..Default::default()
+            restart_policy: None,
+            limits: own(limits),
+            requests: own(requests),
         }
     }
 
@@ -549,31 +537,25 @@ mod tests {
 
     #[test]
     fn pod_request_orders_init_first_and_knows_sidecars() {
-        let pod = Pod {
-            spec: Some(k8s_openapi::api::core::v1::PodSpec {
-                init_containers: Some(vec![
-                    Container {
-                        name: "init".into(),
-                        ..container(&[(GPU, "1"), (MEM, "100")], &[])
-                    },
-                    Container {
-                        name: "proxy".into(),
-                        restart_policy: Some("Always".into()),
-                        ..container(&[(GPU, "1"), (MEM, "200")], &[])
-                    },
-                ]),
-                containers: vec![
-                    Container {
-                        name: "sidecar".into(),
-                        ..Default::default()
-                    },
-                    container(&[(GPU, "2")], &[]),
-                ],
+        let init = [
+            Container {
+                name: "init".into(),
+                ..container(&[(GPU, "1"), (MEM, "100")], &[])
+            },
+            Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                ..container(&[(GPU, "1"), (MEM, "200")], &[])
+            },
+        ];
+        let app = [
+            Container {
+                name: "sidecar".into(),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let r = PodRequest::from_pod(&pod, &NvidiaConfig::default()).unwrap();
+            },
+            container(&[(GPU, "2")], &[]),
+        ];
+        let r = PodRequest::from_containers(&init, &app, &NvidiaConfig::default()).unwrap();
         let names: Vec<_> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["init", "proxy", "sidecar", "main"]);
         use ContainerKind::{App, Init, Sidecar};

@@ -10,16 +10,7 @@
 use crate::hami::keys;
 
 use super::annotations::Annotations;
-use super::device::Gpu;
-
-/// Lower-case words of a model name.
-pub fn model_words(model: &str) -> Vec<String> {
-    model
-        .split([' ', '-', '_'])
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
-}
+use super::device::{Gpu, model_words};
 
 /// One value of `nvidia.com/use-gputype` / `nouse-gputype`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -323,7 +323,7 @@ impl ApiBinder {
                 ))
             };
         }
-        let plan = PodPlan::from_pod(&pod, config)
+        let plan = crate::cluster::convert::pod_plan(&pod, config)
             .map_err(|e| BindFailure::new("invalid_pod", format!("pod {who}: {e}")))?;
         if !plan.request.has_gpus() {
             return match self.api.bind_pod(ns, name, &args.pod_uid, node, None).await {

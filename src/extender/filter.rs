@@ -49,7 +49,7 @@ pub fn quota_check(
 /// Which candidates can hold the pod, and why the others cannot.
 pub fn filter(view: &ClusterView, config: &Config, args: &ExtenderArgs) -> FilterResult {
     let names = args.candidates.name_list();
-    let plan = match PodPlan::from_pod(&args.pod, config) {
+    let plan = match crate::cluster::convert::pod_plan(&args.pod, config) {
         Ok(plan) => plan,
         Err(e) => return FilterResult::error(format!("pod {}: {e}", pod_name(&args.pod))),
     };
@@ -293,7 +293,7 @@ pub fn prioritize(
         likely: None,
     };
     let names = args.candidates.names();
-    let plan = PodPlan::from_pod(&args.pod, config)
+    let plan = crate::cluster::convert::pod_plan(&args.pod, config)
         .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
     if !plan.request.has_gpus() {
         return Ok(zero(names));

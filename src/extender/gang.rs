@@ -107,7 +107,7 @@ fn members(
         }
         if view.held_allocation(member).is_some() {
             placed += 1;
-        } else if let Ok(p) = PodPlan::from_pod(pod, config) {
+        } else if let Ok(p) = crate::cluster::convert::pod_plan(pod, config) {
             pending.push((member.clone(), p));
         }
     }

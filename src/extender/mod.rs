@@ -188,7 +188,8 @@ impl Extender {
                 pod_name(&pod)
             ));
         }
-        let plan = PodPlan::from_pod(&pod, config).map_err(|e| format!("pod {who}: {e}"))?;
+        let plan = crate::cluster::convert::pod_plan(&pod, config)
+            .map_err(|e| format!("pod {who}: {e}"))?;
         if !plan.request.has_gpus() {
             // Nothing for the ledger to hold.
             self.recent.forget(&args.pod_uid);

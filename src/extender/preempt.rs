@@ -23,7 +23,7 @@ pub fn preempt(
     config: &Config,
     args: &PreemptionArgs,
 ) -> Result<PreemptionResult, String> {
-    let plan = PodPlan::from_pod(&args.pod, config)
+    let plan = crate::cluster::convert::pod_plan(&args.pod, config)
         .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
     let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     let mut result = PreemptionResult::default();

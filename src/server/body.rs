@@ -22,8 +22,8 @@ use http_body_util::BodyExt as _;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::conn_metrics::{ConnMetrics, ListenerLabels, RuleLabels};
 use super::limits::Limits;
-use super::listener::{ConnMetrics, ListenerLabels, RuleLabels};
 
 /// The body bytes one connection's requests may hold: the connection's
 /// allowance, then the listener's budget. Handed to each request by the

@@ -23,20 +23,8 @@ use crate::config::Config;
 use crate::extender::wire::{BindingResult, FilterResult, HostPriority, PreemptionResult};
 use crate::extender::{BindMode, Extender};
 
+use super::limits::{ADMIN_MAX_BODY_BYTES, MAX_BODY_BYTES, MAX_EXTENDER_BODY_BYTES};
 use super::metrics::Metrics;
-
-/// kube-apiserver sends at most about 3 MiB objects; an UPDATE carries two.
-/// controller-runtime accepts 7 MiB; larger bodies get HTTP 413 (a larger
-/// declared Content-Length before any of it is read).
-pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
-
-/// kube-scheduler sends whole Node objects to an extender that is not
-/// `nodeCacheCapable` (10-20 KiB each): room for about 5,000 of them.
-pub const MAX_EXTENDER_BODY_BYTES: usize = 96 * 1024 * 1024;
-
-/// The admin port's routes read no body; a client that sends one anyway
-/// may send this much.
-pub const ADMIN_MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// What the handlers share.
 #[derive(Debug)]

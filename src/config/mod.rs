@@ -10,7 +10,12 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub mod api;
+pub mod namespace_policy;
+pub mod server;
+
 use crate::engine::policy::{GpuPolicy, NodePolicy};
+pub use crate::engine::resources::NvidiaConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -19,17 +24,17 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     pub nvidia: NvidiaConfig,
     /// Per-namespace defaults and limits (docs/configuration.md).
-    pub namespace_policies: Vec<crate::admission::policy::NamespacePolicy>,
+    pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
     /// current with `serve --self-signed-secret`.
     pub webhooks: WebhookConfigNames,
     /// Rate limit and timeout of gpugate's API calls (bind and node lock;
     /// events go through their own bounded queue), and how often watches
     /// re-list. Read at start; a reload does not change them.
-    pub api: crate::cluster::api::ApiLimits,
+    pub api: api::ApiLimits,
     /// What a client can make the server hold, and for how long
     /// (connections, deadlines, body budget, shutdown). Read at start.
-    pub server: crate::server::limits::ServerConfig,
+    pub server: server::ServerConfig,
 }
 
 /// Names of the MutatingWebhookConfiguration and
@@ -155,78 +160,6 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// NVIDIA resource names and request defaults (HAMi's `nvidia` device config).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct NvidiaConfig {
-    pub resource_count_name: String,
-    pub resource_memory_name: String,
-    pub resource_memory_percentage_name: String,
-    pub resource_core_name: String,
-    pub resource_priority_name: String,
-    /// MiB per GPU when a container gives neither gpumem nor a percentage
-    /// (0: the whole GPU's memory).
-    pub default_memory: u64,
-    /// Cores (percent of SMs) per GPU when a container gives no gpucores.
-    pub default_cores: u32,
-    /// GPU count injected when a container gives memory or cores but no count.
-    #[serde(rename = "defaultGPUNum")]
-    pub default_gpu_num: u32,
-    /// Requested gpumem is multiplied by this factor.
-    pub memory_factor: u32,
-    /// `NVIDIA_VISIBLE_DEVICES=none` for containers without GPUs (webhook).
-    pub overwrite_env: bool,
-    /// `GPU_CORE_UTILIZATION_POLICY` for every container unless `default` (webhook).
-    pub gpu_core_policy: String,
-    /// `spec.runtimeClassName` for vGPU pods that set none (webhook).
-    pub runtime_class_name: String,
-    // Keys of HAMi's device config that only its device plugin reads: accepted
-    // (so HAMi's `nvidia` section can be copied as is) and otherwise ignored.
-    #[doc(hidden)]
-    pub device_split_count: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub device_memory_scaling: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub device_core_scaling: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub pre_configured_device_memory: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub lib_cuda_log_level: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub enable_numa_topology: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub disable_core_limit: Option<serde_yaml_ng::Value>,
-    #[doc(hidden)]
-    pub mig_profile_allowlist: Option<serde_yaml_ng::Value>,
-}
-
-impl Default for NvidiaConfig {
-    fn default() -> Self {
-        Self {
-            resource_count_name: "nvidia.com/gpu".to_string(),
-            resource_memory_name: "nvidia.com/gpumem".to_string(),
-            resource_memory_percentage_name: "nvidia.com/gpumem-percentage".to_string(),
-            resource_core_name: "nvidia.com/gpucores".to_string(),
-            resource_priority_name: "nvidia.com/priority".to_string(),
-            default_memory: 0,
-            default_cores: 0,
-            default_gpu_num: 1,
-            memory_factor: 1,
-            overwrite_env: false,
-            gpu_core_policy: "default".to_string(),
-            runtime_class_name: String::new(),
-            device_split_count: None,
-            device_memory_scaling: None,
-            device_core_scaling: None,
-            pre_configured_device_memory: None,
-            lib_cuda_log_level: None,
-            enable_numa_topology: None,
-            disable_core_limit: None,
-            mig_profile_allowlist: None,
-        }
-    }
-}
-
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -245,6 +178,14 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The policies of a pod that names none.
+    pub fn default_policies(&self) -> crate::engine::DefaultPolicies {
+        crate::engine::DefaultPolicies {
+            node: self.scheduler.node_scheduler_policy,
+            gpu: self.scheduler.gpu_scheduler_policy,
+        }
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let shown = path.display().to_string();
@@ -293,26 +234,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        let n = &self.nvidia;
-        if n.resource_count_name.trim().is_empty() {
-            return Err("nvidia.resourceCountName must not be empty".to_string());
-        }
-        if n.default_cores > 100 {
-            return Err(format!(
-                "nvidia.defaultCores is {}, allowed 0..=100",
-                n.default_cores
-            ));
-        }
-        if n.memory_factor == 0 {
-            return Err("nvidia.memoryFactor must be at least 1".to_string());
-        }
-        if n.default_memory > i32::MAX as u64 {
-            return Err(format!(
-                "nvidia.defaultMemory is {} MiB, more than HAMi's device plugin can represent ({})",
-                n.default_memory,
-                i32::MAX
-            ));
-        }
+        self.nvidia.validate()?;
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());
         }
@@ -346,7 +268,7 @@ impl Config {
         }
         self.api.validate()?;
         self.server.validate()?;
-        crate::admission::policy::validate_policies(&self.namespace_policies)?;
+        namespace_policy::validate_policies(&self.namespace_policies)?;
         Ok(())
     }
 }

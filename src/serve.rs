@@ -20,19 +20,19 @@ use crate::config::Config;
 use crate::extender::BindMode;
 use crate::extender::bind::ApiBinder;
 
-use super::config_reload::ConfigFile;
+use crate::server::config_reload::ConfigFile;
 
-use super::cert_secret::{InClusterCerts, Pass};
-use super::certs::{self, CertSpec, Ensured};
-use super::limits::ServerConfig;
-use super::listener::{self, Listener, Transport};
-use super::metrics::Metrics;
-use super::routes::{
-    AppState, MAX_BODY_BYTES, MAX_EXTENDER_BODY_BYTES, admin_router, admission_router,
-    extender_router, webhook_router,
+use crate::config::server::ServerConfig;
+use crate::server::cert_secret::{InClusterCerts, Pass};
+use crate::server::certs::{self, CertSpec, Ensured};
+use crate::server::limits::{MAX_BODY_BYTES, MAX_EXTENDER_BODY_BYTES};
+use crate::server::listener::{self, Listener, Transport};
+use crate::server::metrics::Metrics;
+use crate::server::routes::{
+    AppState, admin_router, admission_router, extender_router, webhook_router,
 };
-use super::signals::Signals;
-use super::tls::{self, ReloadingCert};
+use crate::server::signals::Signals;
+use crate::server::tls::{self, ReloadingCert};
 
 /// Lifetime of self-made serving certificates.
 const SELF_MADE_DAYS: u32 = 90;
@@ -55,7 +55,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let server_config = config.server.clone();
     let tls_listeners = if args.extender_listen.is_some() { 2 } else { 1 };
-    match super::limits::raise_open_file_limit(server_config.descriptors_needed(tls_listeners)) {
+    match crate::server::limits::raise_open_file_limit(
+        server_config.descriptors_needed(tls_listeners),
+    ) {
         Ok(limit) => tracing::debug!(limit, "open-file limit"),
         Err(problem) => tracing::warn!("{problem}"),
     }
