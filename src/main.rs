@@ -56,7 +56,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             pods.nodes.len()
         );
     }
-    let report = gpugate::simulate::simulate(&cluster, &pods.pods, &config);
+    let report = gpugate::simulate::simulate(&cluster, &pods.pods, &config, jiff::Timestamp::now());
     match args.output {
         Output::Json => println!("{}", report.to_json()),
         Output::Table => print!("{}", report.to_table()),

@@ -7,11 +7,14 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
+use jiff::Timestamp;
+
 use crate::cluster::convert::pod_name;
 use crate::cluster::snapshot::snapshot_pod_key;
-use crate::cluster::{Snapshot, StateReport};
+use crate::cluster::{ClusterView, Snapshot, StateReport};
 use crate::config::Config;
-use crate::engine::{ClusterState, PodPlan};
+use crate::engine::{Allocation, ClusterState, PodPlan};
+use crate::placement::{self, Verdict};
 
 /// The outcome of a simulation, in the shape `--output json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,15 +73,18 @@ pub struct GpuRow {
     pub cores: (u32, u32),
 }
 
-/// Places `pods` in order on the snapshot's state.
-pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
+/// Places `pods` in order on the snapshot, as `serve --cluster` would
+/// place them one after another (`/filter`, then the best node under the
+/// node policy, then `/bind`): through the same placement rules, namespace
+/// quotas and gang groups included, at `now`.
+pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestamp) -> Report {
     let (
-        mut state,
+        mut view,
         StateReport {
             unregistered_nodes,
             unaccounted_pods,
         },
-    ) = cluster.to_state();
+    ) = cluster.to_view();
     let mut report = Report {
         placements: Vec::new(),
         unschedulable: Vec::new(),
@@ -102,12 +108,10 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
                 continue;
             }
         };
-        if !plan.request.has_gpus() {
-            report.skipped.push(name);
-            continue;
-        }
-        match place_one(&mut state, &plan, &snapshot_pod_key(pod, "pods", i)) {
-            Ok((node, score, allocation)) => {
+        let key = snapshot_pod_key(pod, "pods", i);
+        match place_one(&mut view, config, pod, &plan, &key, now) {
+            Placed::NoGpus => report.skipped.push(name),
+            Placed::On(node, score, allocation) => {
                 let devices = plan
                     .request
                     .containers
@@ -129,40 +133,63 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config) -> Report {
                     devices,
                 });
             }
-            Err(reasons) => report.unschedulable.push(Unschedulable {
+            Placed::Nowhere(reasons) => report.unschedulable.push(Unschedulable {
                 pod: name,
                 reasons,
                 error: None,
             }),
         }
     }
-    report.gpus = gpu_rows(&state);
+    report.gpus = gpu_rows(view.state());
     report
 }
 
-type Placed = (String, f64, crate::engine::Allocation);
+enum Placed {
+    NoGpus,
+    On(String, f64, Allocation),
+    Nowhere(BTreeMap<String, String>),
+}
 
+/// The pod's verdict on every node, then a reservation on the best one,
+/// settled at once (as a standalone bind does).
 fn place_one(
-    state: &mut ClusterState,
+    view: &mut ClusterView,
+    config: &Config,
+    pod: &Pod,
     plan: &PodPlan,
     key: &str,
-) -> Result<Placed, BTreeMap<String, String>> {
-    let eval = state.evaluate(plan, None);
-    let Some(best) = eval.best() else {
-        return Err(eval
-            .rejected
-            .iter()
-            .map(|(n, r)| (n.clone(), r.to_string()))
-            .collect());
+    now: Timestamp,
+) -> Placed {
+    let verdicts = match placement::judge(view, config, pod, plan, None, now) {
+        Verdict::NoGpus => return Placed::NoGpus,
+        Verdict::Everywhere(reason) => {
+            let text = reason.to_string();
+            return Placed::Nowhere(
+                view.state()
+                    .nodes()
+                    .map(|n| (n.name.clone(), text.clone()))
+                    .collect(),
+            );
+        }
+        Verdict::Nodes(v) => v,
     };
-    let (node, score) = (best.node.to_string(), best.score);
-    let allocation = state
-        .assign(plan, &node)
-        .map_err(|r| BTreeMap::from([(node.clone(), r.to_string())]))?;
-    state
-        .apply(key, allocation.clone())
-        .map_err(|e| BTreeMap::from([(node.clone(), e.to_string())]))?;
-    Ok((node, score, allocation))
+    let Some(best) = verdicts.best() else {
+        return Placed::Nowhere(
+            verdicts
+                .rejected
+                .iter()
+                .map(|(n, r)| (n.clone(), r.to_string()))
+                .collect(),
+        );
+    };
+    let (node, score) = (best.node.clone(), best.score);
+    match placement::reserve(view, config, pod, plan, key, &node, now) {
+        Ok(allocation) => {
+            view.settle(key);
+            Placed::On(node, score, allocation)
+        }
+        Err(e) => Placed::Nowhere(BTreeMap::from([(node, e.to_string())])),
+    }
 }
 
 fn gpu_rows(state: &ClusterState) -> Vec<GpuRow> {

@@ -169,6 +169,7 @@ impl Rig {
         let body = json!({"Pod": pod, "NodeNames": nodes});
         self.extender
             .filter(&self.config, body.to_string().as_bytes())
+            .answer
     }
 
     fn prioritize(&self, pod: &Value, nodes: &[&str]) -> Vec<(String, i64)> {

@@ -466,3 +466,186 @@ async fn sigterm_during_start_up_exits_at_once() {
     assert!(log.contains("stopped during start-up"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The pods of examples/demo/pods.yaml, each with a UID (kube-scheduler
+/// binds by UID), and two more in the `serving` namespace, whose quota the
+/// test adds: the second goes over it.
+fn parity_pods() -> Vec<Value> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("examples/demo/pods.yaml")).unwrap();
+    let mut pods: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    for name in ["quota-1", "quota-2"] {
+        pods.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "serving"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits":
+                {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "10"}}}]}
+        }));
+    }
+    for (i, pod) in pods.iter_mut().enumerate() {
+        pod["metadata"]["uid"] = Value::String(format!("00000000-0000-4000-8000-{i:012}"));
+    }
+    pods
+}
+
+/// `gpugate simulate` and `gpugate serve --cluster` place through the same
+/// rules: the same snapshot (with a ResourceQuota) and the same pods, one
+/// by one through /filter, /prioritize (kube-scheduler's choice: the
+/// highest priority, the first name among equals) and /bind, give the same
+/// node and the same GPUs for every pod, and the same reasons for the pods
+/// that fit nowhere.
+#[tokio::test]
+async fn simulate_and_serve_place_the_same_pods_the_same_way() {
+    let dir = std::env::temp_dir().join(format!("gpugate-parity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = dir.join("cluster.yaml");
+    let mut text =
+        std::fs::read_to_string(Path::new(ROOT).join("examples/demo/cluster.yaml")).unwrap();
+    text.push_str(
+        "\n---\napiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: gpu\n  namespace: serving\n\
+         spec:\n  hard:\n    limits.nvidia.com/gpumem: \"8000\"\n",
+    );
+    std::fs::write(&cluster, text).unwrap();
+    let pods = parity_pods();
+    let pods_file = dir.join("pods.yaml");
+    let docs: Vec<String> = pods
+        .iter()
+        .map(|p| serde_yaml_ng::to_string(p).unwrap())
+        .collect();
+    std::fs::write(&pods_file, docs.join("---\n")).unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .args(["simulate", "--output", "json", "--cluster"])
+        .arg(&cluster)
+        .arg("--pods")
+        .arg(&pods_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // pod -> node, or the reasons why nowhere.
+    let mut simulated: std::collections::BTreeMap<String, Value> = Default::default();
+    let mut simulated_devices = std::collections::BTreeSet::new();
+    for p in report["placements"].as_array().unwrap() {
+        let pod = p["pod"].as_str().unwrap().to_string();
+        for d in p["devices"].as_array().unwrap() {
+            simulated_devices.insert((
+                pod.clone(),
+                d["uuid"].as_str().unwrap().to_string(),
+                d["memMiB"].as_u64().unwrap() * 1024 * 1024,
+            ));
+        }
+        simulated.insert(pod, p["node"].clone());
+    }
+    for u in report["unschedulable"].as_array().unwrap() {
+        simulated.insert(u["pod"].as_str().unwrap().to_string(), u["reasons"].clone());
+    }
+    assert!(
+        report["unschedulable"]
+            .to_string()
+            .contains("ResourceQuotaNotFit"),
+        "simulate must honour the quota: {report}"
+    );
+
+    let mut g = spawn("parity", &["--cluster", &cluster.display().to_string()]);
+    wait_ready(&mut g);
+    let nodes = ["cpu-1", "gpu-a100-1", "gpu-t4-1"];
+    let mut served: std::collections::BTreeMap<String, Value> = Default::default();
+    for pod in &pods {
+        let meta = &pod["metadata"];
+        let name = format!(
+            "{}/{}",
+            meta["namespace"].as_str().unwrap(),
+            meta["name"].as_str().unwrap()
+        );
+        let args = serde_json::json!({"Pod": pod, "NodeNames": nodes}).to_string();
+        let (status, filtered) = post(&g, g.listen, "/filter", args.as_bytes()).await;
+        assert_eq!(status, 200, "{filtered}");
+        let feasible = filtered["NodeNames"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let gpu_pod = pod.to_string().contains("nvidia.com/gpu");
+        if !gpu_pod {
+            continue;
+        }
+        if feasible.is_empty() {
+            let mut reasons = serde_json::Map::new();
+            for key in ["FailedNodes", "FailedAndUnresolvableNodes"] {
+                if let Some(m) = filtered[key].as_object() {
+                    reasons.extend(m.clone());
+                }
+            }
+            served.insert(name, Value::Object(reasons));
+            continue;
+        }
+        let (_, scores) = post(&g, g.listen, "/prioritize", args.as_bytes()).await;
+        let mut best: Option<(i64, String)> = None;
+        for s in scores.as_array().unwrap() {
+            let (host, score) = (s["Host"].as_str().unwrap(), s["Score"].as_i64().unwrap());
+            let candidate = feasible.iter().any(|f| f == host);
+            if candidate
+                && best
+                    .as_ref()
+                    .is_none_or(|(b, n)| score > *b || (score == *b && host < n.as_str()))
+            {
+                best = Some((score, host.to_string()));
+            }
+        }
+        let node = best.unwrap().1;
+        let bind = serde_json::json!({
+            "PodName": meta["name"], "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"], "Node": node,
+        });
+        let (status, bound) = post(&g, g.listen, "/bind", bind.to_string().as_bytes()).await;
+        assert_eq!(
+            (status, bound["Error"].as_str().unwrap_or("")),
+            (200, ""),
+            "{name}"
+        );
+        served.insert(name, Value::String(node));
+    }
+    // Reasons are compared on the nodes both know (simulate judges the
+    // registered nodes, /filter every candidate).
+    for (pod, want) in &simulated {
+        let got = served
+            .get(pod)
+            .unwrap_or_else(|| panic!("{pod}: not placed by serve"));
+        match (want, got) {
+            (Value::Object(w), Value::Object(g)) => {
+                for (node, reason) in w {
+                    assert_eq!(g.get(node), Some(reason), "{pod} on {node}");
+                }
+            }
+            _ => assert_eq!(got, want, "{pod}"),
+        }
+    }
+    assert_eq!(served.len(), simulated.len(), "{served:?}");
+
+    let (_, metrics) = admin_get(g.admin, "/metrics").unwrap();
+    let mut served_devices = std::collections::BTreeSet::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("hami_vgpu_memory_allocated_bytes{"))
+    {
+        let label = |k: &str| {
+            let at = line.find(&format!("{k}=\"")).unwrap() + k.len() + 2;
+            line[at..].split('"').next().unwrap().to_string()
+        };
+        let pod = format!("{}/{}", label("namespace"), label("pod"));
+        let bytes: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        if simulated.contains_key(&pod) {
+            served_devices.insert((pod, label("device_uuid"), bytes));
+        }
+    }
+    assert_eq!(served_devices, simulated_devices);
+    assert!(!simulated_devices.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}

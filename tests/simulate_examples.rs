@@ -8,6 +8,7 @@ use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
 use gpugate::engine::{GpuPolicy, NodePolicy};
 use gpugate::simulate::{Report, simulate};
+use jiff::Timestamp;
 
 fn load(path: &str) -> Snapshot {
     Snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect(path)
@@ -17,7 +18,7 @@ fn run(cluster: &str, pods: &str, node: NodePolicy, gpu: GpuPolicy) -> Report {
     let mut config = Config::default();
     config.scheduler.node_scheduler_policy = node;
     config.scheduler.gpu_scheduler_policy = gpu;
-    let report = simulate(&load(cluster), &load(pods).pods, &config);
+    let report = simulate(&load(cluster), &load(pods).pods, &config, Timestamp::now());
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     report
 }
@@ -170,6 +171,7 @@ fn demo_cluster_places_what_fits_and_explains_the_rest() {
         &load("examples/demo/cluster.yaml"),
         &load("examples/demo/pods.yaml").pods,
         &config,
+        Timestamp::now(),
     );
     // cpu-1 has no GPUs registered.
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
@@ -298,7 +300,7 @@ fn pods_without_uid_or_name_never_share_a_ledger_entry() {
         .map(|_| whole_gpu_pod("  generateName: worker-"))
         .join("---\n");
     let pods = Snapshot::from_yaml(&pods, "pods").unwrap();
-    let r = simulate(&cluster, &pods.pods, &Config::default());
+    let r = simulate(&cluster, &pods.pods, &Config::default(), Timestamp::now());
     assert_eq!(r.placements.len(), 2, "{:?}", placed(&r));
     assert_eq!(r.placements[0].pod, "default/worker-*");
     assert_eq!(r.unschedulable.len(), 1);
@@ -319,7 +321,7 @@ fn a_running_pod_keeps_its_gpu_when_a_new_pod_has_its_name() {
     let cluster = Snapshot::from_yaml(&running, "cluster").unwrap();
     let pods = [0, 1, 2].map(|_| whole_gpu_pod("  name: p")).join("---\n");
     let pods = Snapshot::from_yaml(&pods, "pods").unwrap();
-    let r = simulate(&cluster, &pods.pods, &Config::default());
+    let r = simulate(&cluster, &pods.pods, &Config::default(), Timestamp::now());
     assert_eq!(placed(&r), [p("default/p", "small", &["GPU-s-1"])]);
     assert_eq!(r.unschedulable.len(), 2);
 }

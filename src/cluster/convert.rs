@@ -155,10 +155,16 @@ pub struct PodAllocationError {
     pub source: DecodeError,
 }
 
+/// The pod's namespace: `default` when the object names none (as the API
+/// server would default it).
+pub fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
 /// `namespace/name` (namespace `default` when absent; `generateName*`
 /// for a pod that has no name yet).
 pub fn pod_name(pod: &Pod) -> String {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let ns = pod_namespace(pod);
     match (
         pod.metadata.name.as_deref(),
         pod.metadata.generate_name.as_deref(),

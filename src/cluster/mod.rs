@@ -13,7 +13,9 @@ pub mod snapshot;
 pub mod view;
 pub mod watch;
 
-pub use convert::{NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name};
+pub use convert::{
+    NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name, pod_namespace,
+};
 pub use shared::SharedCluster;
 pub use snapshot::{Snapshot, SnapshotError, StateReport};
 pub use view::{ClusterView, ViewCounts};

@@ -33,17 +33,16 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::cluster::SharedCluster;
 use crate::cluster::api::{self, ApiCalls, ApiError};
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::cluster::lock::{NodeLocks, Taken};
-use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
-use crate::engine::{Allocation, PodPlan, QuotaAmount};
+use crate::engine::{Allocation, PodPlan};
 use crate::hami::keys;
 use crate::hami::pod_devices::encode_pod_devices;
+use crate::placement::{self, ReserveError};
 
-use super::filter::quota_check;
-use super::gang;
 use super::wire::BindingArgs;
 
 /// What is kept of a bind's budget for the Binding itself: the node is
@@ -300,7 +299,7 @@ impl ApiBinder {
             !settled
                 && p.metadata.uid.as_deref() == Some(args.pod_uid.as_str())
                 && p.metadata.name.as_deref() == Some(name)
-                && p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                && crate::cluster::pod_namespace(p) == ns
         }) {
             Some(pod) => pod,
             None => self
@@ -552,17 +551,13 @@ impl ApiBinder {
         {
             let mut view = cluster.write();
             view.release_reservation(&args.pod_uid);
-            if let Ok(Some(label)) = gang::label_of(pod)
-                && let Err(e) = gang::hold_for_rest(
-                    &mut view,
-                    config,
-                    &label,
-                    &args.pod_uid,
-                    Timestamp::now().as_millisecond(),
-                )
-            {
-                tracing::info!(group = %label.key, "gang: no capacity held after a failed bind: {e}");
-            }
+            placement::reserve::rehold_gang(
+                &mut view,
+                config,
+                pod,
+                &args.pod_uid,
+                Timestamp::now(),
+            );
         }
         if !problems.is_empty() {
             self.metrics
@@ -648,82 +643,26 @@ fn reserve(
     // is still running): whatever the ledger holds for it (annotations of a
     // bind that failed, HAMi's filter) is on no node.
     view.forget_allocation(&args.pod_uid);
-    reserve_in_view(&mut view, config, pod, plan, &args.pod_uid, &args.node, who)
+    placement::reserve(
+        &mut view,
+        config,
+        pod,
+        plan,
+        &args.pod_uid,
+        &args.node,
+        Timestamp::now(),
+    )
+    .map_err(|e| BindFailure::new(reserve_code(&e), e.message(who)))
 }
 
-/// Chooses the pod's GPUs on `node` against the view (its gang group's
-/// holds set aside), checks the namespace quota, reserves them under `uid`,
-/// and for a gang member checks that the members still needed fit and
-/// holds their capacity. On failure the view is as it was. The caller
-/// holds the view's write lock.
-pub fn reserve_in_view(
-    view: &mut ClusterView,
-    config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
-    uid: &str,
-    node: &str,
-    who: &str,
-) -> Result<Allocation, BindFailure> {
-    quota_check(view, pod, plan, config)
-        .map_err(|reason| BindFailure::new("quota_exceeded", format!("pod {who}: {reason}")))?;
-    let label = gang::label_of(pod)
-        .map_err(|reason| BindFailure::new("gang_invalid", format!("pod {who}: {reason}")))?;
-    // Members are placed on the state without their group's holds; the
-    // holds are recomputed below, or put back on failure.
-    let taken = label
-        .as_ref()
-        .map(|l| view.take_gang_holds(&l.key))
-        .unwrap_or_default();
-    let restore = |view: &mut ClusterView, taken| {
-        if let Some(l) = &label {
-            view.restore_gang_holds(&l.key, taken);
-        }
-    };
-    let chosen = view.state().assign(plan, node).map_err(|r| {
-        BindFailure::new(
-            "does_not_fit",
-            format!("pod {who} does not fit on node {node}: {r}"),
-        )
-    });
-    let allocation = match chosen {
-        Ok(a) => a,
-        Err(f) => {
-            restore(view, taken);
-            return Err(f);
-        }
-    };
-    // Requests in percent of a GPU's memory have their MiB only now.
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let (quota, _) = view.quota(namespace, &config.nvidia);
-    if let Err(e) = quota.check(QuotaAmount::of_allocation(&allocation)) {
-        restore(view, taken);
-        return Err(BindFailure::new(
-            "quota_exceeded",
-            format!("pod {who}: ResourceQuotaNotFit ({e})"),
-        ));
+/// The bind outcome code of a reservation that failed.
+fn reserve_code(e: &ReserveError) -> &'static str {
+    match e {
+        ReserveError::Quota(_) => "quota_exceeded",
+        ReserveError::GangInvalid(_) => "gang_invalid",
+        ReserveError::DoesNotFit { .. } | ReserveError::Ledger(_) => "does_not_fit",
+        ReserveError::GangNotFit { .. } => "gang_not_fit",
     }
-    if let Err(e) = view.reserve(uid, pod, allocation.clone()) {
-        restore(view, taken);
-        return Err(BindFailure::new("does_not_fit", format!("pod {who}: {e}")));
-    }
-    if let Some(l) = &label {
-        match gang::hold_for_rest(view, config, l, uid, Timestamp::now().as_millisecond()) {
-            Ok(0) => {}
-            Ok(held) => {
-                tracing::info!(pod = %who, members = held, "gang: capacity held for the rest of the group");
-            }
-            Err(shortfall) => {
-                view.release_reservation(uid);
-                restore(view, taken);
-                return Err(BindFailure::new(
-                    "gang_not_fit",
-                    format!("pod {who} on node {node}: {shortfall}"),
-                ));
-            }
-        }
-    }
-    Ok(allocation)
 }
 
 /// HAMi's allocation annotations and label (hami-compat.md 4.1), as the

@@ -6,19 +6,18 @@
 
 pub mod bind;
 pub mod filter;
-pub mod gang;
 pub mod preempt;
 pub mod recent;
 pub mod wire;
 
 use std::sync::Arc;
 
-use crate::cluster::{SharedCluster, pod_name};
-use crate::config::Config;
-use crate::engine::PodPlan;
-use k8s_openapi::api::core::v1::Pod;
+use jiff::Timestamp;
 
 use crate::cluster::events::PodEvent;
+use crate::cluster::{SharedCluster, pod_name, pod_namespace};
+use crate::config::Config;
+use crate::placement;
 use bind::ApiBinder;
 use recent::RecentPods;
 use wire::{
@@ -64,13 +63,17 @@ impl Extender {
         &self.cluster
     }
 
-    pub fn filter(&self, config: &Config, body: &[u8]) -> FilterResult {
+    pub fn filter(&self, config: &Config, body: &[u8]) -> filter::Filtered {
+        let failed = |e: String| filter::Filtered {
+            answer: FilterResult::error(e),
+            rejected: Vec::new(),
+        };
         let args = match ExtenderArgs::parse(body) {
             Ok(a) => a,
-            Err(e) => return FilterResult::error(e.to_string()),
+            Err(e) => return failed(e.to_string()),
         };
         if !self.cluster.is_synced() {
-            return FilterResult::error("gpugate: cluster state not synced yet");
+            return failed("gpugate: cluster state not synced yet".to_string());
         }
         // A new scheduling cycle of the pod: what its last /prioritize
         // assumed is not its choice any more.
@@ -85,9 +88,13 @@ impl Extender {
         // every pod out.
         let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
         self.recent.remember(&args.pod, weight);
-        let result = filter::filter(&self.cluster.read(), config, &args);
-        if let Some(binder) = self.api_binder() {
-            for note in filter::failure_notes(&result) {
+        let result = filter::filter(&self.cluster.read(), config, &args, Timestamp::now());
+        if let Some(binder) = self.api_binder()
+            && result.answer.feasible_count() == 0
+            && result.answer.error.is_empty()
+        {
+            let rejected = result.rejected.iter().map(|(n, r)| (n.as_str(), r));
+            for note in placement::failure_notes(rejected) {
                 binder
                     .events()
                     .emit(PodEvent::new(&args.pod, true, "FilteringFailed", note));
@@ -101,40 +108,24 @@ impl Extender {
         if !self.cluster.is_synced() {
             return Err("gpugate: cluster state not synced yet".to_string());
         }
-        let prioritized = filter::prioritize(&self.cluster.read(), config, &args)?;
-        if let (Some(binder), Some((node, plan))) = (self.api_binder(), &prioritized.likely) {
-            self.assume(binder, config, &args.pod, plan, node);
-        }
-        Ok(prioritized.scores)
-    }
-
-    /// Holds the pod's GPUs on the node kube-scheduler will most likely
-    /// choose, from its `/prioritize` until its bind arrives (or
-    /// `scheduler.assumeSeconds`): kube-scheduler goes on to the next pod
-    /// as soon as it has chosen, and that pod's `/filter` can come before
-    /// this pod's `/bind`. Without it, the next pod could be given the same
-    /// last GPUs of the node (its bind would then fail) or the same node
-    /// (its bind would wait for the node lock). Gang members are left to
-    /// the group's own holds.
-    fn assume(&self, binder: &ApiBinder, config: &Config, pod: &Pod, plan: &PodPlan, node: &str) {
-        let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
-            return;
-        };
-        let seconds = config.scheduler.assume_seconds;
-        if seconds <= 0.0 || matches!(gang::label_of(pod), Ok(Some(_)) | Err(_)) {
-            return;
-        }
-        let mut view = self.cluster.write();
-        if view.held_allocation(uid).is_some() {
-            return;
-        }
-        let Ok(allocation) = view.state().assign(plan, node) else {
-            return;
-        };
-        let until = jiff::Timestamp::now().as_millisecond() + (seconds * 1000.0) as i64;
-        if view.assume(uid, pod, allocation, until) {
+        let now = Timestamp::now();
+        let prioritized = filter::prioritize(&self.cluster.read(), config, &args, now)?;
+        // Held from here until the bind arrives (see placement::assume);
+        // only when binding through an API server, where binds wait for
+        // their node.
+        if let (Some(binder), Some((node, plan))) = (self.api_binder(), &prioritized.likely)
+            && placement::assume(
+                &mut self.cluster.write(),
+                config,
+                &args.pod,
+                plan,
+                node,
+                now,
+            )
+        {
             binder.metrics.assumed.inc();
         }
+        Ok(prioritized.scores)
     }
 
     /// Commits kube-scheduler's choice of node: through the API server (see
@@ -180,7 +171,7 @@ impl Extender {
             )
         })?;
         if pod.metadata.name.as_deref() != Some(&args.pod_name)
-            || pod.metadata.namespace.as_deref().unwrap_or("default") != args.pod_namespace
+            || pod_namespace(&pod) != args.pod_namespace
         {
             return Err(format!(
                 "pod {who}: uid {} belongs to pod {}",
@@ -200,16 +191,16 @@ impl Extender {
         if let Some(answer) = already_bound(&view, args, &who) {
             return answer;
         }
-        bind::reserve_in_view(
+        placement::reserve(
             &mut view,
             config,
             &pod,
             &plan,
             &args.pod_uid,
             &args.node,
-            &who,
+            Timestamp::now(),
         )
-        .map_err(|f| f.message)?;
+        .map_err(|e| e.message(&who))?;
         view.settle(&args.pod_uid);
         self.recent.forget(&args.pod_uid);
         tracing::info!(pod = %who, node = %args.node, "bound (ledger)");

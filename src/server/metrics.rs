@@ -23,8 +23,7 @@ use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
 use crate::engine::Usage;
 use crate::extender::bind::BindMetrics;
-use crate::extender::filter::reason_code;
-use crate::extender::wire::FilterResult;
+use crate::extender::filter::Filtered;
 
 use super::config_reload::ConfigStamp;
 use super::listener::ConnMetrics;
@@ -409,7 +408,8 @@ impl Metrics {
     }
 
     /// Records a filter answer: its result and each rejected node's reason.
-    pub fn observe_filter(&self, answer: &FilterResult) {
+    pub fn observe_filter(&self, filtered: &Filtered) {
+        let answer = &filtered.answer;
         let result = if !answer.error.is_empty() {
             "error"
         } else if answer.feasible_count() > 0 {
@@ -421,12 +421,8 @@ impl Metrics {
             .get_or_create(&ResultLabels { result })
             .inc();
         let mut counts: std::collections::HashMap<&'static str, u64> = Default::default();
-        for reason in answer
-            .failed_nodes
-            .values()
-            .chain(answer.failed_and_unresolvable_nodes.values())
-        {
-            *counts.entry(reason_code(reason)).or_default() += 1;
+        for (_, reason) in &filtered.rejected {
+            *counts.entry(reason.code().as_str()).or_default() += 1;
         }
         for (reason, n) in counts {
             self.filter_rejections

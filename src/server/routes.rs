@@ -178,8 +178,9 @@ async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         &state,
         "filter",
         |x, config| {
-            let r = x.filter(config, &body);
-            state.metrics.observe_filter(&r);
+            let filtered = x.filter(config, &body);
+            state.metrics.observe_filter(&filtered);
+            let r = filtered.answer;
             let e = (!r.error.is_empty()).then(|| r.error.clone());
             (r, e)
         },

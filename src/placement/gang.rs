@@ -1,5 +1,5 @@
-//! Gang scheduling in the extender (the rules are in
-//! [`crate::engine::gang`]):
+//! Gang scheduling on the view (the engine's part, whether members fit
+//! together, is [`crate::engine::gang`]):
 //!
 //! - `/filter` and `/prioritize` judge a member on the state without its
 //!   own group's holds, and only if `min-available` members of its group
@@ -18,17 +18,17 @@ use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, pod_namespace};
 use crate::config::Config;
 use crate::engine::gang::{GangLabel, GangShortfall, gang_label, place_gang};
 use crate::engine::{ClusterState, PodPlan};
 
-/// The pod's group, if it has one; a malformed group label is the reason
-/// every node gets.
+use super::reason::NodeReason;
+
+/// The pod's group, if it has one; or why its group labels cannot be read.
 pub fn label_of(pod: &Pod) -> Result<Option<GangLabel>, String> {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     match &pod.metadata.labels {
-        Some(labels) => gang_label(namespace, labels).map_err(|e| format!("GangInvalid ({e})")),
+        Some(labels) => gang_label(pod_namespace(pod), labels),
         None => Ok(None),
     }
 }
@@ -51,13 +51,13 @@ pub fn judge<'v>(
     config: &Config,
     pod: &Pod,
     plan: &PodPlan,
-    candidates: &[String],
-) -> Result<Judged<'v>, String> {
+    candidates: Option<&[String]>,
+) -> Result<Judged<'v>, NodeReason> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     // kube-scheduler filters unbound pods: what the ledger holds for this
     // one (annotations left by a failed bind, HAMi's filter) is on no node.
     let leftover = !uid.is_empty() && view.held_allocation(uid).is_some() && !view.is_reserved(uid);
-    let Some(label) = label_of(pod)? else {
+    let Some(label) = label_of(pod).map_err(NodeReason::GangInvalid)? else {
         let state = if leftover {
             let mut s = view.state().clone();
             s.remove(uid);
@@ -79,8 +79,8 @@ pub fn judge<'v>(
         });
     }
     pending.insert(0, (uid.to_string(), plan.clone()));
-    let placements = place_gang(&mut state, &label, placed, &pending, Some(candidates))
-        .map_err(|e| e.to_string())?;
+    let placements =
+        place_gang(&mut state, &label, placed, &pending, candidates).map_err(NodeReason::Gang)?;
     let node = placements
         .iter()
         .find(|(k, _)| k == uid)

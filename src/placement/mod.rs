@@ -1,0 +1,155 @@
+//! The placement rules between the protocols and the engine, as functions
+//! of the cluster view and an explicit `now`: the namespace quota, gang
+//! groups, steering around busy nodes, and the reservations that commit a
+//! choice. `/filter`, `/prioritize`, both kinds of `/bind` and `gpugate
+//! simulate` all place pods through here, so that they give the same
+//! answers on the same cluster.
+//!
+//! - [`judge`]: every candidate node's verdict for one pod;
+//! - [`Verdict::priorities`]: `/prioritize`'s 0..=10 levels;
+//! - [`reserve`]: the GPUs on the chosen node, held under the pod's UID.
+
+pub mod gang;
+pub mod quota;
+pub mod reason;
+pub mod reserve;
+pub mod steering;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cluster::{ClusterView, pod_namespace};
+use crate::config::Config;
+use crate::engine::policy::node_better;
+use crate::engine::{NodePolicy, PodPlan};
+
+pub use reason::{NodeReason, QuotaRefusal, ReasonCode, failure_notes};
+pub use reserve::{ReserveError, assume, reserve};
+
+/// A node that can hold the pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feasible {
+    pub node: String,
+    /// HAMi's node score before placement (0..=30).
+    pub score: f64,
+    /// The extender priority, 0..=10, under the pod's node policy.
+    pub priority: u8,
+}
+
+/// What the placement rules say of one pod on the candidate nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The pod asks for no GPU: every candidate will do.
+    NoGpus,
+    /// One reason holds for every candidate (the namespace quota, the
+    /// pod's gang group).
+    Everywhere(NodeReason),
+    Nodes(NodeVerdicts),
+}
+
+/// The verdict on each candidate node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeVerdicts {
+    /// Nodes that can hold the pod, in name order.
+    pub feasible: Vec<Feasible>,
+    /// The others, with why, in name order within each rule.
+    pub rejected: Vec<(String, NodeReason)>,
+    policy: NodePolicy,
+}
+
+impl NodeVerdicts {
+    /// The best node under the node policy: highest score for binpack,
+    /// lowest for spread, lowest name among equals.
+    pub fn best(&self) -> Option<&Feasible> {
+        let mut best: Option<&Feasible> = None;
+        for f in &self.feasible {
+            if best.is_none_or(|b| node_better(self.policy, f.score, b.score)) {
+                best = Some(f);
+            }
+        }
+        best
+    }
+
+    /// The 0..=10 priority of each feasible node, sharpened at the top:
+    /// the level is coarse (under binpack a node holding one slice and one
+    /// holding five share one), and kube-scheduler breaks such ties with
+    /// its own scores (LeastAllocated: the emptier node), so a burst
+    /// spread over many nodes. The node the policy ranks best keeps its
+    /// level; the others of that level go one below.
+    pub fn priorities(&self) -> impl Iterator<Item = (&str, u8)> {
+        let best = self.best().map(|b| (b.score, b.priority));
+        self.feasible.iter().map(move |f| {
+            let level = match best {
+                Some((score, top)) if f.priority == top && f.score != score && top > 0 => top - 1,
+                _ => f.priority,
+            };
+            (f.node.as_str(), level)
+        })
+    }
+}
+
+/// Judges `pod` on the `candidates` (every node of the view when `None`)
+/// at `now`: the namespace quota and its gang group first (a reason that
+/// holds for every node), then the engine's verdict on each node, a gang
+/// member narrowed to the node its group's placement gives it, and busy
+/// nodes set aside while others can hold the pod.
+pub fn judge(
+    view: &ClusterView,
+    config: &Config,
+    pod: &Pod,
+    plan: &PodPlan,
+    candidates: Option<&[String]>,
+    now: Timestamp,
+) -> Verdict {
+    if !plan.request.has_gpus() {
+        return Verdict::NoGpus;
+    }
+    let judged = match quota::check_request(view, pod_namespace(pod), plan, &config.nvidia)
+        .map_err(NodeReason::Quota)
+        .and_then(|()| gang::judge(view, config, pod, plan, candidates))
+    {
+        Ok(judged) => judged,
+        Err(reason) => return Verdict::Everywhere(reason),
+    };
+    let mut eval = judged.state.evaluate(plan, candidates);
+    let mut rejected: Vec<(String, NodeReason)> = Vec::new();
+    if let Some(place) = &judged.node {
+        // A group still being placed: this member goes where the group's
+        // placement puts it, so that the rest still fit.
+        for f in eval.feasible.iter().filter(|f| f.node != place) {
+            rejected.push((
+                f.node.to_string(),
+                NodeReason::GangPlacement {
+                    node: place.clone(),
+                },
+            ));
+        }
+        eval.retain_feasible(|f| f.node == place);
+    }
+    if let Some(busy) =
+        steering::busy_nodes(view, config, eval.feasible.iter().map(|f| f.node), now)
+    {
+        eval.retain_feasible(|f| !busy.iter().any(|(n, _)| *n == f.node));
+        for (node, why) in busy {
+            rejected.push((node.to_string(), NodeReason::NodeLockBusy(why)));
+        }
+    }
+    rejected.extend(
+        eval.rejected
+            .into_iter()
+            .map(|(node, r)| (node, NodeReason::Engine(r))),
+    );
+    Verdict::Nodes(NodeVerdicts {
+        feasible: eval
+            .feasible
+            .iter()
+            .map(|f| Feasible {
+                node: f.node.to_string(),
+                score: f.score,
+                priority: f.priority,
+            })
+            .collect(),
+        rejected,
+        policy: plan.node_policy,
+    })
+}

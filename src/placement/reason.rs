@@ -1,0 +1,335 @@
+//! Why a node cannot take a pod, typed from the engine to the edge: a
+//! stable code ([`ReasonCode`]: a metric label, and the first word of every
+//! text) and the text kube-scheduler and events show. Rendered only at the
+//! wire (`/filter`'s answer), in events and in metrics.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::engine::gang::GangShortfall;
+use crate::engine::{NodePolicy, QuotaExceeded, Reason, Rejection};
+
+/// The stable code of a [`NodeReason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReasonCode {
+    /// A per-GPU reason of the engine (`CardInsufficientMemory`, ...).
+    Card(Reason),
+    NodeUnregistered,
+    NodeInsufficientDevice,
+    ResourceQuotaNotFit,
+    GangInvalid,
+    GangIncomplete,
+    GangNotFit,
+    GangPlacement,
+    NodeLockBusy,
+    NotBestNode,
+}
+
+impl ReasonCode {
+    /// The codes beside the per-GPU ones.
+    pub const NODE: [ReasonCode; 9] = [
+        ReasonCode::NodeUnregistered,
+        ReasonCode::NodeInsufficientDevice,
+        ReasonCode::ResourceQuotaNotFit,
+        ReasonCode::GangInvalid,
+        ReasonCode::GangIncomplete,
+        ReasonCode::GangNotFit,
+        ReasonCode::GangPlacement,
+        ReasonCode::NodeLockBusy,
+        ReasonCode::NotBestNode,
+    ];
+
+    /// Every code there is.
+    pub fn all() -> impl Iterator<Item = ReasonCode> {
+        Reason::ALL
+            .into_iter()
+            .map(ReasonCode::Card)
+            .chain(Self::NODE)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::Card(r) => r.as_str(),
+            ReasonCode::NodeUnregistered => "NodeUnregistered",
+            ReasonCode::NodeInsufficientDevice => "NodeInsufficientDevice",
+            ReasonCode::ResourceQuotaNotFit => "ResourceQuotaNotFit",
+            ReasonCode::GangInvalid => "GangInvalid",
+            ReasonCode::GangIncomplete => "GangIncomplete",
+            ReasonCode::GangNotFit => "GangNotFit",
+            ReasonCode::GangPlacement => "GangPlacement",
+            ReasonCode::NodeLockBusy => "NodeLockBusy",
+            ReasonCode::NotBestNode => "NotBestNode",
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the namespace's ResourceQuota refuses the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaRefusal {
+    Exceeded(QuotaExceeded),
+    /// GPU memory asked in percent of a GPU (no MiB until a GPU is
+    /// chosen) while the namespace has no memory left at all.
+    NoMemoryLeft {
+        used_mib: u64,
+        limit_mib: u64,
+    },
+}
+
+impl fmt::Display for QuotaRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaRefusal::Exceeded(e) => write!(f, "ResourceQuotaNotFit ({e})"),
+            QuotaRefusal::NoMemoryLeft {
+                used_mib,
+                limit_mib,
+            } => write!(
+                f,
+                "ResourceQuotaNotFit (GPU memory in percent of a GPU requested, {used_mib} MiB of \
+                 {limit_mib} MiB already used)"
+            ),
+        }
+    }
+}
+
+/// Why a node cannot take the pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeReason {
+    /// The engine's verdict on the node's GPUs.
+    Engine(Rejection),
+    Quota(QuotaRefusal),
+    /// The pod's group labels cannot be read.
+    GangInvalid(String),
+    /// The pod's group is short of members, or they do not fit together.
+    Gang(GangShortfall),
+    /// The pod's group is being placed and puts this member on `node`.
+    GangPlacement {
+        node: String,
+    },
+    /// A bind here would wait (node lock held, binds in progress), and
+    /// other nodes can hold the pod now.
+    NodeLockBusy(String),
+    /// `filterMode: best` offers only the best node.
+    NotBestNode(NodePolicy),
+}
+
+impl NodeReason {
+    pub fn code(&self) -> ReasonCode {
+        match self {
+            NodeReason::Engine(Rejection::NodeUnregistered) => ReasonCode::NodeUnregistered,
+            NodeReason::Engine(Rejection::NodeInsufficientDevice { .. }) => {
+                ReasonCode::NodeInsufficientDevice
+            }
+            // The first reason the text names.
+            NodeReason::Engine(Rejection::Devices { counts, .. }) => counts
+                .iter()
+                .next()
+                .map_or(ReasonCode::NodeInsufficientDevice, |(r, _)| {
+                    ReasonCode::Card(r)
+                }),
+            NodeReason::Quota(_) => ReasonCode::ResourceQuotaNotFit,
+            NodeReason::GangInvalid(_) => ReasonCode::GangInvalid,
+            NodeReason::Gang(GangShortfall::Incomplete { .. }) => ReasonCode::GangIncomplete,
+            NodeReason::Gang(GangShortfall::NotFit { .. }) => ReasonCode::GangNotFit,
+            NodeReason::GangPlacement { .. } => ReasonCode::GangPlacement,
+            NodeReason::NodeLockBusy(_) => ReasonCode::NodeLockBusy,
+            NodeReason::NotBestNode(_) => ReasonCode::NotBestNode,
+        }
+    }
+
+    /// Whether preempting pods cannot help: the node lacks the GPUs, or the
+    /// pod's group label is malformed or its members are missing.
+    pub fn is_unresolvable(&self) -> bool {
+        match self {
+            NodeReason::Engine(r) => r.is_unresolvable(),
+            NodeReason::GangInvalid(_) | NodeReason::Gang(GangShortfall::Incomplete { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for NodeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeReason::Engine(r) => r.fmt(f),
+            NodeReason::Quota(q) => q.fmt(f),
+            NodeReason::GangInvalid(e) => write!(f, "GangInvalid ({e})"),
+            NodeReason::Gang(s) => s.fmt(f),
+            NodeReason::GangPlacement { node } => write!(
+                f,
+                "GangPlacement (the group is placed together; this member's place is node {node})"
+            ),
+            NodeReason::NodeLockBusy(why) => {
+                write!(f, "NodeLockBusy ({why}; other nodes can hold the pod now)")
+            }
+            NodeReason::NotBestNode(policy) => write!(
+                f,
+                "NotBestNode (filterMode best keeps only the best node under the {policy} node policy)"
+            ),
+        }
+    }
+}
+
+/// Nodes named in one event note, at most.
+const NOTE_NODES: usize = 20;
+
+/// For a pod no node can hold: one note per reason code with the nodes
+/// that gave it, most frequent first, for `FilteringFailed` events.
+pub fn failure_notes<'r>(
+    rejected: impl IntoIterator<Item = (&'r str, &'r NodeReason)>,
+) -> Vec<String> {
+    let mut by_code: BTreeMap<ReasonCode, Vec<(&str, &NodeReason)>> = BTreeMap::new();
+    for (node, reason) in rejected {
+        by_code
+            .entry(reason.code())
+            .or_default()
+            .push((node, reason));
+    }
+    let mut groups: Vec<(ReasonCode, Vec<(&str, &NodeReason)>)> = by_code.into_iter().collect();
+    groups.sort_by(|a, b| {
+        b.1.len()
+            .cmp(&a.1.len())
+            .then(a.0.as_str().cmp(b.0.as_str()))
+    });
+    groups
+        .into_iter()
+        .map(|(code, mut nodes)| {
+            nodes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let shown = nodes.len().min(NOTE_NODES);
+            let more = nodes.len() - shown;
+            let names: Vec<&str> = nodes[..shown].iter().map(|(n, _)| *n).collect();
+            let mut note = format!("{code} on {} node(s): {}", nodes.len(), names.join(", "));
+            if more > 0 {
+                note.push_str(&format!(" and {more} more"));
+            }
+            let (first, example) = nodes[0];
+            note.push_str(&format!(" (e.g. {first}: {example})"));
+            note
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::gang::GangKey;
+    use crate::engine::quota::QuotaResource;
+    use crate::engine::reason::ReasonCounts;
+
+    fn devices(reasons: &[(Reason, u32)]) -> NodeReason {
+        let mut counts = ReasonCounts::default();
+        for (r, n) in reasons {
+            counts.add(*r, *n);
+        }
+        NodeReason::Engine(Rejection::Devices {
+            container: "c".into(),
+            gpus: 8,
+            counts,
+        })
+    }
+
+    /// Every reason's code is the first word of its text (after `n/m` for
+    /// per-GPU reasons): kube-scheduler's users read the text, metrics and
+    /// events group by the code, and the two must agree.
+    #[test]
+    fn the_code_is_the_first_word_of_the_text() {
+        let group = GangKey {
+            namespace: "ml".into(),
+            name: "g".into(),
+        };
+        let reasons = [
+            devices(&[
+                (Reason::CardNotHealth, 7),
+                (Reason::CardInsufficientCore, 1),
+            ]),
+            devices(&[(Reason::CardInsufficientMemory, 2)]),
+            NodeReason::Engine(Rejection::NodeUnregistered),
+            NodeReason::Engine(Rejection::NodeInsufficientDevice {
+                container: "c".into(),
+                requested: 4,
+                available: 2,
+            }),
+            NodeReason::Quota(QuotaRefusal::Exceeded(QuotaExceeded {
+                resource: QuotaResource::Memory,
+                used: 1,
+                requested: 2,
+                limit: 2,
+            })),
+            NodeReason::Quota(QuotaRefusal::NoMemoryLeft {
+                used_mib: 5,
+                limit_mib: 5,
+            }),
+            NodeReason::GangInvalid("label x".into()),
+            NodeReason::Gang(GangShortfall::Incomplete {
+                group: group.clone(),
+                members: 1,
+                min_available: 2,
+            }),
+            NodeReason::Gang(GangShortfall::NotFit {
+                group,
+                placed: 0,
+                fit: 1,
+                min_available: 2,
+            }),
+            NodeReason::GangPlacement { node: "n".into() },
+            NodeReason::NodeLockBusy("lock held".into()),
+            NodeReason::NotBestNode(NodePolicy::Binpack),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &reasons {
+            let text = r.to_string();
+            let first = text
+                .split([' ', '(', ','])
+                .find(|w| !w.is_empty() && !w.contains('/'))
+                .unwrap_or_default();
+            let first = if text == "node unregistered" {
+                "NodeUnregistered"
+            } else {
+                first
+            };
+            assert_eq!(r.code().as_str(), first, "{text}");
+            seen.insert(r.code());
+        }
+        assert_eq!(
+            reasons[0].code(),
+            ReasonCode::Card(Reason::CardInsufficientCore)
+        );
+        // Every node-level code is covered above.
+        for code in ReasonCode::NODE {
+            assert!(seen.contains(&code), "{code} untested");
+        }
+        assert_eq!(
+            ReasonCode::all().count(),
+            Reason::ALL.len() + ReasonCode::NODE.len()
+        );
+    }
+
+    #[test]
+    fn notes_group_nodes_by_code_most_frequent_first() {
+        let memory = devices(&[(Reason::CardInsufficientMemory, 1)]);
+        let unregistered = NodeReason::Engine(Rejection::NodeUnregistered);
+        let rejected = vec![
+            ("c", &memory),
+            ("a", &memory),
+            ("cpu", &unregistered),
+            ("b", &memory),
+        ];
+        let notes = failure_notes(rejected);
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes[0].starts_with("CardInsufficientMemory on 3 node(s): a, b, c (e.g. a: 1/8"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[1].starts_with("NodeUnregistered on 1 node(s): cpu"),
+            "{}",
+            notes[1]
+        );
+    }
+}

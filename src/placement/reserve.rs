@@ -1,0 +1,172 @@
+//! Committing a placement in the view: the GPUs chosen on the node, checked
+//! against the namespace quota and the pod's gang group, held under the
+//! pod's UID (a bind's reservation), and the short-lived assumption that
+//! `/prioritize` makes for the node kube-scheduler will most likely choose.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cluster::{ClusterView, pod_namespace};
+use crate::config::Config;
+use crate::engine::gang::GangShortfall;
+use crate::engine::{Allocation, ApplyError, PodPlan, Rejection};
+
+use super::gang;
+use super::quota;
+use super::reason::QuotaRefusal;
+
+/// Why the pod's GPUs could not be reserved on the node. The view is as it
+/// was.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReserveError {
+    Quota(QuotaRefusal),
+    GangInvalid(String),
+    DoesNotFit {
+        node: String,
+        rejection: Rejection,
+    },
+    /// The ledger refused the allocation (a node or GPU it does not know).
+    Ledger(ApplyError),
+    GangNotFit {
+        node: String,
+        shortfall: GangShortfall,
+    },
+}
+
+/// The reason alone, as a node's reason reads.
+impl std::fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReserveError::Quota(q) => q.fmt(f),
+            ReserveError::GangInvalid(e) => write!(f, "GangInvalid ({e})"),
+            ReserveError::DoesNotFit { rejection, .. } => rejection.fmt(f),
+            ReserveError::Ledger(e) => e.fmt(f),
+            ReserveError::GangNotFit { shortfall, .. } => shortfall.fmt(f),
+        }
+    }
+}
+
+impl ReserveError {
+    /// The failure as one sentence about the pod `who` (`namespace/name`).
+    pub fn message(&self, who: &str) -> String {
+        match self {
+            ReserveError::Quota(q) => format!("pod {who}: {q}"),
+            ReserveError::GangInvalid(e) => format!("pod {who}: GangInvalid ({e})"),
+            ReserveError::DoesNotFit { node, rejection } => {
+                format!("pod {who} does not fit on node {node}: {rejection}")
+            }
+            ReserveError::Ledger(e) => format!("pod {who}: {e}"),
+            ReserveError::GangNotFit { node, shortfall } => {
+                format!("pod {who} on node {node}: {shortfall}")
+            }
+        }
+    }
+}
+
+/// Chooses the pod's GPUs on `node` against the view (its gang group's
+/// holds set aside), checks the namespace quota, reserves them under `uid`,
+/// and for a gang member checks that the members still needed fit and
+/// holds their capacity until `now` plus `scheduler.gang.holdSeconds`. On
+/// failure the view is as it was. The caller holds the view's write lock.
+pub fn reserve(
+    view: &mut ClusterView,
+    config: &Config,
+    pod: &Pod,
+    plan: &PodPlan,
+    uid: &str,
+    node: &str,
+    now: Timestamp,
+) -> Result<Allocation, ReserveError> {
+    let namespace = pod_namespace(pod);
+    quota::check_request(view, namespace, plan, &config.nvidia).map_err(ReserveError::Quota)?;
+    let label = gang::label_of(pod).map_err(ReserveError::GangInvalid)?;
+    // Members are placed on the state without their group's holds; the
+    // holds are recomputed below, or put back on failure.
+    let taken = label
+        .as_ref()
+        .map(|l| view.take_gang_holds(&l.key))
+        .unwrap_or_default();
+    let restore = |view: &mut ClusterView, taken| {
+        if let Some(l) = &label {
+            view.restore_gang_holds(&l.key, taken);
+        }
+    };
+    let allocation = match view.state().assign(plan, node) {
+        Ok(a) => a,
+        Err(rejection) => {
+            restore(view, taken);
+            return Err(ReserveError::DoesNotFit {
+                node: node.to_string(),
+                rejection,
+            });
+        }
+    };
+    if let Err(q) = quota::check_allocation(view, namespace, &allocation, &config.nvidia) {
+        restore(view, taken);
+        return Err(ReserveError::Quota(q));
+    }
+    if let Err(e) = view.reserve(uid, pod, allocation.clone()) {
+        restore(view, taken);
+        return Err(ReserveError::Ledger(e));
+    }
+    if let Some(l) = &label {
+        match gang::hold_for_rest(view, config, l, uid, now.as_millisecond()) {
+            Ok(0) => {}
+            Ok(held) => {
+                tracing::info!(pod = %crate::cluster::pod_name(pod), members = held, "gang: capacity held for the rest of the group");
+            }
+            Err(shortfall) => {
+                view.release_reservation(uid);
+                restore(view, taken);
+                return Err(ReserveError::GangNotFit {
+                    node: node.to_string(),
+                    shortfall,
+                });
+            }
+        }
+    }
+    Ok(allocation)
+}
+
+/// After a reservation is dropped (a failed bind): holds the capacity of
+/// the pod's gang group's members again, if it has a group.
+pub fn rehold_gang(view: &mut ClusterView, config: &Config, pod: &Pod, uid: &str, now: Timestamp) {
+    if let Ok(Some(label)) = gang::label_of(pod)
+        && let Err(e) = gang::hold_for_rest(view, config, &label, uid, now.as_millisecond())
+    {
+        tracing::info!(group = %label.key, "gang: no capacity held after a failed bind: {e}");
+    }
+}
+
+/// Holds the pod's GPUs on `node`, the node kube-scheduler will most
+/// likely choose, until `now` plus `scheduler.assumeSeconds` or until its
+/// bind arrives: kube-scheduler goes on to the next pod as soon as it has
+/// chosen, and that pod's `/filter` can come before this pod's `/bind`.
+/// Without it, the next pod could be given the same last GPUs of the node
+/// (its bind would then fail) or the same node (its bind would wait for the
+/// node lock). Gang members are left to the group's own holds. Whether the
+/// pod is now assumed.
+pub fn assume(
+    view: &mut ClusterView,
+    config: &Config,
+    pod: &Pod,
+    plan: &PodPlan,
+    node: &str,
+    now: Timestamp,
+) -> bool {
+    let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    let seconds = config.scheduler.assume_seconds;
+    if seconds <= 0.0 || matches!(gang::label_of(pod), Ok(Some(_)) | Err(_)) {
+        return false;
+    }
+    if view.held_allocation(uid).is_some() {
+        return false;
+    }
+    let Ok(allocation) = view.state().assign(plan, node) else {
+        return false;
+    };
+    let until = now.as_millisecond() + (seconds * 1000.0) as i64;
+    view.assume(uid, pod, allocation, until)
+}
