@@ -80,15 +80,35 @@ pub enum LockError {
     Api(#[from] ApiError),
 }
 
+/// A stable code for a [`LockError`], for metrics and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockCode {
+    /// Held by another pod, or by another bind in this process, or the
+    /// node kept changing: the bind may try again.
+    Contention,
+    /// A value that cannot be read, left alone.
+    Unreadable,
+    Api,
+}
+
+impl LockCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockCode::Contention => "node_lock_contention",
+            LockCode::Unreadable => "node_lock_unreadable",
+            LockCode::Api => "api_error",
+        }
+    }
+}
+
 impl LockError {
-    /// A stable code for metrics and events.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> LockCode {
         match self {
             LockError::Contention { .. }
             | LockError::LocalBusy { .. }
-            | LockError::Changing { .. } => "node_lock_contention",
-            LockError::Unreadable { .. } => "node_lock_unreadable",
-            LockError::Api(_) => "api_error",
+            | LockError::Changing { .. } => LockCode::Contention,
+            LockError::Unreadable { .. } => LockCode::Unreadable,
+            LockError::Api(_) => LockCode::Api,
         }
     }
 }

@@ -20,17 +20,12 @@
 //! reservation dropped) and is answered with what failed; a rollback that
 //! fails too is named in the answer and counted.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
 use crate::cluster::SharedCluster;
@@ -39,10 +34,13 @@ use crate::cluster::events::{EventSink, PodEvent};
 use crate::cluster::lock::{NodeLocks, Taken};
 use crate::config::Config;
 use crate::engine::{Allocation, PodPlan};
+use crate::hami::binding::binding_metadata;
 use crate::hami::keys;
 use crate::hami::pod_devices::encode_pod_devices;
 use crate::placement::{self, ReserveError};
 
+pub use super::bind_outcome::{BindCode, BindFailure, BindMetrics};
+use super::error::ExtenderError;
 use super::wire::BindingArgs;
 
 /// What is kept of a bind's budget for the Binding itself: the node is
@@ -51,71 +49,6 @@ const BINDING_TIME: Duration = Duration::from_secs(2);
 /// Reads of the pod after a `POST binding` without a clear answer.
 const OUTCOME_READS: usize = 3;
 const OUTCOME_READ_PAUSE: Duration = Duration::from_millis(300);
-/// Label values are at most 63 characters; longer node names get only the
-/// annotation (HAMi's device plugin reads the annotation).
-const LABEL_VALUE_MAX: usize = 63;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BindLabels {
-    /// `ok` or `error`.
-    pub result: &'static str,
-    /// What happened: `bound`, `already_bound`, `node_lock_contention`, …
-    pub code: &'static str,
-}
-
-/// What bind reports to Prometheus.
-#[derive(Debug, Clone)]
-pub struct BindMetrics {
-    pub outcomes: Family<BindLabels, Counter>,
-    /// Time from asking for the node (in-process turn and HAMi's lock) to
-    /// holding it, for binds that got it.
-    pub lock_wait: Histogram,
-    /// Undo steps that failed (each is also in the bind's error).
-    pub rollback_failures: Counter,
-    /// Allocations held from `/prioritize` until the pod's bind.
-    pub assumed: Counter,
-    /// Of those, the ones no bind came for in time (dropped).
-    pub assumed_expired: Counter,
-}
-
-impl Default for BindMetrics {
-    fn default() -> Self {
-        Self {
-            outcomes: Family::default(),
-            // 1 ms to about 33 s.
-            lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-            rollback_failures: Counter::default(),
-            assumed: Counter::default(),
-            assumed_expired: Counter::default(),
-        }
-    }
-}
-
-/// A bind that did not happen: a stable code and the whole story.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BindFailure {
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl BindFailure {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn api(who: &str, e: &ApiError) -> Self {
-        let code = match e {
-            ApiError::NotFound { .. } => "pod_not_found",
-            ApiError::Conflict { .. } => "conflict",
-            ApiError::Timeout { .. } => "api_timeout",
-            _ => "api_error",
-        };
-        Self::new(code, format!("pod {who}: {e}"))
-    }
-}
 
 /// Binds through the API server.
 #[derive(Debug)]
@@ -209,30 +142,21 @@ impl ApiBinder {
         config: Arc<Config>,
         args: BindingArgs,
         known: Option<Pod>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExtenderError> {
         let (binder, cluster) = (self.clone(), cluster.clone());
         let running = RunningBind::start(&self.running);
         // Counted in the task: a bind whose caller gave up counts too.
         let task = tokio::spawn(async move {
             let _running = running;
             let result = binder.transaction(&cluster, &config, &args, known).await;
-            let (result_label, code) = match &result {
-                Ok(code) => ("ok", *code),
-                Err(f) => ("error", f.code),
-            };
             binder
                 .metrics
-                .outcomes
-                .get_or_create(&BindLabels {
-                    result: result_label,
-                    code,
-                })
-                .inc();
+                .record(result.as_ref().map(|c| *c).map_err(|f| f.code));
             result
         });
         match task.await {
-            Ok(result) => result.map(|_| ()).map_err(|f| f.message),
-            Err(e) => Err(format!("bind task failed: {e}")),
+            Ok(result) => result.map(|_| ()).map_err(ExtenderError::Bind),
+            Err(e) => Err(ExtenderError::BindTask(e.to_string())),
         }
     }
 
@@ -242,7 +166,7 @@ impl ApiBinder {
         config: &Config,
         args: &BindingArgs,
         known: Option<Pod>,
-    ) -> Result<&'static str, BindFailure> {
+    ) -> Result<BindCode, BindFailure> {
         let asked = Instant::now();
         let budget = Duration::from_secs_f64(config.scheduler.bind_timeout_seconds);
         let deadline = asked + budget;
@@ -261,7 +185,7 @@ impl ApiBinder {
         known: Option<Pod>,
         asked: Instant,
         deadline: Instant,
-    ) -> Result<&'static str, BindFailure> {
+    ) -> Result<BindCode, BindFailure> {
         let (ns, name, node) = (
             args.pod_namespace.as_str(),
             args.pod_name.as_str(),
@@ -280,7 +204,7 @@ impl ApiBinder {
             .await
             .map_err(|_| {
                 BindFailure::new(
-                    "bind_in_progress",
+                    BindCode::BindInProgress,
                     format!("pod {who}: another bind of this pod is still running"),
                 )
             })?;
@@ -314,26 +238,26 @@ impl ApiBinder {
         if let Some(bound) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             // kube-scheduler retries a bind whose answer it did not get.
             return if bound == node {
-                Ok("already_bound")
+                Ok(BindCode::AlreadyBound)
             } else {
                 Err(BindFailure::new(
-                    "bound_elsewhere",
+                    BindCode::BoundElsewhere,
                     format!("pod {who}: already bound to node {bound}, not {node}"),
                 ))
             };
         }
         let plan = crate::cluster::convert::pod_plan(&pod, config)
-            .map_err(|e| BindFailure::new("invalid_pod", format!("pod {who}: {e}")))?;
+            .map_err(|e| BindFailure::new(BindCode::InvalidPod, format!("pod {who}: {e}")))?;
         if !plan.request.has_gpus() {
             return match self.api.bind_pod(ns, name, &args.pod_uid, node, None).await {
-                Ok(()) => Ok("bound_without_gpus"),
+                Ok(()) => Ok(BindCode::BoundWithoutGpus),
                 Err(e) => match self.binding_outcome(&pod, args, None, &e).await {
-                    BindingOutcome::Bound => Ok("bound_without_gpus"),
+                    BindingOutcome::Bound => Ok(BindCode::BoundWithoutGpus),
                     BindingOutcome::NotBound(f) => {
                         Err(f.unwrap_or_else(|| BindFailure::api(&who, &e)))
                     }
                     BindingOutcome::Unknown(why) => Err(BindFailure::new(
-                        "binding_unknown",
+                        BindCode::BindingUnknown,
                         format!("pod {who}: {e}; whether the Binding landed is unknown ({why})"),
                     )),
                 },
@@ -356,7 +280,7 @@ impl ApiBinder {
         let _node_turn = match node_turn {
             Ok(turn) => turn,
             Err(e) => {
-                let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
+                let f = BindFailure::new(e.code().into(), format!("pod {who}: {e}"));
                 return Err(self.undo(cluster, config, &pod, args, locked, f).await);
             }
         };
@@ -383,7 +307,7 @@ impl ApiBinder {
                     }
                 }
                 Err(e) => {
-                    let f = BindFailure::new(e.code(), format!("pod {who}: {e}"));
+                    let f = BindFailure::new(e.code().into(), format!("pod {who}: {e}"));
                     return Err(self.undo(cluster, config, &pod, args, locked, f).await);
                 }
             }
@@ -395,8 +319,10 @@ impl ApiBinder {
         // One write: the API server copies the Binding's annotations (and,
         // from 1.35, labels) onto the pod as it assigns the node, so the
         // pod never carries an allocation for a node it is not bound to.
-        let devices = encode_pod_devices(&allocation.to_pod_devices());
-        let metadata = allocation_patch(&allocation, Timestamp::now().as_second());
+        let pod_devices = allocation.to_pod_devices();
+        let devices = encode_pod_devices(&pod_devices);
+        let metadata =
+            binding_metadata(&allocation.node, &pod_devices, Timestamp::now().as_second());
         let metadata = &metadata["metadata"];
         if let Err(e) = self
             .api
@@ -412,7 +338,7 @@ impl ApiBinder {
                     cluster.write().mark_bound(&args.pod_uid);
                     guard.disarm();
                     let f = BindFailure::new(
-                        "binding_unknown",
+                        BindCode::BindingUnknown,
                         format!(
                             "pod {who}: {e}; whether the Binding landed is unknown ({why}); \
                              the allocation and node lock are kept"
@@ -452,7 +378,7 @@ impl ApiBinder {
                 gpu_list(&allocation).join(", ")
             ),
         ));
-        Ok("bound")
+        Ok(BindCode::Bound)
     }
 
     /// After a failed `POST binding`: whether the pod is bound to the node
@@ -496,7 +422,7 @@ impl ApiBinder {
                             // Bound here by an earlier Binding, with other
                             // GPUs (or none of gpugate's): not this one.
                             BindingOutcome::NotBound(Some(BindFailure::new(
-                                "bound_elsewhere",
+                                BindCode::BoundElsewhere,
                                 format!(
                                     "pod {who}: already bound to node {n} by an earlier Binding, with devices {:?}",
                                     carried.unwrap_or("")
@@ -506,7 +432,7 @@ impl ApiBinder {
                     }
                     Some(n) => {
                         return BindingOutcome::NotBound(Some(BindFailure::new(
-                            "bound_elsewhere",
+                            BindCode::BoundElsewhere,
                             format!("pod {who}: already bound to node {n}, not {}", args.node),
                         )));
                     }
@@ -586,7 +512,7 @@ impl ApiBinder {
 /// The pod under the name is another pod than the one kube-scheduler binds.
 fn replaced(who: &str, found: &Pod, args: &BindingArgs) -> BindFailure {
     BindFailure::new(
-        "pod_replaced",
+        BindCode::PodReplaced,
         format!(
             "pod {who}: its uid is {}, not {} (deleted and created again)",
             found.metadata.uid.as_deref().unwrap_or("(none)"),
@@ -635,7 +561,7 @@ fn reserve(
     let mut view = cluster.write();
     if view.is_binding(&args.pod_uid) {
         return Err(BindFailure::new(
-            "bind_in_progress",
+            BindCode::BindInProgress,
             format!("pod {who}: another bind of this pod is in progress"),
         ));
     }
@@ -652,39 +578,18 @@ fn reserve(
         &args.node,
         Timestamp::now(),
     )
-    .map_err(|e| BindFailure::new(reserve_code(&e), e.message(who)))
+    .map_err(|e| reserve_failure(&e, who))
 }
 
-/// The bind outcome code of a reservation that failed.
-fn reserve_code(e: &ReserveError) -> &'static str {
-    match e {
-        ReserveError::Quota(_) => "quota_exceeded",
-        ReserveError::GangInvalid(_) => "gang_invalid",
-        ReserveError::DoesNotFit { .. } | ReserveError::Ledger(_) => "does_not_fit",
-        ReserveError::GangNotFit { .. } => "gang_not_fit",
-    }
-}
-
-/// HAMi's allocation annotations and label (hami-compat.md 4.1), as the
-/// `metadata` of a Binding (under `"metadata"`).
-pub fn allocation_patch(allocation: &Allocation, now_unix: i64) -> Value {
-    let devices = encode_pod_devices(&allocation.to_pod_devices());
-    let now = now_unix.to_string();
-    let mut labels = BTreeMap::new();
-    if allocation.node.len() <= LABEL_VALUE_MAX {
-        labels.insert(keys::VGPU_NODE, json!(allocation.node));
-    }
-    json!({"metadata": {
-        "annotations": {
-            keys::VGPU_NODE: allocation.node,
-            keys::VGPU_TIME: now,
-            keys::VGPU_DEVICES_TO_ALLOCATE: devices,
-            keys::VGPU_DEVICES_ALLOCATED: devices,
-            keys::BIND_PHASE: "allocating",
-            keys::BIND_TIME: now,
-        },
-        "labels": labels,
-    }})
+/// A reservation that failed, as the failure of the bind of pod `who`.
+pub fn reserve_failure(e: &ReserveError, who: &str) -> BindFailure {
+    let code = match e {
+        ReserveError::Quota(_) => BindCode::QuotaExceeded,
+        ReserveError::GangInvalid(_) => BindCode::GangInvalid,
+        ReserveError::DoesNotFit { .. } | ReserveError::Ledger(_) => BindCode::DoesNotFit,
+        ReserveError::GangNotFit { .. } => BindCode::GangNotFit,
+    };
+    BindFailure::new(code, e.message(who))
 }
 
 /// `uuid` of every GPU granted, in container order, without repeats.
@@ -720,52 +625,5 @@ mod tests {
         // One that never ends: the wait gives up at its deadline.
         let _stuck = RunningBind::start(&running);
         assert!(!running.wait_idle(Duration::from_millis(50)).await);
-    }
-    use crate::engine::DeviceGrant;
-
-    #[test]
-    fn the_patch_writes_what_hamis_device_plugin_reads() {
-        let a = Allocation {
-            node: "gpu-1".into(),
-            containers: vec![
-                vec![],
-                vec![DeviceGrant {
-                    uuid: "GPU-a".into(),
-                    mem_mib: 3000,
-                    cores: 30,
-                }],
-            ],
-            kinds: vec![crate::engine::ContainerKind::Init],
-        };
-        let p = allocation_patch(&a, 1_700_000_000);
-        let ann = &p["metadata"]["annotations"];
-        assert_eq!(ann["hami.io/vgpu-node"], "gpu-1");
-        assert_eq!(
-            ann["hami.io/vgpu-devices-allocated"],
-            ";GPU-a,NVIDIA,3000,30:;"
-        );
-        assert_eq!(
-            ann["hami.io/vgpu-devices-to-allocate"],
-            ann["hami.io/vgpu-devices-allocated"]
-        );
-        assert_eq!(ann["hami.io/bind-phase"], "allocating");
-        assert_eq!(ann["hami.io/bind-time"], "1700000000");
-        assert_eq!(ann["hami.io/vgpu-time"], "1700000000");
-        assert_eq!(p["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
-    }
-
-    #[test]
-    fn a_node_name_too_long_for_a_label_is_only_annotated() {
-        let a = Allocation {
-            node: "n".repeat(64),
-            containers: vec![],
-            kinds: vec![],
-        };
-        let p = allocation_patch(&a, 0);
-        assert_eq!(p["metadata"]["labels"], json!({}));
-        assert_eq!(
-            p["metadata"]["annotations"]["hami.io/vgpu-node"],
-            "n".repeat(64)
-        );
     }
 }

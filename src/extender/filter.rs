@@ -11,6 +11,7 @@ use crate::config::{Config, FilterMode};
 use crate::engine::PodPlan;
 use crate::placement::{self, NodeReason, Verdict};
 
+use super::error::ExtenderError;
 use super::wire::{Candidates, ExtenderArgs, FilterResult, HostPriority, NodeList, node_name};
 
 /// `/filter`'s answer, and the typed reason of every node it turns down
@@ -31,9 +32,13 @@ pub fn filter(
     let names = args.candidates.name_list();
     let plan = match crate::cluster::convert::pod_plan(&args.pod, config) {
         Ok(plan) => plan,
-        Err(e) => {
+        Err(source) => {
+            let e = ExtenderError::Plan {
+                pod: pod_name(&args.pod),
+                source,
+            };
             return Filtered {
-                answer: FilterResult::error(format!("pod {}: {e}", pod_name(&args.pod))),
+                answer: FilterResult::error(e.to_string()),
                 rejected: Vec::new(),
             };
         }
@@ -120,10 +125,14 @@ pub fn prioritize(
     config: &Config,
     args: &ExtenderArgs,
     now: Timestamp,
-) -> Result<Prioritized, String> {
+) -> Result<Prioritized, ExtenderError> {
     let names = args.candidates.names();
-    let plan = crate::cluster::convert::pod_plan(&args.pod, config)
-        .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
+    let plan = crate::cluster::convert::pod_plan(&args.pod, config).map_err(|source| {
+        ExtenderError::Plan {
+            pod: pod_name(&args.pod),
+            source,
+        }
+    })?;
     // A pod that no node can take gets no preference.
     let Verdict::Nodes(verdicts) =
         placement::judge(view, config, &args.pod, &plan, Some(&names), now)

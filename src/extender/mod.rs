@@ -5,6 +5,8 @@
 //! kube-scheduler expects; a body that cannot be read is such a problem.
 
 pub mod bind;
+pub mod bind_outcome;
+pub mod error;
 pub mod filter;
 pub mod preempt;
 pub mod recent;
@@ -18,7 +20,10 @@ use crate::cluster::events::PodEvent;
 use crate::cluster::{SharedCluster, pod_name, pod_namespace};
 use crate::config::Config;
 use crate::placement;
+
 use bind::ApiBinder;
+use bind_outcome::{BindCode, BindFailure};
+pub use error::ExtenderError;
 use recent::RecentPods;
 use wire::{
     BindingArgs, BindingResult, ExtenderArgs, FilterResult, HostPriority, PreemptionArgs,
@@ -64,16 +69,16 @@ impl Extender {
     }
 
     pub fn filter(&self, config: &Config, body: &[u8]) -> filter::Filtered {
-        let failed = |e: String| filter::Filtered {
-            answer: FilterResult::error(e),
+        let failed = |e: ExtenderError| filter::Filtered {
+            answer: FilterResult::error(e.to_string()),
             rejected: Vec::new(),
         };
         let args = match ExtenderArgs::parse(body) {
             Ok(a) => a,
-            Err(e) => return failed(e.to_string()),
+            Err(e) => return failed(e.into()),
         };
         if !self.cluster.is_synced() {
-            return failed("gpugate: cluster state not synced yet".to_string());
+            return failed(ExtenderError::NotSynced);
         }
         // A new scheduling cycle of the pod: what its last /prioritize
         // assumed is not its choice any more.
@@ -103,10 +108,14 @@ impl Extender {
         result
     }
 
-    pub fn prioritize(&self, config: &Config, body: &[u8]) -> Result<Vec<HostPriority>, String> {
-        let args = ExtenderArgs::parse(body).map_err(|e| e.to_string())?;
+    pub fn prioritize(
+        &self,
+        config: &Config,
+        body: &[u8],
+    ) -> Result<Vec<HostPriority>, ExtenderError> {
+        let args = ExtenderArgs::parse(body)?;
         if !self.cluster.is_synced() {
-            return Err("gpugate: cluster state not synced yet".to_string());
+            return Err(ExtenderError::NotSynced);
         }
         let now = Timestamp::now();
         let prioritized = filter::prioritize(&self.cluster.read(), config, &args, now)?;
@@ -132,10 +141,8 @@ impl Extender {
     /// [`bind`]), or, standalone, into the ledger only.
     pub async fn bind(&self, config: Arc<Config>, body: &[u8]) -> BindingResult {
         let result = match BindingArgs::parse(body) {
-            Err(e) => Err(e.to_string()),
-            Ok(_) if !self.cluster.is_synced() => {
-                Err("gpugate: cluster state not synced yet".to_string())
-            }
+            Err(e) => Err(ExtenderError::from(e)),
+            Ok(_) if !self.cluster.is_synced() => Err(ExtenderError::NotSynced),
             Ok(args) => match &self.bind_mode {
                 BindMode::Api(binder) => {
                     let known = self.recent.get(&args.pod_uid);
@@ -151,7 +158,7 @@ impl Extender {
             },
         };
         BindingResult {
-            error: result.err().unwrap_or_default(),
+            error: result.err().map(|e| e.to_string()).unwrap_or_default(),
         }
     }
 
@@ -159,28 +166,33 @@ impl Extender {
     /// picked, against the current ledger, and recorded there under the
     /// pod's UID. The pod is the one the latest `/filter` call with that UID
     /// carried.
-    fn bind_in_ledger(&self, config: &Config, args: &BindingArgs) -> Result<(), String> {
+    fn bind_in_ledger(&self, config: &Config, args: &BindingArgs) -> Result<(), ExtenderError> {
         let who = format!("{}/{}", args.pod_namespace, args.pod_name);
         if let Some(answer) = already_bound(&self.cluster.read(), args, &who) {
             return answer;
         }
-        let pod = self.recent.get(&args.pod_uid).ok_or_else(|| {
-            format!(
-                "pod {who} (uid {}): not seen in a filter call; gpugate binds only pods it filtered",
-                args.pod_uid
-            )
-        })?;
+        let pod = self
+            .recent
+            .get(&args.pod_uid)
+            .ok_or_else(|| ExtenderError::NotFiltered {
+                pod: who.clone(),
+                uid: args.pod_uid.clone(),
+            })?;
         if pod.metadata.name.as_deref() != Some(&args.pod_name)
             || pod_namespace(&pod) != args.pod_namespace
         {
-            return Err(format!(
-                "pod {who}: uid {} belongs to pod {}",
-                args.pod_uid,
-                pod_name(&pod)
-            ));
+            return Err(ExtenderError::UidMismatch {
+                pod: who,
+                uid: args.pod_uid.clone(),
+                owner: pod_name(&pod),
+            });
         }
-        let plan = crate::cluster::convert::pod_plan(&pod, config)
-            .map_err(|e| format!("pod {who}: {e}"))?;
+        let plan = crate::cluster::convert::pod_plan(&pod, config).map_err(|source| {
+            ExtenderError::Plan {
+                pod: who.clone(),
+                source,
+            }
+        })?;
         if !plan.request.has_gpus() {
             // Nothing for the ledger to hold.
             self.recent.forget(&args.pod_uid);
@@ -200,17 +212,17 @@ impl Extender {
             &args.node,
             Timestamp::now(),
         )
-        .map_err(|e| e.message(&who))?;
+        .map_err(|e| ExtenderError::Bind(bind::reserve_failure(&e, &who)))?;
         view.settle(&args.pod_uid);
         self.recent.forget(&args.pod_uid);
         tracing::info!(pod = %who, node = %args.node, "bound (ledger)");
         Ok(())
     }
 
-    pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, String> {
-        let args = PreemptionArgs::parse(body).map_err(|e| e.to_string())?;
+    pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, ExtenderError> {
+        let args = PreemptionArgs::parse(body)?;
         if !self.cluster.is_synced() {
-            return Err("gpugate: cluster state not synced yet".to_string());
+            return Err(ExtenderError::NotSynced);
         }
         preempt::preempt(&self.cluster.read(), config, &args)
     }
@@ -222,14 +234,17 @@ fn already_bound(
     view: &crate::cluster::ClusterView,
     args: &BindingArgs,
     who: &str,
-) -> Option<Result<(), String>> {
+) -> Option<Result<(), ExtenderError>> {
     let held = view.held_allocation(&args.pod_uid)?;
     Some(if held.node == args.node {
         Ok(())
     } else {
-        Err(format!(
-            "pod {who}: already bound to node {}, not {}",
-            held.node, args.node
-        ))
+        Err(ExtenderError::Bind(BindFailure::new(
+            BindCode::BoundElsewhere,
+            format!(
+                "pod {who}: already bound to node {}, not {}",
+                held.node, args.node
+            ),
+        )))
     })
 }

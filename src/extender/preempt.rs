@@ -16,15 +16,20 @@ use crate::cluster::{ClusterView, pod_name};
 use crate::config::Config;
 use crate::engine::{Allocation, PodPlan};
 
+use super::error::ExtenderError;
 use super::wire::{MetaPod, MetaVictims, PreemptionArgs, PreemptionResult};
 
 pub fn preempt(
     view: &ClusterView,
     config: &Config,
     args: &PreemptionArgs,
-) -> Result<PreemptionResult, String> {
-    let plan = crate::cluster::convert::pod_plan(&args.pod, config)
-        .map_err(|e| format!("pod {}: {e}", pod_name(&args.pod)))?;
+) -> Result<PreemptionResult, ExtenderError> {
+    let plan = crate::cluster::convert::pod_plan(&args.pod, config).map_err(|source| {
+        ExtenderError::Plan {
+            pod: pod_name(&args.pod),
+            source,
+        }
+    })?;
     let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     let mut result = PreemptionResult::default();
     for (node, proposed) in &args.victims {

@@ -5,6 +5,7 @@
 //! Formats are described in `../shared/hami-compat.md` sections 3 and 4 and
 //! summarised in `docs/architecture.md`.
 
+pub mod binding;
 pub mod cordon;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -270,33 +270,7 @@ impl Metrics {
             watch.objects.clone(),
         );
         let bind = BindMetrics::default();
-        registry.register(
-            "gpugate_bind",
-            "Binds through the API server, by result and code (bound, already_bound, \
-             node_lock_contention, conflict, does_not_fit, quota_exceeded, api_error, ...)",
-            bind.outcomes.clone(),
-        );
-        registry.register(
-            "gpugate_node_lock_wait_seconds",
-            "Time a bind waited for its node (in-process queue and hami.io/mutex.lock)",
-            bind.lock_wait.clone(),
-        );
-        registry.register(
-            "gpugate_assumed_reservations",
-            "Allocations held from /prioritize on the node kube-scheduler is likely to choose, \
-             until the pod's bind arrives",
-            bind.assumed.clone(),
-        );
-        registry.register(
-            "gpugate_assumed_reservations_expired",
-            "Assumed allocations dropped because no bind came within scheduler.assumeSeconds",
-            bind.assumed_expired.clone(),
-        );
-        registry.register(
-            "gpugate_bind_rollback_failures",
-            "Undo steps of failed binds that failed too (annotations left, lock not released)",
-            bind.rollback_failures.clone(),
-        );
+        bind.register(&mut registry);
         let g = ClusterGauges::default();
         for (name, help, gauge) in [
             (

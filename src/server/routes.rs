@@ -196,7 +196,7 @@ async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response
         "prioritize",
         |x, config| match x.prioritize(config, &body) {
             Ok(list) => (list, None),
-            Err(e) => (Vec::new(), Some(e)),
+            Err(e) => (Vec::new(), Some(e.to_string())),
         },
         |_| Vec::<HostPriority>::new(),
     )
@@ -230,7 +230,7 @@ async fn preempt(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         "preempt",
         |x, config| match x.preempt(config, &body) {
             Ok(r) => (r, None),
-            Err(e) => (PreemptionResult::default(), Some(e)),
+            Err(e) => (PreemptionResult::default(), Some(e.to_string())),
         },
         |_| PreemptionResult::default(),
     )

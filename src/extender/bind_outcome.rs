@@ -1,0 +1,175 @@
+//! What a bind came to: a stable code ([`BindCode`], a metric label), the
+//! failure with its whole story, and the metrics bind reports.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::cluster::api::ApiError;
+use crate::cluster::lock::LockCode;
+
+/// The outcome of one bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BindCode {
+    Bound,
+    /// kube-scheduler retried a bind that had landed.
+    AlreadyBound,
+    BoundWithoutGpus,
+    BindInProgress,
+    PodNotFound,
+    /// The pod under the name is another pod (deleted and created again).
+    PodReplaced,
+    Conflict,
+    ApiTimeout,
+    ApiError,
+    BoundElsewhere,
+    InvalidPod,
+    /// Whether the Binding landed is unknown; everything is kept.
+    BindingUnknown,
+    QuotaExceeded,
+    GangInvalid,
+    DoesNotFit,
+    GangNotFit,
+    Lock(LockCode),
+}
+
+impl BindCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindCode::Bound => "bound",
+            BindCode::AlreadyBound => "already_bound",
+            BindCode::BoundWithoutGpus => "bound_without_gpus",
+            BindCode::BindInProgress => "bind_in_progress",
+            BindCode::PodNotFound => "pod_not_found",
+            BindCode::PodReplaced => "pod_replaced",
+            BindCode::Conflict => "conflict",
+            BindCode::ApiTimeout => "api_timeout",
+            BindCode::ApiError => "api_error",
+            BindCode::BoundElsewhere => "bound_elsewhere",
+            BindCode::InvalidPod => "invalid_pod",
+            BindCode::BindingUnknown => "binding_unknown",
+            BindCode::QuotaExceeded => "quota_exceeded",
+            BindCode::GangInvalid => "gang_invalid",
+            BindCode::DoesNotFit => "does_not_fit",
+            BindCode::GangNotFit => "gang_not_fit",
+            BindCode::Lock(code) => code.as_str(),
+        }
+    }
+}
+
+impl From<LockCode> for BindCode {
+    fn from(code: LockCode) -> Self {
+        BindCode::Lock(code)
+    }
+}
+
+/// A bind that did not happen: a stable code and the whole story.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindFailure {
+    pub code: BindCode,
+    pub message: String,
+}
+
+impl BindFailure {
+    pub fn new(code: BindCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A failed API call about the pod `who`.
+    pub fn api(who: &str, e: &ApiError) -> Self {
+        let code = match e {
+            ApiError::NotFound { .. } => BindCode::PodNotFound,
+            ApiError::Conflict { .. } => BindCode::Conflict,
+            ApiError::Timeout { .. } => BindCode::ApiTimeout,
+            _ => BindCode::ApiError,
+        };
+        Self::new(code, format!("pod {who}: {e}"))
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BindLabels {
+    /// `ok` or `error`.
+    pub result: &'static str,
+    /// What happened: `bound`, `already_bound`, `node_lock_contention`, …
+    pub code: &'static str,
+}
+
+/// What bind reports to Prometheus.
+#[derive(Debug, Clone)]
+pub struct BindMetrics {
+    pub outcomes: Family<BindLabels, Counter>,
+    /// Time from asking for the node (in-process turn and HAMi's lock) to
+    /// holding it, for binds that got it.
+    pub lock_wait: Histogram,
+    /// Undo steps that failed (each is also in the bind's error).
+    pub rollback_failures: Counter,
+    /// Allocations held from `/prioritize` until the pod's bind.
+    pub assumed: Counter,
+    /// Of those, the ones no bind came for in time (dropped).
+    pub assumed_expired: Counter,
+}
+
+impl Default for BindMetrics {
+    fn default() -> Self {
+        Self {
+            outcomes: Family::default(),
+            // 1 ms to about 33 s.
+            lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            rollback_failures: Counter::default(),
+            assumed: Counter::default(),
+            assumed_expired: Counter::default(),
+        }
+    }
+}
+
+impl BindMetrics {
+    /// Counts one bind's outcome.
+    pub fn record(&self, outcome: Result<BindCode, BindCode>) {
+        let (result, code) = match outcome {
+            Ok(code) => ("ok", code),
+            Err(code) => ("error", code),
+        };
+        self.outcomes
+            .get_or_create(&BindLabels {
+                result,
+                code: code.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_bind",
+            "Binds through the API server, by result and code (bound, already_bound, \
+             node_lock_contention, conflict, does_not_fit, quota_exceeded, api_error, ...)",
+            self.outcomes.clone(),
+        );
+        registry.register(
+            "gpugate_node_lock_wait_seconds",
+            "Time a bind waited for its node (in-process queue and hami.io/mutex.lock)",
+            self.lock_wait.clone(),
+        );
+        registry.register(
+            "gpugate_assumed_reservations",
+            "Allocations held from /prioritize on the node kube-scheduler is likely to choose, \
+             until the pod's bind arrives",
+            self.assumed.clone(),
+        );
+        registry.register(
+            "gpugate_assumed_reservations_expired",
+            "Assumed allocations dropped because no bind came within scheduler.assumeSeconds",
+            self.assumed_expired.clone(),
+        );
+        registry.register(
+            "gpugate_bind_rollback_failures",
+            "Undo steps of failed binds that failed too (annotations left, lock not released)",
+            self.rollback_failures.clone(),
+        );
+    }
+}

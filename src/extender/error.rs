@@ -1,0 +1,39 @@
+//! Why an extender call could not be answered as asked. Rendered into the
+//! answer's `Error` field (filter, bind) or the log (prioritize, preempt,
+//! whose answers have none) only at the edge.
+
+use crate::engine::PlanError;
+
+use super::bind_outcome::BindFailure;
+use super::wire::WireError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExtenderError {
+    /// The body is not what the verb expects.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// Before the first full list (or the snapshot) is in.
+    #[error("gpugate: cluster state not synced yet")]
+    NotSynced,
+    /// The pod's GPU request or annotations cannot be read.
+    #[error("pod {pod}: {source}")]
+    Plan { pod: String, source: PlanError },
+    /// Standalone bind of a pod no `/filter` call carried.
+    #[error(
+        "pod {pod} (uid {uid}): not seen in a filter call; gpugate binds only pods it filtered"
+    )]
+    NotFiltered { pod: String, uid: String },
+    /// The UID kube-scheduler binds belongs to another pod.
+    #[error("pod {pod}: uid {uid} belongs to pod {owner}")]
+    UidMismatch {
+        pod: String,
+        uid: String,
+        owner: String,
+    },
+    /// The bind did not happen; the failure says what and why.
+    #[error("{}", .0.message)]
+    Bind(BindFailure),
+    /// The bind's own task ended without an answer.
+    #[error("bind task failed: {0}")]
+    BindTask(String),
+}
