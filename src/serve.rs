@@ -271,7 +271,7 @@ where
                 .ok();
             BindMode::Api(Arc::new(ApiBinder::new(
                 ApiCalls::new(client.clone(), &api_limits),
-                EventSink::spawn(client.clone(), &scheduler, instance),
+                EventSink::spawn(client.clone(), &scheduler, instance, metrics.events.clone()),
                 metrics.bind.clone(),
             )))
         }
@@ -285,15 +285,15 @@ where
         lifecycle.shutting_down.clone(),
     );
     if let Some(file) = config_file {
-        state.metrics.config_in_force(&file.stamp());
+        state.metrics.config.in_force(&file.stamp());
         let reporter = state.clone();
         tokio::spawn(file.watch(
             state.config.clone(),
             Duration::from_secs(args.reload_seconds),
             reload.config,
             move |outcome| match outcome {
-                Ok(stamp) => reporter.metrics.config_in_force(stamp),
-                Err(_) => reporter.metrics.config_refused(),
+                Ok(stamp) => reporter.metrics.config.in_force(stamp),
+                Err(_) => reporter.metrics.config.refused(),
             },
             stopped(),
         ));

@@ -678,7 +678,12 @@ async fn binds_to_one_node_wait_for_the_lock_the_device_plugin_releases() {
 #[tokio::test]
 async fn events_reach_the_api_server() {
     let api = FakeApi::default();
-    let sink = EventSink::spawn(api.client(), "hami-scheduler", Some("gpugate-0".into()));
+    let sink = EventSink::spawn(
+        api.client(),
+        "hami-scheduler",
+        Some("gpugate-0".into()),
+        Default::default(),
+    );
     let p: Pod = serde_json::from_value(pod("ml", "p", "u-p", 1, 0)).unwrap();
     sink.emit(PodEvent::new(
         &p,

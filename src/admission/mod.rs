@@ -7,6 +7,7 @@ pub mod fuzzing;
 pub mod handler;
 pub mod lean;
 pub mod limit_escapes;
+pub mod metrics;
 pub mod mutate;
 pub mod patch;
 pub mod pod;

@@ -3,12 +3,11 @@
 //! request: events go through a bounded queue to one background task, and
 //! when the queue is full they are dropped and counted.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
 /// Events waiting to be sent; beyond this they are dropped.
@@ -66,7 +65,24 @@ fn truncate(mut note: String) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct EventSink {
     tx: Option<mpsc::Sender<PodEvent>>,
-    dropped: Arc<AtomicU64>,
+    metrics: EventMetrics,
+}
+
+/// Events dropped because the queue was full.
+#[derive(Debug, Clone, Default)]
+pub struct EventMetrics {
+    pub dropped: Counter,
+}
+
+impl EventMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_events_dropped",
+            "Pod events (FilteringFailed, BindingFailed, BindingSucceeded) dropped because \
+             the queue to the API server was full",
+            self.dropped.clone(),
+        );
+    }
 }
 
 impl EventSink {
@@ -81,7 +97,7 @@ impl EventSink {
         (
             Self {
                 tx: Some(tx),
-                dropped: Arc::default(),
+                metrics: EventMetrics::default(),
             },
             rx,
         )
@@ -89,8 +105,14 @@ impl EventSink {
 
     /// Publishes events with `client` as `controller` until every sink clone
     /// is dropped.
-    pub fn spawn(client: Client, controller: &str, instance: Option<String>) -> Self {
-        let (sink, mut rx) = Self::channel(QUEUE);
+    pub fn spawn(
+        client: Client,
+        controller: &str,
+        instance: Option<String>,
+        metrics: EventMetrics,
+    ) -> Self {
+        let (mut sink, mut rx) = Self::channel(QUEUE);
+        sink.metrics = metrics;
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -124,13 +146,13 @@ impl EventSink {
         if let Some(tx) = &self.tx
             && tx.try_send(event).is_err()
         {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.dropped.inc();
         }
     }
 
     /// Events dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.metrics.dropped.get()
     }
 }
 
@@ -155,5 +177,21 @@ mod tests {
         sink.emit(PodEvent::new(&pod, true, "FilteringFailed", "b".into()));
         assert_eq!(sink.dropped(), 1);
         EventSink::none().emit(PodEvent::new(&pod, false, "BindingSucceeded", "c".into()));
+    }
+
+    #[test]
+    fn drops_are_exported_as_a_metric() {
+        let metrics = EventMetrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let (mut sink, _rx) = EventSink::channel(1);
+        sink.metrics = metrics;
+        let pod = Pod::default();
+        for note in ["a", "b", "c"] {
+            sink.emit(PodEvent::new(&pod, true, "FilteringFailed", note.into()));
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("gpugate_events_dropped_total 2"), "{text}");
     }
 }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod convert;
 pub mod events;
 pub mod lock;
+pub mod metrics;
 pub mod shared;
 pub mod snapshot;
 pub mod view;

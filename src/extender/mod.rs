@@ -8,6 +8,7 @@ pub mod bind;
 pub mod bind_outcome;
 pub mod error;
 pub mod filter;
+pub mod metrics;
 pub mod preempt;
 pub mod recent;
 pub mod wire;

@@ -11,6 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 use crate::config::{Config, ConfigError};
@@ -269,6 +274,78 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Config, ConfigError> {
         problem: format!("not UTF-8: {e}"),
     })?;
     Config::from_file_text(text, &origin)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigLabels {
+    /// SHA-256 of the config file in force (from the operator's file,
+    /// never from a request; one series at a time).
+    pub sha256: String,
+}
+
+/// Which config is in force, since when, and the versions refused.
+#[derive(Debug, Clone)]
+pub struct ConfigMetrics {
+    pub reload_errors: Counter,
+    info: Family<ConfigLabels, Gauge>,
+    loaded_at: Gauge,
+    last_reload_ok: Gauge,
+}
+
+impl Default for ConfigMetrics {
+    fn default() -> Self {
+        let m = Self {
+            reload_errors: Default::default(),
+            info: Default::default(),
+            loaded_at: Default::default(),
+            last_reload_ok: Default::default(),
+        };
+        m.last_reload_ok.set(1);
+        m
+    }
+}
+
+impl ConfigMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_config_reload_errors",
+            "Config file versions refused on reload (the version in force stays)",
+            self.reload_errors.clone(),
+        );
+        registry.register(
+            "gpugate_config_info",
+            "1 for the config file in force, labelled with its SHA-256",
+            self.info.clone(),
+        );
+        registry.register(
+            "gpugate_config_loaded_timestamp_seconds",
+            "When the config in force was loaded (Unix time)",
+            self.loaded_at.clone(),
+        );
+        registry.register(
+            "gpugate_config_last_reload_successful",
+            "1 if the last version of the config file read was put in force, 0 if refused",
+            self.last_reload_ok.clone(),
+        );
+    }
+
+    /// Records the config version put in force.
+    pub fn in_force(&self, stamp: &ConfigStamp) {
+        self.info.clear();
+        self.info
+            .get_or_create(&ConfigLabels {
+                sha256: stamp.sha256.clone(),
+            })
+            .set(1);
+        self.loaded_at.set(stamp.loaded_at);
+        self.last_reload_ok.set(1);
+    }
+
+    /// Records a config version refused (the one in force stays).
+    pub fn refused(&self) {
+        self.reload_errors.inc();
+        self.last_reload_ok.set(0);
+    }
 }
 
 #[cfg(test)]

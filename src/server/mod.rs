@@ -6,6 +6,7 @@ pub mod cert_secret;
 pub mod certs;
 pub mod config_reload;
 pub mod conn_metrics;
+pub mod hami_gauges;
 pub mod limits;
 pub mod listener;
 pub mod metrics;

@@ -139,7 +139,7 @@ fn review(
         Some(cluster) => decide(req, &config, Some(&cluster.read())),
         None => decide(req, &config, None),
     });
-    state.metrics.observe(
+    state.metrics.admission.observe(
         webhook,
         outcome.operation,
         outcome.result,
@@ -169,7 +169,8 @@ fn extender_call<T: serde::Serialize>(
     }
     state
         .metrics
-        .observe_extender(verb, error.is_none(), start.elapsed());
+        .extender
+        .observe(verb, error.is_none(), start.elapsed());
     axum::Json(answer).into_response()
 }
 
@@ -179,7 +180,7 @@ async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         "filter",
         |x, config| {
             let filtered = x.filter(config, &body);
-            state.metrics.observe_filter(&filtered);
+            state.metrics.extender.observe_filter(&filtered);
             let r = filtered.answer;
             let e = (!r.error.is_empty()).then(|| r.error.clone());
             (r, e)
@@ -218,7 +219,7 @@ async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     if !ok {
         tracing::warn!(verb = "bind", error = %result.error, "extender");
     }
-    state.metrics.observe_extender("bind", ok, start.elapsed());
+    state.metrics.extender.observe("bind", ok, start.elapsed());
     axum::Json(result).into_response()
 }
 

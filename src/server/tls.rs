@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -208,4 +210,43 @@ pub async fn watch(
         ),
     })
     .await;
+}
+/// The serving certificate's expiry and failed reloads, read from the
+/// reloading certificate on every scrape.
+#[derive(Debug, Default)]
+pub struct CertMetrics {
+    cert: Option<Arc<ReloadingCert>>,
+    not_after: Gauge,
+    reload_errors: Gauge,
+}
+
+impl CertMetrics {
+    pub fn new(cert: Option<Arc<ReloadingCert>>) -> Self {
+        Self {
+            cert,
+            ..Self::default()
+        }
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_tls_cert_not_after_timestamp_seconds",
+            "Expiry (Unix time) of the serving certificate in use",
+            self.not_after.clone(),
+        );
+        registry.register(
+            "gpugate_tls_cert_reload_errors",
+            "Certificate reloads that failed and kept the previous pair",
+            self.reload_errors.clone(),
+        );
+    }
+
+    /// Reads the certificate in use.
+    pub fn sample(&self) {
+        if let Some(cert) = &self.cert {
+            self.not_after.set(cert.not_after());
+            self.reload_errors
+                .set(i64::try_from(cert.reload_errors()).unwrap_or(i64::MAX));
+        }
+    }
 }

@@ -1,0 +1,123 @@
+//! The cluster view's metrics: what the watchers listed, missed and failed
+//! at, by kind, and the view's counts, sampled on every scrape.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::view::ViewCounts;
+use super::watch::WatchObserver;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// Watch errors and re-list drift, by kind; handed to the watchers.
+#[derive(Clone, Debug, Default)]
+pub struct WatchMetrics {
+    pub errors: Family<KindLabels, Counter>,
+    pub drift: Family<KindLabels, Counter>,
+    pub objects: Family<KindLabels, Gauge>,
+}
+
+impl WatchMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_watch_errors",
+            "API watch failures (retried with backoff), by kind",
+            self.errors.clone(),
+        );
+        registry.register(
+            "gpugate_ledger_drift",
+            "Objects a re-list found gone that the watch had missed, by kind",
+            self.drift.clone(),
+        );
+        registry.register(
+            "gpugate_watch_listed_objects",
+            "Objects in the last full list, by kind",
+            self.objects.clone(),
+        );
+    }
+}
+
+impl WatchObserver for WatchMetrics {
+    fn listed(&self, kind: &'static str, objects: usize, drift: usize) {
+        let labels = KindLabels { kind };
+        self.objects
+            .get_or_create(&labels)
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+        self.drift
+            .get_or_create(&labels)
+            .inc_by(u64::try_from(drift).unwrap_or(u64::MAX));
+    }
+
+    fn error(&self, kind: &'static str, _error: &str) {
+        self.errors.get_or_create(&KindLabels { kind }).inc();
+    }
+}
+
+/// Gauges sampled from the cluster view when metrics are scraped.
+#[derive(Debug, Default)]
+pub struct ViewGauges {
+    synced: Gauge,
+    nodes: Gauge,
+    gpus: Gauge,
+    allocations: Gauge,
+    unaccounted: Gauge,
+    nodes_with_problems: Gauge,
+}
+
+impl ViewGauges {
+    pub fn register(&self, registry: &mut Registry) {
+        for (name, help, gauge) in [
+            (
+                "gpugate_cluster_synced",
+                "1 once every watched kind has been listed (or the snapshot loaded)",
+                &self.synced,
+            ),
+            (
+                "gpugate_cluster_nodes",
+                "Nodes known (with or without readable GPUs)",
+                &self.nodes,
+            ),
+            (
+                "gpugate_cluster_gpus",
+                "GPUs registered on known nodes",
+                &self.gpus,
+            ),
+            (
+                "gpugate_ledger_allocations",
+                "Pods the ledger holds GPUs for",
+                &self.allocations,
+            ),
+            (
+                "gpugate_ledger_unaccounted",
+                "Held allocations not counted on any node (unknown node or GPU, unreadable)",
+                &self.unaccounted,
+            ),
+            (
+                "gpugate_cluster_nodes_with_problems",
+                "Nodes whose inventory, cordon list or pair scores cannot be read",
+                &self.nodes_with_problems,
+            ),
+        ] {
+            registry.register(name, help, gauge.clone());
+        }
+    }
+
+    /// Sets the gauges from the view's counts.
+    pub fn set(&self, synced: bool, c: ViewCounts) {
+        let set = |gauge: &Gauge, n: usize| {
+            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set(&self.synced, usize::from(synced));
+        set(&self.nodes, c.nodes);
+        set(&self.gpus, c.gpus);
+        set(&self.allocations, c.allocations);
+        set(&self.unaccounted, c.unaccounted);
+        set(&self.nodes_with_problems, c.nodes_with_problems);
+    }
+}

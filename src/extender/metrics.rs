@@ -1,0 +1,121 @@
+//! The extender's metrics: calls answered by verb and result, the time to
+//! answer, and `/filter`'s decisions and the reason codes of the nodes it
+//! turned down. (Bind's own outcomes are in `bind_outcome.rs`.)
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::filter::Filtered;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    /// `filter`, `prioritize`, `bind` or `preempt`.
+    pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A reason code from a fixed set (`placement::ReasonCode`).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbResultLabels {
+    pub verb: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// What the extender reports to Prometheus.
+#[derive(Debug, Clone)]
+pub struct ExtenderMetrics {
+    pub requests: Family<VerbResultLabels, Counter>,
+    pub latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
+    filter_decisions: Family<ResultLabels, Counter>,
+    filter_rejections: Family<ReasonLabels, Counter>,
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            // 0.1 ms to about 52 s (a bind may wait for a node lock).
+            latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+            }),
+            filter_decisions: Family::default(),
+            filter_rejections: Family::default(),
+        }
+    }
+}
+
+impl ExtenderMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_extender_requests",
+            "Extender calls answered, by verb and result",
+            self.requests.clone(),
+        );
+        registry.register(
+            "gpugate_extender_duration_seconds",
+            "Time to answer an extender call, by verb",
+            self.latency.clone(),
+        );
+        registry.register(
+            "gpugate_filter_decisions",
+            "Filter answers, by result (feasible, unschedulable, error)",
+            self.filter_decisions.clone(),
+        );
+        registry.register(
+            "gpugate_filter_rejections",
+            "Nodes a filter call rejected, by reason code (CardInsufficientMemory, \
+             ResourceQuotaNotFit, GangNotFit, NodeUnregistered, ...)",
+            self.filter_rejections.clone(),
+        );
+    }
+
+    /// Records a filter answer: its result and each rejected node's reason.
+    pub fn observe_filter(&self, filtered: &Filtered) {
+        let answer = &filtered.answer;
+        let result = if !answer.error.is_empty() {
+            "error"
+        } else if answer.feasible_count() > 0 {
+            "feasible"
+        } else {
+            "unschedulable"
+        };
+        self.filter_decisions
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        let mut counts: std::collections::HashMap<&'static str, u64> = Default::default();
+        for (_, reason) in &filtered.rejected {
+            *counts.entry(reason.code().as_str()).or_default() += 1;
+        }
+        for (reason, n) in counts {
+            self.filter_rejections
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(n);
+        }
+    }
+
+    /// Records one extender call.
+    pub fn observe(&self, verb: &'static str, ok: bool, elapsed: Duration) {
+        let result = if ok { "ok" } else { "error" };
+        self.requests
+            .get_or_create(&VerbResultLabels { verb, result })
+            .inc();
+        self.latency
+            .get_or_create(&VerbLabels { verb })
+            .observe(elapsed.as_secs_f64());
+    }
+}

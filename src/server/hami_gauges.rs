@@ -1,0 +1,430 @@
+//! HAMi's scheduler gauges (`hami_*`), sampled from the cluster view on
+//! each scrape and encoded as their own collector, a batch of series at a
+//! time (see [`super::metrics::Metrics::encode_chunks`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use crate::cluster::ClusterView;
+use crate::engine::Usage;
+
+/// Series of HAMi's gauges per piece of the `/metrics` text (about 150 KB).
+pub const HAMI_BATCH: usize = 1000;
+
+/// The constant label HAMi's scheduler puts on its cluster gauges.
+pub const HAMI_ZONE: &str = "vGPU";
+
+/// Bytes in a MiB: HAMi's gauges report memory in bytes.
+const MIB: u64 = 1024 * 1024;
+
+/// HAMi's scheduler gauges (`cmd/scheduler/metrics.go`), sampled from the
+/// cluster view on each scrape and encoded through a registry of that
+/// scrape only, with the constant label `zone="vGPU"`. Dashboards and
+/// alerts written for hami-scheduler keep working:
+///
+/// - per node and GPU (`node`, `device_uuid`, `device_index`, `device_type`;
+///   `device_type` is the model the device plugin registered):
+///   `hami_gpu_memory_limit_bytes` (the GPU's memory),
+///   `hami_gpu_core_limit_ratio` (its cores, `devcore`),
+///   `hami_gpu_memory_allocated_bytes` (+ `device_cores`: memory held),
+///   `hami_gpu_shared_count` (vGPUs held), `hami_gpu_core_allocated_ratio`
+///   (cores held), `hami_node_gpu_overview` (+ `device_cores` and
+///   `device_memory_limit` in MiB: memory held) and
+///   `hami_node_gpu_memory_allocated_ratio` (held / total memory, not
+///   emitted for a GPU that reports no memory);
+/// - per namespace and quota resource: `hami_resource_quota_used`
+///   (`namespace`, `quota_name`, `limit`) and `hami_resource_quota_limit`
+///   (`namespace`, `quota_name`), see [`QuotaRow`];
+/// - per held pod, container and GPU: `hami_vgpu_memory_allocated_bytes` and
+///   `hami_vgpu_core_allocated_ratio` (`namespace`, `node`, `pod`,
+///   `container_index`, `device_uuid`), from the pod's allocation as the
+///   ledger holds it (applied to its node or not); `container_index`
+///   counts init containers first, as HAMi's device annotations do.
+///
+/// Left out: `hami_node_gpu_mig_instance_info` (gpugate does not hand out
+/// MIG instances), `hami_build_info`, and the names HAMi's
+/// `--legacy-metrics` adds (`GPUDeviceMemoryLimit`, `nodeGPUOverview`,
+/// `QuotaUsed`, `vGPUMemoryAllocated`, …).
+///
+/// Where HAMi's code (at 4707fb02, v2.10.0, the version hami-compat.md
+/// describes) mixes values up, the gauges carry what their names and
+/// hami-compat.md section 7 say: that code emits Usedcores as
+/// `hami_gpu_core_limit_ratio` and Totalcore as
+/// `hami_gpu_core_allocated_ratio` for non-AMD GPUs, and swaps the
+/// `device_cores` and `device_memory_limit` values of
+/// `hami_node_gpu_overview`. Core values are the registered `devcore` and
+/// the cores held, unscaled (HAMi rescales only AMD's to 100, and some HAMi
+/// versions all; the same numbers for GPUs registered with 100 cores).
+#[derive(Debug, Default)]
+pub struct HamiGauges {
+    /// Node name order, then GPU index order.
+    gpus: Vec<GpuRow>,
+    /// Namespace order, memory before cores.
+    quotas: Vec<QuotaRow>,
+    /// Namespace, pod, container and GPU order.
+    vgpus: Vec<VgpuRow>,
+}
+
+/// One GPU of one node, with its labels rendered.
+#[derive(Debug)]
+struct GpuRow {
+    node: String,
+    uuid: String,
+    index: String,
+    model: String,
+    /// `capacity.cores`, for `device_cores`.
+    total_cores: String,
+    /// `capacity.mem_mib`, for `device_memory_limit`.
+    total_mem_mib: String,
+    capacity: Usage,
+    used: Usage,
+}
+
+/// One GPU quota resource of one namespace, as HAMi's quota cache keys
+/// them: `quota_name` is the **resource name** (`nvidia.com/gpumem`,
+/// `nvidia.com/gpucores`, or what `resourceMemoryName` and
+/// `resourceCoreName` say), not the ResourceQuota object's name; several
+/// ResourceQuotas of a namespace make one row with the tightest limit (as
+/// HAMi and Kubernetes both enforce the tightest). `used` is what the
+/// namespace's held pods take (memory in MiB as granted, i.e. after
+/// `memoryFactor`; cores in percent of a GPU); `limit` is the ResourceQuota
+/// value as written (not scaled by `memoryFactor`), `"0"` in the `limit`
+/// label when there is none, and `hami_resource_quota_limit` is emitted only
+/// when there is one.
+///
+/// Rows exist for a resource with a limit, and for both resources of a
+/// namespace whose pods hold GPUs. Unlike HAMi, whose cache keeps an entry
+/// at 0 forever once a namespace has used GPUs, a namespace without limits
+/// whose last GPU pod is gone has no rows.
+#[derive(Debug)]
+struct QuotaRow {
+    namespace: String,
+    resource: String,
+    used: u64,
+    limit: Option<u64>,
+}
+
+/// One GPU granted to one container of a held pod.
+#[derive(Debug)]
+struct VgpuRow {
+    namespace: String,
+    node: String,
+    pod: String,
+    container: usize,
+    uuid: String,
+    mem_mib: u64,
+    cores: u32,
+}
+
+impl HamiGauges {
+    /// Copies what the gauges need; `memory` and `cores` are the quota
+    /// resource names.
+    pub fn sample(view: &ClusterView, memory: &str, cores: &str) -> Self {
+        let gpus = view
+            .state()
+            .nodes()
+            .flat_map(|n| {
+                n.gpus.iter().zip(&n.usage).map(|(g, used)| GpuRow {
+                    node: n.name.clone(),
+                    uuid: g.uuid.clone(),
+                    index: g.index.to_string(),
+                    model: g.model.clone(),
+                    total_cores: g.capacity.cores.to_string(),
+                    total_mem_mib: g.capacity.mem_mib.to_string(),
+                    capacity: g.capacity,
+                    used: *used,
+                })
+            })
+            .collect();
+
+        let namespaces: BTreeSet<&str> = view
+            .quota_namespaces()
+            .chain(view.quota_used_namespaces())
+            .collect();
+        let mut quotas = Vec::new();
+        for ns in namespaces {
+            let used = view.quota_used(ns);
+            // Values that are not whole numbers are ignored here as by the
+            // quota check; the check reports them.
+            let (limits, _) = view.quota_limits(ns, memory, cores);
+            for (resource, used_amount, limit) in [
+                (memory, used.mem_mib, limits.mem_mib),
+                (cores, used.cores, limits.cores),
+            ] {
+                if limit.is_some() || !used.is_zero() {
+                    quotas.push(QuotaRow {
+                        namespace: ns.to_string(),
+                        resource: resource.to_string(),
+                        used: used_amount,
+                        limit,
+                    });
+                }
+            }
+        }
+
+        let mut vgpus: Vec<VgpuRow> = view
+            .held_pod_allocations()
+            .flat_map(|(namespace, pod, a)| {
+                a.containers
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(container, devices)| {
+                        devices
+                            .iter()
+                            // HAMi skips grants without a UUID too.
+                            .filter(|d| !d.uuid.is_empty())
+                            .map(move |d| VgpuRow {
+                                namespace: namespace.to_string(),
+                                node: a.node.clone(),
+                                pod: pod.to_string(),
+                                container,
+                                uuid: d.uuid.clone(),
+                                mem_mib: d.mem_mib,
+                                cores: d.cores,
+                            })
+                    })
+            })
+            .collect();
+        vgpus.sort_unstable_by(|a, b| {
+            (&a.namespace, &a.pod, a.container, &a.uuid, &a.node).cmp(&(
+                &b.namespace,
+                &b.pod,
+                b.container,
+                &b.uuid,
+                &b.node,
+            ))
+        });
+        HamiGauges {
+            gpus,
+            quotas,
+            vgpus,
+        }
+    }
+}
+
+impl GpuRow {
+    fn labels(&self) -> [(&'static str, &str); 4] {
+        [
+            ("node", &self.node),
+            ("device_uuid", &self.uuid),
+            ("device_index", &self.index),
+            ("device_type", &self.model),
+        ]
+    }
+}
+
+impl VgpuRow {
+    fn labels<'a>(&'a self, container: &'a str) -> [(&'static str, &'a str); 5] {
+        [
+            ("namespace", &self.namespace),
+            ("node", &self.node),
+            ("pod", &self.pod),
+            ("container_index", container),
+            ("device_uuid", &self.uuid),
+        ]
+    }
+}
+
+/// Encodes one gauge family; nothing at all when it has no series.
+fn gauge_family<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+fn bytes(mib: u64) -> u64 {
+    mib.saturating_mul(MIB)
+}
+
+/// Series `range` of one family of HAMi's gauges.
+#[derive(Debug)]
+pub struct HamiBatch {
+    pub sample: Arc<HamiGauges>,
+    pub family: usize,
+    pub range: std::ops::Range<usize>,
+}
+
+impl Collector for HamiBatch {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.sample
+            .encode_family(self.family, self.range.clone(), &mut encoder)
+    }
+}
+
+impl HamiGauges {
+    /// Families 0-6 are per GPU, 7-8 per quota row, 9-10 per vGPU.
+    pub const FAMILIES: usize = 11;
+
+    pub fn family_len(&self, family: usize) -> usize {
+        match family {
+            0..=6 => self.gpus.len(),
+            7..=8 => self.quotas.len(),
+            _ => self.vgpus.len(),
+        }
+    }
+
+    /// Encodes rows `range` of one family, in the order of HAMi's
+    /// scheduler (nothing when none of them has a series).
+    pub fn encode_family(
+        &self,
+        family: usize,
+        range: std::ops::Range<usize>,
+        e: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        fn rows<T>(all: &[T], range: std::ops::Range<usize>) -> &[T] {
+            all.get(range).unwrap_or(&[])
+        }
+        let gpus = rows(&self.gpus, range.clone());
+        let quotas = rows(&self.quotas, range.clone());
+        let vgpus = rows(&self.vgpus, range);
+        match family {
+            0 => gauge_family(
+                e,
+                "hami_gpu_memory_limit_bytes",
+                "Device memory limit for a certain GPU.",
+                gpus.iter().map(|g| (g.labels(), bytes(g.capacity.mem_mib))),
+            ),
+            1 => gauge_family(
+                e,
+                "hami_gpu_core_limit_ratio",
+                "Device core limit for a certain GPU.",
+                gpus.iter().map(|g| (g.labels(), g.capacity.cores)),
+            ),
+            2 => gauge_family(
+                e,
+                "hami_gpu_memory_allocated_bytes",
+                "Device memory allocated for a certain GPU.",
+                gpus.iter().map(|g| {
+                    let [node, uuid, index, model] = g.labels();
+                    (
+                        [node, uuid, index, ("device_cores", &g.total_cores), model],
+                        bytes(g.used.mem_mib),
+                    )
+                }),
+            ),
+            3 => gauge_family(
+                e,
+                "hami_gpu_shared_count",
+                "Number of containers sharing this GPU.",
+                gpus.iter().map(|g| (g.labels(), g.used.slots)),
+            ),
+            4 => gauge_family(
+                e,
+                "hami_gpu_core_allocated_ratio",
+                "Device core allocated for a certain GPU.",
+                gpus.iter().map(|g| (g.labels(), g.used.cores)),
+            ),
+            5 => gauge_family(
+                e,
+                "hami_node_gpu_overview",
+                "GPU overview on a certain node.",
+                gpus.iter().map(|g| {
+                    let [node, uuid, index, model] = g.labels();
+                    (
+                        [
+                            node,
+                            uuid,
+                            index,
+                            ("device_cores", &g.total_cores),
+                            ("device_memory_limit", &g.total_mem_mib),
+                            model,
+                        ],
+                        bytes(g.used.mem_mib),
+                    )
+                }),
+            ),
+            6 => gauge_family(
+                e,
+                "hami_node_gpu_memory_allocated_ratio",
+                "GPU Memory Allocated Percentage on a certain GPU.",
+                gpus.iter()
+                    .filter(|g| g.capacity.mem_mib > 0)
+                    .map(|g| (g.labels(), ratio(g.used.mem_mib, g.capacity.mem_mib))),
+            ),
+            7 => {
+                let limits: Vec<String> = quotas
+                    .iter()
+                    .map(|q| q.limit.unwrap_or(0).to_string())
+                    .collect();
+                gauge_family(
+                    e,
+                    "hami_resource_quota_used",
+                    "resourcequota usage for a certain device.",
+                    quotas.iter().zip(&limits).map(|(q, limit)| {
+                        (
+                            [
+                                ("namespace", q.namespace.as_str()),
+                                ("quota_name", &q.resource),
+                                ("limit", limit),
+                            ],
+                            q.used,
+                        )
+                    }),
+                )
+            }
+            8 => gauge_family(
+                e,
+                "hami_resource_quota_limit",
+                "resourcequota limit for a certain device.",
+                quotas.iter().filter_map(|q| {
+                    q.limit.map(|limit| {
+                        (
+                            [
+                                ("namespace", q.namespace.as_str()),
+                                ("quota_name", &q.resource),
+                            ],
+                            limit,
+                        )
+                    })
+                }),
+            ),
+            9 => {
+                let containers: Vec<String> =
+                    vgpus.iter().map(|v| v.container.to_string()).collect();
+                gauge_family(
+                    e,
+                    "hami_vgpu_memory_allocated_bytes",
+                    "vGPU memory allocated from a container.",
+                    vgpus
+                        .iter()
+                        .zip(&containers)
+                        .map(|(v, c)| (v.labels(c), bytes(v.mem_mib))),
+                )
+            }
+            _ => {
+                let containers: Vec<String> =
+                    vgpus.iter().map(|v| v.container.to_string()).collect();
+                gauge_family(
+                    e,
+                    "hami_vgpu_core_allocated_ratio",
+                    "vGPU core allocated from a container.",
+                    vgpus
+                        .iter()
+                        .zip(&containers)
+                        .map(|(v, c)| (v.labels(c), v.cores)),
+                )
+            }
+        }
+    }
+}
+
+/// `part / whole` as a float (`whole` is not 0).
+fn ratio(part: u64, whole: u64) -> f64 {
+    // MiB counts stay far below 2^52, where f64 is exact.
+    part as f64 / whole as f64
+}
