@@ -128,7 +128,7 @@ fn the_ledger_rebuilt_from_annotations_counts_a_sidecar_beside_its_app() {
             cores: 0
         }
     );
-    assert_eq!(view.quota_used("ml").mem_mib, 12_000);
+    assert_eq!(view.quotas().used("ml").mem_mib, 12_000);
 }
 
 #[test]

@@ -115,7 +115,7 @@ pub fn validate(
         }
     }
     if let Some(view) = cluster {
-        let (quota, problems) = view.quota(namespace, nv);
+        let (quota, problems) = view.quotas().quota(namespace, nv);
         warnings.extend(problems);
         if let Err(e) = quota.check(QuotaAmount::of_request(&plan.request)) {
             let key = match e.resource {

@@ -129,7 +129,7 @@ impl Watched for ResourceQuota {
         }
     }
     fn held(view: &ClusterView) -> Vec<String> {
-        view.quota_keys()
+        view.quotas().keys()
     }
 }
 

@@ -18,7 +18,7 @@ pub fn check_request(
     plan: &PodPlan,
     nv: &NvidiaConfig,
 ) -> Result<(), QuotaRefusal> {
-    let (quota, _) = view.quota(namespace, nv);
+    let (quota, _) = view.quotas().quota(namespace, nv);
     if quota.limits.is_empty() {
         return Ok(());
     }
@@ -48,7 +48,7 @@ pub fn check_allocation(
     allocation: &Allocation,
     nv: &NvidiaConfig,
 ) -> Result<(), QuotaRefusal> {
-    let (quota, _) = view.quota(namespace, nv);
+    let (quota, _) = view.quotas().quota(namespace, nv);
     quota
         .check(QuotaAmount::of_allocation(allocation))
         .map_err(QuotaRefusal::Exceeded)

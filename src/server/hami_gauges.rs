@@ -142,15 +142,16 @@ impl HamiGauges {
             .collect();
 
         let namespaces: BTreeSet<&str> = view
-            .quota_namespaces()
-            .chain(view.quota_used_namespaces())
+            .quotas()
+            .namespaces()
+            .chain(view.quotas().used_namespaces())
             .collect();
         let mut quotas = Vec::new();
         for ns in namespaces {
-            let used = view.quota_used(ns);
+            let used = view.quotas().used(ns);
             // Values that are not whole numbers are ignored here as by the
             // quota check; the check reports them.
-            let (limits, _) = view.quota_limits(ns, memory, cores);
+            let (limits, _) = view.quotas().limits(ns, memory, cores);
             for (resource, used_amount, limit) in [
                 (memory, used.mem_mib, limits.mem_mib),
                 (cores, used.cores, limits.cores),

@@ -1,0 +1,200 @@
+//! The allocation ledger: what each pod holds, keyed by its UID, read
+//! from its annotations (or reserved by gpugate, see `reservations.rs`),
+//! applied to its node's GPUs when it can be and kept aside as
+//! *unaccounted* when it cannot, and counted against its namespace's quota.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cluster::convert::{pod_allocation, pod_finished, pod_name, pod_namespace};
+use crate::engine::{Allocation, QuotaAmount};
+
+use super::{ClusterView, HeldPod, Reservation, pod_priority};
+
+impl ClusterView {
+    /// Records a pod under `key` (its UID). Returns the problem when its
+    /// allocation cannot be counted on a node.
+    pub fn upsert_pod(&mut self, key: &str, pod: &Pod) -> Option<String> {
+        self.gangs.track(key, pod);
+        let name = pod_name(pod);
+        let namespace = pod_namespace(pod).to_string();
+        // A reservation is gpugate's own word only while the pod is unbound
+        // and unfinished; once the API server shows it bound or finished,
+        // the pod is the truth.
+        let finished = pod_finished(pod);
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let reserved = !finished
+            && !bound
+            && self
+                .pods
+                .get(key)
+                .is_some_and(|p| p.reservation != Reservation::Settled);
+        match pod_allocation(pod) {
+            Ok(None) if reserved => None,
+            Ok(None) => {
+                self.forget_allocation(key);
+                None
+            }
+            Ok(Some(allocation)) => {
+                if let Some(held) = self
+                    .pods
+                    .get_mut(key)
+                    .filter(|p| p.allocation.as_ref() == Some(&allocation))
+                {
+                    // Status updates of a running pod: nothing changes. A
+                    // reservation of a bound pod is now carried by the pod.
+                    if !reserved {
+                        held.reservation = Reservation::Settled;
+                        self.unsettled.remove(key);
+                    }
+                    return held.unaccounted.clone();
+                }
+                if reserved {
+                    // The pod as it was before bind wrote its annotations.
+                    return None;
+                }
+                self.forget_allocation(key);
+                let amount = QuotaAmount::of_allocation(&allocation);
+                let unaccounted = self
+                    .state
+                    .apply(key, allocation.clone())
+                    .err()
+                    .map(|e| format!("pod {name}: {e}"));
+                self.hold(
+                    key,
+                    HeldPod {
+                        name,
+                        priority: pod_priority(pod),
+                        namespace,
+                        amount,
+                        unaccounted,
+                        allocation: Some(allocation),
+                        reservation: Reservation::Settled,
+                    },
+                )
+            }
+            Err(_) if reserved => None,
+            Err(e) => {
+                self.forget_allocation(key);
+                // Unreadable: nothing to place on a node, but the pod is
+                // reported and its namespace is not told it has room it may
+                // not have.
+                self.hold(
+                    key,
+                    HeldPod {
+                        name,
+                        priority: pod_priority(pod),
+                        namespace,
+                        amount: QuotaAmount::default(),
+                        unaccounted: Some(e.to_string()),
+                        allocation: None,
+                        reservation: Reservation::Settled,
+                    },
+                )
+            }
+        }
+    }
+
+    pub(super) fn hold(&mut self, key: &str, pod: HeldPod) -> Option<String> {
+        self.quotas.add_used(&pod.namespace, pod.amount);
+        let unaccounted = pod.unaccounted.clone();
+        self.pods.insert(key.to_string(), pod);
+        unaccounted
+    }
+
+    /// A complete list lacks the pod: it was deleted while the watch was
+    /// down, unless a bind of it is in flight (the list may predate it; the
+    /// bind itself fails and releases if the pod is gone).
+    pub fn pod_missing_from_list(&mut self, key: &str) {
+        if !self.is_binding(key) {
+            self.delete_pod(key);
+        }
+    }
+
+    /// UIDs of every pod the view keeps: those holding GPUs and unbound
+    /// gang members.
+    pub fn tracked_pods(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.pods.keys().cloned().collect();
+        keys.extend(
+            self.gangs
+                .tracked()
+                .filter(|k| !self.pods.contains_key(*k))
+                .map(str::to_string),
+        );
+        keys
+    }
+
+    /// The pod was listed without an allocation (a re-list keeps only the
+    /// UIDs of such pods), or is missing from a list (which may lag behind
+    /// a pod just created): frees what it held, unless gpugate reserved it.
+    pub fn pod_holds_nothing(&mut self, key: &str) {
+        // Gang members are listed whole, so this pod is in no group.
+        self.gangs.untrack(key);
+        if !self
+            .pods
+            .get(key)
+            .is_some_and(|p| p.reservation != Reservation::Settled)
+        {
+            self.forget_allocation(key);
+        }
+    }
+
+    /// The priority of a held pod (0 when unknown).
+    pub fn held_priority(&self, key: &str) -> Option<i32> {
+        self.pods.get(key).map(|p| p.priority)
+    }
+
+    /// Forgets a deleted pod: its GPUs, quota, group membership and the
+    /// capacity held for it.
+    pub fn delete_pod(&mut self, key: &str) {
+        self.forget_allocation(key);
+        self.gangs.untrack(key);
+        self.release_gang_hold(key);
+    }
+
+    /// Frees what a pod holds (GPUs and quota); the pod itself may live on.
+    pub fn forget_allocation(&mut self, key: &str) {
+        self.unsettled.remove(key);
+        let Some(old) = self.pods.remove(key) else {
+            return;
+        };
+        self.state.remove(key);
+        self.quotas.release_used(&old.namespace, old.amount);
+    }
+
+    /// The ledger's allocations that are not counted on any node, with why.
+    pub fn unaccounted(&self) -> Vec<(&str, &str)> {
+        let mut out: Vec<(&str, &str)> = self
+            .pods
+            .iter()
+            .filter_map(|(uid, p)| p.unaccounted.as_deref().map(|why| (uid.as_str(), why)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// UIDs of every pod the ledger holds GPUs for.
+    pub fn held_pods(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
+    /// The allocation held under `key`, applied or not.
+    pub fn held_allocation(&self, key: &str) -> Option<&Allocation> {
+        self.pods.get(key).and_then(|p| p.allocation.as_ref())
+    }
+
+    /// `(namespace, pod name, allocation)` of every held pod whose
+    /// allocation could be read, applied or not, in no particular order.
+    /// The pod name is without its namespace.
+    pub fn held_pod_allocations(&self) -> impl Iterator<Item = (&str, &str, &Allocation)> {
+        self.pods.values().filter_map(|p| {
+            let name = p
+                .name
+                .strip_prefix(p.namespace.as_str())
+                .and_then(|n| n.strip_prefix('/'))
+                .unwrap_or(&p.name);
+            p.allocation
+                .as_ref()
+                .map(|a| (p.namespace.as_str(), name, a))
+        })
+    }
+}

@@ -1,0 +1,383 @@
+//! What gpugate knows of the cluster: GPU nodes, the allocation ledger keyed
+//! by pod UID, namespace labels and GPU quotas. It is fed the same way from
+//! a snapshot file (standalone mode) and from the API server's watch events,
+//! one object at a time, so both modes share every rule:
+//!
+//! - a pod holds GPUs while it carries `hami.io/vgpu-node` and
+//!   `hami.io/vgpu-devices-allocated` and has not finished; terminating pods
+//!   keep them until deleted;
+//! - an allocation that names an unknown node or GPU, or cannot be read, is
+//!   kept aside as *unaccounted* (reported, counted against its namespace's
+//!   quota, and applied as soon as its node registers), never dropped;
+//! - a node whose GPU inventory cannot be read stays known with no GPUs, so
+//!   GPU pods are told why it cannot hold them.
+//!
+//! Nodes and namespaces are here; the ledger (`ledger.rs`), gpugate's own
+//! reservations (`reservations.rs`), quotas (`quotas.rs`), gang groups
+//! (`gangs.rs`) and the nodes' lock annotations (`seen_locks.rs`) each have
+//! a file.
+
+mod gangs;
+mod ledger;
+mod quotas;
+mod reservations;
+mod seen_locks;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
+
+use crate::engine::gang::GangKey;
+use crate::engine::{Allocation, ApplyError, ClusterState, Node, QuotaAmount};
+
+use super::convert::node_from_k8s;
+
+pub use gangs::{GangHold, Gangs};
+pub use quotas::Quotas;
+pub use seen_locks::{SeenLock, SeenLocks};
+
+/// A pod the ledger knows to hold GPUs (applied or unaccounted).
+#[derive(Debug, Clone, PartialEq)]
+struct HeldPod {
+    name: String,
+    /// `spec.priority`, for choosing preemption victims.
+    priority: i32,
+    namespace: String,
+    amount: QuotaAmount,
+    /// Why the allocation is not in the engine's state, when it is not.
+    unaccounted: Option<String>,
+    allocation: Option<Allocation>,
+    reservation: Reservation,
+}
+
+/// Where a bind of the pod stands. A reserved allocation is gpugate's own
+/// choice, made before the pod carries it: watch events that do not show it
+/// yet (the pod as it was before the patch, a re-list without it) must not
+/// drop it, or a second bind could take the same GPUs meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Reservation {
+    /// Read from the pod's annotations: the pod is the truth.
+    #[default]
+    Settled,
+    /// Chosen by a bind that is still writing to the API server.
+    InFlight,
+    /// Written and bound; held until the watch shows the pod carrying it.
+    Bound,
+    /// The node `/prioritize` ranked first, held until the pod's bind
+    /// arrives (kube-scheduler has chosen a node, and the next pod must not
+    /// be given the same GPUs meanwhile) or until the time (Unix ms).
+    Assumed { until_ms: i64 },
+}
+
+/// The cluster as gpugate sees it. Not thread-safe by itself; see
+/// [`super::SharedCluster`].
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    state: ClusterState,
+    pods: HashMap<String, HeldPod>,
+    node_problems: BTreeMap<String, Vec<String>>,
+    /// Nodes without a GPU inventory annotation (CPU nodes): known, quiet.
+    plain_nodes: std::collections::HashSet<String>,
+    /// A digest of the annotations each node was last registered from, so
+    /// that node updates that do not touch them (status, heartbeats) cost
+    /// nothing. A digest, not the text: the inventory and pair-score JSON
+    /// of 5,000 8-GPU nodes is 13 MB.
+    node_sources: HashMap<String, SourcesDigest>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    quotas: Quotas,
+    gangs: Gangs,
+    /// Pods whose allocation gpugate reserved and the watch does not show
+    /// yet (bind in flight, or bound a moment ago), by UID: their node.
+    unsettled: HashMap<String, String>,
+    seen_locks: SeenLocks,
+}
+
+/// Counts for metrics and `/readyz` detail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ViewCounts {
+    pub nodes: usize,
+    pub gpus: usize,
+    pub allocations: usize,
+    pub unaccounted: usize,
+    pub nodes_with_problems: usize,
+}
+
+impl ClusterView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The engine's state, for filter, prioritize and bind.
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    /// The engine's state, without the rest.
+    pub fn into_state(self) -> ClusterState {
+        self.state
+    }
+
+    /// Registers or re-registers a node. Returns the problems found, which
+    /// are also kept for [`ClusterView::node_problems`].
+    pub fn upsert_node(&mut self, node: &K8sNode) -> Vec<String> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if self.node_unchanged(node) {
+            return self.node_problems.get(&name).cloned().unwrap_or_default();
+        }
+        self.node_sources.insert(name.clone(), node_sources(node));
+        self.plain_nodes.remove(&name);
+        let (inventory, problems) = match node_from_k8s(node) {
+            Ok((n, warnings)) => (n, warnings.iter().map(ToString::to_string).collect()),
+            // Known but without usable GPUs: every GPU pod is told
+            // "node unregistered" for it. A node that never registered GPUs
+            // is a plain CPU node, not a problem.
+            Err(e @ crate::cluster::NodeError::Unregistered { .. }) => {
+                tracing::debug!(node = %name, "{e}");
+                self.plain_nodes.insert(name.clone());
+                (Node::new(name.clone(), Vec::new()), vec![e.to_string()])
+            }
+            Err(e) => (Node::new(name.clone(), Vec::new()), vec![e.to_string()]),
+        };
+        let stale = self.state.upsert_node(inventory);
+        self.refresh_pods_on(&name, &stale);
+        if problems.is_empty() || self.plain_nodes.contains(&name) {
+            self.node_problems.remove(&name);
+        } else {
+            self.node_problems.insert(name, problems.clone());
+        }
+        problems
+    }
+
+    /// Whether the node is known with exactly these GPU annotations (an
+    /// update that [`ClusterView::upsert_node`] would ignore).
+    pub fn node_unchanged(&self, node: &K8sNode) -> bool {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        self.state.node(name).is_some() && self.node_sources.get(name) == Some(&node_sources(node))
+    }
+
+    /// Whether the node is known and has no GPU inventory annotation.
+    pub fn is_plain_node(&self, name: &str) -> bool {
+        self.plain_nodes.contains(name)
+    }
+
+    /// Forgets a deleted node. Allocations on it stay in the ledger and count
+    /// again if it comes back.
+    pub fn delete_node(&mut self, name: &str) {
+        self.state.remove_node(name);
+        self.node_problems.remove(name);
+        self.plain_nodes.remove(name);
+        self.node_sources.remove(name);
+        self.seen_locks.forget(name);
+        for p in self.pods.values_mut() {
+            if p.allocation.as_ref().is_some_and(|a| a.node == name) {
+                p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.name));
+            }
+        }
+    }
+
+    /// After `node` (re-)registered: applies held allocations on it that
+    /// could not be applied before, and marks those that name GPUs it no
+    /// longer has (`stale`; their usage on the GPUs that remain still counts).
+    fn refresh_pods_on(&mut self, node: &str, stale: &[String]) {
+        let mut on_node: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.allocation.as_ref().is_some_and(|a| a.node == node))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        on_node.sort();
+        for uid in on_node {
+            let applied = self.state.allocation(&uid).is_some();
+            let Some(p) = self.pods.get_mut(&uid) else {
+                continue;
+            };
+            p.unaccounted = if stale.contains(&uid) {
+                Some(format!(
+                    "pod {}: holds a GPU that node {node} no longer reports",
+                    p.name
+                ))
+            } else if applied {
+                None
+            } else {
+                match p.allocation.clone() {
+                    Some(a) => self
+                        .state
+                        .apply(&uid, a)
+                        .err()
+                        .map(|e| format!("pod {}: {e}", p.name)),
+                    None => p.unaccounted.take(),
+                }
+            };
+        }
+    }
+
+    /// Nodes whose inventory, cordon list or pair scores could not be read.
+    pub fn node_problems(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.node_problems
+    }
+
+    pub fn upsert_namespace(&mut self, ns: &Namespace) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let labels = ns.metadata.labels.clone().unwrap_or_default();
+        self.namespace_labels.insert(name, labels);
+    }
+
+    pub fn delete_namespace(&mut self, name: &str) {
+        self.namespace_labels.remove(name);
+    }
+
+    /// Names of every namespace the view knows.
+    pub fn namespace_names(&self) -> Vec<String> {
+        self.namespace_labels.keys().cloned().collect()
+    }
+
+    /// A namespace's labels; `None` when the namespace is not known (not
+    /// watched, or not in the snapshot).
+    pub fn namespace_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespace_labels.get(name)
+    }
+
+    pub fn counts(&self) -> ViewCounts {
+        ViewCounts {
+            nodes: self.state.nodes().count(),
+            gpus: self.state.nodes().map(|n| n.gpus.len()).sum(),
+            allocations: self.pods.len(),
+            unaccounted: self
+                .pods
+                .values()
+                .filter(|p| p.unaccounted.is_some())
+                .count(),
+            nodes_with_problems: self.node_problems.len(),
+        }
+    }
+
+    /// Records the node's lock annotation and resourceVersion (every node
+    /// event, those [`ClusterView::upsert_node`] ignores included).
+    pub fn note_node_lock(&mut self, node: &K8sNode) {
+        self.seen_locks.note(node);
+    }
+
+    /// [`ClusterView::note_node_lock`] for a node the watch has shown: a
+    /// write's answer keeps the copy current until the watch catches up.
+    pub fn note_node_lock_if_watched(&mut self, node: &K8sNode) {
+        if node
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| self.seen_locks.knows(n))
+        {
+            self.seen_locks.note(node);
+        }
+    }
+
+    /// The node's lock annotation and resourceVersion as the watch last
+    /// showed them; `None` for a node never seen (standalone mode).
+    pub fn seen_lock(&self, node: &str) -> Option<&SeenLock> {
+        self.seen_locks.get(node)
+    }
+
+    /// The namespaces' quotas and what their pods use.
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+
+    pub fn upsert_quota(&mut self, quota: &ResourceQuota) {
+        self.quotas.upsert(quota);
+    }
+
+    pub fn delete_quota(&mut self, namespace: &str, name: &str) {
+        self.quotas.delete(namespace, name);
+    }
+
+    /// The known unfinished members of a group, by UID.
+    pub fn gang_members(&self, group: &GangKey) -> Option<&BTreeMap<String, Pod>> {
+        self.gangs.members(group)
+    }
+
+    /// Holds capacity for a member that is not bound yet, until `until_ms`
+    /// (Unix ms). Other pods see it as used; members of the group do not.
+    pub fn hold_for_gang(
+        &mut self,
+        key: &str,
+        group: &GangKey,
+        allocation: Allocation,
+        until_ms: i64,
+    ) -> Result<(), ApplyError> {
+        self.gangs
+            .hold(&mut self.state, key, group, allocation, until_ms)
+    }
+
+    /// Drops the capacity held for a member (it is being bound, or gone).
+    pub fn release_gang_hold(&mut self, key: &str) {
+        self.gangs.release(&mut self.state, key);
+    }
+
+    /// The holds of `group`, taken out of the state (to be put back with
+    /// [`ClusterView::restore_gang_holds`] if what replaces them fails).
+    pub fn take_gang_holds(&mut self, group: &GangKey) -> Vec<GangHold> {
+        self.gangs.take(&mut self.state, group)
+    }
+
+    /// Puts back holds taken with [`ClusterView::take_gang_holds`] (those
+    /// that still fit).
+    pub fn restore_gang_holds(&mut self, group: &GangKey, holds: Vec<GangHold>) {
+        for (k, a, until) in holds {
+            let _ = self.hold_for_gang(&k, group, a, until);
+        }
+    }
+
+    /// The engine state without the holds of `group`: what its members are
+    /// judged on.
+    pub fn state_without_gang_holds(&self, group: &GangKey) -> ClusterState {
+        self.gangs.state_without(&self.state, group)
+    }
+
+    /// Whether `group` has holds.
+    pub fn has_gang_holds(&self, group: &GangKey) -> bool {
+        self.gangs.has_holds(group)
+    }
+
+    /// Drops holds that ended at or before `now_ms`; returns how many.
+    pub fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
+        self.gangs.expire(&mut self.state, now_ms)
+    }
+
+    /// Number of members capacity is held for.
+    pub fn gang_hold_count(&self) -> usize {
+        self.gangs.hold_count()
+    }
+}
+
+/// SHA-256 of the annotations a node's GPU view is read from.
+type SourcesDigest = [u8; 32];
+
+/// The digest of the annotations a node's GPU view is read from: each one
+/// absent, or present with its length and text.
+fn node_sources(node: &K8sNode) -> SourcesDigest {
+    use crate::hami::keys;
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    for key in [
+        keys::NODE_NVIDIA_REGISTER,
+        keys::NODE_NVIDIA_SCORE,
+        keys::DEVICE_CORDON,
+    ] {
+        match node.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+            None => digest.update(&[0]),
+            Some(v) => {
+                digest.update(&[1]);
+                digest.update(&(v.len() as u64).to_le_bytes());
+                digest.update(v.as_bytes());
+            }
+        }
+    }
+    let mut out = [0; 32];
+    out.copy_from_slice(digest.finish().as_ref());
+    out
+}
+
+/// `spec.priority`, 0 when unset.
+fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}

@@ -1,0 +1,439 @@
+//! The view's rules, fed object by object as the watchers and snapshots do.
+
+use super::*;
+use crate::engine::QuotaLimits;
+use crate::hami::keys;
+use k8s_openapi::api::core::v1::ResourceQuotaSpec;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+const REGISTER: &str = r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
+
+fn node(name: &str, register: &str) -> K8sNode {
+    let mut n = K8sNode::default();
+    n.metadata.name = Some(name.into());
+    n.metadata.annotations =
+        Some([(keys::NODE_NVIDIA_REGISTER.to_string(), register.to_string())].into());
+    n
+}
+
+fn pod(ns: &str, name: &str, node: &str, devices: &str, phase: &str) -> Pod {
+    let mut p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": phase},
+    }))
+    .unwrap();
+    p.metadata.annotations = Some(
+        [
+            (keys::VGPU_NODE.to_string(), node.to_string()),
+            (
+                keys::VGPU_DEVICES_ALLOCATED.to_string(),
+                devices.to_string(),
+            ),
+        ]
+        .into(),
+    );
+    p
+}
+
+fn quota(ns: &str, name: &str, hard: &[(&str, &str)]) -> ResourceQuota {
+    let mut q = ResourceQuota::default();
+    q.metadata.name = Some(name.into());
+    q.metadata.namespace = Some(ns.into());
+    q.spec = Some(ResourceQuotaSpec {
+        hard: Some(
+            hard.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        ),
+        ..Default::default()
+    });
+    q
+}
+
+fn used_mem(view: &ClusterView, node: &str, gpu: usize) -> u64 {
+    view.state().node(node).unwrap().usage[gpu].mem_mib
+}
+
+#[test]
+fn pods_take_and_free_gpus_and_quota() {
+    let mut v = ClusterView::new();
+    assert!(v.upsert_node(&node("n1", REGISTER)).is_empty());
+    let p = pod("team", "a", "n1", "GPU-1,NVIDIA,4000,30:;", "Running");
+    assert_eq!(v.upsert_pod("uid-a", &p), None);
+    assert_eq!(used_mem(&v, "n1", 1), 4000);
+    assert_eq!(
+        v.quotas().used("team"),
+        QuotaAmount {
+            mem_mib: 4000,
+            cores: 30
+        }
+    );
+    // A status update changes nothing; finishing frees everything.
+    assert_eq!(v.upsert_pod("uid-a", &p), None);
+    assert_eq!(used_mem(&v, "n1", 1), 4000);
+    let done = pod("team", "a", "n1", "GPU-1,NVIDIA,4000,30:;", "Succeeded");
+    v.upsert_pod("uid-a", &done);
+    assert_eq!(used_mem(&v, "n1", 1), 0);
+    assert_eq!(v.quotas().used("team"), QuotaAmount::default());
+    assert_eq!(v.counts().allocations, 0);
+}
+
+#[test]
+fn terminating_pods_keep_their_gpus_until_deleted() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let mut p = pod("team", "a", "n1", "GPU-0,NVIDIA,1000,0:;", "Running");
+    v.upsert_pod("uid-a", &p);
+    p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::UNIX_EPOCH,
+    ));
+    v.upsert_pod("uid-a", &p);
+    assert_eq!(used_mem(&v, "n1", 0), 1000);
+    v.delete_pod("uid-a");
+    assert_eq!(used_mem(&v, "n1", 0), 0);
+}
+
+#[test]
+fn allocations_on_unknown_nodes_wait_and_count_when_the_node_registers() {
+    let mut v = ClusterView::new();
+    let p = pod("team", "a", "late", "GPU-0,NVIDIA,2000,10:;", "Running");
+    let why = v.upsert_pod("uid-a", &p).unwrap();
+    assert!(why.contains("unknown node late"), "{why}");
+    assert_eq!(v.unaccounted().len(), 1);
+    // Quota still counts what the pod holds.
+    assert_eq!(v.quotas().used("team").mem_mib, 2000);
+    v.upsert_node(&node("late", REGISTER));
+    assert!(v.unaccounted().is_empty());
+    assert_eq!(used_mem(&v, "late", 0), 2000);
+}
+
+#[test]
+fn a_node_that_loses_a_gpu_reports_the_pods_on_it() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.upsert_pod(
+        "uid-a",
+        &pod("team", "a", "n1", "GPU-1,NVIDIA,2000,10:;", "Running"),
+    );
+    let one_gpu = r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
+    v.upsert_node(&node("n1", one_gpu));
+    let unaccounted = v.unaccounted();
+    assert_eq!(unaccounted.len(), 1);
+    assert!(unaccounted[0].1.contains("no longer reports"));
+    // Back again: counted again.
+    v.upsert_node(&node("n1", REGISTER));
+    assert_eq!(used_mem(&v, "n1", 1), 2000);
+}
+
+#[test]
+fn unreadable_allocations_are_reported_not_dropped() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let why = v
+        .upsert_pod("uid-a", &pod("team", "a", "n1", "garbage", "Running"))
+        .unwrap();
+    assert!(why.contains("team/a"), "{why}");
+    assert_eq!(v.counts().unaccounted, 1);
+    v.delete_pod("uid-a");
+    assert_eq!(v.counts().unaccounted, 0);
+}
+
+#[test]
+fn node_updates_that_keep_the_gpu_annotations_are_unchanged() {
+    let mut v = ClusterView::new();
+    let n = node("n1", REGISTER);
+    assert!(!v.node_unchanged(&n));
+    v.upsert_node(&n);
+    let mut status_only = n.clone();
+    status_only.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    assert!(v.node_unchanged(&status_only));
+    let mut cordoned = n.clone();
+    cordoned
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(keys::DEVICE_CORDON.to_string(), String::new());
+    assert!(
+        !v.node_unchanged(&cordoned),
+        "an empty annotation is not none"
+    );
+    let one_gpu = REGISTER.split("},{").next().unwrap().to_string() + "}]";
+    assert!(!v.node_unchanged(&node("n1", &one_gpu)));
+    v.delete_node("n1");
+    assert!(!v.node_unchanged(&n));
+}
+
+#[test]
+fn garbled_inventory_keeps_the_node_known_without_gpus() {
+    let mut v = ClusterView::new();
+    let problems = v.upsert_node(&node("n1", "not a register"));
+    assert_eq!(problems.len(), 1);
+    assert!(v.state().node("n1").unwrap().gpus.is_empty());
+    assert!(v.node_problems().contains_key("n1"));
+    v.upsert_node(&node("n1", REGISTER));
+    assert!(v.node_problems().is_empty());
+    v.delete_node("n1");
+    assert!(v.state().node("n1").is_none());
+}
+
+#[test]
+fn pods_on_a_deleted_node_are_reported_until_it_returns() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.upsert_pod(
+        "uid-a",
+        &pod("team", "a", "n1", "GPU-0,NVIDIA,2000,10:;", "Running"),
+    );
+    v.delete_node("n1");
+    assert!(v.unaccounted()[0].1.contains("was deleted"));
+    v.upsert_node(&node("n1", REGISTER));
+    assert!(v.unaccounted().is_empty());
+    assert_eq!(used_mem(&v, "n1", 0), 2000);
+}
+
+#[test]
+fn quota_limits_are_the_tightest_and_bad_values_are_named() {
+    let mut v = ClusterView::new();
+    v.upsert_quota(&quota(
+        "team",
+        "big",
+        &[
+            ("limits.nvidia.com/gpumem", "40000"),
+            ("limits.nvidia.com/gpucores", "abc"),
+            ("requests.nvidia.com/gpumem", "1"),
+        ],
+    ));
+    v.upsert_quota(&quota(
+        "team",
+        "small",
+        &[("limits.nvidia.com/gpumem", "20000")],
+    ));
+    let (limits, problems) = v
+        .quotas()
+        .limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores");
+    assert_eq!(
+        limits,
+        QuotaLimits {
+            mem_mib: Some(20000),
+            cores: None
+        }
+    );
+    assert_eq!(problems.len(), 1);
+    assert!(problems[0].contains("team/big") && problems[0].contains("\"abc\""));
+    v.delete_quota("team", "small");
+    v.delete_quota("team", "big");
+    assert!(
+        v.quotas()
+            .limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores")
+            .0
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_reservation_survives_events_that_do_not_show_it_yet() {
+    let mut view = ClusterView::new();
+    view.upsert_node(&node("n1", REGISTER));
+    let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
+    let allocation = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+    let before = p.clone();
+    p.metadata.annotations = None;
+    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    // The pod as it was before the patch, and a re-list without it.
+    assert_eq!(view.upsert_pod("uid-p", &p), None);
+    view.pod_holds_nothing("uid-p");
+    view.pod_missing_from_list("uid-p");
+    assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+    // Bound: still held until the pod shows it, then settled.
+    view.mark_bound("uid-p");
+    view.pod_missing_from_list("uid-p");
+    assert!(view.held_allocation("uid-p").is_none());
+    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    view.mark_bound("uid-p");
+    view.upsert_pod("uid-p", &p);
+    assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+    // The pod shows the annotations, unbound: still ours. Bound: settled,
+    // and from then on the pod is the truth.
+    view.upsert_pod("uid-p", &before);
+    assert!(view.is_reserved("uid-p"));
+    let mut bound_before = before.clone();
+    bound_before.spec.as_mut().unwrap().node_name = Some("n1".into());
+    view.upsert_pod("uid-p", &bound_before);
+    assert!(!view.is_reserved("uid-p"));
+    assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
+    view.upsert_pod("uid-p", &p);
+    assert!(
+        view.held_allocation("uid-p").is_none(),
+        "settled: the pod is the truth"
+    );
+    // A failed bind releases only an in-flight reservation.
+    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    assert!(view.release_reservation("uid-p"));
+    assert!(!view.release_reservation("uid-p"));
+    assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+    // Bound, then the pod fails before the watch showed it bound: freed.
+    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    view.mark_bound("uid-p");
+    let mut failed = before.clone();
+    failed.status.as_mut().unwrap().phase = Some("Failed".into());
+    view.upsert_pod("uid-p", &failed);
+    assert!(view.held_allocation("uid-p").is_none());
+    // In flight, and the pod shows up bound: the pod is the truth.
+    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    let mut bound = p.clone();
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    view.upsert_pod("uid-p", &bound);
+    assert!(view.held_allocation("uid-p").is_none());
+    assert!(!view.is_reserved("uid-p"));
+}
+
+#[test]
+fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
+    let mut view = ClusterView::new();
+    view.upsert_node(&node("n1", REGISTER));
+    view.upsert_node(&node("n2", REGISTER));
+    let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
+    let on_n1 = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+    p.metadata.annotations = None;
+    let none = HashMap::new();
+    let now = jiff::Timestamp::now();
+    let expiry = std::time::Duration::from_secs(300);
+    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+
+    assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+    assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 1);
+    let unsettled = view.unsettled_binds();
+    assert_eq!(unsettled.get("n1"), Some(&1));
+    assert!(view.node_busy("n1", &unsettled, now, expiry).is_some());
+    assert_eq!(view.node_busy("n2", &unsettled, now, expiry), None);
+    // Only a pod that holds nothing is assumed; watch events of the
+    // unbound pod keep it.
+    assert!(!view.assume("uid-p", &p, on_n1.clone(), 2_000));
+    view.upsert_pod("uid-p", &p);
+    view.pod_holds_nothing("uid-p");
+    assert!(view.is_assumed("uid-p"));
+    assert!(view.has_assumed());
+    // Not yet due; then due: dropped, nothing left.
+    assert_eq!(view.expire_assumed(999), 0);
+    assert_eq!(view.expire_assumed(1_000), 1);
+    assert!(view.held_allocation("uid-p").is_none());
+    assert!(view.unsettled_binds().is_empty());
+    assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+
+    // The bind chooses another node: its reservation replaces the
+    // assumption, and confirming it leaves nothing unsettled.
+    assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
+    let mut on_n2 = on_n1.clone();
+    on_n2.node = "n2".into();
+    view.reserve("uid-p", &p, on_n2.clone()).unwrap();
+    assert!(!view.is_assumed("uid-p"));
+    assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+    assert_eq!(view.unsettled_binds().get("n2"), Some(&1));
+    assert_eq!(view.expire_assumed(i64::MAX), 0, "a bind is not assumed");
+    view.settle("uid-p");
+    assert!(view.unsettled_binds().is_empty());
+
+    // A new cycle of the pod drops what its last prioritize assumed.
+    let q = pod("ns", "q", "n1", "", "Pending");
+    assert!(view.assume("uid-q", &q, on_n1.clone(), 1_000));
+    assert!(view.drop_assumed("uid-q"));
+    assert!(!view.drop_assumed("uid-q"));
+    assert!(!view.has_assumed());
+}
+
+#[test]
+fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
+    let mut view = ClusterView::new();
+    let mut n = node("n1", REGISTER);
+    n.metadata.resource_version = Some("7".into());
+    view.upsert_node(&n);
+    view.note_node_lock(&n);
+    let seen = view.seen_lock("n1").unwrap();
+    assert_eq!(seen.value, None);
+    assert_eq!(seen.resource_version.as_deref(), Some("7"));
+    let none = HashMap::new();
+    let expiry = std::time::Duration::from_secs(300);
+    let now = jiff::Timestamp::now();
+    let lock = |value: &str| {
+        let mut n = n.clone();
+        n.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys::NODE_LOCK.into(), value.into());
+        n
+    };
+    view.note_node_lock(&lock(&format!("{now},ml,holder")));
+    let why = view.node_busy("n1", &none, now, expiry).unwrap();
+    assert!(why.contains("ml/holder"), "{why}");
+    // Expired, or unreadable (bind reports it): not steered around.
+    view.note_node_lock(&lock("2020-01-01T00:00:00Z,ml,old"));
+    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+    view.note_node_lock(&lock("garbage"));
+    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+    // A write's answer updates only nodes the watch has shown.
+    view.note_node_lock_if_watched(&lock(&format!("{now},ml,other")));
+    assert!(view.node_busy("n1", &none, now, expiry).is_some());
+    let mut stranger = lock(&format!("{now},ml,other"));
+    stranger.metadata.name = Some("n9".into());
+    view.note_node_lock_if_watched(&stranger);
+    assert!(view.seen_lock("n9").is_none());
+    view.delete_node("n1");
+    assert!(view.seen_lock("n1").is_none());
+}
+
+#[test]
+fn gang_members_and_holds_follow_their_pods() {
+    let mut view = ClusterView::new();
+    view.upsert_node(&node("n1", REGISTER));
+    let member = |name: &str, phase: &str| {
+        let mut p = pod("ns", name, "n1", "", phase);
+        p.metadata.annotations = None;
+        p.metadata.labels = Some(
+            [
+                (crate::engine::gang::GROUP_NAME.to_string(), "g".to_string()),
+                (
+                    crate::engine::gang::GROUP_MIN_AVAILABLE.to_string(),
+                    "2".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        p
+    };
+    let group = GangKey {
+        namespace: "ns".into(),
+        name: "g".into(),
+    };
+    view.upsert_pod("uid-a", &member("a", "Pending"));
+    view.upsert_pod("uid-b", &member("b", "Pending"));
+    assert_eq!(view.gang_members(&group).unwrap().len(), 2);
+    let a = pod("ns", "a", "n1", "GPU-1,NVIDIA,16384,100:;", "Pending");
+    let alloc = crate::cluster::pod_allocation(&a).unwrap().unwrap();
+    view.hold_for_gang("uid-a", &group, alloc, 1_000).unwrap();
+    assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 16384);
+    assert_eq!(
+        view.state_without_gang_holds(&group)
+            .node("n1")
+            .unwrap()
+            .usage[1]
+            .mem_mib,
+        0
+    );
+    // Finished and deleted members leave the group; holds go with them.
+    view.upsert_pod("uid-b", &member("b", "Succeeded"));
+    assert_eq!(view.gang_members(&group).unwrap().len(), 1);
+    view.delete_pod("uid-a");
+    assert!(view.gang_members(&group).is_none());
+    assert_eq!(view.gang_hold_count(), 0);
+    assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 0);
+    // Holds end at their time.
+    let a = pod("ns", "a", "n1", "GPU-1,NVIDIA,16384,100:;", "Pending");
+    let alloc = crate::cluster::pod_allocation(&a).unwrap().unwrap();
+    view.hold_for_gang("uid-a", &group, alloc, 1_000).unwrap();
+    assert_eq!(view.expire_gang_holds(999), 0);
+    assert_eq!(view.expire_gang_holds(1_000), 1);
+    assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 0);
+}
