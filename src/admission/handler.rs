@@ -24,19 +24,54 @@ pub fn mutate_review(
     config: &Config,
     cluster: Option<&ClusterView>,
 ) -> Decision {
-    let object = match pod_to_create(req) {
-        Ok(object) => object,
-        Err(answer) => return (*answer, None),
-    };
-    match mutate(object, config, req.namespace.as_deref(), cluster) {
-        Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
-        Mutation::Skip(_) => (ReviewResponse::allow(req), None),
-        Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
-        Mutation::Invalid(message) => (
-            ReviewResponse::errored(req.api_version, &req.uid, 400, message),
-            None,
-        ),
+    judge_create(req, |pod| {
+        match mutate(pod, config, req.namespace.as_deref(), cluster) {
+            Mutation::Patch(ops) => (ReviewResponse::allow(req).with_patch(ops), None),
+            Mutation::Skip(_) => (ReviewResponse::allow(req), None),
+            Mutation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
+            Mutation::Invalid(message) => invalid(req, &message),
+        }
+    })
+}
+
+/// The validating webhook's answer to one review. Only CREATE of Pods is
+/// judged; the allocation annotations on UPDATE are the scheduler's and the
+/// device plugin's to change.
+pub fn validate_review(
+    req: &ReviewRequest,
+    config: &Config,
+    cluster: Option<&ClusterView>,
+) -> Decision {
+    judge_create(req, |pod| {
+        match validate(pod, config, req.namespace.as_deref(), cluster) {
+            Validation::Allow { warnings } => {
+                (ReviewResponse::allow(req).with_warnings(warnings), None)
+            }
+            Validation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
+            Validation::Invalid(message) => invalid(req, &message),
+        }
+    })
+}
+
+/// `judge`'s answer for the Pod of a CREATE review; the answer of
+/// [`pod_to_create`] for any other review.
+fn judge_create<'r, 'a>(
+    req: &'r ReviewRequest<'a>,
+    judge: impl FnOnce(&'r PodView<'a>) -> Decision,
+) -> Decision {
+    match pod_to_create(req) {
+        Ok(pod) => judge(pod),
+        Err(answer) => (*answer, None),
     }
+}
+
+/// A pod that cannot be read: refused (HTTP 200, `allowed: false`, code
+/// 400, the uid echoed).
+fn invalid(req: &ReviewRequest, message: &str) -> Decision {
+    (
+        ReviewResponse::errored(req.api_version, &req.uid, 400, message),
+        None,
+    )
 }
 
 /// The Pod of a CREATE review. Other reviews are admitted unchanged, but
@@ -47,14 +82,7 @@ pub fn mutate_review(
 fn pod_to_create<'r, 'a>(
     req: &'r ReviewRequest<'a>,
 ) -> Result<&'r PodView<'a>, Box<ReviewResponse>> {
-    let error = |message: &str| {
-        Box::new(ReviewResponse::errored(
-            req.api_version,
-            &req.uid,
-            400,
-            message,
-        ))
-    };
+    let error = |message: &str| Box::new(invalid(req, message).0);
     if let ReviewObject::NotAnObject(message) = &req.object {
         return Err(error(message));
     }
@@ -66,30 +94,6 @@ fn pod_to_create<'r, 'a>(
         ReviewObject::Pod(pod) if create => Ok(pod),
         ReviewObject::Missing if create => Err(error("request has no object")),
         _ => Err(Box::new(ReviewResponse::allow(req))),
-    }
-}
-
-/// The validating webhook's answer to one review. Only CREATE of Pods is
-/// judged; the allocation annotations on UPDATE are the scheduler's and the
-/// device plugin's to change.
-pub fn validate_review(
-    req: &ReviewRequest,
-    config: &Config,
-    cluster: Option<&ClusterView>,
-) -> Decision {
-    let object = match pod_to_create(req) {
-        Ok(object) => object,
-        Err(answer) => return (*answer, None),
-    };
-    match validate(object, config, req.namespace.as_deref(), cluster) {
-        Validation::Allow { warnings } => {
-            (ReviewResponse::allow(req).with_warnings(warnings), None)
-        }
-        Validation::Deny(d) => (ReviewResponse::deny(req, d.message), Some(d.reason)),
-        Validation::Invalid(message) => (
-            ReviewResponse::errored(req.api_version, &req.uid, 400, message),
-            None,
-        ),
     }
 }
 

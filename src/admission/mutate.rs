@@ -41,11 +41,11 @@ const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// Decides the mutation of a Pod given as a parsed JSON value (tests and
 /// tools; the webhook reads the request body with [`mutate`] directly).
 pub fn mutate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Mutation {
-    let text = raw.to_string();
-    match PodView::from_json(&text) {
-        Ok(pod) => mutate(&pod, config, namespace, None),
-        Err(message) => Mutation::Invalid(message),
-    }
+    PodView::judge_value(
+        raw,
+        |pod| mutate(pod, config, namespace, None),
+        Mutation::Invalid,
+    )
 }
 
 /// Decides the mutation of a Pod in `namespace` (the review's; the pod's

@@ -93,6 +93,21 @@ impl<'a> PodView<'a> {
         serde_json::from_str(text).map_err(unreadable)
     }
 
+    /// `judge` of the Pod in a parsed JSON value, or `invalid` of why it
+    /// cannot be read (tests and tools; the webhooks read the request body
+    /// directly).
+    pub fn judge_value<R>(
+        raw: &serde_json::Value,
+        judge: impl FnOnce(&PodView<'_>) -> R,
+        invalid: impl FnOnce(String) -> R,
+    ) -> R {
+        let text = raw.to_string();
+        match PodView::from_json(&text) {
+            Ok(pod) => judge(&pod),
+            Err(message) => invalid(message),
+        }
+    }
+
     /// `metadata.namespace`, when set.
     pub fn namespace(&self) -> Option<&str> {
         self.metadata.get()?.namespace.as_deref()

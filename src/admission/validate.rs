@@ -37,11 +37,11 @@ const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
 /// Validates a Pod given as a parsed JSON value (tests and tools; the
 /// webhook reads the request body with [`validate`] directly).
 pub fn validate_pod(raw: &Value, config: &Config, namespace: Option<&str>) -> Validation {
-    let text = raw.to_string();
-    match PodView::from_json(&text) {
-        Ok(pod) => validate(&pod, config, namespace, None),
-        Err(message) => Validation::Invalid(message),
-    }
+    PodView::judge_value(
+        raw,
+        |pod| validate(pod, config, namespace, None),
+        Validation::Invalid,
+    )
 }
 
 /// Validates a Pod on CREATE in `namespace` (the review's; the pod's own

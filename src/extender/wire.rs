@@ -42,14 +42,13 @@ fn take(map: &mut Map<String, Value>, name: &str) -> Option<Value> {
     map.remove(&key).filter(|v| !v.is_null())
 }
 
-fn object<'a>(value: &'a Value, what: &str) -> Result<&'a Map<String, Value>, WireError> {
-    value
-        .as_object()
-        .ok_or_else(|| WireError(format!("{what} is not a JSON object")))
-}
-
-fn parse_body(body: &[u8], what: &str) -> Result<Value, WireError> {
-    serde_json::from_slice(body).map_err(|e| WireError(format!("{what}: invalid JSON: {e}")))
+/// The body as a JSON object, which every verb's arguments are.
+fn body_object(body: &[u8], what: &str) -> Result<Map<String, Value>, WireError> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(WireError(format!("{what} is not a JSON object"))),
+        Err(e) => Err(WireError(format!("{what}: invalid JSON: {e}"))),
+    }
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> Result<T, WireError> {
@@ -154,10 +153,8 @@ pub fn node_name(node: &Value) -> &str {
 impl ExtenderArgs {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         const WHAT: &str = "ExtenderArgs";
-        let mut value = parse_body(body, WHAT)?;
-        let Value::Object(map) = &mut value else {
-            return Err(WireError(format!("{WHAT} is not a JSON object")));
-        };
+        let mut object = body_object(body, WHAT)?;
+        let map = &mut object;
         let pod =
             take(map, "Pod").ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
         let pod: Pod = typed_owned(pod, "ExtenderArgs.Pod")?;
@@ -242,8 +239,7 @@ pub struct BindingArgs {
 impl BindingArgs {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         const WHAT: &str = "ExtenderBindingArgs";
-        let value = parse_body(body, WHAT)?;
-        let map = object(&value, WHAT)?;
+        let map = &body_object(body, WHAT)?;
         Ok(BindingArgs {
             pod_name: string(map, "PodName", WHAT)?,
             pod_namespace: string(map, "PodNamespace", WHAT)?,
@@ -278,8 +274,7 @@ pub struct NodeVictims {
 impl PreemptionArgs {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         const WHAT: &str = "ExtenderPreemptionArgs";
-        let value = parse_body(body, WHAT)?;
-        let map = object(&value, WHAT)?;
+        let map = &body_object(body, WHAT)?;
         let pod = field(map, "Pod").ok_or_else(|| WireError(format!("{WHAT}: Pod is missing")))?;
         let pod: Pod = typed(pod, "ExtenderPreemptionArgs.Pod")?;
         check_pod_identity(&pod, "ExtenderPreemptionArgs.Pod")?;

@@ -104,7 +104,8 @@ pub fn judge(
     if !plan.request.has_gpus() {
         return Verdict::NoGpus;
     }
-    let judged = match quota::check_request(view, pod_namespace(pod), plan, &config.nvidia)
+    let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
+    let judged = match quota::check_request(&namespace_quota, plan)
         .map_err(NodeReason::Quota)
         .and_then(|()| gang::judge(view, config, pod, plan, candidates))
     {

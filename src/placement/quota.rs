@@ -1,24 +1,17 @@
-//! The namespace's ResourceQuota on GPU memory and cores: checked on the
-//! request before a GPU is chosen (every candidate gets the same answer),
-//! and on the allocation once the GPUs are chosen (a request in percent of
-//! a GPU's memory has its MiB only then).
+//! The namespace's ResourceQuota on GPU memory and cores (from
+//! `ClusterView::quotas`): checked on the request before a GPU is chosen
+//! (every candidate gets the same answer), and on the allocation once the
+//! GPUs are chosen (a request in percent of a GPU's memory has its MiB only
+//! then).
 
-use crate::cluster::ClusterView;
-use crate::engine::request::NvidiaConfig;
-use crate::engine::{Allocation, Memory, PodPlan, QuotaAmount};
+use crate::engine::{Allocation, Memory, NamespaceQuota, PodPlan, QuotaAmount};
 
 use super::reason::QuotaRefusal;
 
 /// The request against the namespace's quota. A request in percent of a
 /// GPU's memory has no MiB yet: it is refused only when the namespace has
 /// no memory left at all.
-pub fn check_request(
-    view: &ClusterView,
-    namespace: &str,
-    plan: &PodPlan,
-    nv: &NvidiaConfig,
-) -> Result<(), QuotaRefusal> {
-    let (quota, _) = view.quotas().quota(namespace, nv);
+pub fn check_request(quota: &NamespaceQuota, plan: &PodPlan) -> Result<(), QuotaRefusal> {
     if quota.limits.is_empty() {
         return Ok(());
     }
@@ -43,12 +36,9 @@ pub fn check_request(
 
 /// The GPUs chosen against the namespace's quota.
 pub fn check_allocation(
-    view: &ClusterView,
-    namespace: &str,
+    quota: &NamespaceQuota,
     allocation: &Allocation,
-    nv: &NvidiaConfig,
 ) -> Result<(), QuotaRefusal> {
-    let (quota, _) = view.quotas().quota(namespace, nv);
     quota
         .check(QuotaAmount::of_allocation(allocation))
         .map_err(QuotaRefusal::Exceeded)

@@ -77,8 +77,9 @@ pub fn reserve(
     node: &str,
     now: Timestamp,
 ) -> Result<Allocation, ReserveError> {
-    let namespace = pod_namespace(pod);
-    quota::check_request(view, namespace, plan, &config.nvidia).map_err(ReserveError::Quota)?;
+    // Gang holds are not quota use: one read serves both checks.
+    let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
+    quota::check_request(&namespace_quota, plan).map_err(ReserveError::Quota)?;
     let label = gang::label_of(pod).map_err(ReserveError::GangInvalid)?;
     // Members are placed on the state without their group's holds; the
     // holds are recomputed below, or put back on failure.
@@ -101,7 +102,7 @@ pub fn reserve(
             });
         }
     };
-    if let Err(q) = quota::check_allocation(view, namespace, &allocation, &config.nvidia) {
+    if let Err(q) = quota::check_allocation(&namespace_quota, &allocation) {
         restore(view, taken);
         return Err(ReserveError::Quota(q));
     }
