@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -12,37 +11,22 @@ use prometheus_client::registry::Registry;
 
 use super::filter::Filtered;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerbLabels {
-    /// `filter`, `prioritize`, `bind` or `preempt`.
-    pub verb: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    /// A reason code from a fixed set (`placement::ReasonCode`).
-    pub reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerbResultLabels {
-    pub verb: &'static str,
-    /// `ok` or `error`.
-    pub result: &'static str,
-}
+/// A label set of `N` labels with fixed names and values from fixed sets
+/// (`verb`: `filter`, `prioritize`, `bind`, `preempt`; `result`; `reason`:
+/// a `placement::ReasonCode`), never copied from a request.
+type Labels<const N: usize> = [(&'static str, &'static str); N];
 
 /// What the extender reports to Prometheus.
 #[derive(Debug, Clone)]
 pub struct ExtenderMetrics {
-    pub requests: Family<VerbResultLabels, Counter>,
-    pub latency: Family<VerbLabels, Histogram, fn() -> Histogram>,
-    filter_decisions: Family<ResultLabels, Counter>,
-    filter_rejections: Family<ReasonLabels, Counter>,
+    /// By `verb` and `result` (`ok`, `error`).
+    pub requests: Family<Labels<2>, Counter>,
+    /// By `verb`.
+    pub latency: Family<Labels<1>, Histogram, fn() -> Histogram>,
+    /// By `result`.
+    filter_decisions: Family<Labels<1>, Counter>,
+    /// By `reason`.
+    filter_rejections: Family<Labels<1>, Counter>,
 }
 
 impl Default for ExtenderMetrics {
@@ -95,7 +79,7 @@ impl ExtenderMetrics {
             "unschedulable"
         };
         self.filter_decisions
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&[("result", result)])
             .inc();
         let mut counts: std::collections::HashMap<&'static str, u64> = Default::default();
         for (_, reason) in &filtered.rejected {
@@ -103,7 +87,7 @@ impl ExtenderMetrics {
         }
         for (reason, n) in counts {
             self.filter_rejections
-                .get_or_create(&ReasonLabels { reason })
+                .get_or_create(&[("reason", reason)])
                 .inc_by(n);
         }
     }
@@ -112,10 +96,10 @@ impl ExtenderMetrics {
     pub fn observe(&self, verb: &'static str, ok: bool, elapsed: Duration) {
         let result = if ok { "ok" } else { "error" };
         self.requests
-            .get_or_create(&VerbResultLabels { verb, result })
+            .get_or_create(&[("verb", verb), ("result", result)])
             .inc();
         self.latency
-            .get_or_create(&VerbLabels { verb })
+            .get_or_create(&[("verb", verb)])
             .observe(elapsed.as_secs_f64());
     }
 }
