@@ -161,18 +161,22 @@ pub fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-/// `namespace/name` (namespace `default` when absent; `generateName*`
-/// for a pod that has no name yet).
-pub fn pod_name(pod: &Pod) -> String {
-    let ns = pod_namespace(pod);
+/// The pod's own name: `generateName*` for a pod that has no name yet.
+pub fn pod_own_name(pod: &Pod) -> std::borrow::Cow<'_, str> {
     match (
         pod.metadata.name.as_deref(),
         pod.metadata.generate_name.as_deref(),
     ) {
-        (Some(name), _) if !name.is_empty() => format!("{ns}/{name}"),
-        (_, Some(prefix)) => format!("{ns}/{prefix}*"),
-        _ => format!("{ns}/(unnamed)"),
+        (Some(name), _) if !name.is_empty() => name.into(),
+        (_, Some(prefix)) => format!("{prefix}*").into(),
+        _ => "(unnamed)".into(),
     }
+}
+
+/// `namespace/name` (namespace `default` when absent; `generateName*`
+/// for a pod that has no name yet).
+pub fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod_namespace(pod), pod_own_name(pod))
 }
 
 /// The GPUs a pod holds, from `hami.io/vgpu-node` and

@@ -23,6 +23,9 @@ const WALK_RATIO: usize = 16;
 pub struct ClusterState {
     nodes: BTreeMap<String, Node>,
     allocations: HashMap<String, Allocation>,
+    /// Capacity held for pods not placed yet (members of a gang group being
+    /// placed), by pod UID: used like an allocation, kept apart from them.
+    holds: HashMap<String, Allocation>,
 }
 
 /// A node that can hold the pod.
@@ -104,27 +107,8 @@ impl ClusterState {
     /// the allocations on it; the UIDs of allocations naming GPUs the node no
     /// longer has are returned (their other GPUs still count).
     pub fn upsert_node(&mut self, mut node: Node) -> Vec<String> {
-        let mut stale = Vec::new();
-        let mut uids: Vec<&String> = self
-            .allocations
-            .iter()
-            .filter(|(_, a)| a.node == node.name)
-            .map(|(uid, _)| uid)
-            .collect();
-        uids.sort();
-        for uid in uids {
-            let a = &self.allocations[uid];
-            let mut missing = false;
-            for (uuid, u) in a.usage_by_gpu() {
-                match node.position(uuid) {
-                    Some(pos) => node.add_usage(pos, &u),
-                    None => missing = true,
-                }
-            }
-            if missing {
-                stale.push(uid.clone());
-            }
-        }
+        let stale = add_usage_on(&mut node, &self.allocations);
+        add_usage_on(&mut node, &self.holds);
         self.nodes.insert(node.name.clone(), node);
         stale
     }
@@ -138,42 +122,23 @@ impl ClusterState {
     /// any earlier allocation of the same pod. Refused whole when the node or
     /// any GPU is unknown. Cost: proportional to the GPUs it names.
     pub fn apply(&mut self, uid: &str, allocation: Allocation) -> Result<(), ApplyError> {
-        let node = self
-            .nodes
-            .get(&allocation.node)
-            .ok_or_else(|| ApplyError::UnknownNode {
-                node: allocation.node.clone(),
-            })?;
-        let usage = allocation.usage_by_gpu();
-        let mut positions = Vec::with_capacity(usage.len());
-        for (uuid, u) in &usage {
-            let pos = node.position(uuid).ok_or_else(|| ApplyError::UnknownGpu {
-                node: allocation.node.clone(),
-                uuid: uuid.to_string(),
-            })?;
-            positions.push((pos, *u));
-        }
-        self.remove(uid);
-        if let Some(node) = self.nodes.get_mut(&allocation.node) {
-            for (pos, u) in &positions {
-                node.add_usage(*pos, u);
-            }
-        }
-        self.allocations.insert(uid.to_string(), allocation);
-        Ok(())
+        record(&mut self.nodes, &mut self.allocations, uid, allocation)
     }
 
     /// Forgets a pod's allocation and frees its GPUs.
     pub fn remove(&mut self, uid: &str) -> Option<Allocation> {
-        let allocation = self.allocations.remove(uid)?;
-        if let Some(node) = self.nodes.get_mut(&allocation.node) {
-            for (uuid, u) in allocation.usage_by_gpu() {
-                if let Some(pos) = node.position(uuid) {
-                    node.sub_usage(pos, &u);
-                }
-            }
-        }
-        Some(allocation)
+        forget(&mut self.nodes, &mut self.allocations, uid)
+    }
+
+    /// Holds capacity for a pod that is not placed yet, as [`Self::apply`]
+    /// does for a placed one; the hold is not the pod's allocation.
+    pub fn apply_hold(&mut self, uid: &str, allocation: Allocation) -> Result<(), ApplyError> {
+        record(&mut self.nodes, &mut self.holds, uid, allocation)
+    }
+
+    /// Drops the capacity held for a pod and frees its GPUs.
+    pub fn remove_hold(&mut self, uid: &str) -> Option<Allocation> {
+        forget(&mut self.nodes, &mut self.holds, uid)
     }
 
     /// Judges every candidate node (all nodes when `candidates` is `None`).
@@ -311,6 +276,82 @@ impl ClusterState {
             None => Err(eval.rejected),
         }
     }
+}
+
+/// Adds to `node`'s usage what the `held` allocations on it take; returns
+/// the keys of those naming GPUs the node does not have (their other GPUs
+/// still count).
+fn add_usage_on(node: &mut Node, held: &HashMap<String, Allocation>) -> Vec<String> {
+    let mut stale = Vec::new();
+    let mut keys: Vec<&String> = held
+        .iter()
+        .filter(|(_, a)| a.node == node.name)
+        .map(|(key, _)| key)
+        .collect();
+    keys.sort();
+    for key in keys {
+        let mut missing = false;
+        for (uuid, u) in held[key].usage_by_gpu() {
+            match node.position(uuid) {
+                Some(pos) => node.add_usage(pos, &u),
+                None => missing = true,
+            }
+        }
+        if missing {
+            stale.push(key.clone());
+        }
+    }
+    stale
+}
+
+/// Records `allocation` in `held` under `key` and adds it to its node's
+/// usage, replacing what `key` held. Refused whole when the node or any
+/// GPU is unknown.
+fn record(
+    nodes: &mut BTreeMap<String, Node>,
+    held: &mut HashMap<String, Allocation>,
+    key: &str,
+    allocation: Allocation,
+) -> Result<(), ApplyError> {
+    let node = nodes
+        .get(&allocation.node)
+        .ok_or_else(|| ApplyError::UnknownNode {
+            node: allocation.node.clone(),
+        })?;
+    let usage = allocation.usage_by_gpu();
+    let mut positions = Vec::with_capacity(usage.len());
+    for (uuid, u) in &usage {
+        let pos = node.position(uuid).ok_or_else(|| ApplyError::UnknownGpu {
+            node: allocation.node.clone(),
+            uuid: uuid.to_string(),
+        })?;
+        positions.push((pos, *u));
+    }
+    forget(nodes, held, key);
+    if let Some(node) = nodes.get_mut(&allocation.node) {
+        for (pos, u) in &positions {
+            node.add_usage(*pos, u);
+        }
+    }
+    held.insert(key.to_string(), allocation);
+    Ok(())
+}
+
+/// Forgets what `key` holds in `held` and frees its GPUs.
+fn forget(
+    nodes: &mut BTreeMap<String, Node>,
+    held: &mut HashMap<String, Allocation>,
+    key: &str,
+) -> Option<Allocation> {
+    let allocation = held.remove(key)?;
+    if let Some(node) = nodes.get_mut(&allocation.node) {
+        for (uuid, u) in allocation.usage_by_gpu() {
+            if let Some(pos) = node.position(uuid) {
+                node.sub_usage(pos, &u);
+            }
+        }
+    }
+    Some(allocation)
 }
 
 #[cfg(test)]
@@ -515,5 +556,29 @@ mod tests {
         s.remove_node("n");
         assert!(s.upsert_node(node("n", 2)).is_empty());
         assert_eq!(*s.node("n").unwrap().totals(), used);
+    }
+
+    #[test]
+    fn holds_count_as_used_apart_from_the_pods_allocations() {
+        let mut s = state_with(&[("n", 1, 0)]);
+        let before = s.node("n").unwrap().clone();
+        let plan = whole_gpu_plan(NodePolicy::Binpack);
+        let a = s.assign(&plan, "n").unwrap();
+        s.apply_hold("member", a.clone()).unwrap();
+        // The one GPU is held: the pod under the same UID is not placed, and
+        // another pod finds no room.
+        assert_eq!(s.allocation("member"), None);
+        assert_eq!(s.allocations().count(), 0);
+        assert!(s.assign(&plan, "n").is_err());
+        // A hold survives the node's re-registration, as allocations do.
+        assert!(s.upsert_node(node("n", 1)).is_empty());
+        assert!(s.assign(&plan, "n").is_err());
+        assert_eq!(
+            s.remove("member"),
+            None,
+            "a hold is not the pod's allocation"
+        );
+        assert_eq!(s.remove_hold("member"), Some(a));
+        assert_eq!(s.node("n").unwrap(), &before);
     }
 }

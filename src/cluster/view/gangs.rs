@@ -1,7 +1,7 @@
 //! Gang groups in the view: the unfinished members of each group (trimmed
 //! copies of their pods), and the capacity held for the members of a group
-//! being placed, applied to the engine's state under keys of their own so
-//! that other pods see it as used.
+//! being placed, as holds in the engine's state (apart from the pods'
+//! allocations) so that other pods see it as used.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,11 +23,6 @@ pub struct Gangs {
     /// Capacity held for members of groups being placed, by member UID:
     /// the group and when the hold ends (Unix ms).
     holds: HashMap<String, (GangKey, i64)>,
-}
-
-/// The engine-state key of a gang hold (never a pod UID).
-fn hold_key(key: &str) -> String {
-    format!("gang-hold/{key}")
 }
 
 impl Gangs {
@@ -90,7 +85,7 @@ impl Gangs {
         until_ms: i64,
     ) -> Result<(), ApplyError> {
         self.release(state, key);
-        state.apply(&hold_key(key), allocation)?;
+        state.apply_hold(key, allocation)?;
         self.holds
             .insert(key.to_string(), (group.clone(), until_ms));
         Ok(())
@@ -99,7 +94,7 @@ impl Gangs {
     /// Drops the capacity held for a member.
     pub fn release(&mut self, state: &mut ClusterState, key: &str) {
         if self.holds.remove(key).is_some() {
-            state.remove(&hold_key(key));
+            state.remove_hold(key);
         }
     }
 
@@ -114,7 +109,7 @@ impl Gangs {
         let mut out = Vec::new();
         for (k, until) in keys {
             self.holds.remove(&k);
-            if let Some(a) = state.remove(&hold_key(&k)) {
+            if let Some(a) = state.remove_hold(&k) {
                 out.push((k, a, until));
             }
         }
@@ -126,7 +121,7 @@ impl Gangs {
         let mut state = state.clone();
         for (k, (g, _)) in &self.holds {
             if g == group {
-                state.remove(&hold_key(k));
+                state.remove_hold(k);
             }
         }
         state

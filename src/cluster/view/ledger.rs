@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_allocation, pod_finished, pod_name, pod_namespace};
+use crate::cluster::convert::{pod_allocation, pod_finished, pod_namespace, pod_own_name};
 use crate::engine::{Allocation, QuotaAmount};
 
 use super::{ClusterView, HeldPod, Reservation, pod_priority};
@@ -15,7 +15,7 @@ impl ClusterView {
     /// allocation cannot be counted on a node.
     pub fn upsert_pod(&mut self, key: &str, pod: &Pod) -> Option<String> {
         self.gangs.track(key, pod);
-        let name = pod_name(pod);
+        let name = pod_own_name(pod).into_owned();
         let namespace = pod_namespace(pod).to_string();
         // A reservation is gpugate's own word only while the pod is unbound
         // and unfinished; once the API server shows it bound or finished,
@@ -58,7 +58,7 @@ impl ClusterView {
                     .state
                     .apply(key, allocation.clone())
                     .err()
-                    .map(|e| format!("pod {name}: {e}"));
+                    .map(|e| format!("pod {namespace}/{name}: {e}"));
                 self.hold(
                     key,
                     HeldPod {
@@ -184,17 +184,11 @@ impl ClusterView {
 
     /// `(namespace, pod name, allocation)` of every held pod whose
     /// allocation could be read, applied or not, in no particular order.
-    /// The pod name is without its namespace.
     pub fn held_pod_allocations(&self) -> impl Iterator<Item = (&str, &str, &Allocation)> {
         self.pods.values().filter_map(|p| {
-            let name = p
-                .name
-                .strip_prefix(p.namespace.as_str())
-                .and_then(|n| n.strip_prefix('/'))
-                .unwrap_or(&p.name);
             p.allocation
                 .as_ref()
-                .map(|a| (p.namespace.as_str(), name, a))
+                .map(|a| (p.namespace.as_str(), p.name.as_str(), a))
         })
     }
 }

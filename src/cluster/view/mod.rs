@@ -41,10 +41,11 @@ pub use seen_locks::{SeenLock, SeenLocks};
 /// A pod the ledger knows to hold GPUs (applied or unaccounted).
 #[derive(Debug, Clone, PartialEq)]
 struct HeldPod {
+    namespace: String,
+    /// The pod's own name, without its namespace.
     name: String,
     /// `spec.priority`, for choosing preemption victims.
     priority: i32,
-    namespace: String,
     amount: QuotaAmount,
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
@@ -69,6 +70,13 @@ enum Reservation {
     /// arrives (kube-scheduler has chosen a node, and the next pod must not
     /// be given the same GPUs meanwhile) or until the time (Unix ms).
     Assumed { until_ms: i64 },
+}
+
+impl HeldPod {
+    /// `namespace/name`, for messages.
+    fn who(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 /// The cluster as gpugate sees it. Not thread-safe by itself; see
@@ -172,7 +180,7 @@ impl ClusterView {
         self.seen_locks.forget(name);
         for p in self.pods.values_mut() {
             if p.allocation.as_ref().is_some_and(|a| a.node == name) {
-                p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.name));
+                p.unaccounted = Some(format!("pod {}: node {name} was deleted", p.who()));
             }
         }
     }
@@ -196,7 +204,7 @@ impl ClusterView {
             p.unaccounted = if stale.contains(&uid) {
                 Some(format!(
                     "pod {}: holds a GPU that node {node} no longer reports",
-                    p.name
+                    p.who()
                 ))
             } else if applied {
                 None
@@ -206,7 +214,7 @@ impl ClusterView {
                         .state
                         .apply(&uid, a)
                         .err()
-                        .map(|e| format!("pod {}: {e}", p.name)),
+                        .map(|e| format!("pod {}: {e}", p.who())),
                     None => p.unaccounted.take(),
                 }
             };

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_name, pod_namespace};
+use crate::cluster::convert::{pod_namespace, pod_own_name};
 use crate::engine::{Allocation, ApplyError, QuotaAmount};
 
 use super::{ClusterView, HeldPod, Reservation, pod_priority};
@@ -119,7 +119,7 @@ impl ClusterView {
         self.hold(
             key,
             HeldPod {
-                name: pod_name(pod),
+                name: pod_own_name(pod).into_owned(),
                 priority: pod_priority(pod),
                 namespace: pod_namespace(pod).to_string(),
                 amount,
