@@ -15,6 +15,7 @@ pub mod extender;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hami;
+pub mod log;
 pub mod placement;
 pub mod serve;
 pub mod server;

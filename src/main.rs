@@ -1,4 +1,4 @@
-//! The gpugate binary: parse the command line and run a command.
+//! The gpugate binary: parse the command line, set up logging, run a command.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -14,14 +14,10 @@ use gpugate::config::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if let Err(e) = gpugate::log::init(&cli.log) {
+        eprintln!("gpugate: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Serve(args) => serve(*args),

@@ -41,7 +41,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // First of all: from here on SIGHUP reloads instead of killing.
     let signals = Signals::register().context("signal handlers")?;
     tls::install_default_provider();
-    let (config_file, config) = match &args.config {
+    let (config_file, config) = match &args.server.config {
         Some(path) => {
             let (file, config) = ConfigFile::load(path.clone()).await?;
             tracing::info!(
@@ -54,7 +54,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => (None, Config::default()),
     };
     let server_config = config.server.clone();
-    let tls_listeners = if args.extender_listen.is_some() { 2 } else { 1 };
+    let tls_listeners = if args.server.extender_listen.is_some() {
+        2
+    } else {
+        1
+    };
     match crate::server::limits::raise_open_file_limit(
         server_config.descriptors_needed(tls_listeners),
     ) {
@@ -184,21 +188,25 @@ where
         let c = config.clone();
         move || c.load().webhooks.clone()
     };
-    let (cert_path, key_path) = match (&args.tls_cert, &args.tls_key, &args.self_signed_secret) {
+    let (cert_path, key_path) = match (
+        &args.tls.tls_cert,
+        &args.tls.tls_key,
+        &args.tls.self_signed_secret,
+    ) {
         (Some(c), Some(k), _) => (c.clone(), k.clone()),
         (_, _, Some(secret)) => {
             let Some(client) = client.clone() else {
                 anyhow::bail!("--self-signed-secret needs --kubeconfig or --in-cluster");
             };
-            let spec = CertSpec::local_and(&args.dns, SELF_MADE_DAYS);
+            let spec = CertSpec::local_and(&args.tls.dns, SELF_MADE_DAYS);
             let certs = Arc::new(InClusterCerts::new(
                 client,
                 secret.clone(),
                 spec,
-                args.cert_dir.clone(),
+                args.tls.cert_dir.clone(),
             ));
             let renew_at = first_in_cluster_pass(&certs, &config_now).await?;
-            let dir = args.cert_dir.clone();
+            let dir = args.tls.cert_dir.clone();
             tokio::spawn(renew_loop(
                 renew_at,
                 IN_CLUSTER_RECHECK,
@@ -219,8 +227,8 @@ where
             (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
         }
         _ => {
-            let spec = CertSpec::local_and(&args.dns, SELF_MADE_DAYS);
-            let dir = args.cert_dir.clone();
+            let spec = CertSpec::local_and(&args.tls.dns, SELF_MADE_DAYS);
+            let dir = args.tls.cert_dir.clone();
             let (what, renew_at) = certs::ensure_dir(&dir, &spec, time::OffsetDateTime::now_utc())
                 .with_context(|| format!("--cert-dir {}", dir.display()))?;
             tracing::info!(dir = %dir.display(), ?what, %renew_at, "self-made certificate");
@@ -242,7 +250,7 @@ where
     let cert = ReloadingCert::from_files(&cert_path, &key_path)?;
     tokio::spawn(tls::watch(
         cert.clone(),
-        Duration::from_secs(args.reload_seconds),
+        Duration::from_secs(args.server.reload_seconds),
         reload.cert,
         stopped(),
     ));
@@ -262,7 +270,7 @@ where
         Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
     };
-    let bind_mode = match (&args.cluster, &client) {
+    let bind_mode = match (&args.cluster.cluster, &client) {
         (None, Some(client)) => {
             let api_limits = config.load().api.clone();
             let scheduler = config.load().scheduler.name.clone();
@@ -289,7 +297,7 @@ where
         let reporter = state.clone();
         tokio::spawn(file.watch(
             state.config.clone(),
-            Duration::from_secs(args.reload_seconds),
+            Duration::from_secs(args.server.reload_seconds),
             reload.config,
             move |outcome| match outcome {
                 Ok(stamp) => reporter.metrics.config.in_force(stamp),
@@ -298,13 +306,13 @@ where
             stopped(),
         ));
     }
-    let webhook_tcp = TcpListener::bind(args.listen)
+    let webhook_tcp = TcpListener::bind(args.server.listen)
         .await
-        .with_context(|| format!("--listen {}", args.listen))?;
-    let admin = TcpListener::bind(args.admin_listen)
+        .with_context(|| format!("--listen {}", args.server.listen))?;
+    let admin = TcpListener::bind(args.admin.admin_listen)
         .await
-        .with_context(|| format!("--admin-listen {}", args.admin_listen))?;
-    let extender = match args.extender_listen {
+        .with_context(|| format!("--admin-listen {}", args.admin.admin_listen))?;
+    let extender = match args.server.extender_listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
                 .await
@@ -402,7 +410,7 @@ impl Started {
 
 /// Where the API server is, if gpugate talks to one.
 fn api_source(args: &ServeArgs) -> anyhow::Result<Option<ApiSource>> {
-    Ok(match (&args.kubeconfig, args.in_cluster) {
+    Ok(match (&args.cluster.kubeconfig, args.cluster.in_cluster) {
         (Some(path), _) => Some(ApiSource::Kubeconfig(path.clone())),
         (None, true) => Some(ApiSource::InCluster),
         (None, false) => None,
@@ -459,7 +467,7 @@ fn cluster_view(
     metrics: &Metrics,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<Arc<SharedCluster>>> {
-    if let Some(path) = &args.cluster {
+    if let Some(path) = &args.cluster.cluster {
         // Streamed: one object at a time, never the whole file.
         let (view, report) = snapshot::load_view(path)?;
         for problem in report

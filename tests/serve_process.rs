@@ -121,16 +121,18 @@ async fn connect(g: &Gpugate) -> tokio_rustls::client::TlsStream<TcpStream> {
 }
 
 fn review_body() -> Vec<u8> {
-    let pod: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(Path::new(ROOT).join("tests/fixtures/pods/gpu-only.yaml"))
-            .unwrap(),
-    )
-    .unwrap();
+    review_of("gpu-only.yaml", "6a1b3c9e-0000-4000-8000-000000000001")
+}
+
+/// A CREATE review of the pod in tests/fixtures/pods/`fixture`.
+fn review_of(fixture: &str, uid: &str) -> Vec<u8> {
+    let path = Path::new(ROOT).join("tests/fixtures/pods").join(fixture);
+    let pod: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     serde_json::to_vec(&serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
-            "uid": "6a1b3c9e-0000-4000-8000-000000000001",
+            "uid": uid,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "operation": "CREATE",
@@ -648,4 +650,89 @@ async fn simulate_and_serve_place_the_same_pods_the_same_way() {
     assert_eq!(served_devices, simulated_devices);
     assert!(!simulated_devices.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `gpugate serve` configured from GPUGATE_* variables alone, logging JSON:
+/// a denied review and an extender call each leave a log line whose span
+/// carries the request's uid, the pod and the outcome.
+#[tokio::test]
+async fn settings_from_the_environment_and_json_logs_with_request_spans() {
+    let dir = std::env::temp_dir().join(format!("gpugate-env-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (listen, admin) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .arg("serve")
+        .env("GPUGATE_LISTEN", listen.to_string())
+        .env("GPUGATE_ADMIN_LISTEN", admin.to_string())
+        .env("GPUGATE_CERT_DIR", dir.join("certs"))
+        .env(
+            "GPUGATE_CLUSTER",
+            format!("{ROOT}/examples/demo/cluster.yaml"),
+        )
+        .env("GPUGATE_LOG_FORMAT", "json")
+        .env("GPUGATE_LOG_LEVEL", "info,gpugate=debug")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut g = Gpugate {
+        child,
+        listen,
+        admin,
+        dir,
+    };
+    wait_ready(&mut g);
+
+    let uid = "6a1b3c9e-0000-4000-8000-0000000000aa";
+    let (status, review) = post(&g, g.listen, "/validate", &review_of("node-name.yaml", uid)).await;
+    assert_eq!(status, 200);
+    assert_eq!(review["response"]["allowed"], false, "{review}");
+    let pod = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "ml", "uid": "u-filter-1"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    });
+    let args = serde_json::json!({"Pod": pod, "NodeNames": ["gpu-a100-1"]});
+    let (status, _) = post(&g, g.listen, "/filter", args.to_string().as_bytes()).await;
+    assert_eq!(status, 200);
+
+    // The log is written as it happens; give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut review_line, mut filter_line) = (None, None);
+    while Instant::now() < deadline && (review_line.is_none() || filter_line.is_none()) {
+        let log = std::fs::read_to_string(g.dir.join("stderr.log")).unwrap();
+        for line in log.lines() {
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+            let span = &v["span"];
+            if span["name"] == "review" && span["uid"] == uid {
+                review_line = Some(v.clone());
+            }
+            if span["name"] == "extender" && span["uid"] == "u-filter-1" {
+                filter_line = Some(v.clone());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let review_line = review_line.expect("a log line in the review's span");
+    let span = &review_line["span"];
+    assert_eq!(span["webhook"], "validate", "{review_line}");
+    assert_eq!(span["namespace"], "default", "{review_line}");
+    assert_eq!(span["outcome"], "denied", "{review_line}");
+    assert_eq!(span["reason"], "node_name", "{review_line}");
+    assert_eq!(review_line["level"], "INFO", "{review_line}");
+    let filter_line = filter_line.expect("a log line in the filter call's span");
+    let span = &filter_line["span"];
+    assert_eq!(span["verb"], "filter", "{filter_line}");
+    assert_eq!(span["namespace"], "ml", "{filter_line}");
+    assert_eq!(span["pod"], "p", "{filter_line}");
+    assert_eq!(span["outcome"], "ok", "{filter_line}");
+    // And the connection the calls came on.
+    assert!(
+        filter_line["spans"].as_array().is_some_and(|s| s
+            .iter()
+            .any(|s| s["name"] == "connection" && s["listener"] == "webhook")),
+        "{filter_line}"
+    );
 }

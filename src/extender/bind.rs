@@ -27,6 +27,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::api::{self, ApiCalls, ApiError};
@@ -146,14 +147,19 @@ impl ApiBinder {
         let (binder, cluster) = (self.clone(), cluster.clone());
         let running = RunningBind::start(&self.running);
         // Counted in the task: a bind whose caller gave up counts too.
-        let task = tokio::spawn(async move {
-            let _running = running;
-            let result = binder.transaction(&cluster, &config, &args, known).await;
-            binder
-                .metrics
-                .record(result.as_ref().map(|c| *c).map_err(|f| f.code));
-            result
-        });
+        // The task logs in the call's span, even after the caller gave up.
+        let span = tracing::Span::current();
+        let task = tokio::spawn(
+            async move {
+                let _running = running;
+                let result = binder.transaction(&cluster, &config, &args, known).await;
+                binder
+                    .metrics
+                    .record(result.as_ref().map(|c| *c).map_err(|f| f.code));
+                result
+            }
+            .instrument(span),
+        );
         match task.await {
             Ok(result) => result.map(|_| ()).map_err(ExtenderError::Bind),
             Err(e) => Err(ExtenderError::BindTask(e.to_string())),

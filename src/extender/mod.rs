@@ -78,6 +78,7 @@ impl Extender {
             Ok(a) => a,
             Err(e) => return failed(e.into()),
         };
+        record_pod(&args.pod);
         if !self.cluster.is_synced() {
             return failed(ExtenderError::NotSynced);
         }
@@ -115,6 +116,7 @@ impl Extender {
         body: &[u8],
     ) -> Result<Vec<HostPriority>, ExtenderError> {
         let args = ExtenderArgs::parse(body)?;
+        record_pod(&args.pod);
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }
@@ -141,7 +143,11 @@ impl Extender {
     /// Commits kube-scheduler's choice of node: through the API server (see
     /// [`bind`]), or, standalone, into the ledger only.
     pub async fn bind(&self, config: Arc<Config>, body: &[u8]) -> BindingResult {
-        let result = match BindingArgs::parse(body) {
+        let parsed = BindingArgs::parse(body);
+        if let Ok(args) = &parsed {
+            record_binding(args);
+        }
+        let result = match parsed {
             Err(e) => Err(ExtenderError::from(e)),
             Ok(_) if !self.cluster.is_synced() => Err(ExtenderError::NotSynced),
             Ok(args) => match &self.bind_mode {
@@ -222,11 +228,33 @@ impl Extender {
 
     pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, ExtenderError> {
         let args = PreemptionArgs::parse(body)?;
+        record_pod(&args.pod);
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }
         preempt::preempt(&self.cluster.read(), config, &args)
     }
+}
+
+/// Names the pod in the current span (the extender call's).
+fn record_pod(pod: &k8s_openapi::api::core::v1::Pod) {
+    let span = tracing::Span::current();
+    span.record("namespace", pod_namespace(pod));
+    if let Some(name) = pod.metadata.name.as_deref() {
+        span.record("pod", name);
+    }
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        span.record("uid", uid);
+    }
+}
+
+/// Names the pod and node of a bind in the current span.
+fn record_binding(args: &BindingArgs) {
+    let span = tracing::Span::current();
+    span.record("namespace", args.pod_namespace.as_str());
+    span.record("pod", args.pod_name.as_str());
+    span.record("uid", args.pod_uid.as_str());
+    span.record("node", args.node.as_str());
 }
 
 /// The answer to a bind of a pod the ledger already holds: kube-scheduler

@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+use tracing::Instrument as _;
 
 use super::body::{BodyBudget, Guarded};
 pub use super::conn_metrics::{ConnMetrics, ListenerLabels, Rule};
@@ -356,12 +357,18 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let (open, registry) = (open.clone(), registry.clone());
         open.inc();
-        tokio::spawn(async move {
-            conn.run(tcp, acceptor).await;
-            lock(&registry).conns.remove(&id);
-            open.dec();
-            drop(slot);
-        });
+        // Every event of the connection (handshake, requests, close)
+        // carries its listener and peer.
+        let span = tracing::info_span!("connection", listener = name, %peer);
+        tokio::spawn(
+            async move {
+                conn.run(tcp, acceptor).await;
+                lock(&registry).conns.remove(&id);
+                open.dec();
+                drop(slot);
+            }
+            .instrument(span),
+        );
     }
     drop(tcp);
     let _ = phase_tx.send(Phase::Draining);

@@ -16,6 +16,9 @@ use axum::routing::{get, post};
 
 use std::time::Instant;
 
+use tracing::Instrument as _;
+use tracing::field::Empty;
+
 use crate::admission::handler::{Decision, mutate_review, respond, validate_review};
 use crate::admission::review::ReviewRequest;
 use crate::cluster::{ClusterView, SharedCluster};
@@ -134,11 +137,42 @@ fn review(
     decide: fn(&ReviewRequest, &Config, Option<&ClusterView>) -> Decision,
 ) -> Response {
     let start = Instant::now();
+    let span = tracing::info_span!(
+        "review",
+        webhook,
+        uid = Empty,
+        namespace = Empty,
+        pod = Empty,
+        operation = Empty,
+        outcome = Empty,
+        reason = Empty,
+    );
+    let _entered = span.enter();
     let config = state.config.load();
-    let (response, outcome) = respond(body, |req| match &state.cluster {
-        Some(cluster) => decide(req, &config, Some(&cluster.read())),
-        None => decide(req, &config, None),
+    let (response, outcome) = respond(body, |req| {
+        span.record("uid", req.uid.as_ref());
+        span.record("operation", req.operation.as_ref());
+        if let Some(ns) = &req.namespace {
+            span.record("namespace", ns.as_ref());
+        }
+        if let Some(name) = &req.name {
+            span.record("pod", name.as_ref());
+        }
+        match &state.cluster {
+            Some(cluster) => decide(req, &config, Some(&cluster.read())),
+            None => decide(req, &config, None),
+        }
     });
+    span.record("outcome", outcome.result);
+    if let Some(reason) = outcome.denial {
+        span.record("reason", reason.as_str());
+    }
+    // Every decision is logged once, with the review's uid: denials and
+    // errors at info, the rest at debug.
+    match outcome.result {
+        "denied" | "error" => tracing::info!("review answered"),
+        _ => tracing::debug!("review answered"),
+    }
     state.metrics.admission.observe(
         webhook,
         outcome.operation,
@@ -160,18 +194,47 @@ fn extender_call<T: serde::Serialize>(
     without_cluster: impl FnOnce(&str) -> T,
 ) -> Response {
     let start = Instant::now();
+    let span = extender_span(verb);
+    let _entered = span.enter();
     let (answer, error) = match &state.extender {
         Some(extender) => call(extender, &state.config.load()),
         None => (without_cluster(NO_CLUSTER), Some(NO_CLUSTER.to_string())),
     };
-    if let Some(e) = &error {
-        tracing::warn!(verb, error = %e, "extender");
+    extender_done(state, verb, error.as_deref(), start);
+    axum::Json(answer).into_response()
+}
+
+/// The span of one extender call: the verb, and the pod once its
+/// arguments are read (`extender::record_pod`).
+fn extender_span(verb: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "extender",
+        verb,
+        uid = Empty,
+        namespace = Empty,
+        pod = Empty,
+        node = Empty,
+        outcome = Empty,
+    )
+}
+
+/// Records an extender call's outcome in its span, the log and metrics.
+fn extender_done(state: &AppState, verb: &'static str, error: Option<&str>, start: Instant) {
+    let span = tracing::Span::current();
+    match error {
+        Some(e) => {
+            span.record("outcome", "error");
+            tracing::warn!(error = %e, "extender call failed");
+        }
+        None => {
+            span.record("outcome", "ok");
+            tracing::debug!("extender call answered");
+        }
     }
     state
         .metrics
         .extender
         .observe(verb, error.is_none(), start.elapsed());
-    axum::Json(answer).into_response()
 }
 
 async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -204,23 +267,25 @@ async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 }
 
 async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let start = Instant::now();
-    let result = match &state.extender {
-        Some(x) => {
-            // The config of the moment, not held across the API calls.
-            let config = state.config.load_full();
-            x.bind(config, &body).await
-        }
-        None => BindingResult {
-            error: NO_CLUSTER.to_string(),
-        },
-    };
-    let ok = result.error.is_empty();
-    if !ok {
-        tracing::warn!(verb = "bind", error = %result.error, "extender");
+    let span = extender_span("bind");
+    async {
+        let start = Instant::now();
+        let result = match &state.extender {
+            Some(x) => {
+                // The config of the moment, not held across the API calls.
+                let config = state.config.load_full();
+                x.bind(config, &body).await
+            }
+            None => BindingResult {
+                error: NO_CLUSTER.to_string(),
+            },
+        };
+        let error = (!result.error.is_empty()).then_some(result.error.as_str());
+        extender_done(&state, "bind", error, start);
+        axum::Json(result).into_response()
     }
-    state.metrics.extender.observe("bind", ok, start.elapsed());
-    axum::Json(result).into_response()
+    .instrument(span)
+    .await
 }
 
 /// ExtenderPreemptionResult has no error field either: a request that cannot
