@@ -193,48 +193,32 @@ mod tests {
 
     #[test]
     fn a_sidecar_adds_to_the_app_containers() {
+        use ContainerKind::{App, Init, Sidecar};
+        // What containers of these kinds, each on GPU-A with (MiB, cores),
+        // hold of it together.
+        let on_gpu_a = |containers: &[(ContainerKind, u64, u32)]| {
+            let a = Allocation {
+                node: "n".into(),
+                containers: containers
+                    .iter()
+                    .map(|(_, mem, cores)| vec![g("GPU-A", *mem, *cores)])
+                    .collect(),
+                kinds: containers.iter().map(|(kind, _, _)| *kind).collect(),
+            };
+            let usage = a.usage_by_gpu();
+            assert_eq!(usage.len(), 1);
+            assert_eq!(usage[0].0, "GPU-A");
+            let u = usage[0].1;
+            (u.slots, u.mem_mib, u.cores)
+        };
         // The pod: a 10,000 MiB sidecar and a 10,000 MiB app
         // container on one GPU hold 20,000 MiB and two slots, not 10,000.
-        let a = Allocation {
-            node: "n".into(),
-            containers: vec![vec![g("GPU-A", 10_000, 0)], vec![g("GPU-A", 10_000, 0)]],
-            kinds: vec![ContainerKind::Sidecar, ContainerKind::App],
-        };
         assert_eq!(
-            a.usage_by_gpu(),
-            vec![(
-                "GPU-A",
-                Usage {
-                    slots: 2,
-                    mem_mib: 20_000,
-                    cores: 0
-                }
-            )]
+            on_gpu_a(&[(Sidecar, 10_000, 0), (App, 10_000, 0)]),
+            (2, 20_000, 0)
         );
         // An init container after the sidecar runs beside it.
-        let a = Allocation {
-            node: "n".into(),
-            containers: vec![
-                vec![g("GPU-A", 3_000, 10)],
-                vec![g("GPU-A", 9_000, 50)],
-                vec![g("GPU-A", 1_000, 5)],
-            ],
-            kinds: vec![
-                ContainerKind::Sidecar,
-                ContainerKind::Init,
-                ContainerKind::App,
-            ],
-        };
-        assert_eq!(
-            a.usage_by_gpu(),
-            vec![(
-                "GPU-A",
-                Usage {
-                    slots: 2,
-                    mem_mib: 12_000,
-                    cores: 60
-                }
-            )]
-        );
+        let with_init = [(Sidecar, 3_000, 10), (Init, 9_000, 50), (App, 1_000, 5)];
+        assert_eq!(on_gpu_a(&with_init), (2, 12_000, 60));
     }
 }

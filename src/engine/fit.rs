@@ -353,10 +353,6 @@ mod tests {
         );
 
         assert_eq!(
-            check(&g, used(10, 0, 0), req(1, 1, 0)),
-            Err(Reason::CardTimeSlicingExhausted)
-        );
-        assert_eq!(
             check_gpu(
                 &g,
                 &used(1, 1, 1),
@@ -366,28 +362,31 @@ mod tests {
             ),
             Err(Reason::ExclusiveDeviceAllocateConflict)
         );
-        assert_eq!(
-            check(&g, used(1, 40000, 0), req(1, 1000, 0)),
-            Err(Reason::CardInsufficientMemory)
+        // What one 40,000 MiB GPU answers, given what is used and asked.
+        use Reason::*;
+        let answers = |u: Usage, r: GpuRequest, want: Result<Usage, Reason>| {
+            assert_eq!(check(&g, u, r), want, "used {u:?}, asked {r:?}");
+        };
+        answers(used(10, 0, 0), req(1, 1, 0), Err(CardTimeSlicingExhausted));
+        answers(
+            used(1, 40000, 0),
+            req(1, 1000, 0),
+            Err(CardInsufficientMemory),
         );
-        assert_eq!(
-            check(&g, used(1, 0, 90), req(1, 1000, 20)),
-            Err(Reason::CardInsufficientCore)
-        );
+        answers(used(1, 0, 90), req(1, 1000, 20), Err(CardInsufficientCore));
         // gpucores 100 needs a GPU nobody uses, even one using no cores.
-        assert_eq!(
-            check(&g, used(1, 1000, 0), req(1, 1000, 100)),
-            Err(Reason::ExclusiveDeviceAllocateConflict)
+        answers(
+            used(1, 1000, 0),
+            req(1, 1000, 100),
+            Err(ExclusiveDeviceAllocateConflict),
         );
         // gpucores 0 cannot land where every core is taken.
-        assert_eq!(
-            check(&g, used(1, 1000, 100), req(1, 1000, 0)),
-            Err(Reason::CardComputeUnitsExhausted)
+        answers(
+            used(1, 1000, 100),
+            req(1, 1000, 0),
+            Err(CardComputeUnitsExhausted),
         );
-        assert_eq!(
-            check(&g, used(1, 1000, 99), req(1, 1000, 0)),
-            Ok(used(1, 1000, 0))
-        );
+        answers(used(1, 1000, 99), req(1, 1000, 0), Ok(used(1, 1000, 0)));
     }
 
     #[test]
@@ -691,37 +690,19 @@ mod tests {
             assert!(n.set_pair_score(&format!("GPU-{a}"), &format!("GPU-{b}"), sc));
         }
         let mut s = Scratch::default();
-        fit_pod(
-            &n,
-            &plan(
-                vec![(false, Some(req(1, 100, 0)))],
+        // The GPUs a topology-aware pod of `count` GPUs gets on `n`.
+        let mut topology_aware = |n: &Node, count: u32| {
+            let p = plan(
+                vec![(false, Some(req(count, 100, 0)))],
                 GpuPolicy::TopologyAware,
-            ),
-            &mut s,
-        )
-        .unwrap();
-        assert_eq!(grants(&s), [(0, 0)]);
-        fit_pod(
-            &n,
-            &plan(
-                vec![(false, Some(req(3, 100, 0)))],
-                GpuPolicy::TopologyAware,
-            ),
-            &mut s,
-        )
-        .unwrap();
-        assert_eq!(grants(&s), [(0, 0), (0, 2), (0, 3)]);
+            );
+            fit_pod(n, &p, &mut s).unwrap();
+            grants(&s)
+        };
+        assert_eq!(topology_aware(&n, 1), [(0, 0)]);
+        assert_eq!(topology_aware(&n, 3), [(0, 0), (0, 2), (0, 3)]);
         // With gpu0 taken exclusively, the other best set remains.
         n.add_usage(0, &used(1, 40960, 100));
-        fit_pod(
-            &n,
-            &plan(
-                vec![(false, Some(req(3, 100, 0)))],
-                GpuPolicy::TopologyAware,
-            ),
-            &mut s,
-        )
-        .unwrap();
-        assert_eq!(grants(&s), [(0, 1), (0, 2), (0, 3)]);
+        assert_eq!(topology_aware(&n, 3), [(0, 1), (0, 2), (0, 3)]);
     }
 }

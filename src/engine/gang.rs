@@ -163,8 +163,7 @@ pub fn place_gang(
 mod tests {
     use super::*;
     use crate::engine::device::{Gpu, Node, Usage};
-    use crate::engine::policy::{GpuPolicy, NodePolicy};
-    use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+    use crate::engine::policy::NodePolicy;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -221,26 +220,15 @@ mod tests {
         s
     }
 
-    fn whole_gpu() -> PodPlan {
-        PodPlan::new(
-            PodRequest {
-                containers: vec![ContainerRequest {
-                    name: "c".into(),
-                    kind: crate::engine::ContainerKind::App,
-                    gpu: Some(GpuRequest {
-                        count: 1,
-                        memory: Memory::Percent(100),
-                        cores: 100,
-                    }),
-                }],
-            },
-            NodePolicy::Binpack,
-            GpuPolicy::Spread,
-        )
-    }
-
     fn pending(n: usize) -> Vec<(String, PodPlan)> {
-        (0..n).map(|i| (format!("m{i}"), whole_gpu())).collect()
+        (0..n)
+            .map(|i| {
+                (
+                    format!("m{i}"),
+                    crate::engine::plan::whole_gpu_plan(NodePolicy::Binpack),
+                )
+            })
+            .collect()
     }
 
     fn label(min: u32) -> GangLabel {

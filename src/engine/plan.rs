@@ -82,6 +82,27 @@ where
     }
 }
 
+/// A pod of one container that takes one whole GPU (tests).
+#[cfg(test)]
+pub(crate) fn whole_gpu_plan(node_policy: NodePolicy) -> PodPlan {
+    use super::request::{ContainerRequest, GpuRequest, Memory};
+    PodPlan::new(
+        PodRequest {
+            containers: vec![ContainerRequest {
+                name: "c".into(),
+                kind: super::ContainerKind::App,
+                gpu: Some(GpuRequest {
+                    count: 1,
+                    memory: Memory::Percent(100),
+                    cores: 100,
+                }),
+            }],
+        },
+        node_policy,
+        GpuPolicy::Spread,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

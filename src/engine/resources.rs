@@ -2,12 +2,26 @@
 //! HAMi's `nvidia` device config section (config key `nvidia`), with its key
 //! names, so that it can be copied over when migrating.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
+/// Keys of HAMi's `nvidia` device config that only its device plugin reads.
+pub const DEVICE_PLUGIN_KEYS: [&str; 8] = [
+    "deviceSplitCount",
+    "deviceMemoryScaling",
+    "deviceCoreScaling",
+    "preConfiguredDeviceMemory",
+    "libCudaLogLevel",
+    "enableNumaTopology",
+    "disableCoreLimit",
+    "migProfileAllowlist",
+];
+
 /// NVIDIA resource names and request defaults (HAMi's `nvidia` device config).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[serde(rename_all = "camelCase", default)]
 pub struct NvidiaConfig {
     pub resource_count_name: String,
     pub resource_memory_name: String,
@@ -30,24 +44,12 @@ pub struct NvidiaConfig {
     pub gpu_core_policy: String,
     /// `spec.runtimeClassName` for vGPU pods that set none (webhook).
     pub runtime_class_name: String,
-    // Keys of HAMi's device config that only its device plugin reads: accepted
-    // (so HAMi's `nvidia` section can be copied as is) and otherwise ignored.
-    #[doc(hidden)]
-    pub device_split_count: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub device_memory_scaling: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub device_core_scaling: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub pre_configured_device_memory: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub lib_cuda_log_level: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub enable_numa_topology: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub disable_core_limit: Option<IgnoredAny>,
-    #[doc(hidden)]
-    pub mig_profile_allowlist: Option<IgnoredAny>,
+    /// Every other key: accepted only when it is one of HAMi's device
+    /// config that only its device plugin reads ([`DEVICE_PLUGIN_KEYS`],
+    /// so that HAMi's `nvidia` section can be copied as is), and then
+    /// ignored; refused otherwise (a typo must not fall back to a default).
+    #[serde(flatten)]
+    pub device_plugin_only: BTreeMap<String, IgnoredAny>,
 }
 
 impl Default for NvidiaConfig {
@@ -65,14 +67,7 @@ impl Default for NvidiaConfig {
             overwrite_env: false,
             gpu_core_policy: "default".to_string(),
             runtime_class_name: String::new(),
-            device_split_count: None,
-            device_memory_scaling: None,
-            device_core_scaling: None,
-            pre_configured_device_memory: None,
-            lib_cuda_log_level: None,
-            enable_numa_topology: None,
-            disable_core_limit: None,
-            mig_profile_allowlist: None,
+            device_plugin_only: BTreeMap::new(),
         }
     }
 }
@@ -81,6 +76,17 @@ impl NvidiaConfig {
     /// The values no request could be read under.
     pub fn validate(&self) -> Result<(), String> {
         let n = self;
+        if let Some(key) = n
+            .device_plugin_only
+            .keys()
+            .find(|k| !DEVICE_PLUGIN_KEYS.contains(&k.as_str()))
+        {
+            return Err(format!(
+                "nvidia.{key} is not a key gpugate knows (nor one of HAMi's device plugin, \
+                 which are accepted and ignored: {})",
+                DEVICE_PLUGIN_KEYS.join(", ")
+            ));
+        }
         if n.resource_count_name.trim().is_empty() {
             return Err("nvidia.resourceCountName must not be empty".to_string());
         }

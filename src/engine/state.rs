@@ -358,8 +358,8 @@ fn forget(
 mod tests {
     use super::*;
     use crate::engine::device::{Gpu, Usage};
-    use crate::engine::policy::{GpuPolicy, NodePolicy};
-    use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+    use crate::engine::plan::whole_gpu_plan;
+    use crate::engine::policy::NodePolicy;
 
     fn node(name: &str, gpus: u32) -> Node {
         Node::new(
@@ -378,24 +378,6 @@ mod tests {
                     )
                 })
                 .collect(),
-        )
-    }
-
-    fn whole_gpu_plan(node_policy: NodePolicy) -> PodPlan {
-        PodPlan::new(
-            PodRequest {
-                containers: vec![ContainerRequest {
-                    name: "c".into(),
-                    kind: crate::engine::ContainerKind::App,
-                    gpu: Some(GpuRequest {
-                        count: 1,
-                        memory: Memory::Percent(100),
-                        cores: 100,
-                    }),
-                }],
-            },
-            node_policy,
-            GpuPolicy::Spread,
         )
     }
 
