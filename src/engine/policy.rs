@@ -67,35 +67,60 @@ impl GpuPolicy {
     }
 }
 
+/// A policy kind whose values are read by name.
+trait Named: Copy + 'static {
+    /// `node` or `GPU`, for messages.
+    const KIND: &'static str;
+    /// Every name with its value.
+    const BY_NAME: &'static [(&'static str, Self)];
+    const NAMES: &'static str;
+}
+
+impl Named for NodePolicy {
+    const KIND: &'static str = "node";
+    const BY_NAME: &'static [(&'static str, Self)] = &[
+        ("binpack", NodePolicy::Binpack),
+        ("spread", NodePolicy::Spread),
+    ];
+    const NAMES: &'static str = NodePolicy::NAMES;
+}
+
+impl Named for GpuPolicy {
+    const KIND: &'static str = "GPU";
+    const BY_NAME: &'static [(&'static str, Self)] = &[
+        ("binpack", GpuPolicy::Binpack),
+        ("spread", GpuPolicy::Spread),
+        ("topology-aware", GpuPolicy::TopologyAware),
+        ("mutex", GpuPolicy::Mutex),
+    ];
+    const NAMES: &'static str = GpuPolicy::NAMES;
+}
+
+/// The policy named `s` (surrounding spaces ignored), or which names there are.
+fn by_name<P: Named>(s: &str) -> Result<P, UnknownPolicy> {
+    let s = s.trim();
+    P::BY_NAME
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|(_, p)| *p)
+        .ok_or_else(|| UnknownPolicy {
+            kind: P::KIND,
+            name: s.to_string(),
+            allowed: P::NAMES,
+        })
+}
+
 impl FromStr for NodePolicy {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "binpack" => Ok(NodePolicy::Binpack),
-            "spread" => Ok(NodePolicy::Spread),
-            other => Err(UnknownPolicy {
-                kind: "node",
-                name: other.to_string(),
-                allowed: Self::NAMES,
-            }),
-        }
+        by_name(s)
     }
 }
 
 impl FromStr for GpuPolicy {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "binpack" => Ok(GpuPolicy::Binpack),
-            "spread" => Ok(GpuPolicy::Spread),
-            "topology-aware" => Ok(GpuPolicy::TopologyAware),
-            "mutex" => Ok(GpuPolicy::Mutex),
-            other => Err(UnknownPolicy {
-                kind: "GPU",
-                name: other.to_string(),
-                allowed: Self::NAMES,
-            }),
-        }
+        by_name(s)
     }
 }
 

@@ -111,57 +111,48 @@ mod tests {
 
     #[test]
     fn whole_numbers_and_suffixes() {
-        assert_eq!(parse_whole("0"), Ok(0));
-        assert_eq!(parse_whole("3000"), Ok(3000));
-        assert_eq!(parse_whole(" 7 "), Ok(7));
-        assert_eq!(parse_whole("+2"), Ok(2));
-        assert_eq!(parse_whole("1k"), Ok(1000));
-        assert_eq!(parse_whole("2Ki"), Ok(2048));
-        assert_eq!(parse_whole("1.5k"), Ok(1500));
-        assert_eq!(parse_whole("1000m"), Ok(1));
-        assert_eq!(parse_whole("1e3"), Ok(1000));
-        assert_eq!(parse_whole("1E2"), Ok(100));
-        assert_eq!(parse_whole("-0"), Ok(0));
-        assert_eq!(parse_whole("1.0"), Ok(1));
+        for (text, n) in [
+            ("0", 0),
+            ("3000", 3000),
+            (" 7 ", 7),
+            ("+2", 2),
+            ("1k", 1000),
+            ("2Ki", 2048),
+            ("1.5k", 1500),
+            ("1000m", 1),
+            ("1e3", 1000),
+            ("1E2", 100),
+            ("-0", 0),
+            ("1.0", 1),
+        ] {
+            assert_eq!(parse_whole(text), Ok(n), "{text:?}");
+        }
     }
 
     #[test]
     fn refusals() {
-        assert!(matches!(
-            parse_whole("0.5"),
-            Err(QuantityError::NotInteger(_))
-        ));
-        assert!(matches!(
-            parse_whole("500m"),
-            Err(QuantityError::NotInteger(_))
-        ));
-        assert!(matches!(parse_whole("-1"), Err(QuantityError::Negative(_))));
-        assert!(matches!(parse_whole(""), Err(QuantityError::Malformed(_))));
-        assert!(matches!(
-            parse_whole("abc"),
-            Err(QuantityError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_whole("1.2.3"),
-            Err(QuantityError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_whole("1x"),
-            Err(QuantityError::Malformed(_))
-        ));
-        assert!(matches!(parse_whole("."), Err(QuantityError::Malformed(_))));
-        assert!(matches!(
-            parse_whole("17Ei"),
-            Err(QuantityError::TooLarge(_))
-        ));
-        assert!(matches!(
-            parse_whole("99999999999999999999999999999999999"),
-            Err(QuantityError::TooLarge(_))
-        ));
-        assert!(matches!(
-            parse_whole("1e99"),
-            Err(QuantityError::TooLarge(_))
-        ));
+        use QuantityError::*;
+        let kind = |e: QuantityError| match e {
+            NotInteger(_) => "not an integer",
+            Negative(_) => "negative",
+            Malformed(_) => "malformed",
+            TooLarge(_) => "too large",
+        };
+        for (text, want) in [
+            ("0.5", "not an integer"),
+            ("500m", "not an integer"),
+            ("-1", "negative"),
+            ("", "malformed"),
+            ("abc", "malformed"),
+            ("1.2.3", "malformed"),
+            ("1x", "malformed"),
+            (".", "malformed"),
+            ("17Ei", "too large"),
+            ("99999999999999999999999999999999999", "too large"),
+            ("1e99", "too large"),
+        ] {
+            assert_eq!(parse_whole(text).map_err(kind), Err(want), "{text:?}");
+        }
     }
 
     proptest::proptest! {

@@ -229,52 +229,36 @@ mod tests {
         }
     }
 
+    /// MiB and cores a pod of these containers counts against quota.
+    fn counted(containers: Vec<ContainerRequest>) -> (u64, u64) {
+        let a = QuotaAmount::of_request(&PodRequest { containers });
+        (a.mem_mib, a.cores)
+    }
+
     #[test]
     fn init_containers_count_as_their_maximum_and_apps_as_their_sum() {
-        let request = PodRequest {
-            containers: vec![
-                container(true, 1, Memory::Mib(9000), 10),
-                container(true, 2, Memory::Mib(1000), 50),
-                container(false, 2, Memory::Mib(3000), 20),
-                container(false, 1, Memory::Mib(1000), 10),
-            ],
-        };
         // init: max(9000, 2000) MiB, max(10, 100) cores; app: 7000 MiB, 50 cores.
-        assert_eq!(
-            QuotaAmount::of_request(&request),
-            QuotaAmount {
-                mem_mib: 9000,
-                cores: 100
-            }
-        );
+        let pod = vec![
+            container(true, 1, Memory::Mib(9000), 10),
+            container(true, 2, Memory::Mib(1000), 50),
+            container(false, 2, Memory::Mib(3000), 20),
+            container(false, 1, Memory::Mib(1000), 10),
+        ];
+        assert_eq!(counted(pod), (9000, 100));
     }
 
     #[test]
     fn sidecars_count_beside_the_app_containers() {
         use ContainerKind::{App, Init, Sidecar};
+        let c = |kind, mib, cores| kind_container(kind, 1, Memory::Mib(mib), cores);
         // A 10,000 MiB sidecar and a 10,000 MiB app container: 20,000.
-        let request = PodRequest {
-            containers: vec![
-                kind_container(Sidecar, 1, Memory::Mib(10_000), 0),
-                kind_container(App, 1, Memory::Mib(10_000), 0),
-            ],
-        };
-        assert_eq!(QuotaAmount::of_request(&request).mem_mib, 20_000);
-        // An init container after a sidecar counts with it.
-        let request = PodRequest {
-            containers: vec![
-                kind_container(Sidecar, 1, Memory::Mib(4_000), 10),
-                kind_container(Init, 1, Memory::Mib(9_000), 50),
-                kind_container(App, 1, Memory::Mib(1_000), 10),
-            ],
-        };
         assert_eq!(
-            QuotaAmount::of_request(&request),
-            QuotaAmount {
-                mem_mib: 13_000,
-                cores: 60
-            }
+            counted(vec![c(Sidecar, 10_000, 0), c(App, 10_000, 0)]).0,
+            20_000
         );
+        // An init container after a sidecar counts with it.
+        let pod = vec![c(Sidecar, 4_000, 10), c(Init, 9_000, 50), c(App, 1_000, 10)];
+        assert_eq!(counted(pod), (13_000, 60));
     }
 
     #[test]

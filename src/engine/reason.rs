@@ -168,16 +168,25 @@ impl fmt::Display for Rejection {
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_like_hami() {
+    /// A container's rejection on a node of 4 GPUs with these counts.
+    fn on_four_gpus(counts: &[(Reason, u32)]) -> Rejection {
         let mut c = ReasonCounts::default();
-        c.add(Reason::CardTypeMismatch, 3);
-        c.add(Reason::CardInsufficientMemory, 1);
-        let r = Rejection::Devices {
+        for (reason, n) in counts {
+            c.add(*reason, *n);
+        }
+        Rejection::Devices {
             container: "c".into(),
             gpus: 4,
             counts: c,
-        };
+        }
+    }
+
+    #[test]
+    fn renders_like_hami() {
+        let r = on_four_gpus(&[
+            (Reason::CardTypeMismatch, 3),
+            (Reason::CardInsufficientMemory, 1),
+        ]);
         assert_eq!(
             r.to_string(),
             "1/4 CardInsufficientMemory, 3/4 CardTypeMismatch"
@@ -189,14 +198,7 @@ mod tests {
 
     #[test]
     fn unresolvable_only_when_usage_cannot_help() {
-        let mut c = ReasonCounts::default();
-        c.add(Reason::CardTypeMismatch, 2);
-        c.add(Reason::CardNotHealth, 2);
-        let r = Rejection::Devices {
-            container: "c".into(),
-            gpus: 4,
-            counts: c,
-        };
+        let r = on_four_gpus(&[(Reason::CardTypeMismatch, 2), (Reason::CardNotHealth, 2)]);
         assert!(r.is_unresolvable());
     }
 
