@@ -95,6 +95,11 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
             .collect(),
         gpus: Vec::new(),
     };
+    // The pods exist before they are placed, as a watch would show them
+    // pending: a gang group among them is placed all or nothing.
+    for (i, pod) in pods.iter().enumerate() {
+        view.upsert_pod(&snapshot_pod_key(pod, "pods", i), pod);
+    }
     for (i, pod) in pods.iter().enumerate() {
         let name = pod_name(pod);
         let plan = match crate::cluster::convert::pod_plan(pod, config) {

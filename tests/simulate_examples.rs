@@ -347,3 +347,32 @@ fn duplicate_uids_in_a_snapshot_are_reported_not_merged() {
         report.unaccounted_pods
     );
 }
+
+/// A gang group among the pods to place is placed all or nothing, as the
+/// extender places it: two members of a group of two fit on the two GPUs;
+/// a group of three does not, and none of its members is placed.
+#[test]
+fn gang_groups_among_the_pods_are_placed_all_or_nothing() {
+    let cluster = Snapshot::from_yaml(TWO_GPU_NODE, "cluster").unwrap();
+    let member = |group: &str, size: u32, i: u32| {
+        whole_gpu_pod(&format!(
+            "  name: {group}-{i}\n  uid: {group}-{i}\n  labels:\n    pod-group.scheduling.sigs.k8s.io/name: {group}\n    pod-group.scheduling.sigs.k8s.io/min-available: \"{size}\""
+        ))
+    };
+    let run = |group: &str, size: u32| {
+        let pods: Vec<String> = (0..size).map(|i| member(group, size, i)).collect();
+        let pods = Snapshot::from_yaml(&pods.join("---\n"), "pods").unwrap();
+        simulate(&cluster, &pods.pods, &Config::default(), Timestamp::now())
+    };
+    let two = run("pair", 2);
+    assert_eq!(two.placements.len(), 2, "{:?}", two.unschedulable);
+    let three = run("trio", 3);
+    assert!(three.placements.is_empty(), "{:?}", placed(&three));
+    assert_eq!(three.unschedulable.len(), 3);
+    for u in &three.unschedulable {
+        assert!(
+            u.reasons.values().all(|r| r.starts_with("GangNotFit")),
+            "{u:?}"
+        );
+    }
+}
