@@ -52,33 +52,39 @@ pub fn filter(
                 names.iter().map(|n| (n.clone(), reason.clone())).collect(),
             ),
             Verdict::Nodes(mut verdicts) => {
-                let feasible = match config.scheduler.filter_mode {
-                    FilterMode::All => verdicts.feasible.iter().map(|f| f.node.clone()).collect(),
-                    FilterMode::Best => {
-                        let best = verdicts.best().map(|b| b.node.clone());
-                        for f in &verdicts.feasible {
-                            if Some(&f.node) != best.as_ref() {
-                                verdicts.rejected.push((
-                                    f.node.clone(),
-                                    NodeReason::NotBestNode(plan.node_policy),
-                                ));
-                            }
-                        }
-                        best.into_iter().collect()
-                    }
+                let best = match config.scheduler.filter_mode {
+                    FilterMode::All => None,
+                    FilterMode::Best => Some(verdicts.best().map(|b| b.node.clone())),
                 };
+                let mut feasible = Vec::with_capacity(verdicts.feasible.len());
+                for f in std::mem::take(&mut verdicts.feasible) {
+                    match &best {
+                        Some(best) if best.as_ref() != Some(&f.node) => verdicts
+                            .rejected
+                            .push((f.node, NodeReason::NotBestNode(plan.node_policy))),
+                        _ => feasible.push(f.node),
+                    }
+                }
                 (feasible, verdicts.rejected)
             }
         };
     let mut answer = FilterResult::default();
+    // Many nodes often share one reason (the quota, the group, not the
+    // best): its text is made once.
+    let mut last: Option<(&NodeReason, String)> = None;
     for (node, reason) in &rejected {
+        let text = match &last {
+            Some((r, text)) if *r == reason => text.clone(),
+            _ => reason.to_string(),
+        };
         // Preempting other pods cannot fix these.
         let target = if reason.is_unresolvable() {
             &mut answer.failed_and_unresolvable_nodes
         } else {
             &mut answer.failed_nodes
         };
-        target.insert(node.clone(), reason.to_string());
+        target.insert(node.clone(), text.clone());
+        last = Some((reason, text));
     }
     Filtered {
         answer: finish(answer, &args.candidates, feasible),
