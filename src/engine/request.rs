@@ -301,45 +301,43 @@ mod tests {
     use super::*;
 
     /// A container as the engine sees one: name, restart policy and the
-    /// quantities of its limits and requests as written.
+    /// quantities of its limits and requests as written, borrowed.
     #[derive(Default)]
-    struct Container {
-        name: String,
-        restart_policy: Option<String>,
-        limits: Vec<(String, String)>,
-        requests: Vec<(String, String)>,
+    struct Container<'a> {
+        name: &'a str,
+        restart_policy: Option<&'a str>,
+        limits: &'a [(&'a str, &'a str)],
+        requests: &'a [(&'a str, &'a str)],
     }
 
-    impl ContainerSpec for Container {
+    impl ContainerSpec for Container<'_> {
         fn name(&self) -> &str {
-            &self.name
+            self.name
         }
         fn restart_policy(&self) -> Option<&str> {
-            self.restart_policy.as_deref()
+            self.restart_policy
         }
         fn limit(&self, resource: &str) -> Option<&str> {
-            find(&self.limits, resource)
+            find(self.limits, resource)
         }
         fn request(&self, resource: &str) -> Option<&str> {
-            find(&self.requests, resource)
+            find(self.requests, resource)
         }
     }
 
-    fn find<'a>(kv: &'a [(String, String)], key: &str) -> Option<&'a str> {
-        kv.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    fn find<'a>(pairs: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
+        pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
-    fn container(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-        let own = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
-            kv.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
+    fn container<'a>(
+        limits: &'a [(&'a str, &'a str)],
+        requests: &'a [(&'a str, &'a str)],
+    ) -> Container<'a> {
         Container {
-            name: "main".into(),
+            name: "main",
             restart_policy: None,
-            limits: own(limits),
-            requests: own(requests),
+            limits,
+            requests,
         }
     }
 
@@ -539,18 +537,18 @@ mod tests {
     fn pod_request_orders_init_first_and_knows_sidecars() {
         let init = [
             Container {
-                name: "init".into(),
+                name: "init",
                 ..container(&[(GPU, "1"), (MEM, "100")], &[])
             },
             Container {
-                name: "proxy".into(),
-                restart_policy: Some("Always".into()),
+                name: "proxy",
+                restart_policy: Some("Always"),
                 ..container(&[(GPU, "1"), (MEM, "200")], &[])
             },
         ];
         let app = [
             Container {
-                name: "sidecar".into(),
+                name: "sidecar",
                 ..Default::default()
             },
             container(&[(GPU, "2")], &[]),
