@@ -5,18 +5,16 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_allocation, pod_finished, pod_namespace, pod_own_name};
-use crate::engine::{Allocation, QuotaAmount};
+use crate::cluster::convert::{pod_allocation, pod_finished, pod_name};
+use crate::engine::Allocation;
 
-use super::{ClusterView, HeldPod, Reservation, pod_priority};
+use super::{ClusterView, HeldPod, Reservation};
 
 impl ClusterView {
     /// Records a pod under `key` (its UID). Returns the problem when its
     /// allocation cannot be counted on a node.
     pub fn upsert_pod(&mut self, key: &str, pod: &Pod) -> Option<String> {
         self.gangs.track(key, pod);
-        let name = pod_own_name(pod).into_owned();
-        let namespace = pod_namespace(pod).to_string();
         // A reservation is gpugate's own word only while the pod is unbound
         // and unfinished; once the API server shows it bound or finished,
         // the pod is the truth.
@@ -53,24 +51,13 @@ impl ClusterView {
                     return None;
                 }
                 self.forget_allocation(key);
-                let amount = QuotaAmount::of_allocation(&allocation);
                 let unaccounted = self
                     .state
                     .apply(key, allocation.clone())
                     .err()
-                    .map(|e| format!("pod {namespace}/{name}: {e}"));
-                self.hold(
-                    key,
-                    HeldPod {
-                        name,
-                        priority: pod_priority(pod),
-                        namespace,
-                        amount,
-                        unaccounted,
-                        allocation: Some(allocation),
-                        reservation: Reservation::Settled,
-                    },
-                )
+                    .map(|e| format!("pod {}: {e}", pod_name(pod)));
+                let held = HeldPod::of(pod, Some(allocation), unaccounted, Reservation::Settled);
+                self.hold(key, held)
             }
             Err(_) if reserved => None,
             Err(e) => {
@@ -78,18 +65,8 @@ impl ClusterView {
                 // Unreadable: nothing to place on a node, but the pod is
                 // reported and its namespace is not told it has room it may
                 // not have.
-                self.hold(
-                    key,
-                    HeldPod {
-                        name,
-                        priority: pod_priority(pod),
-                        namespace,
-                        amount: QuotaAmount::default(),
-                        unaccounted: Some(e.to_string()),
-                        allocation: None,
-                        reservation: Reservation::Settled,
-                    },
-                )
+                let held = HeldPod::of(pod, None, Some(e.to_string()), Reservation::Settled);
+                self.hold(key, held)
             }
         }
     }

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota}
 use crate::engine::gang::GangKey;
 use crate::engine::{Allocation, ApplyError, ClusterState, Node, QuotaAmount};
 
-use super::convert::node_from_k8s;
+use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
@@ -73,6 +73,28 @@ enum Reservation {
 }
 
 impl HeldPod {
+    /// What `pod` holds: `allocation` (none when it cannot be read), with
+    /// why it is not on a node when it is not.
+    fn of(
+        pod: &Pod,
+        allocation: Option<Allocation>,
+        unaccounted: Option<String>,
+        reservation: Reservation,
+    ) -> Self {
+        HeldPod {
+            namespace: pod_namespace(pod).to_string(),
+            name: pod_own_name(pod).into_owned(),
+            priority: pod_priority(pod),
+            amount: allocation
+                .as_ref()
+                .map(QuotaAmount::of_allocation)
+                .unwrap_or_default(),
+            unaccounted,
+            allocation,
+            reservation,
+        }
+    }
+
     /// `namespace/name`, for messages.
     fn who(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

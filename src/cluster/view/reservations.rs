@@ -9,10 +9,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_namespace, pod_own_name};
-use crate::engine::{Allocation, ApplyError, QuotaAmount};
+use crate::engine::{Allocation, ApplyError};
 
-use super::{ClusterView, HeldPod, Reservation, pod_priority};
+use super::{ClusterView, HeldPod, Reservation};
 
 impl ClusterView {
     /// Records an allocation that gpugate chose (bind) for a pod that does
@@ -93,7 +92,6 @@ impl ClusterView {
         allocation: Allocation,
         reservation: Reservation,
     ) -> Result<(), ApplyError> {
-        let amount = QuotaAmount::of_allocation(&allocation);
         let old = self.pods.remove(key);
         if let Some(old) = &old {
             self.state.remove(key);
@@ -116,18 +114,7 @@ impl ClusterView {
             }
             return Err(e);
         }
-        self.hold(
-            key,
-            HeldPod {
-                name: pod_own_name(pod).into_owned(),
-                priority: pod_priority(pod),
-                namespace: pod_namespace(pod).to_string(),
-                amount,
-                unaccounted: None,
-                allocation: Some(allocation),
-                reservation,
-            },
-        );
+        self.hold(key, HeldPod::of(pod, Some(allocation), None, reservation));
         self.unsettled.insert(key.to_string(), node);
         Ok(())
     }
