@@ -2,6 +2,10 @@
 
 use std::process::Command;
 
+mod support {
+    pub mod process;
+}
+
 use gpugate::server::certs::CertInfo;
 use gpugate::server::tls::ReloadingCert;
 
@@ -9,25 +13,20 @@ use gpugate::server::tls::ReloadingCert;
 fn generate_writes_a_usable_pair() {
     let dir = std::env::temp_dir().join(format!("gpugate-certs-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .args(["certs", "generate", "--out"])
-        .arg(&dir)
-        .args([
-            "--dns",
-            "gpugate.gpugate.svc",
-            "--dns",
-            "localhost",
-            "--ip",
-            "127.0.0.1",
-            "--days",
-            "10",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    support::process::succeeds(
+        Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .args(["certs", "generate", "--out"])
+            .arg(&dir)
+            .args([
+                "--dns",
+                "gpugate.gpugate.svc",
+                "--dns",
+                "localhost",
+                "--ip",
+                "127.0.0.1",
+                "--days",
+                "10",
+            ]),
     );
     let pem = std::fs::read(dir.join("tls.crt")).unwrap();
     let info = CertInfo::from_pem(&pem, &dir.join("tls.crt")).unwrap();

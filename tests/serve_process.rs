@@ -5,6 +5,7 @@
 
 mod support {
     pub mod https;
+    pub mod process;
 }
 
 use std::io::Read as _;
@@ -519,17 +520,12 @@ async fn simulate_and_serve_place_the_same_pods_the_same_way() {
         .collect();
     std::fs::write(&pods_file, docs.join("---\n")).unwrap();
 
-    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .args(["simulate", "--output", "json", "--cluster"])
-        .arg(&cluster)
-        .arg("--pods")
-        .arg(&pods_file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::process::succeeds(
+        Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .args(["simulate", "--output", "json", "--cluster"])
+            .arg(&cluster)
+            .arg("--pods")
+            .arg(&pods_file),
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     // pod -> node, or the reasons why nowhere.

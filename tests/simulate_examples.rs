@@ -10,6 +10,10 @@ use gpugate::engine::{GpuPolicy, NodePolicy};
 use gpugate::simulate::{Report, simulate};
 use jiff::Timestamp;
 
+mod support {
+    pub mod process;
+}
+
 fn load(path: &str) -> Snapshot {
     Snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect(path)
 }
@@ -223,25 +227,20 @@ fn demo_cluster_places_what_fits_and_explains_the_rest() {
 
 #[test]
 fn binary_prints_one_json_object() {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "simulate",
-            "--cluster",
-            STORIES,
-            "--pods",
-            "examples/stories/slice-pods.yaml",
-            "--gpu-policy",
-            "binpack",
-            "--output",
-            "json",
-        ])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = support::process::succeeds(
+        Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "simulate",
+                "--cluster",
+                STORIES,
+                "--pods",
+                "examples/stories/slice-pods.yaml",
+                "--gpu-policy",
+                "binpack",
+                "--output",
+                "json",
+            ]),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["placements"][1]["devices"][0]["uuid"], "GPU-node1-0");

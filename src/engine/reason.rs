@@ -164,29 +164,34 @@ impl fmt::Display for Rejection {
     }
 }
 
+/// A container's rejection on a node of `gpus` GPUs with these counts
+/// (tests).
+#[cfg(test)]
+pub(crate) fn devices_rejection(gpus: u32, counts: &[(Reason, u32)]) -> Rejection {
+    let mut c = ReasonCounts::default();
+    for (reason, n) in counts {
+        c.add(*reason, *n);
+    }
+    Rejection::Devices {
+        container: "c".into(),
+        gpus,
+        counts: c,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A container's rejection on a node of 4 GPUs with these counts.
-    fn on_four_gpus(counts: &[(Reason, u32)]) -> Rejection {
-        let mut c = ReasonCounts::default();
-        for (reason, n) in counts {
-            c.add(*reason, *n);
-        }
-        Rejection::Devices {
-            container: "c".into(),
-            gpus: 4,
-            counts: c,
-        }
-    }
-
     #[test]
     fn renders_like_hami() {
-        let r = on_four_gpus(&[
-            (Reason::CardTypeMismatch, 3),
-            (Reason::CardInsufficientMemory, 1),
-        ]);
+        let r = devices_rejection(
+            4,
+            &[
+                (Reason::CardTypeMismatch, 3),
+                (Reason::CardInsufficientMemory, 1),
+            ],
+        );
         assert_eq!(
             r.to_string(),
             "1/4 CardInsufficientMemory, 3/4 CardTypeMismatch"
@@ -198,7 +203,10 @@ mod tests {
 
     #[test]
     fn unresolvable_only_when_usage_cannot_help() {
-        let r = on_four_gpus(&[(Reason::CardTypeMismatch, 2), (Reason::CardNotHealth, 2)]);
+        let r = devices_rejection(
+            4,
+            &[(Reason::CardTypeMismatch, 2), (Reason::CardNotHealth, 2)],
+        );
         assert!(r.is_unresolvable());
     }
 

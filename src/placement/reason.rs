@@ -219,18 +219,10 @@ mod tests {
     use super::*;
     use crate::engine::gang::GangKey;
     use crate::engine::quota::QuotaResource;
-    use crate::engine::reason::ReasonCounts;
+    use crate::engine::reason::devices_rejection;
 
     fn devices(reasons: &[(Reason, u32)]) -> NodeReason {
-        let mut counts = ReasonCounts::default();
-        for (r, n) in reasons {
-            counts.add(*r, *n);
-        }
-        NodeReason::Engine(Rejection::Devices {
-            container: "c".into(),
-            gpus: 8,
-            counts,
-        })
+        NodeReason::Engine(devices_rejection(8, reasons))
     }
 
     /// Every reason's code is the first word of its text (after `n/m` for
