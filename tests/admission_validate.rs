@@ -59,7 +59,7 @@ fn denials_say_what_and_how_to_fix() {
     let m = deny("unknown-policy.yaml");
     assert_eq!(
         m,
-        "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex"
+        "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex, or a comma chain of binpack, spread, numa, mutex, topology-aware (e.g. binpack,numa)"
     );
     let m = deny("forged-allocation.yaml");
     assert!(

@@ -77,7 +77,11 @@ fn arb_plan() -> impl Strategy<Value = PodPlan> {
             Just(GpuPolicy::Binpack),
             Just(GpuPolicy::Spread),
             Just(GpuPolicy::TopologyAware),
-            Just(GpuPolicy::Mutex)
+            Just(GpuPolicy::Mutex),
+            Just("binpack,numa".parse().unwrap()),
+            Just("spread,numa".parse().unwrap()),
+            Just("numa".parse().unwrap()),
+            Just("mutex,numa".parse().unwrap())
         ],
         any::<bool>(),
     )

@@ -1,6 +1,7 @@
 //! Fitting a pod on one node: the per-GPU checks with their reason codes
 //! (hami-compat.md 5.4.3) and the choice of GPUs under the GPU policy.
 
+use super::chain::ChainCandidate;
 use super::device::{Gpu, Node, Usage};
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
@@ -34,7 +35,7 @@ pub fn check_gpu(
     if used.slots >= cap.slots {
         return Err(Reason::CardTimeSlicingExhausted);
     }
-    if policy == GpuPolicy::Mutex && used.slots > 0 {
+    if policy.is_mutex() && used.slots > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
     let mem = req.mem_on(cap.mem_mib);
@@ -187,7 +188,7 @@ fn choose_among(
     }
     s.chosen.clear();
     match policy {
-        GpuPolicy::TopologyAware => {
+        _ if policy.is_topology() => {
             let positions: Vec<usize> = pool.iter().map(|&c| s.candidates[c].0).collect();
             let score = |a: usize, b: usize| i64::from(node.pair_score(a, b));
             let set = topology::choose(&positions, n, score)?;
@@ -207,7 +208,26 @@ fn choose_among(
             }
             Some(quality)
         }
-        GpuPolicy::Binpack | GpuPolicy::Spread | GpuPolicy::Mutex => {
+        GpuPolicy::Chain(chain) => {
+            let candidate = |c: usize| {
+                let (pos, take) = s.candidates[c];
+                let gpu = &node.gpus[pos];
+                let used = usage.get(pos).copied().unwrap_or_default();
+                ChainCandidate {
+                    score: device_score(&gpu.capacity, &used, &take),
+                    numa: gpu.numa,
+                    index: gpu.index,
+                }
+            };
+            s.chosen.extend_from_slice(pool);
+            s.chosen
+                .sort_by(|&a, &b| chain.try_order(&candidate(a), &candidate(b), false));
+            s.chosen.truncate(n);
+            // Chains pick the first NUMA group that fits (choose_numa_bound),
+            // so the quality is not compared.
+            Some(0.0)
+        }
+        GpuPolicy::Binpack | GpuPolicy::Spread | GpuPolicy::Mutex | GpuPolicy::TopologyAware => {
             s.ranked.clear();
             for &c in pool {
                 let (pos, take) = s.candidates[c];
@@ -235,7 +255,9 @@ fn choose_among(
 }
 
 /// numa-bind: all GPUs of the container on one NUMA node; the best group
-/// under the policy wins, the lowest NUMA id among equals.
+/// under the policy wins, the lowest NUMA id among equals. A sort chain
+/// (not topology-aware) takes the first group that fits, highest NUMA id
+/// first, as HAMi v2.10 does when it puts `numa` first in the chain.
 fn choose_numa_bound(
     node: &Node,
     usage: &[Usage],
@@ -250,6 +272,14 @@ fn choose_numa_bound(
         .collect();
     numas.sort_unstable();
     numas.dedup();
+    if matches!(policy, GpuPolicy::Chain(_)) && !policy.is_topology() {
+        return numas.iter().rev().any(|&numa| {
+            let pool: Vec<usize> = (0..s.candidates.len())
+                .filter(|&c| node.gpus[s.candidates[c].0].numa == numa)
+                .collect();
+            choose_among(node, usage, &pool, n, policy, s).is_some()
+        });
+    }
     let mut best: Option<(f64, Vec<usize>)> = None;
     for numa in numas {
         let pool: Vec<usize> = (0..s.candidates.len())
@@ -704,5 +734,73 @@ mod tests {
         // With gpu0 taken exclusively, the other best set remains.
         n.add_usage(0, &used(1, 40960, 100));
         assert_eq!(topology_aware(&n, 3), [(0, 1), (0, 2), (0, 3)]);
+    }
+    /// A node of four GPUs, 0 and 1 on NUMA 0, 2 and 3 on NUMA 1, with
+    /// GPU 0 and GPU 2 holding the same slice.
+    fn two_numa_node() -> Node {
+        let mut n = node(4);
+        n.gpus[2].numa = 1;
+        n.gpus[3].numa = 1;
+        n.add_usage(0, &used(1, 4096, 10));
+        n.add_usage(2, &used(1, 4096, 10));
+        n
+    }
+
+    /// The GPU positions a one-container pod of `count` GPUs gets under
+    /// the chain `policy`.
+    fn chained(n: &Node, policy: &str, count: u32, numa_bind: bool) -> Vec<usize> {
+        let mut p = plan(
+            vec![(false, Some(req(count, 100, 0)))],
+            policy.parse().unwrap(),
+        );
+        p.selection.numa_bind = numa_bind;
+        let mut s = Scratch::default();
+        fit_pod(n, &p, &mut s).unwrap();
+        s.grants.iter().map(|g| g.1).collect()
+    }
+
+    /// hami-compat.md 6.2 (HAMi v2.10 `gpu_policy.go`, chain mode): sort keys
+    /// in the order written, `binpack` score ascending, `spread` descending,
+    /// `numa` NUMA id ascending, device index ascending last; Fit tries the
+    /// sorted list from its end.
+    #[test]
+    fn policy_chains_place_as_hami_v2_10() {
+        let n = two_numa_node();
+        // Fullest first; GPUs 0 and 2 tie, the higher NUMA wins.
+        assert_eq!(chained(&n, "binpack,numa", 1, false), [2]);
+        // Grants are listed in the order HAMi collects them.
+        assert_eq!(chained(&n, "binpack,numa", 2, false), [2, 0]);
+        // Emptiest first; GPUs 1 and 3 tie, the higher NUMA wins.
+        assert_eq!(chained(&n, "spread,numa", 1, false), [3]);
+        assert_eq!(chained(&n, "spread,numa", 3, false), [3, 1, 2]);
+        // Bare `numa`: highest NUMA, then highest index, load aside.
+        assert_eq!(chained(&n, "numa", 1, false), [3]);
+        assert_eq!(chained(&n, "numa", 2, false), [3, 2]);
+        // `mutex` stays a rule: only the idle GPUs 1 and 3.
+        assert_eq!(chained(&n, "mutex,numa", 2, false), [3, 1]);
+        let p = plan(
+            vec![(false, Some(req(3, 100, 0)))],
+            "mutex,numa".parse().unwrap(),
+        );
+        let e = fit_pod(&n, &p, &mut Scratch::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "2/4 AllocatedCardsInsufficientRequest, 2/4 ExclusiveDeviceAllocateConflict"
+        );
+    }
+
+    /// With numa-bind HAMi puts `numa` first in the chain and takes the
+    /// first NUMA group that holds the whole request, highest id first.
+    #[test]
+    fn policy_chains_with_numa_bind_take_the_first_group_that_fits() {
+        let mut n = two_numa_node();
+        assert_eq!(chained(&n, "binpack,numa", 2, true), [2, 3]);
+        // A single-name policy is no chain and keeps gpugate's rule: the
+        // best group (here both are equal), the lowest NUMA id among equals.
+        assert_eq!(chained(&n, "spread", 1, true), [1]);
+        // NUMA 1 full: the pod goes to NUMA 0 although NUMA 1 comes first.
+        n.add_usage(3, &used(10, 0, 0));
+        assert_eq!(chained(&n, "spread,numa", 2, true), [1, 0]);
+        assert_eq!(chained(&n, "spread,numa", 1, true), [2]);
     }
 }

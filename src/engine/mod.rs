@@ -10,6 +10,7 @@
 
 pub mod allocation;
 pub mod annotations;
+pub mod chain;
 pub mod device;
 pub mod fit;
 pub mod gang;

@@ -144,7 +144,7 @@ mod tests {
         let e = plan(&[(keys::GPU_SCHEDULER_POLICY, "fastest")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex"
+            "annotation hami.io/gpu-scheduler-policy: unknown GPU policy \"fastest\": allowed binpack, spread, topology-aware, mutex, or a comma chain of binpack, spread, numa, mutex, topology-aware (e.g. binpack,numa)"
         );
     }
 }

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use super::chain::SortChain;
 use super::device::{NodeTotals, Usage};
 
 /// HAMi's weight: scores are fractions scaled by 10.
@@ -32,6 +33,9 @@ pub enum GpuPolicy {
     TopologyAware,
     /// Only GPUs that nobody uses (HAMi's `mutex`).
     Mutex,
+    /// HAMi v2.10's comma chain of sort keys, e.g. `binpack,numa`
+    /// ([`super::chain`]).
+    Chain(SortChain),
 }
 
 /// A policy name that gpugate does not know.
@@ -55,14 +59,23 @@ impl NodePolicy {
 }
 
 impl GpuPolicy {
-    pub const NAMES: &'static str = "binpack, spread, topology-aware, mutex";
+    pub const NAMES: &'static str = "binpack, spread, topology-aware, mutex, or a comma chain of binpack, spread, numa, mutex, topology-aware (e.g. binpack,numa)";
 
-    pub fn as_str(self) -> &'static str {
+    /// Only GPUs nobody uses: `mutex`, alone or in a chain.
+    pub fn is_mutex(self) -> bool {
         match self {
-            GpuPolicy::Binpack => "binpack",
-            GpuPolicy::Spread => "spread",
-            GpuPolicy::TopologyAware => "topology-aware",
-            GpuPolicy::Mutex => "mutex",
+            GpuPolicy::Mutex => true,
+            GpuPolicy::Chain(c) => c.mutex(),
+            _ => false,
+        }
+    }
+
+    /// GPUs chosen by pair scores: `topology-aware`, alone or in a chain.
+    pub fn is_topology(self) -> bool {
+        match self {
+            GpuPolicy::TopologyAware => true,
+            GpuPolicy::Chain(c) => c.topology(),
+            _ => false,
         }
     }
 }
@@ -120,7 +133,16 @@ impl FromStr for NodePolicy {
 impl FromStr for GpuPolicy {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        by_name(s)
+        if !SortChain::is_chain(s) {
+            return by_name(s);
+        }
+        SortChain::parse(s)
+            .map(GpuPolicy::Chain)
+            .map_err(|_| UnknownPolicy {
+                kind: Self::KIND,
+                name: s.trim().to_string(),
+                allowed: Self::NAMES,
+            })
     }
 }
 
@@ -146,7 +168,16 @@ impl fmt::Display for NodePolicy {
 
 impl fmt::Display for GpuPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        let name = |p: &GpuPolicy| {
+            Self::BY_NAME
+                .iter()
+                .find(|(_, q)| q == p)
+                .map_or("", |(name, _)| name)
+        };
+        match self {
+            GpuPolicy::Chain(c) => c.fmt(f),
+            p => f.write_str(name(p)),
+        }
     }
 }
 
@@ -274,7 +305,45 @@ mod tests {
             e.to_string(),
             "unknown node policy \"Binpack\": allowed binpack, spread"
         );
-        assert!("binpack,numa".parse::<GpuPolicy>().is_err());
         assert!("topology-aware".parse::<NodePolicy>().is_err());
+        for p in [
+            GpuPolicy::Binpack,
+            GpuPolicy::Mutex,
+            GpuPolicy::TopologyAware,
+        ] {
+            assert_eq!(p.to_string().parse::<GpuPolicy>(), Ok(p));
+        }
+    }
+
+    /// HAMi v2.10 reads a comma, or exactly `numa`, as a chain; gpugate
+    /// accepts the same and still refuses unknown words.
+    #[test]
+    fn gpu_policy_chains() {
+        for (value, shown, mutex, topology) in [
+            ("binpack,numa", "binpack,numa", false, false),
+            ("spread, numa", "spread,numa", false, false),
+            ("numa", "numa", false, false),
+            ("mutex,numa", "mutex,numa", true, false),
+            (
+                "topology-aware,binpack",
+                "topology-aware,binpack",
+                false,
+                true,
+            ),
+        ] {
+            let p: GpuPolicy = value.parse().unwrap();
+            assert!(matches!(p, GpuPolicy::Chain(_)), "{value}");
+            assert_eq!(p.to_string(), shown);
+            assert_eq!(
+                (p.is_mutex(), p.is_topology()),
+                (mutex, topology),
+                "{value}"
+            );
+            assert_eq!(shown.parse::<GpuPolicy>(), Ok(p));
+        }
+        for bad in ["binpack,fastest", "binpack,", ",numa", "numa-bind", "NUMA"] {
+            let e = bad.parse::<GpuPolicy>().unwrap_err();
+            assert_eq!(e.name, bad, "{bad}");
+        }
     }
 }
