@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver and kube-scheduler from their published Go
 # modules (no release downloads, no containers) into a cache outside the
-# repository, keyed by version, and kustomize with cert-manager's CRDs
+# repository, keyed by version, and kustomize, helm and cert-manager's CRDs
 # (in bin/../tools). Prints the bin directory on success.
 #
 #   K8S_VERSION        (default v1.36.3)
@@ -9,6 +9,7 @@
 #   KUSTOMIZE_VERSION  (default v5.8.0: v5.8.1+ need Go 1.27)
 #   CERT_MANAGER_VERSION (default v1.21.2: only its CRDs, for the dry run
 #                        of deploy/cert-manager)
+#   HELM_VERSION       (default v3.22.0: helm lint/template of deploy/helm)
 #   GPUGATE_E2E_CACHE (default ~/.cache/gpugate-e2e)
 #
 # See docs/e2e.md and ../shared/real-control-plane.md (B1-B4) for why it is
@@ -20,11 +21,12 @@ K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CACHE_ROOT="${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}"
 DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 BIN="$DIR/bin"
 
-TOOLS="$CACHE_ROOT/tools-kustomize-$KUSTOMIZE_VERSION-cert-manager-$CERT_MANAGER_VERSION"
+TOOLS="$CACHE_ROOT/tools-kustomize-$KUSTOMIZE_VERSION-cert-manager-$CERT_MANAGER_VERSION-helm-$HELM_VERSION"
 
 command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
 # Exit status 3 means only "no go"; any other failure is 1.
@@ -38,13 +40,17 @@ cd "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/.build.lock"
 flock 9
 
-# --- kustomize and cert-manager's CRDs (small; their own cache key) -------
+# --- kustomize, helm and cert-manager's CRDs (their own cache key) --------
 if [[ ! -f "$TOOLS/.complete" ]]; then
     rm -rf "$TOOLS"
     mkdir -p "$TOOLS/crds"
     # kustomize's go.mod has no replace lines, so `go install` works.
     GOBIN="$TOOLS" go install -trimpath -ldflags "-s -w" \
         "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+    # helm's go.mod has no replace lines either. Built without release
+    # ldflags, its default --kube-version is v1.20.0; tests pass their own.
+    GOBIN="$TOOLS" go install -trimpath -ldflags "-s -w" \
+        "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
     # The module zip carries the generated CRDs, plain YAML.
     cm_dir="$(go mod download -json "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" \
         | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"

@@ -1,0 +1,191 @@
+{{/* The release's name for gpugate's objects: the release name when it
+names gpugate already, else <release>-gpugate. */}}
+{{- define "gpugate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 53 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 53 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 53 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpugate.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "gpugate.labels" -}}
+app.kubernetes.io/name: {{ include "gpugate.fullname" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.global.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gpugate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpugate.fullname" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* metadata.labels and annotations of every object. */}}
+{{- define "gpugate.metadata" -}}
+labels:
+  {{- include "gpugate.labels" . | nindent 2 }}
+{{- with .Values.global.annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An image reference from {registry, repository, tag} and a default tag. */}}
+{{- define "gpugate.image" -}}
+{{- $registry := .image.registry | default .global.imageRegistry -}}
+{{- $ref := .image.repository -}}
+{{- if $registry }}{{ $ref = printf "%s/%s" $registry $ref }}{{ end -}}
+{{- printf "%s:%s" $ref (.image.tag | default .tag) -}}
+{{- end -}}
+
+{{/* The cluster's version as an image tag: v1.36.3 of v1.36.3-eks-1a2b or
+v1.36.3+k3s1. */}}
+{{- define "gpugate.kubeTag" -}}
+{{- regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- end -}}
+
+{{/* The NVIDIA section of gpugate's config: the resource names from the
+values, then device-config.content's nvidia section over them. */}}
+{{- define "gpugate.nvidia" -}}
+{{- $nvidia := dict
+  "resourceCountName" .Values.resourceName
+  "resourceMemoryName" .Values.resourceMem
+  "resourceMemoryPercentageName" .Values.resourceMemPercentage
+  "resourceCoreName" .Values.resourceCores
+  "resourcePriorityName" .Values.resourcePriority -}}
+{{- with .Values.devices.nvidia.gpuCorePolicy }}{{ $_ := set $nvidia "gpuCorePolicy" . }}{{ end -}}
+{{- with .Values.devicePlugin.runtimeClassName }}{{ $_ := set $nvidia "runtimeClassName" . }}{{ end -}}
+{{- $content := index .Values "device-config" "content" -}}
+{{- if $content -}}
+{{- $parsed := fromYaml $content -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "device-config.content is not YAML: %s" $parsed.Error) -}}
+{{- end -}}
+{{- with $parsed.nvidia }}{{ $nvidia = mergeOverwrite $nvidia . }}{{ end -}}
+{{- end -}}
+{{- toYaml $nvidia -}}
+{{- end -}}
+
+{{/* The five configured resource names, one per line. */}}
+{{- define "gpugate.resourceNames" -}}
+{{- $n := include "gpugate.nvidia" . | fromYaml -}}
+{{- range list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" }}
+{{ index $n . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The CEL test "resource name r is one of gpugate's": by the domains of
+the configured names (nvidia.com/ for HAMi's defaults). */}}
+{{- define "gpugate.resourceTest" -}}
+{{- $domains := list -}}
+{{- range (include "gpugate.resourceNames" . | trim | splitList "\n") -}}
+{{- $domains = append $domains (printf "r.startsWith('%s/')" (splitList "/" . | first)) -}}
+{{- end -}}
+{{- $domains | uniq | join " || " -}}
+{{- end -}}
+
+{{/* matchConditions expression: a container or init container asks for
+one of gpugate's resources. */}}
+{{- define "gpugate.asksForGpus" -}}
+{{- $r := include "gpugate.resourceTest" . -}}
+object.spec.containers.exists(c, has(c.resources) &&
+  ((has(c.resources.limits) && c.resources.limits.exists(r, {{ $r }})) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, {{ $r }}))))
+|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.resources) &&
+  ((has(c.resources.limits) && c.resources.limits.exists(r, {{ $r }})) ||
+   (has(c.resources.requests) && c.resources.requests.exists(r, {{ $r }})))))
+{{- end -}}
+
+{{/* A HAMi duration (5m, 300s, 1h) in seconds. */}}
+{{- define "gpugate.seconds" -}}
+{{- $d := toString . -}}
+{{- if regexMatch "^[0-9]+$" $d -}}{{ $d }}
+{{- else if regexMatch "^[0-9]+s$" $d -}}{{ trimSuffix "s" $d }}
+{{- else if regexMatch "^[0-9]+m$" $d -}}{{ mul (trimSuffix "m" $d | atoi) 60 }}
+{{- else if regexMatch "^[0-9]+h$" $d -}}{{ mul (trimSuffix "h" $d | atoi) 3600 }}
+{{- else -}}{{ fail (printf "scheduler.nodeLockExpire %q: allowed a whole number of s, m or h (e.g. 5m)" $d) }}
+{{- end -}}
+{{- end -}}
+
+{{/* The admin listener's port from scheduler.metricsBindAddress. */}}
+{{- define "gpugate.adminPort" -}}
+{{- $p := splitList ":" (toString .Values.scheduler.metricsBindAddress) | last -}}
+{{- if not (regexMatch "^[0-9]+$" $p) -}}
+{{- fail (printf "scheduler.metricsBindAddress %q: allowed [host]:port" .Values.scheduler.metricsBindAddress) -}}
+{{- end -}}
+{{- $p -}}
+{{- end -}}
+
+{{/* HAMi extender flags, which the chart does not pass on. */}}
+{{- define "gpugate.ignoredExtenderArgs" -}}
+{{- range .Values.scheduler.extender.extraArgs }}
+{{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The extender stanza of a KubeSchedulerConfiguration. */}}
+{{- define "gpugate.extender" -}}
+- urlPrefix: {{ .urlPrefix }}
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  preemptVerb: preempt
+  weight: 10
+  nodeCacheCapable: true
+  enableHTTPS: true
+  tlsConfig:
+    caFile: {{ .caFile }}
+  httpTimeout: 30s
+  ignorable: false
+  managedResources:
+  {{- range (include "gpugate.resourceNames" .root | trim | splitList "\n") }}
+    - name: {{ . }}
+      ignoredByScheduler: true
+  {{- end }}
+{{- end -}}
+
+{{/* The profile of the vGPU scheduler; nodeLabelSelector as NodeAffinity's
+addedAffinity, so only matching nodes take vGPU pods. */}}
+{{- define "gpugate.profile" -}}
+- schedulerName: {{ .Values.schedulerName }}
+  {{- with .Values.scheduler.nodeLabelSelector }}
+  pluginConfig:
+    - name: NodeAffinity
+      args:
+        addedAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                {{- range $k, $v := . }}
+                  - {key: {{ $k | quote }}, operator: In, values: [{{ $v | toString | quote }}]}
+                {{- end }}
+  {{- end }}
+{{- end -}}
+
+{{/* A webhook's clientConfig: the Service, or customURL. */}}
+{{- define "gpugate.clientConfig" -}}
+{{- $hook := .root.Values.scheduler.admissionWebhook -}}
+clientConfig:
+  {{- if $hook.customURL.enabled }}
+  url: https://{{ $hook.customURL.host }}:{{ $hook.customURL.port }}{{ .path }}
+  {{- else }}
+  service:
+    name: {{ include "gpugate.fullname" .root }}
+    namespace: {{ include "gpugate.namespace" .root }}
+    path: {{ .servicePath }}
+    port: {{ .root.Values.scheduler.service.httpPort }}
+  {{- end }}
+{{- end }}

@@ -1,0 +1,527 @@
+//! deploy/helm/gpugate: `helm lint` and `helm template` with gpugate's
+//! defaults, with a HAMi v2.10 values file, with renamed resources, without
+//! a kube-scheduler of its own and with customURL; the rendered objects are
+//! compared with the kustomize variants, and the rendered config goes
+//! through gpugate's own config parser.
+//!
+//! helm and kustomize come from tests/e2e/build-control-plane.sh (Go
+//! modules, cached); without `go`, or with GPUGATE_E2E=skip, the tests say
+//! so and pass, like the e2e suite.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use gpugate::config::Config;
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const HAMI_VALUES: &str = "tests/fixtures/helm/hami-v2.10-values.yaml";
+/// The version the e2e suite runs; `helm template` has no cluster to ask.
+const KUBE_VERSION: &str = "v1.36.3";
+
+/// The tools directory (helm, kustomize), or None when the tests cannot
+/// build it here.
+fn tools() -> Option<&'static Path> {
+    static TOOLS: OnceLock<Option<PathBuf>> = OnceLock::new();
+    TOOLS
+        .get_or_init(|| {
+            if std::env::var("GPUGATE_E2E").as_deref() == Ok("skip") {
+                eprintln!("helm_chart: skipped: GPUGATE_E2E=skip is set");
+                return None;
+            }
+            let script = Path::new(ROOT).join("tests/e2e/build-control-plane.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .output()
+                .expect("bash runs");
+            if out.status.code() == Some(3) {
+                eprintln!("helm_chart: skipped: `go` is not installed (docs/e2e.md)");
+                return None;
+            }
+            assert!(
+                out.status.success(),
+                "build-control-plane.sh: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin = String::from_utf8(out.stdout).unwrap();
+            Some(Path::new(bin.trim()).parent().unwrap().join("tools"))
+        })
+        .as_deref()
+}
+
+fn chart() -> PathBuf {
+    Path::new(ROOT).join("deploy/helm/gpugate")
+}
+
+/// `helm template gpugate <chart> -n gpugate` with these extra arguments:
+/// the objects, or helm's error text.
+fn template(tools: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    let out = Command::new(tools.join("helm"))
+        .current_dir(ROOT)
+        .args(["template", "gpugate"])
+        .arg(chart())
+        .args(["-n", "gpugate", "--kube-version", KUBE_VERSION])
+        .args(args)
+        .output()
+        .expect("helm runs");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(documents(&String::from_utf8(out.stdout).unwrap()))
+}
+
+fn render(tools: &Path, args: &[&str]) -> Vec<Value> {
+    template(tools, args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn kustomize(tools: &Path, variant: &str) -> Vec<Value> {
+    let out = Command::new(tools.join("kustomize"))
+        .arg("build")
+        .arg(Path::new(ROOT).join("deploy").join(variant))
+        .output()
+        .expect("kustomize runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    documents(&String::from_utf8(out.stdout).unwrap())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn ids(objects: &[Value]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A YAML document inside a ConfigMap.
+fn config_map_yaml(objects: &[Value], name: &str, key: &str) -> Value {
+    let text = find(objects, "ConfigMap", name)["data"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("ConfigMap {name} has no {key}"));
+    serde_yaml_ng::from_str(text).unwrap()
+}
+
+/// The gpugate config the chart renders, read by gpugate itself.
+fn gpugate_config(objects: &[Value]) -> Config {
+    let text = find(objects, "ConfigMap", "gpugate-config")["data"]["gpugate.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    Config::from_yaml(&text, "the chart's gpugate-config").unwrap()
+}
+
+fn container<'a>(deployment: &'a Value, list: &str, name: &str) -> &'a Value {
+    deployment["spec"]["template"]["spec"][list]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no {list} {name}"))
+}
+
+fn args(container: &Value, key: &str) -> Vec<String> {
+    container[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn webhook<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    &find(objects, kind, "gpugate")["webhooks"][0]
+}
+
+#[test]
+fn helm_lint_passes_with_defaults_and_hami_values() {
+    let Some(tools) = tools() else { return };
+    for extra in [vec![], vec!["-f", HAMI_VALUES]] {
+        let out = Command::new(tools.join("helm"))
+            .current_dir(ROOT)
+            .arg("lint")
+            .arg(chart())
+            .args(["--strict", "--kube-version", KUBE_VERSION])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm lint {extra:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The chart renders the objects of the kustomize variants, by kind and
+/// name (the Namespace aside: Helm installs into one), with the same
+/// config, webhook rules and conditions, RBAC rules and scheduler config.
+#[test]
+fn chart_renders_what_the_kustomize_variants_do() {
+    let Some(tools) = tools() else { return };
+    for (variant, set) in [
+        ("self-signed", "scheduler.certManager.enabled=false"),
+        ("cert-manager", "scheduler.certManager.enabled=true"),
+    ] {
+        let chart = render(tools, &["--set", set]);
+        let kust: Vec<Value> = kustomize(tools, variant)
+            .into_iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .collect();
+        // Different names for the same CA object: the cert-manager variant
+        // names its CA Certificate gpugate-ca as the chart does.
+        assert_eq!(ids(&chart), ids(&kust), "{variant}");
+        assert_eq!(gpugate_config(&chart), gpugate_config(&kust), "{variant}");
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ] {
+            let (c, k) = (webhook(&chart, kind), webhook(&kust, kind));
+            for field in [
+                "name",
+                "rules",
+                "failurePolicy",
+                "sideEffects",
+                "timeoutSeconds",
+                "clientConfig",
+                "admissionReviewVersions",
+            ] {
+                assert_eq!(c[field], k[field], "{variant} {kind} {field}");
+            }
+            // The same CEL, whitespace aside.
+            let cel = |w: &Value| {
+                w["matchConditions"][0]["expression"]
+                    .as_str()
+                    .unwrap()
+                    .split_whitespace()
+                    .collect::<String>()
+            };
+            assert_eq!(cel(c), cel(k), "{variant} {kind}");
+            // The chart adds HAMi's namespace opt-out to deploy/'s exclusions.
+            let kust_exprs = k["namespaceSelector"]["matchExpressions"]
+                .as_array()
+                .unwrap();
+            let chart_exprs = c["namespaceSelector"]["matchExpressions"]
+                .as_array()
+                .unwrap();
+            assert_eq!(chart_exprs[0], kust_exprs[0], "{variant} {kind}");
+            assert_eq!(chart_exprs[1]["key"], "hami.io/webhook");
+        }
+        for (kind, name) in ids(&kust) {
+            if kind.ends_with("Role") {
+                assert_eq!(
+                    find(&chart, &kind, &name)["rules"],
+                    find(&kust, &kind, &name)["rules"],
+                    "{variant} {kind} {name}"
+                );
+            }
+            if kind.ends_with("RoleBinding") {
+                for field in ["roleRef", "subjects"] {
+                    assert_eq!(
+                        find(&chart, &kind, &name)[field],
+                        find(&kust, &kind, &name)[field],
+                        "{variant} {kind} {name}"
+                    );
+                }
+            }
+        }
+        let sched = |o: &[Value]| config_map_yaml(o, "gpugate-scheduler-config", "config.yaml");
+        assert_eq!(sched(&chart), sched(&kust), "{variant}");
+        let (cd, kd) = (
+            find(&chart, "Deployment", "gpugate"),
+            find(&kust, "Deployment", "gpugate"),
+        );
+        assert_eq!(
+            args(container(cd, "initContainers", "gpugate"), "args"),
+            args(container(kd, "initContainers", "gpugate"), "args"),
+            "{variant}"
+        );
+        // Volumes by name (kustomize's patch puts the replaced one first).
+        let volumes = |d: &Value| {
+            let mut v = d["spec"]["template"]["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .clone();
+            v.sort_by_key(|v| v["name"].as_str().unwrap().to_string());
+            v
+        };
+        assert_eq!(volumes(cd), volumes(kd), "{variant}");
+    }
+}
+
+/// A HAMi v2.10 values file, unchanged: every scheduler-half value lands
+/// where gpugate reads it; HAMi's images and flags for its own extender do
+/// not leak into gpugate's container.
+#[test]
+fn hami_values_file_works_unchanged() {
+    let Some(tools) = tools() else { return };
+    let o = render(tools, &["-f", HAMI_VALUES]);
+    let c = gpugate_config(&o);
+    assert_eq!(c.scheduler.name, "hami-scheduler");
+    assert_eq!(c.scheduler.node_lock.expiry_seconds, 300);
+    assert_eq!(c.nvidia.resource_count_name, "nvidia.com/gpu");
+    assert_eq!(c.nvidia.memory_factor, 1);
+    assert_eq!(c.nvidia.gpu_core_policy, "default");
+
+    let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
+    assert_eq!(sched["profiles"][0]["schedulerName"], "hami-scheduler");
+    assert_eq!(sched["leaderElection"]["leaderElect"], true);
+    // scheduler.nodeLabelSelector as NodeAffinity's addedAffinity.
+    let term = &sched["profiles"][0]["pluginConfig"][0];
+    assert_eq!(term["name"], "NodeAffinity");
+    assert_eq!(
+        term["args"]["addedAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0],
+        serde_json::json!({"key": "gpu", "operator": "In", "values": ["on"]})
+    );
+
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let w = webhook(&o, kind);
+        assert_eq!(w["failurePolicy"], "Fail");
+        let exprs = w["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap();
+        assert_eq!(
+            exprs[0]["values"],
+            serde_json::json!(["kube-system", "gpugate", "istio-system", "monitoring"])
+        );
+        assert_eq!(exprs[2]["key"], "environment");
+        assert_eq!(
+            find(&o, kind, "gpugate")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "gpugate/gpugate-tls"
+        );
+    }
+    assert_eq!(
+        webhook(&o, "MutatingWebhookConfiguration")["reinvocationPolicy"],
+        "Never"
+    );
+
+    let d = find(&o, "Deployment", "gpugate");
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["metadata"]["labels"]["team"], "platform");
+    let g = container(d, "initContainers", "gpugate");
+    assert_eq!(g["image"], "ghcr.io/gpugate/gpugate:0.1.0");
+    let gargs = args(g, "args");
+    assert!(gargs.contains(&"--admin-listen=0.0.0.0:9395".to_string()));
+    assert!(gargs.contains(&"--tls-cert=/etc/gpugate/tls/tls.crt".to_string()));
+    assert!(
+        !gargs.iter().any(|a| a.contains("node-lock-retry")),
+        "{gargs:?}"
+    );
+    let ks = container(d, "containers", "kube-scheduler");
+    // The registry and repository from the file, the tag from the cluster.
+    assert_eq!(
+        ks["image"],
+        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.36.3"
+    );
+    let kargs = args(ks, "command");
+    assert!(kargs.contains(&"--v=4".to_string()), "{kargs:?}");
+    assert_eq!(
+        kargs.iter().filter(|a| a.starts_with("--config")).count(),
+        1,
+        "{kargs:?}"
+    );
+    assert!(find(&o, "PodDisruptionBudget", "gpugate")["spec"]["minAvailable"] == 1);
+}
+
+/// Renamed resources drive gpugate's config, the webhooks' conditions and
+/// kube-scheduler's managedResources together.
+#[test]
+fn renamed_resources_reach_every_object() {
+    let Some(tools) = tools() else { return };
+    let names = [
+        ("resourceName", "hami.io/gpu"),
+        ("resourceMem", "hami.io/gpumem"),
+        ("resourceMemPercentage", "hami.io/gpumem-percentage"),
+        ("resourceCores", "hami.io/gpucores"),
+        ("resourcePriority", "hami.io/priority"),
+    ];
+    let sets: Vec<String> = names.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let o = render(tools, &["--set", &sets.join(",")]);
+    let c = gpugate_config(&o);
+    assert_eq!(c.nvidia.resource_count_name, "hami.io/gpu");
+    assert_eq!(c.nvidia.resource_core_name, "hami.io/gpucores");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let cel = webhook(&o, kind)["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(cel.contains("r.startsWith('hami.io/')"), "{cel}");
+        assert!(!cel.contains("nvidia.com"), "{cel}");
+    }
+    let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
+    let managed: Vec<&str> = sched["extenders"][0]["managedResources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(managed, names.map(|(_, v)| v));
+
+    // device-config.content's names win over the top-level values, as in
+    // HAMi's chart, and reach the webhooks too.
+    let o = render(
+        tools,
+        &[
+            "--set-string",
+            "device-config.content=nvidia:\n  resourceCountName: example.com/vgpu\n",
+        ],
+    );
+    assert_eq!(
+        gpugate_config(&o).nvidia.resource_count_name,
+        "example.com/vgpu"
+    );
+    let cel = webhook(&o, "MutatingWebhookConfiguration")["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cel.contains("r.startsWith('example.com/') || r.startsWith('nvidia.com/')"),
+        "{cel}"
+    );
+}
+
+/// kubeScheduler.enabled=false: gpugate alone, its extender on the
+/// Service, and the configuration to paste into one's own scheduler.
+#[test]
+fn without_own_kube_scheduler_the_chart_renders_the_snippet() {
+    let Some(tools) = tools() else { return };
+    let o = render(tools, &["--set", "scheduler.kubeScheduler.enabled=false"]);
+    let d = find(&o, "Deployment", "gpugate");
+    assert!(d["spec"]["template"]["spec"]["initContainers"].is_null());
+    let g = container(d, "containers", "gpugate");
+    assert!(args(g, "args").contains(&"--extender-listen=0.0.0.0:9444".to_string()));
+    assert!(!ids(&o).iter().any(|(k, n)| n.contains("kube-scheduler")
+        || n == "gpugate-scheduler-config" && k == "ConfigMap"));
+    let svc = find(&o, "Service", "gpugate");
+    assert!(
+        svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "extender" && p["port"] == 9444)
+    );
+    let snippet = find(&o, "ConfigMap", "gpugate-extender-snippet");
+    let ext: Value =
+        serde_yaml_ng::from_str(snippet["data"]["extenders.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(ext[0]["urlPrefix"], "https://gpugate.gpugate.svc:9444");
+    assert_eq!(ext[0]["bindVerb"], "bind");
+    let profiles: Value =
+        serde_yaml_ng::from_str(snippet["data"]["profiles.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(profiles[0]["schedulerName"], "hami-scheduler");
+    assert_eq!(snippet["data"]["ca-secret"], "gpugate-ca");
+}
+
+#[test]
+fn custom_url_renders_url_mode_webhooks() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=gpugate.example.com",
+        ],
+    );
+    let url = |kind| webhook(&o, kind)["clientConfig"].clone();
+    assert_eq!(
+        url("MutatingWebhookConfiguration"),
+        serde_json::json!({"url": "https://gpugate.example.com:31998/webhook"})
+    );
+    assert_eq!(
+        url("ValidatingWebhookConfiguration"),
+        serde_json::json!({"url": "https://gpugate.example.com:31998/validate"})
+    );
+    // The self-made certificate names the host.
+    let g = container(
+        find(&o, "Deployment", "gpugate"),
+        "initContainers",
+        "gpugate",
+    );
+    assert!(args(g, "args").contains(&"--dns=gpugate.example.com".to_string()));
+}
+
+/// Values that would install something broken are refused at render time,
+/// each with a message that names the value.
+#[test]
+fn bad_values_are_refused_with_clear_messages() {
+    let Some(tools) = tools() else { return };
+    for (args, says) in [
+        (
+            vec![
+                "--set",
+                "scheduler.admissionWebhook.failurePolicy=Sometimes",
+            ],
+            "scheduler.admissionWebhook.failurePolicy \"Sometimes\": allowed Fail or Ignore",
+        ),
+        (
+            vec!["--set", "scheduler.nodeLockExpire=5 minutes"],
+            "scheduler.nodeLockExpire \"5 minutes\"",
+        ),
+        (
+            vec!["--set", "scheduler.metricsBindAddress=everywhere"],
+            "scheduler.metricsBindAddress \"everywhere\"",
+        ),
+        (
+            vec!["--set-string", "device-config.content=nvidia: [unclosed"],
+            "device-config.content is not YAML",
+        ),
+        (
+            vec![
+                "--set",
+                "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=10.0.0.5",
+            ],
+            "customURL.host 10.0.0.5",
+        ),
+        (vec!["--kube-version", "v1.29.4"], "kubeVersion: >=1.30.0-0"),
+    ] {
+        let e = template(tools, &args).expect_err(&format!("{args:?} renders"));
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}
+
+/// The kube-scheduler image follows the cluster's version, suffixes of
+/// managed distributions left out.
+#[test]
+fn kube_scheduler_tag_follows_the_cluster() {
+    let Some(tools) = tools() else { return };
+    for (cluster, tag) in [
+        ("v1.31.4+k3s1", "v1.31.4"),
+        ("v1.33.2-eks-4096722", "v1.33.2"),
+    ] {
+        let o = render(tools, &["--kube-version", cluster]);
+        let ks = container(
+            find(&o, "Deployment", "gpugate"),
+            "containers",
+            "kube-scheduler",
+        );
+        assert_eq!(ks["image"], format!("registry.k8s.io/kube-scheduler:{tag}"));
+    }
+}
