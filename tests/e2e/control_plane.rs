@@ -42,6 +42,9 @@ pub struct ControlPlane {
     /// deploy/'s KubeSchedulerConfiguration as run here (the extender on
     /// 127.0.0.1, the ServiceAccount's kubeconfig, explicit client QPS).
     pub scheduler_config: String,
+    /// deploy/'s gpugate config as run here (with the suite's namespace
+    /// policy).
+    pub gpugate_config: String,
     /// kube-scheduler's secure port (its /metrics), new for each start.
     scheduler_port: Mutex<u16>,
     pub gpugate: Mutex<Option<Proc>>,
@@ -140,6 +143,7 @@ impl ControlPlane {
             gpugate_args: vec![],
             bin: bin.to_path_buf(),
             scheduler_config: String::new(),
+            gpugate_config: String::new(),
             scheduler_port: Mutex::new(0),
             gpugate: Mutex::new(None),
             scheduler: Mutex::new(None),
@@ -191,7 +195,8 @@ impl ControlPlane {
         // gpugate, with deploy/'s config and the webhook serving
         // certificate as files (what the cert-manager variant mounts).
         let config_path = dir.join("gpugate.yaml");
-        std::fs::write(&config_path, gpugate_config(deployed)?)?;
+        cp.gpugate_config = gpugate_config(deployed)?;
+        std::fs::write(&config_path, &cp.gpugate_config)?;
         cp.gpugate_args = vec![
             "serve".into(),
             format!("--kubeconfig={}", sa_kubeconfig.display()),
@@ -209,17 +214,56 @@ impl ControlPlane {
         {
             manifests::apply(&admin, &discovery, &o, false).await?;
         }
-        cp.wait_for_webhooks().await?;
+        cp.wait_for_webhooks("nvidia.com/gpu").await?;
 
-        cp.scheduler_config = manifests::local_scheduler_config(
-            deployed,
-            &sa_kubeconfig,
-            cp.extender_port,
-            &cp.pki.path("webhook-ca.crt"),
-        )?;
+        cp.scheduler_config = cp.local_scheduler_config(deployed)?;
         let config = cp.scheduler_config.clone();
         cp.start_scheduler("kube-scheduler", &config).await?;
         Ok(cp)
+    }
+
+    /// A rendered KubeSchedulerConfiguration as run here (the extender on
+    /// 127.0.0.1, the ServiceAccount's kubeconfig).
+    pub fn local_scheduler_config(&self, objects: &[Value]) -> anyhow::Result<String> {
+        manifests::local_scheduler_config(
+            objects,
+            &self.dir.join("gpugate.kubeconfig"),
+            self.extender_port,
+            &self.pki.path("webhook-ca.crt"),
+        )
+    }
+
+    /// Runs the processes from other rendered objects (the Helm chart's),
+    /// with this gpugate config: their RBAC applied for real, kube-scheduler
+    /// stopped, gpugate restarted with the config, their webhook
+    /// configurations applied (pointed at 127.0.0.1) and answering for the
+    /// config's GPU resource, and kube-scheduler started with their
+    /// configuration. `redeploy(deployed, &cp.gpugate_config)` goes back.
+    pub async fn redeploy(&self, objects: &[Value], config: &str) -> anyhow::Result<()> {
+        let gpu_resource = gpugate::config::Config::from_yaml(config, "the redeployed config")?
+            .nvidia
+            .resource_count_name;
+        let discovery = Discovery::new(self.admin.clone()).run().await?;
+        for o in objects.iter().filter(|o| {
+            matches!(
+                manifests::kind(o),
+                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+            )
+        }) {
+            manifests::apply(&self.admin, &discovery, o, false).await?;
+        }
+        self.stop_scheduler();
+        std::fs::write(self.dir.join("gpugate.yaml"), config)?;
+        self.kill_gpugate();
+        self.start_gpugate().await?;
+        for o in
+            manifests::local_webhooks(objects, self.gpugate_port, &self.pki.webhook.ca_cert_pem)?
+        {
+            manifests::apply(&self.admin, &discovery, &o, false).await?;
+        }
+        self.wait_for_webhooks(&gpu_resource).await?;
+        let scheduler = self.local_scheduler_config(objects)?;
+        self.start_scheduler("kube-scheduler", &scheduler).await
     }
 
     /// Starts kube-scheduler with this KubeSchedulerConfiguration (its log
@@ -282,7 +326,6 @@ impl ControlPlane {
     }
 
     /// Stops kube-scheduler (SIGTERM, then SIGKILL after 10 s).
-    #[allow(dead_code)] // benches/scale.rs
     pub fn stop_scheduler(&self) {
         if let Some(mut p) = self.scheduler.lock().unwrap().take() {
             p.terminate(Duration::from_secs(10));
@@ -366,7 +409,7 @@ impl ControlPlane {
     /// The API server's admission plugin learns webhook configurations
     /// through an informer: probe with server-side dry-run creates until
     /// both webhooks answer (envtest's sentinel).
-    async fn wait_for_webhooks(&self) -> anyhow::Result<()> {
+    async fn wait_for_webhooks(&self, gpu_resource: &str) -> anyhow::Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.admin.clone(), "e2e-sentinel");
         let dry = PostParams {
             dry_run: true,
@@ -375,7 +418,7 @@ impl ControlPlane {
         let gpu: Pod = serde_json::from_value(json!({
             "metadata": {"name": "sentinel"},
             "spec": {"containers": [{"name": "c", "image": "busybox",
-                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+                "resources": {"limits": {gpu_resource: "1"}}}]}
         }))?;
         let mut forged = gpu.clone();
         forged.metadata.annotations = Some(
@@ -452,6 +495,17 @@ pub fn render(bin: &Path, root: &Path, variant: &str) -> anyhow::Result<Vec<Valu
         .join("tools")
         .join("kustomize");
     manifests::render(&kustomize, &root.join("deploy").join(variant))
+}
+
+/// The Helm chart rendered with the helm the build script installed
+/// beside the binaries.
+pub fn render_chart(bin: &Path, root: &Path, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let helm = bin
+        .parent()
+        .context("bin has no parent")?
+        .join("tools")
+        .join("helm");
+    manifests::helm_template(&helm, root, args)
 }
 
 /// deploy/'s gpugate config with one namespace policy added, so that the

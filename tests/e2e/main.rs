@@ -114,6 +114,10 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
             control_plane::render(bin, root, variant)?,
         ));
     }
+    variants.push((
+        scenarios::HELM_HAMI.to_string(),
+        control_plane::render_chart(bin, root, &["-f", scenarios::HAMI_VALUES])?,
+    ));
     let dir = std::env::temp_dir().join(format!("gpugate-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
@@ -136,6 +140,7 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
         Ctx {
             cp,
             root: root.to_path_buf(),
+            bin: bin.to_path_buf(),
             crds: tools.join("crds"),
             variants,
         },

@@ -30,6 +30,35 @@ pub fn render(kustomize: &Path, dir: &Path) -> anyhow::Result<Vec<Value>> {
     documents(&String::from_utf8(out.stdout)?)
 }
 
+/// The version the e2e control plane runs; `helm template` has no cluster
+/// to ask for it.
+pub const KUBE_VERSION: &str = "v1.36.3";
+
+/// The objects `helm template gpugate deploy/helm/gpugate -n gpugate`
+/// prints with these extra arguments (values files, `--set`).
+pub fn helm_template(helm: &Path, root: &Path, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let out = Command::new(helm)
+        .current_dir(root)
+        .args([
+            "template",
+            "gpugate",
+            "deploy/helm/gpugate",
+            "-n",
+            "gpugate",
+        ])
+        .args(["--kube-version", KUBE_VERSION])
+        .args(args)
+        .output()
+        .with_context(|| format!("run {}", helm.display()))?;
+    if !out.status.success() {
+        bail!(
+            "helm template {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    documents(&String::from_utf8(out.stdout)?)
+}
+
 /// The documents of a multi-document YAML text, empty ones left out.
 pub fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut objects = Vec::new();
@@ -186,7 +215,9 @@ pub fn local_scheduler_config(
     let e = &mut extenders[0];
     e["urlPrefix"] = format!("https://127.0.0.1:{gpugate_port}").into();
     e["tlsConfig"]["caFile"] = ca_file.display().to_string().into();
-    Ok(serde_yaml_ng::to_string(&config)?)
+    // As JSON (YAML too): serde_yaml_ng writes a string such as "on"
+    // unquoted, which kube-scheduler's YAML 1.1 reader takes for a bool.
+    Ok(serde_json::to_string_pretty(&config)?)
 }
 
 /// The reference for the scale benchmark: the same KubeSchedulerConfiguration
@@ -207,5 +238,5 @@ pub fn reference_scheduler_config(config: &str) -> anyhow::Result<String> {
         .filter(|p| p.len() == 1)
         .ok_or_else(|| anyhow!("the scheduler config must have exactly one profile"))?;
     profiles[0]["schedulerName"] = "default-scheduler".into();
-    Ok(serde_yaml_ng::to_string(&config)?)
+    Ok(serde_json::to_string_pretty(&config)?)
 }

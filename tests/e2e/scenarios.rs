@@ -26,6 +26,8 @@ use crate::wait::eventually;
 pub struct Ctx {
     pub cp: ControlPlane,
     pub root: PathBuf,
+    /// The control plane's binaries (helm beside them, in ../tools).
+    pub bin: PathBuf,
     pub crds: PathBuf,
     pub variants: Vec<(String, Vec<Value>)>,
 }
@@ -75,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 10] = [
+pub const SCENARIOS: [(&str, &str, &str); 12] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -110,13 +112,28 @@ pub const SCENARIOS: [(&str, &str, &str); 10] = [
         "e2e-scale-burst",
         "scale-burst",
     ),
+    (
+        "deployed from the Helm chart with HAMi v2.10 values: policy stories",
+        "e2e-helm",
+        "helm",
+    ),
+    (
+        "renamed resources (hami.io/*) through the Helm chart",
+        "e2e-renamed",
+        "renamed",
+    ),
 ];
+
+/// The variant rendered from the Helm chart with a HAMi values file.
+pub const HELM_HAMI: &str = "helm-hami-v2.10";
+/// A HAMi v2.10 values file, as its users carry it.
+pub const HAMI_VALUES: &str = "tests/fixtures/helm/hami-v2.10-values.yaml";
 
 pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Result<()> {
     let (_, ns, scenario) = SCENARIOS[index];
     ensure_namespace(&ctx.cp.admin, ns).await?;
     match index {
-        0 => policy_stories(ctx, ns, scenario).await,
+        0 => policy_stories(ctx, ns, scenario, &json!({})).await,
         1 => exclusive_and_defaults(ctx, ns, scenario).await,
         2 => denials(ctx, ns).await,
         3 => over_subscription(ctx, ns, scenario).await,
@@ -126,6 +143,8 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         7 => gang(ctx, ns, scenario).await,
         8 => dry_run(ctx).await,
         9 => scale_burst(ctx, plugin, ns, scenario).await,
+        10 => helm_hami_values(ctx, ns, scenario).await,
+        11 => renamed_resources(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -136,7 +155,22 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
 /// (examples/, the same files `gpugate simulate` is tested with), end to
 /// end. kube-scheduler breaks ties between equal nodes at random, so the
 /// assertions name "the node the first pod got", not node1.
-async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+async fn policy_stories(
+    ctx: &Ctx,
+    ns: &str,
+    scenario: &str,
+    node_labels: &Value,
+) -> anyhow::Result<()> {
+    // The example nodes with these labels added.
+    let nodes = |file: &str| -> anyhow::Result<Vec<Value>> {
+        let mut nodes = example_objects(&ctx.root, file, "Node")?;
+        for n in &mut nodes {
+            for (k, v) in node_labels.as_object().into_iter().flatten() {
+                n["metadata"]["labels"][k] = v.clone();
+            }
+        }
+        Ok(nodes)
+    };
     let stories = [
         (
             "1: node binpack",
@@ -149,11 +183,8 @@ async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
         ("4: GPU spread", "slice-pods.yaml", "binpack", "spread"),
     ];
     for (i, (story, file, node_policy, gpu_policy)) in stories.into_iter().enumerate() {
-        ctx.nodes(
-            scenario,
-            &example_objects(&ctx.root, "examples/stories/cluster.yaml", "Node")?,
-        )
-        .await?;
+        ctx.nodes(scenario, &nodes("examples/stories/cluster.yaml")?)
+            .await?;
         let mut placed = Vec::new();
         for mut pod in example_objects(&ctx.root, &format!("examples/stories/{file}"), "Pod")? {
             pod["metadata"]["annotations"] = json!({
@@ -204,11 +235,8 @@ async fn policy_stories(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
             vec!["GPU-topo-0", "GPU-topo-2", "GPU-topo-3"],
         ),
     ] {
-        ctx.nodes(
-            scenario,
-            &example_objects(&ctx.root, "examples/topology/cluster.yaml", "Node")?,
-        )
-        .await?;
+        ctx.nodes(scenario, &nodes("examples/topology/cluster.yaml")?)
+            .await?;
         for pod in example_objects(&ctx.root, &format!("examples/topology/{file}"), "Pod")? {
             create_pod(&ctx.cp.admin, ns, &pod).await?;
         }
@@ -1054,4 +1082,138 @@ async fn scale_burst(
         burst::show(&bind_failures),
     );
     Ok(())
+}
+
+// 11 ------------------------------------------------------------------------
+
+/// Runs `body` with the processes deployed from these chart objects and
+/// gpugate config, then deploys deploy/'s cert-manager variant again,
+/// whatever happened.
+async fn on_chart<F>(ctx: &Ctx, objects: &[Value], body: F) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let config = manifests::config_map_entry(objects, "gpugate-config", "gpugate.yaml")?;
+    let result = match ctx.cp.redeploy(objects, &config).await {
+        Ok(()) => body.await,
+        Err(e) => Err(e.context("deploying from the chart")),
+    };
+    let restored = ctx
+        .cp
+        .redeploy(&ctx.variants[0].1, &ctx.cp.gpugate_config)
+        .await
+        .context("deploying deploy/cert-manager again");
+    result.and(restored)
+}
+
+/// gpugate's config, its webhook configurations, RBAC and kube-scheduler's
+/// configuration from the Helm chart rendered with a HAMi v2.10 values
+/// file (the variant scenario 9 dry-runs), then scenario 1's stories on it.
+/// The file's `nodeLabelSelector: {gpu: "on"}` becomes kube-scheduler's
+/// NodeAffinity: the story nodes carry the label, and a pod whose only GPU
+/// is on a node without it stays pending.
+async fn helm_hami_values(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let objects = &ctx
+        .variants
+        .iter()
+        .find(|(v, _)| v == HELM_HAMI)
+        .context("no chart variant")?
+        .1;
+    on_chart(ctx, objects, async {
+        policy_stories(ctx, ns, scenario, &json!({"gpu": "on"})).await?;
+        ctx.nodes(scenario, &[gpu_node("helm-unlabelled", 1, 10, 16384, T4)])
+            .await?;
+        create_pod(
+            &ctx.cp.admin,
+            ns,
+            &gpu_pod("no-gpu-label", &[("nvidia.com/gpu", "1")]),
+        )
+        .await?;
+        wait_event(
+            &ctx.cp.admin,
+            ns,
+            "no-gpu-label",
+            "FailedScheduling",
+            "node affinity",
+            Duration::from_secs(60),
+        )
+        .await?;
+        let pod = Api::<Pod>::namespaced(ctx.cp.admin.clone(), ns)
+            .get("no-gpu-label")
+            .await?;
+        ensure!(
+            node_of(&pod).is_empty(),
+            "a pod was placed on a node without gpu=on"
+        );
+        Ok(())
+    })
+    .await
+}
+
+// 12 ------------------------------------------------------------------------
+
+/// The chart with every resource renamed to hami.io/: gpugate's config,
+/// the webhooks' matchConditions and kube-scheduler's managedResources
+/// follow. A pod asking for hami.io/gpu is mutated and placed with HAMi's
+/// annotations; one asking for nvidia.com/gpu no longer reaches gpugate.
+async fn renamed_resources(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let objects = crate::control_plane::render_chart(
+        &ctx.bin,
+        &ctx.root,
+        &[
+            "--set",
+            "resourceName=hami.io/gpu,resourceMem=hami.io/gpumem,\
+             resourceMemPercentage=hami.io/gpumem-percentage,\
+             resourceCores=hami.io/gpucores,resourcePriority=hami.io/priority",
+        ],
+    )?;
+    on_chart(ctx, &objects, async {
+        ctx.nodes(scenario, &[gpu_node("renamed-1", 2, 10, 16384, T4)])
+            .await?;
+        let before = admission_requests(ctx.metrics_port()).await?;
+        let plain = create_pod(
+            &ctx.cp.admin,
+            ns,
+            &gpu_pod("old-name", &[("nvidia.com/gpu", "1")]),
+        )
+        .await?;
+        let spec = plain.spec.unwrap_or_default();
+        ensure!(
+            spec.scheduler_name.as_deref() == Some("default-scheduler"),
+            "a pod asking for nvidia.com/gpu was sent to {:?}",
+            spec.scheduler_name
+        );
+        ensure!(
+            admission_requests(ctx.metrics_port()).await? == before,
+            "the webhooks saw a pod asking only for nvidia.com/gpu"
+        );
+        let pod = create_pod(
+            &ctx.cp.admin,
+            ns,
+            &gpu_pod(
+                "new-name",
+                &[
+                    ("hami.io/gpu", "1"),
+                    ("hami.io/gpumem", "3000"),
+                    ("hami.io/gpucores", "30"),
+                ],
+            ),
+        )
+        .await?;
+        ensure!(
+            pod.spec.and_then(|s| s.scheduler_name).as_deref() == Some("hami-scheduler"),
+            "the pod asking for hami.io/gpu was not routed to hami-scheduler"
+        );
+        let bound = wait_bound(&ctx.cp.admin, ns, "new-name", BIND).await?;
+        let d = devices(&bound)?;
+        ensure!(
+            node_of(&bound) == "renamed-1"
+                && d.len() == 1
+                && (d[0].mem_mib, d[0].cores) == (3000, 30),
+            "new-name: {} {d:?}",
+            node_of(&bound)
+        );
+        Ok(())
+    })
+    .await
 }
