@@ -68,6 +68,7 @@ pub struct ViewGauges {
     allocations: Gauge,
     unaccounted: Gauge,
     nodes_with_problems: Gauge,
+    pod_groups: Gauge,
 }
 
 impl ViewGauges {
@@ -103,6 +104,11 @@ impl ViewGauges {
                 "Nodes whose inventory, cordon list or pair scores cannot be read",
                 &self.nodes_with_problems,
             ),
+            (
+                "gpugate_cluster_pod_groups",
+                "PodGroups (scheduling.x-k8s.io/v1alpha1) known; -1 while the API server does not serve the kind",
+                &self.pod_groups,
+            ),
         ] {
             registry.register(name, help, gauge.clone());
         }
@@ -119,5 +125,11 @@ impl ViewGauges {
         set(&self.allocations, c.allocations);
         set(&self.unaccounted, c.unaccounted);
         set(&self.nodes_with_problems, c.nodes_with_problems);
+        match c.pod_groups {
+            Some(n) => set(&self.pod_groups, n),
+            None => {
+                self.pod_groups.set(-1);
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Feeding the cluster view from the API server: one watcher per kind
-//! (Nodes, Pods, ResourceQuotas, and Namespaces when a policy selects by
-//! labels). Objects are applied to the view as they arrive and not kept, so
+//! (Nodes, Pods, ResourceQuotas, Namespaces when a policy selects by
+//! labels, and PodGroups while the API server serves them). Objects are applied to the view as they arrive and not kept, so
 //! memory is the view's, not a copy of every Pod.
 //!
 //! A watcher's (re)list is applied object by object as its pages arrive
@@ -22,6 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::pod_group::{self, PodGroup};
 use super::shared::SharedCluster;
 use super::view::ClusterView;
 
@@ -103,11 +104,87 @@ impl Watched for Pod {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(crate::hami::keys::VGPU_NODE))
-            || self
-                .metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.contains_key(crate::engine::gang::GROUP_NAME))
+            || self.metadata.labels.as_ref().is_some_and(|l| {
+                l.contains_key(crate::engine::gang::GROUP_NAME)
+                    || l.contains_key(crate::engine::gang::POD_GROUP_LABEL)
+            })
+    }
+}
+
+impl Watched for PodGroup {
+    const KIND: &'static str = "PodGroup";
+    fn key(&self) -> Option<String> {
+        PodGroup::key(self).map(|k| k.to_string())
+    }
+    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
+        if let Some(key) = PodGroup::key(obj) {
+            view.upsert_pod_group(key, obj.spec());
+        }
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        if let Some((namespace, name)) = key.split_once('/') {
+            view.delete_pod_group(&crate::engine::gang::GangKey {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        }
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.pod_group_keys()
+    }
+}
+
+/// How often gpugate asks whether the API server serves PodGroups (the CRD
+/// may be installed or removed while it runs): one discovery GET.
+const POD_GROUP_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Watches PodGroups while the API server serves them; asks again every
+/// 10 seconds. Never gates readiness: gangs named by PodGroup wait for their
+/// PodGroup like they wait for their members.
+async fn feed_pod_groups(
+    client: Client,
+    shared: Arc<SharedCluster>,
+    observer: Arc<dyn WatchObserver>,
+    resync: std::time::Duration,
+) {
+    loop {
+        let served = match pod_group::served(&client).await {
+            Ok(served) => served,
+            Err(e) => {
+                observer.error(PodGroup::KIND, &e.to_string());
+                tokio::time::sleep(POD_GROUP_CHECK).await;
+                continue;
+            }
+        };
+        let was = shared.read().pod_groups().is_some();
+        if served != was {
+            tracing::info!(served, "PodGroups (scheduling.x-k8s.io/v1alpha1)");
+        }
+        shared.write().set_pod_groups_served(served);
+        if !served {
+            tokio::time::sleep(POD_GROUP_CHECK).await;
+            continue;
+        }
+        // Watch until the next check says otherwise.
+        let watch = feed::<PodGroup>(
+            Api::all(client.clone()),
+            shared.clone(),
+            observer.clone(),
+            || {},
+            resync,
+        );
+        let still_served = async {
+            loop {
+                tokio::time::sleep(POD_GROUP_CHECK).await;
+                if let Ok(false) = pod_group::served(&client).await {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = watch => {}
+            () = still_served => {}
+        }
     }
 }
 
@@ -211,6 +288,7 @@ pub async fn run(
         on_first_list.clone(),
         set.resync,
     );
+    let pod_groups = feed_pod_groups(client.clone(), shared.clone(), observer.clone(), set.resync);
     let namespaces = async {
         if set.namespaces {
             feed::<Namespace>(Api::all(client), shared, observer, || {}, set.resync).await;
@@ -223,6 +301,7 @@ pub async fn run(
         _ = nodes => {}
         _ = pods => {}
         _ = quotas => {}
+        _ = pod_groups => {}
         _ = namespaces => {}
     }
 }

@@ -1,7 +1,13 @@
-//! Gang scheduling: pods of one group are placed all or nothing. A group is
-//! named by the coscheduling labels `pod-group.scheduling.sigs.k8s.io/name`
-//! and `pod-group.scheduling.sigs.k8s.io/min-available` (sig-scheduling's
-//! lightweight coscheduling), and lives in the pod's namespace.
+//! Gang scheduling: pods of one group are placed all or nothing. A group
+//! lives in the pod's namespace and is named either
+//!
+//! - by the label `scheduling.x-k8s.io/pod-group` (scheduler-plugins'
+//!   Coscheduling, as HAMi v2.10 reads it), with `minMember` and
+//!   `scheduleTimeoutSeconds` from the PodGroup object of that name
+//!   (`scheduling.x-k8s.io/v1alpha1`); or
+//! - by the older lightweight-coscheduling labels
+//!   `pod-group.scheduling.sigs.k8s.io/name` and `.../min-available`,
+//!   which win when a pod carries both.
 //!
 //! The question the extender asks: can `min-available` members be running
 //! at once, counting those already placed and placing the others one by one
@@ -17,6 +23,23 @@ use super::state::ClusterState;
 pub const GROUP_NAME: &str = "pod-group.scheduling.sigs.k8s.io/name";
 /// How many members must be placed together.
 pub const GROUP_MIN_AVAILABLE: &str = "pod-group.scheduling.sigs.k8s.io/min-available";
+
+/// The group of scheduler-plugins' Coscheduling: a PodGroup's name.
+pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
+/// What gpugate reads of a PodGroup (`scheduling.x-k8s.io/v1alpha1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodGroupSpec {
+    /// `spec.minMember`.
+    pub min_member: u32,
+    /// `spec.scheduleTimeoutSeconds`: bounds how long capacity is held for
+    /// the group's members.
+    pub schedule_timeout_seconds: Option<u64>,
+}
+
+/// The PodGroups known, by namespace and name; `None` when the API server
+/// does not serve the PodGroup kind (the CRD is not installed).
+pub type PodGroups<'a> = Option<&'a std::collections::HashMap<GangKey, PodGroupSpec>>;
 
 /// A group: namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,6 +59,8 @@ impl std::fmt::Display for GangKey {
 pub struct GangLabel {
     pub key: GangKey,
     pub min_available: u32,
+    /// The PodGroup's `scheduleTimeoutSeconds`, if it has one.
+    pub hold_limit_seconds: Option<u64>,
 }
 
 impl GangLabel {
@@ -45,15 +70,39 @@ impl GangLabel {
     }
 }
 
-/// Reads a pod's group labels. No group label: `Ok(None)`. A group label
-/// with a missing, non-numeric or zero `min-available` is an error (the pod
-/// cannot be placed as its author meant).
+/// The group a pod's labels name, whichever labels name it (membership;
+/// how many members the group needs is [`gang_label`]'s).
+pub fn group_key(namespace: &str, labels: &BTreeMap<String, String>) -> Option<GangKey> {
+    [GROUP_NAME, POD_GROUP_LABEL]
+        .iter()
+        .find_map(|k| labels.get(*k).filter(|n| !n.is_empty()))
+        .map(|name| GangKey {
+            namespace: namespace.to_string(),
+            name: name.clone(),
+        })
+}
+
+/// Whether the pod names a PodGroup that cannot be enforced because the
+/// PodGroup kind is not served: it is then placed on its own (and the
+/// extender says so in a warning event).
+pub fn pod_group_unserved(labels: &BTreeMap<String, String>, groups: PodGroups<'_>) -> bool {
+    groups.is_none()
+        && labels.get(GROUP_NAME).is_none_or(|n| n.is_empty())
+        && labels.get(POD_GROUP_LABEL).is_some_and(|n| !n.is_empty())
+}
+
+/// Reads a pod's group. No group label: `Ok(None)`. The old labels with a
+/// missing, non-numeric or zero `min-available` are an error (the pod
+/// cannot be placed as its author meant), and so is a PodGroup label whose
+/// PodGroup does not exist or has no `minMember`. A PodGroup label while
+/// PodGroups are not served (`groups` is `None`) is no group.
 pub fn gang_label(
     namespace: &str,
     labels: &BTreeMap<String, String>,
+    groups: PodGroups<'_>,
 ) -> Result<Option<GangLabel>, String> {
     let Some(name) = labels.get(GROUP_NAME).filter(|n| !n.is_empty()) else {
-        return Ok(None);
+        return pod_group_label(namespace, labels, groups);
     };
     let min_available = match labels.get(GROUP_MIN_AVAILABLE) {
         None => {
@@ -76,6 +125,39 @@ pub fn gang_label(
             name: name.clone(),
         },
         min_available,
+        hold_limit_seconds: None,
+    }))
+}
+
+fn pod_group_label(
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    groups: PodGroups<'_>,
+) -> Result<Option<GangLabel>, String> {
+    let (Some(name), Some(groups)) = (
+        labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()),
+        groups,
+    ) else {
+        return Ok(None);
+    };
+    let key = GangKey {
+        namespace: namespace.to_string(),
+        name: name.clone(),
+    };
+    let Some(spec) = groups.get(&key) else {
+        return Err(format!(
+            "label {POD_GROUP_LABEL}={name}: PodGroup {key} does not exist; create it (scheduling.x-k8s.io/v1alpha1, spec.minMember) or remove the label"
+        ));
+    };
+    if spec.min_member == 0 {
+        return Err(format!(
+            "PodGroup {key} has no spec.minMember (at least 1): how many members must run together"
+        ));
+    }
+    Ok(Some(GangLabel {
+        key,
+        min_available: spec.min_member,
+        hold_limit_seconds: spec.schedule_timeout_seconds,
     }))
 }
 
@@ -174,10 +256,11 @@ mod tests {
 
     #[test]
     fn labels_are_read_and_checked() {
-        assert_eq!(gang_label("ns", &labels(&[("app", "x")])), Ok(None));
+        assert_eq!(gang_label("ns", &labels(&[("app", "x")]), None), Ok(None));
         let g = gang_label(
             "ns",
             &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, "4")]),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -187,12 +270,68 @@ mod tests {
             let e = gang_label(
                 "ns",
                 &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, bad)]),
+                None,
             )
             .unwrap_err();
             assert!(e.contains("at least 1"), "{bad}: {e}");
         }
-        let e = gang_label("ns", &labels(&[(GROUP_NAME, "train")])).unwrap_err();
+        let e = gang_label("ns", &labels(&[(GROUP_NAME, "train")]), None).unwrap_err();
         assert!(e.contains("needs"), "{e}");
+    }
+
+    /// scheduler-plugins' Coscheduling: the label names a PodGroup, whose
+    /// minMember and scheduleTimeoutSeconds count; the old labels win when
+    /// a pod carries both.
+    #[test]
+    fn pod_group_label_reads_the_pod_group() {
+        let key = |n: &str| GangKey {
+            namespace: "ns".into(),
+            name: n.into(),
+        };
+        let groups: std::collections::HashMap<GangKey, PodGroupSpec> = [
+            (
+                key("train"),
+                PodGroupSpec {
+                    min_member: 3,
+                    schedule_timeout_seconds: Some(20),
+                },
+            ),
+            (
+                key("empty"),
+                PodGroupSpec {
+                    min_member: 0,
+                    schedule_timeout_seconds: None,
+                },
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let pg = labels(&[(POD_GROUP_LABEL, "train")]);
+        let g = gang_label("ns", &pg, Some(&groups)).unwrap().unwrap();
+        assert_eq!(
+            (g.key.to_string(), g.min_available, g.hold_limit_seconds),
+            ("ns/train".to_string(), 3, Some(20))
+        );
+        assert_eq!(group_key("ns", &pg), Some(key("train")));
+        // Without the PodGroup kind served: no gang, and the caller warns.
+        assert_eq!(gang_label("ns", &pg, None), Ok(None));
+        assert!(pod_group_unserved(&pg, None));
+        assert!(!pod_group_unserved(&pg, Some(&groups)));
+        // A PodGroup that does not exist, or has no minMember.
+        let e = gang_label("ns", &labels(&[(POD_GROUP_LABEL, "nope")]), Some(&groups)).unwrap_err();
+        assert!(e.contains("PodGroup ns/nope does not exist"), "{e}");
+        let e =
+            gang_label("ns", &labels(&[(POD_GROUP_LABEL, "empty")]), Some(&groups)).unwrap_err();
+        assert!(e.contains("minMember"), "{e}");
+        // Both styles: the old labels win.
+        let both = labels(&[
+            (POD_GROUP_LABEL, "train"),
+            (GROUP_NAME, "old"),
+            (GROUP_MIN_AVAILABLE, "2"),
+        ]);
+        let g = gang_label("ns", &both, Some(&groups)).unwrap().unwrap();
+        assert_eq!((g.key.name.as_str(), g.min_available), ("old", 2));
+        assert!(!pod_group_unserved(&both, None));
     }
 
     fn state(nodes: usize, gpus: u32) -> ClusterState {
@@ -238,6 +377,7 @@ mod tests {
                 name: "g".into(),
             },
             min_available: min,
+            hold_limit_seconds: None,
         }
     }
 

@@ -20,6 +20,7 @@ use jiff::Timestamp;
 use crate::cluster::events::PodEvent;
 use crate::cluster::{SharedCluster, pod_name, pod_namespace};
 use crate::config::Config;
+use crate::engine::gang;
 use crate::placement;
 
 use bind::ApiBinder;
@@ -95,7 +96,34 @@ impl Extender {
         // every pod out.
         let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
         self.recent.remember(&args.pod, weight);
-        let result = filter::filter(&self.cluster.read(), config, &args, Timestamp::now());
+        let view = self.cluster.read();
+        let result = filter::filter(&view, config, &args, Timestamp::now());
+        let unserved_group = args
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| gang::pod_group_unserved(l, view.pod_groups()));
+        drop(view);
+        if unserved_group && let Some(binder) = self.api_binder() {
+            let group = args
+                .pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(gang::POD_GROUP_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            binder.events().emit(PodEvent::new(
+                &args.pod,
+                true,
+                "PodGroupNotServed",
+                format!(
+                    "label {}={group}: the API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1; install the CRD), so this pod is placed on its own, not as a gang",
+                    gang::POD_GROUP_LABEL
+                ),
+            ));
+        }
         if let Some(binder) = self.api_binder()
             && result.answer.feasible_count() == 0
             && result.answer.error.is_empty()

@@ -25,12 +25,24 @@ use crate::engine::{ClusterState, PodPlan};
 
 use super::reason::NodeReason;
 
-/// The pod's group, if it has one; or why its group labels cannot be read.
-pub fn label_of(pod: &Pod) -> Result<Option<GangLabel>, String> {
+/// The pod's group, if it has one (its PodGroup from the view); or why
+/// its group cannot be read.
+pub fn label_of(view: &ClusterView, pod: &Pod) -> Result<Option<GangLabel>, String> {
     match &pod.metadata.labels {
-        Some(labels) => gang_label(pod_namespace(pod), labels),
+        Some(labels) => gang_label(pod_namespace(pod), labels, view.pod_groups()),
         None => Ok(None),
     }
+}
+
+/// The hold for a group's members: `scheduler.gang.holdSeconds`, or its
+/// PodGroup's `scheduleTimeoutSeconds` when that is shorter.
+fn hold_ms(config: &Config, label: &GangLabel) -> i64 {
+    let seconds = label
+        .hold_limit_seconds
+        .map_or(config.scheduler.gang.hold_seconds, |limit| {
+            limit.min(config.scheduler.gang.hold_seconds)
+        });
+    i64::try_from(seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
 }
 
 /// What a pod is judged on.
@@ -57,7 +69,7 @@ pub fn judge<'v>(
     // kube-scheduler filters unbound pods: what the ledger holds for this
     // one (annotations left by a failed bind, HAMi's filter) is on no node.
     let leftover = !uid.is_empty() && view.held_allocation(uid).is_some() && !view.is_reserved(uid);
-    let Some(label) = label_of(pod).map_err(NodeReason::GangInvalid)? else {
+    let Some(label) = label_of(view, pod).map_err(NodeReason::GangInvalid)? else {
         let state = if leftover {
             let mut s = view.state().clone();
             s.remove(uid);
@@ -141,9 +153,7 @@ pub fn hold_for_rest(
     }
     let mut trial = view.state().clone();
     let holds = place_gang(&mut trial, label, placed, &pending, None)?;
-    let until = now_ms.saturating_add(
-        i64::try_from(config.scheduler.gang.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
-    );
+    let until = now_ms.saturating_add(hold_ms(config, label));
     let mut held = 0;
     for (key, allocation) in holds {
         if view
@@ -154,4 +164,29 @@ pub fn hold_for_rest(
         }
     }
     Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::gang::GangKey;
+
+    /// A PodGroup's scheduleTimeoutSeconds shortens the hold, never
+    /// lengthens it past scheduler.gang.holdSeconds.
+    #[test]
+    fn the_hold_is_bounded_by_the_pod_groups_timeout() {
+        let config = Config::default();
+        assert_eq!(config.scheduler.gang.hold_seconds, 60);
+        let label = |limit| GangLabel {
+            key: GangKey {
+                namespace: "ns".into(),
+                name: "g".into(),
+            },
+            min_available: 2,
+            hold_limit_seconds: limit,
+        };
+        assert_eq!(hold_ms(&config, &label(None)), 60_000);
+        assert_eq!(hold_ms(&config, &label(Some(20))), 20_000);
+        assert_eq!(hold_ms(&config, &label(Some(600))), 60_000);
+    }
 }

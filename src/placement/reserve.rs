@@ -80,7 +80,7 @@ pub fn reserve(
     // Gang holds are not quota use: one read serves both checks.
     let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
     quota::check_request(&namespace_quota, plan).map_err(ReserveError::Quota)?;
-    let label = gang::label_of(pod).map_err(ReserveError::GangInvalid)?;
+    let label = gang::label_of(view, pod).map_err(ReserveError::GangInvalid)?;
     // Members are placed on the state without their group's holds; the
     // holds are recomputed below, or put back on failure.
     let taken = label
@@ -132,7 +132,7 @@ pub fn reserve(
 /// After a reservation is dropped (a failed bind): holds the capacity of
 /// the pod's gang group's members again, if it has a group.
 pub fn rehold_gang(view: &mut ClusterView, config: &Config, pod: &Pod, uid: &str, now: Timestamp) {
-    if let Ok(Some(label)) = gang::label_of(pod)
+    if let Ok(Some(label)) = gang::label_of(view, pod)
         && let Err(e) = gang::hold_for_rest(view, config, &label, uid, now.as_millisecond())
     {
         tracing::info!(group = %label.key, "gang: no capacity held after a failed bind: {e}");
@@ -159,7 +159,7 @@ pub fn assume(
         return false;
     };
     let seconds = config.scheduler.assume_seconds;
-    if seconds <= 0.0 || matches!(gang::label_of(pod), Ok(Some(_)) | Err(_)) {
+    if seconds <= 0.0 || matches!(gang::label_of(view, pod), Ok(Some(_)) | Err(_)) {
         return false;
     }
     if view.held_allocation(uid).is_some() {

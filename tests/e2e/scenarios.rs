@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail, ensure};
-use gpugate::engine::gang::{GROUP_MIN_AVAILABLE, GROUP_NAME};
+use gpugate::engine::gang::{GROUP_MIN_AVAILABLE, GROUP_NAME, POD_GROUP_LABEL};
 use gpugate::hami::keys::{GPU_SCHEDULER_POLICY, NODE_SCHEDULER_POLICY};
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 12] = [
+pub const SCENARIOS: [(&str, &str, &str); 13] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -122,6 +122,11 @@ pub const SCENARIOS: [(&str, &str, &str); 12] = [
         "e2e-renamed",
         "renamed",
     ),
+    (
+        "PodGroup gangs (scheduling.x-k8s.io), before and after the CRD",
+        "e2e-podgroup",
+        "podgroup",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -140,11 +145,12 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         4 => delete_frees(ctx, ns, scenario).await,
         5 => restart_mid_burst(ctx, ns, scenario).await,
         6 => certificate_rotation(ctx, ns).await,
-        7 => gang(ctx, ns, scenario).await,
+        7 => gang(ctx, ns, scenario, GangStyle::Labels).await,
         8 => dry_run(ctx).await,
         9 => scale_burst(ctx, plugin, ns, scenario).await,
         10 => helm_hami_values(ctx, ns, scenario).await,
         11 => renamed_resources(ctx, ns, scenario).await,
+        12 => pod_group_gangs(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -777,25 +783,42 @@ async fn certificate_rotation(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
 
 // 8 -------------------------------------------------------------------------
 
-fn member(group: &str, i: usize, min: usize) -> Value {
+/// How a gang's members name their group.
+#[derive(Clone, Copy)]
+enum GangStyle {
+    /// `pod-group.scheduling.sigs.k8s.io/name` and `.../min-available`.
+    Labels,
+    /// `scheduling.x-k8s.io/pod-group`, minMember from the PodGroup.
+    PodGroup,
+}
+
+fn member(style: GangStyle, group: &str, i: usize, min: usize) -> Value {
     let mut p = gpu_pod(&format!("{group}-{i}"), &[("nvidia.com/gpu", "1")]);
-    p["metadata"]["labels"] = json!({GROUP_NAME: group, GROUP_MIN_AVAILABLE: min.to_string()});
+    p["metadata"]["labels"] = match style {
+        GangStyle::Labels => json!({GROUP_NAME: group, GROUP_MIN_AVAILABLE: min.to_string()}),
+        GangStyle::PodGroup => json!({POD_GROUP_LABEL: group}),
+    };
     p
 }
 
 /// Gang `fits`: 4 whole GPUs on 2 nodes, exactly room for 4 members. Then
 /// gang `short`: 4 members, min 4, with 3 free GPUs: nobody is placed.
-async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+/// With PodGroups, both groups' PodGroup (minMember 4) exist already.
+async fn gang(ctx: &Ctx, ns: &str, scenario: &str, style: GangStyle) -> anyhow::Result<()> {
+    let prefix = match style {
+        GangStyle::Labels => "gang",
+        GangStyle::PodGroup => "pg",
+    };
     ctx.nodes(
         scenario,
         &[
-            gpu_node("gang-1", 2, 10, 16384, T4),
-            gpu_node("gang-2", 2, 10, 16384, T4),
+            gpu_node(&format!("{prefix}-1"), 2, 10, 16384, T4),
+            gpu_node(&format!("{prefix}-2"), 2, 10, 16384, T4),
         ],
     )
     .await?;
     for i in 0..4 {
-        create_pod(&ctx.cp.admin, ns, &member("fits", i, 4)).await?;
+        create_pod(&ctx.cp.admin, ns, &member(style, "fits", i, 4)).await?;
     }
     let mut gpus = BTreeSet::new();
     for i in 0..4 {
@@ -810,14 +833,10 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     }
     ensure!(gpus.len() == 4, "gang members share GPUs: {gpus:?}");
 
-    create_node(
-        &ctx.cp.admin,
-        scenario,
-        &gpu_node("gang-3", 3, 10, 16384, T4),
-    )
-    .await?;
+    let third = format!("{prefix}-3");
+    create_node(&ctx.cp.admin, scenario, &gpu_node(&third, 3, 10, 16384, T4)).await?;
     for i in 0..4 {
-        create_pod(&ctx.cp.admin, ns, &member("short", i, 4)).await?;
+        create_pod(&ctx.cp.admin, ns, &member(style, "short", i, 4)).await?;
     }
     // Every member is refused because the group does not fit (not only
     // because its siblings did not exist yet: that is GangIncomplete).
@@ -836,13 +855,14 @@ async fn gang(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
                 last_poke = std::time::Instant::now();
                 pokes += 1;
             }
-            let (nodes, admin, n) = (nodes.clone(), ctx.cp.admin.clone(), pokes);
+            let (nodes, admin, n, third) =
+                (nodes.clone(), ctx.cp.admin.clone(), pokes, third.clone());
             async move {
                 if poke {
                     let label =
                         json!({"metadata": {"labels": {"e2e.gpugate.io/poke": n.to_string()}}});
                     nodes
-                        .patch("gang-3", &PatchParams::default(), &Patch::Merge(label))
+                        .patch(&third, &PatchParams::default(), &Patch::Merge(label))
                         .await
                         .map_err(|e| e.to_string())?;
                 }
@@ -1216,4 +1236,130 @@ async fn renamed_resources(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
         Ok(())
     })
     .await
+}
+
+// 13 ------------------------------------------------------------------------
+
+/// scheduler-plugins' Coscheduling gangs, as HAMi v2.10 users label them.
+/// Before the PodGroup CRD is installed, a pod with the label is placed on
+/// its own, with a warning event that says why. Then the CRD
+/// (tests/fixtures/crds) is installed, gpugate starts watching PodGroups
+/// within its 10-second check, a member of a PodGroup that does not exist
+/// is refused with that reason, and scenario 8's two gangs run with
+/// PodGroups (minMember 4, scheduleTimeoutSeconds 30).
+async fn pod_group_gangs(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let crd = manifests::documents(&std::fs::read_to_string(
+        ctx.root
+            .join("tests/fixtures/crds/scheduling.x-k8s.io_podgroups.yaml"),
+    )?)?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(ctx.cp.admin.clone());
+    if crds
+        .get_opt("podgroups.scheduling.x-k8s.io")
+        .await?
+        .is_none()
+    {
+        ctx.nodes(scenario, &[gpu_node("pg-solo", 1, 10, 16384, T4)])
+            .await?;
+        let mut solo = gpu_pod("solo", &[("nvidia.com/gpu", "1")]);
+        solo["metadata"]["labels"] = json!({POD_GROUP_LABEL: "nowhere"});
+        create_pod(&ctx.cp.admin, ns, &solo).await?;
+        wait_bound(&ctx.cp.admin, ns, "solo", BIND).await?;
+        wait_event(
+            &ctx.cp.admin,
+            ns,
+            "solo",
+            "PodGroupNotServed",
+            "install the CRD",
+            Duration::from_secs(30),
+        )
+        .await?;
+        ctx.clean(ns, scenario).await?;
+    } else {
+        println!("    the PodGroup CRD was installed already: the part without it is skipped");
+    }
+
+    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
+    for o in &crd {
+        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
+    }
+    let pg = kube::core::GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup");
+    let client = ctx.cp.admin.clone();
+    let discovery = eventually("PodGroups are served", Duration::from_secs(30), || {
+        let (client, pg) = (client.clone(), pg.clone());
+        async move {
+            let d = Discovery::new(client)
+                .run()
+                .await
+                .map_err(|e| e.to_string())?;
+            d.resolve_gvk(&pg)
+                .map(|_| d)
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await?;
+    for group in ["fits", "short"] {
+        let object = json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": ns},
+            "spec": {"minMember": 4, "scheduleTimeoutSeconds": 30},
+        });
+        manifests::apply(&ctx.cp.admin, &discovery, &object, false).await?;
+    }
+    // gpugate notices the kind within its check (10 s) and lists both.
+    let port = ctx.metrics_port();
+    eventually(
+        "gpugate watches PodGroups",
+        Duration::from_secs(30),
+        || async move {
+            let text = metrics(port).await.map_err(|e| e.to_string())?;
+            match gauge(&text, "gpugate_cluster_pod_groups") {
+                Some(n) if n >= 2.0 => Ok(()),
+                n => Err(format!("{n:?} PodGroups")),
+            }
+        },
+    )
+    .await?;
+    // A member of a PodGroup that does not exist is refused with that reason.
+    ctx.nodes(scenario, &[gpu_node("pg-probe", 1, 10, 16384, T4)])
+        .await?;
+    let mut orphan = gpu_pod("orphan", &[("nvidia.com/gpu", "1")]);
+    orphan["metadata"]["labels"] = json!({POD_GROUP_LABEL: "missing"});
+    create_pod(&ctx.cp.admin, ns, &orphan).await?;
+    let nodes: Api<Node> = Api::all(ctx.cp.admin.clone());
+    let mut pokes = 0u32;
+    eventually(
+        "a member of a missing PodGroup is refused",
+        Duration::from_secs(60),
+        || {
+            pokes += 1;
+            let (nodes, admin, n) = (nodes.clone(), ctx.cp.admin.clone(), pokes);
+            async move {
+                // A cluster event, so that kube-scheduler tries the pod again.
+                let label = json!({"metadata": {"labels": {"e2e.gpugate.io/poke": n.to_string()}}});
+                nodes
+                    .patch("pg-probe", &PatchParams::default(), &Patch::Merge(label))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let events = events_of(&admin, ns, "orphan")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                events
+                    .iter()
+                    .any(|(r, m)| {
+                        r == "FailedScheduling"
+                            && m.contains("PodGroup e2e-podgroup/missing does not exist")
+                    })
+                    .then_some(())
+                    .ok_or_else(|| format!("{events:?}"))
+            }
+        },
+    )
+    .await?;
+    let pod = Api::<Pod>::namespaced(ctx.cp.admin.clone(), ns)
+        .get("orphan")
+        .await?;
+    ensure!(node_of(&pod).is_empty(), "the orphan member was placed");
+    ctx.clean(ns, scenario).await?;
+    gang(ctx, ns, scenario, GangStyle::PodGroup).await
 }

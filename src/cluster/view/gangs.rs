@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::convert::{pod_finished, pod_namespace};
-use crate::engine::gang::{GangKey, gang_label};
+use crate::engine::gang::{GangKey, PodGroupSpec, group_key};
 use crate::engine::{Allocation, ApplyError, ClusterState};
 
 /// Capacity held for one member: its allocation, its group and when the
@@ -23,6 +23,9 @@ pub struct Gangs {
     /// Capacity held for members of groups being placed, by member UID:
     /// the group and when the hold ends (Unix ms).
     holds: HashMap<String, (GangKey, i64)>,
+    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`) by namespace and name;
+    /// `None` while the API server does not serve the kind.
+    pod_groups: Option<HashMap<GangKey, PodGroupSpec>>,
 }
 
 impl Gangs {
@@ -30,22 +33,22 @@ impl Gangs {
     /// and labelled with a readable group (see [`crate::engine::gang`]).
     pub fn track(&mut self, key: &str, pod: &Pod) {
         let finished = pod_finished(pod);
-        let label = pod
+        let group = pod
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| gang_label(pod_namespace(pod), l).ok().flatten());
-        match label.filter(|_| !finished) {
-            Some(label) => {
-                if self.member_of.get(key) != Some(&label.key) {
+            .and_then(|l| group_key(pod_namespace(pod), l));
+        match group.filter(|_| !finished) {
+            Some(group) => {
+                if self.member_of.get(key) != Some(&group) {
                     self.untrack(key);
                 }
                 let mut slim = pod.clone();
                 slim.metadata.managed_fields = None;
                 slim.status = None;
-                self.member_of.insert(key.to_string(), label.key.clone());
+                self.member_of.insert(key.to_string(), group.clone());
                 self.members
-                    .entry(label.key)
+                    .entry(group)
                     .or_default()
                     .insert(key.to_string(), slim);
             }
@@ -61,6 +64,33 @@ impl Gangs {
             if members.is_empty() {
                 self.members.remove(&group);
             }
+        }
+    }
+
+    /// The PodGroups known; `None` while the kind is not served.
+    pub fn pod_groups(&self) -> Option<&HashMap<GangKey, PodGroupSpec>> {
+        self.pod_groups.as_ref()
+    }
+
+    /// Whether the API server serves PodGroups; when it stops, the
+    /// PodGroups known are forgotten.
+    pub fn set_pod_groups_served(&mut self, served: bool) {
+        match (served, self.pod_groups.is_some()) {
+            (true, false) => self.pod_groups = Some(HashMap::new()),
+            (false, true) => self.pod_groups = None,
+            _ => {}
+        }
+    }
+
+    pub fn upsert_pod_group(&mut self, group: GangKey, spec: PodGroupSpec) {
+        self.pod_groups
+            .get_or_insert_with(HashMap::new)
+            .insert(group, spec);
+    }
+
+    pub fn delete_pod_group(&mut self, group: &GangKey) {
+        if let Some(groups) = &mut self.pod_groups {
+            groups.remove(group);
         }
     }
 

@@ -132,6 +132,8 @@ pub struct ViewCounts {
     pub allocations: usize,
     pub unaccounted: usize,
     pub nodes_with_problems: usize,
+    /// PodGroups known; `None` while the kind is not served.
+    pub pod_groups: Option<usize>,
 }
 
 impl ClusterView {
@@ -280,6 +282,7 @@ impl ClusterView {
                 .filter(|p| p.unaccounted.is_some())
                 .count(),
             nodes_with_problems: self.node_problems.len(),
+            pod_groups: self.gangs.pod_groups().map(|g| g.len()),
         }
     }
 
@@ -322,6 +325,34 @@ impl ClusterView {
     }
 
     /// The known unfinished members of a group, by UID.
+    /// The PodGroups known; `None` while the API server does not serve the
+    /// kind (see [`crate::engine::gang`]).
+    pub fn pod_groups(&self) -> crate::engine::gang::PodGroups<'_> {
+        self.gangs.pod_groups()
+    }
+
+    pub fn set_pod_groups_served(&mut self, served: bool) {
+        self.gangs.set_pod_groups_served(served);
+    }
+
+    pub fn upsert_pod_group(&mut self, group: GangKey, spec: crate::engine::gang::PodGroupSpec) {
+        self.gangs.upsert_pod_group(group, spec);
+    }
+
+    pub fn delete_pod_group(&mut self, group: &GangKey) {
+        self.gangs.delete_pod_group(group);
+    }
+
+    /// The keys (`namespace/name`) of the PodGroups known.
+    pub fn pod_group_keys(&self) -> Vec<String> {
+        self.gangs
+            .pod_groups()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+
     pub fn gang_members(&self, group: &GangKey) -> Option<&BTreeMap<String, Pod>> {
         self.gangs.members(group)
     }
