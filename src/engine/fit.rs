@@ -1,62 +1,16 @@
-//! Fitting a pod on one node: the per-GPU checks with their reason codes
-//! (hami-compat.md 5.4.3) and the choice of GPUs under the GPU policy.
+//! Fitting a pod on one node: the choice of GPUs under the GPU policy, on
+//! the per-GPU checks of [`super::checks`].
 
 use super::chain::ChainCandidate;
-use super::device::{Gpu, Node, Usage};
+pub use super::checks::check_gpu;
+use super::device::{Node, Usage};
+use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
 use super::policy::{GpuPolicy, device_score};
 use super::reason::{Reason, ReasonCounts, Rejection};
 use super::request::GpuRequest;
-use super::selection::Selection;
 use super::topology;
-
-/// The per-GPU checks, in HAMi's order; the first failure is the reason.
-pub fn check_gpu(
-    gpu: &Gpu,
-    used: &Usage,
-    req: &GpuRequest,
-    selection: &Selection,
-    policy: GpuPolicy,
-) -> Result<Usage, Reason> {
-    if !gpu.healthy {
-        return Err(Reason::CardNotHealth);
-    }
-    if gpu.cordoned {
-        return Err(Reason::CardCordoned);
-    }
-    if !selection.accepts_model(gpu) {
-        return Err(Reason::CardTypeMismatch);
-    }
-    if !selection.accepts_uuid(gpu) {
-        return Err(Reason::CardUuidMismatch);
-    }
-    let cap = &gpu.capacity;
-    if used.slots >= cap.slots {
-        return Err(Reason::CardTimeSlicingExhausted);
-    }
-    if policy.is_mutex() && used.slots > 0 {
-        return Err(Reason::ExclusiveDeviceAllocateConflict);
-    }
-    let mem = req.mem_on(cap.mem_mib);
-    if cap.mem_mib.saturating_sub(used.mem_mib) < mem {
-        return Err(Reason::CardInsufficientMemory);
-    }
-    if cap.cores.saturating_sub(used.cores) < req.cores {
-        return Err(Reason::CardInsufficientCore);
-    }
-    if cap.cores == 100 && req.cores == 100 && used.slots > 0 {
-        return Err(Reason::ExclusiveDeviceAllocateConflict);
-    }
-    if cap.cores != 0 && used.cores >= cap.cores && req.cores == 0 {
-        return Err(Reason::CardComputeUnitsExhausted);
-    }
-    Ok(Usage {
-        slots: 1,
-        mem_mib: mem,
-        cores: req.cores,
-    })
-}
 
 /// Reusable buffers so that evaluating thousands of nodes allocates nothing
 /// per node.
@@ -112,6 +66,20 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
             r
         };
         if let Err(counts) = result {
+            // Containers chosen one by one can miss an assignment that
+            // exists when chosen together (see super::joint).
+            let gpu_containers = plan
+                .request
+                .containers
+                .iter()
+                .filter(|c| c.gpu.is_some())
+                .count();
+            if gpu_containers > 1
+                && let Some(grants) = joint::assign_jointly(node, plan)
+            {
+                scratch.grants = grants;
+                return Ok(());
+            }
             return Err(Rejection::Devices {
                 container: container.name.clone(),
                 gpus: available,
@@ -189,7 +157,18 @@ fn choose_among(
     s.chosen.clear();
     match policy {
         _ if policy.is_topology() => {
-            let positions: Vec<usize> = pool.iter().map(|&c| s.candidates[c].0).collect();
+            // Ties go to the least-used GPUs (the device score, with what
+            // the container takes), then to the lowest index.
+            let mut ranked: Vec<(f64, usize)> = pool
+                .iter()
+                .map(|&c| {
+                    let (pos, take) = s.candidates[c];
+                    let used = usage.get(pos).copied().unwrap_or_default();
+                    (device_score(&node.gpus[pos].capacity, &used, &take), pos)
+                })
+                .collect();
+            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let positions: Vec<usize> = ranked.into_iter().map(|(_, p)| p).collect();
             let score = |a: usize, b: usize| i64::from(node.pair_score(a, b));
             let set = topology::choose(&positions, n, score)?;
             let quality = if n == 1 {
@@ -303,9 +282,11 @@ fn choose_numa_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device::Gpu;
     use crate::engine::policy::NodePolicy;
     use crate::engine::request::{ContainerRequest, Memory, PodRequest};
     use crate::engine::selection::ModelPattern;
+    use crate::engine::selection::Selection;
 
     const A100: &str = "NVIDIA A100-SXM4-40GB";
 
@@ -735,6 +716,34 @@ mod tests {
         n.add_usage(0, &used(1, 40960, 100));
         assert_eq!(topology_aware(&n, 3), [(0, 1), (0, 2), (0, 3)]);
     }
+
+    /// Equal pair scores: the least-used GPUs win the tie (HAMi tries the
+    /// least used first), then the lowest index.
+    #[test]
+    fn topology_ties_go_to_the_least_used_gpus() {
+        let mut n = node(4);
+        for a in 0..4 {
+            for b in a + 1..4 {
+                assert!(n.set_pair_score(&format!("GPU-{a}"), &format!("GPU-{b}"), 100));
+            }
+        }
+        n.add_usage(0, &used(1, 20000, 30));
+        n.add_usage(2, &used(1, 4000, 10));
+        let mut s = Scratch::default();
+        let mut topology_aware = |count: u32| {
+            let p = plan(
+                vec![(false, Some(req(count, 100, 0)))],
+                GpuPolicy::TopologyAware,
+            );
+            fit_pod(&n, &p, &mut s).unwrap();
+            let mut g: Vec<usize> = grants(&s).into_iter().map(|(_, p)| p).collect();
+            g.sort_unstable();
+            g
+        };
+        assert_eq!(topology_aware(1), [1]);
+        assert_eq!(topology_aware(2), [1, 3]);
+        assert_eq!(topology_aware(3), [1, 2, 3]);
+    }
     /// A node of four GPUs, 0 and 1 on NUMA 0, 2 and 3 on NUMA 1, with
     /// GPU 0 and GPU 2 holding the same slice.
     fn two_numa_node() -> Node {
@@ -802,5 +811,34 @@ mod tests {
         n.add_usage(3, &used(10, 0, 0));
         assert_eq!(chained(&n, "spread,numa", 2, true), [1, 0]);
         assert_eq!(chained(&n, "spread,numa", 1, true), [2]);
+    }
+    /// engine/joint.rs's example: one by one, spread gives the 8 GiB
+    /// container the emptier GPU 1 and the 15 GiB one then fits nowhere;
+    /// together, 8 GiB go to GPU 0 and 15 GiB to GPU 1.
+    #[test]
+    fn containers_placed_jointly_when_one_by_one_fails() {
+        let mut n = node(2);
+        n.add_usage(0, &used(1, 40960 - 10240, 0));
+        n.add_usage(1, &used(1, 40960 - 20480, 0));
+        let p = plan(
+            vec![
+                (false, Some(req(1, 8192, 0))),
+                (false, Some(req(1, 15360, 0))),
+            ],
+            GpuPolicy::Spread,
+        );
+        let mut s = Scratch::default();
+        fit_pod(&n, &p, &mut s).unwrap();
+        assert_eq!(grants(&s), [(0, 0), (1, 1)]);
+        // Too much for any assignment: the first pass's reasons.
+        let p = plan(
+            vec![
+                (false, Some(req(1, 12288, 0))),
+                (false, Some(req(1, 15360, 0))),
+            ],
+            GpuPolicy::Spread,
+        );
+        let e = fit_pod(&n, &p, &mut s).unwrap_err();
+        assert_eq!(e.to_string(), "2/2 CardInsufficientMemory");
     }
 }

@@ -11,9 +11,11 @@
 pub mod allocation;
 pub mod annotations;
 pub mod chain;
+pub mod checks;
 pub mod device;
 pub mod fit;
 pub mod gang;
+pub mod joint;
 pub mod lifecycle;
 pub mod plan;
 pub mod policy;

@@ -4,8 +4,10 @@
 //!   candidates, which keeps the best-connected GPUs free for larger pods;
 //! - N GPUs: the set with the highest sum of scores over its pairs.
 //!
-//! Ties go to the lowest device index (for sets: the lexicographically
-//! smallest list of indexes).
+//! Ties go to the candidate listed first (for sets: the lexicographically
+//! smallest list of positions in the candidates' order). The fit lists
+//! candidates least used first (HAMi's device score), then by index, so
+//! that equal sets go to the least-used GPUs as in HAMi.
 //!
 //! The set search is a depth-first branch and bound in lexicographic order,
 //! seeded with a greedy answer. A branch is cut when even the best
@@ -38,7 +40,7 @@ pub fn binomial(n: usize, k: usize) -> u64 {
     acc
 }
 
-/// Chooses `n` of `candidates` (device positions in ascending index order).
+/// Chooses `n` of `candidates` (device positions, in the order ties go).
 /// `score(a, b)` is the pair score of two positions. Returns `None` when
 /// there are fewer than `n` candidates.
 pub fn choose(

@@ -1,0 +1,167 @@
+//! Joint placement of a pod's GPU containers on one node, for when the
+//! container-by-container pass fails.
+//!
+//! The pass in [`super::fit`] gives each container, in pod order, the GPUs
+//! its policy prefers, and never revisits a choice. With two or more GPU
+//! containers that can reject a node on which a valid assignment exists:
+//! GPU 0 has 10 GiB free and GPU 1 has 20 GiB; under `spread` a first
+//! container of 8 GiB takes GPU 1, and a second of 15 GiB then fits
+//! nowhere, although 8 GiB on GPU 0 and 15 GiB on GPU 1 would do.
+//!
+//! The search here tries every container's possible GPU sets in turn,
+//! depth first, with the same per-GPU checks (and the same usage rules:
+//! sidecars and app containers add up, an init container runs beside what
+//! started before it), so a node is rejected only when no assignment exists.
+//! It is exact unless it needs more than [`JOINT_BUDGET`] steps (GPU sets
+//! tried); then the node is rejected with the first pass's reasons. HAMi
+//! places containers greedily, one by one, and has no such search.
+
+use super::checks::check_gpu;
+use super::device::{Node, Usage};
+use super::lifecycle::ContainerKind;
+use super::plan::PodPlan;
+use super::request::GpuRequest;
+
+/// Most GPU sets tried per pod and node.
+pub const JOINT_BUDGET: usize = 20_000;
+
+/// One container's share of the answer: (container index, GPU position,
+/// what it takes).
+pub type Grant = (usize, usize, Usage);
+
+/// An assignment of GPUs to every GPU container of `plan` on `node` that
+/// passes every check, or `None` when there is none (or the budget ran
+/// out first).
+pub fn assign_jointly(node: &Node, plan: &PodPlan) -> Option<Vec<Grant>> {
+    let containers: Vec<(usize, &GpuRequest, ContainerKind)> = plan
+        .request
+        .containers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.gpu.as_ref().map(|g| (i, g, c.kind)))
+        .collect();
+    let mut search = Search {
+        node,
+        plan,
+        containers,
+        usage: node.usage.clone(),
+        grants: Vec::new(),
+        steps: 0,
+    };
+    search.from(0).then_some(search.grants)
+}
+
+struct Search<'a> {
+    node: &'a Node,
+    plan: &'a PodPlan,
+    containers: Vec<(usize, &'a GpuRequest, ContainerKind)>,
+    /// The node's usage plus the sidecars and app containers chosen so far.
+    usage: Vec<Usage>,
+    grants: Vec<Grant>,
+    steps: usize,
+}
+
+impl Search<'_> {
+    /// Whether containers `k..` can all be given GPUs on top of the
+    /// choices so far (kept in `grants` when they can).
+    fn from(&mut self, k: usize) -> bool {
+        let Some(&(container, req, kind)) = self.containers.get(k) else {
+            return true;
+        };
+        let n = req.count as usize;
+        let candidates: Vec<(usize, Usage)> = self
+            .node
+            .gpus
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, gpu)| {
+                let used = self.usage.get(pos).copied().unwrap_or_default();
+                check_gpu(gpu, &used, req, &self.plan.selection, self.plan.gpu_policy)
+                    .ok()
+                    .map(|take| (pos, take))
+            })
+            .collect();
+        if candidates.len() < n {
+            return false;
+        }
+        // Index combinations of `n` of the candidates, in lexicographic order.
+        let mut pick: Vec<usize> = (0..n).collect();
+        loop {
+            self.steps += 1;
+            if self.steps > JOINT_BUDGET {
+                return false;
+            }
+            let one_numa = pick
+                .windows(2)
+                .all(|w| self.numa(candidates[w[0]].0) == self.numa(candidates[w[1]].0));
+            if !self.plan.selection.numa_bind || one_numa {
+                let mark = self.grants.len();
+                // An init container's GPUs are free again when it ends: the
+                // next containers see the usage without them.
+                let adds_up = kind != ContainerKind::Init;
+                let mut before = Vec::with_capacity(n);
+                for &i in &pick {
+                    let (pos, take) = candidates[i];
+                    if adds_up && let Some(u) = self.usage.get_mut(pos) {
+                        before.push((pos, *u));
+                        u.add(&take);
+                    }
+                    self.grants.push((container, pos, take));
+                }
+                if self.from(k + 1) {
+                    return true;
+                }
+                for (pos, u) in before {
+                    self.usage[pos] = u;
+                }
+                self.grants.truncate(mark);
+                // Whichever GPUs an init container takes, the next
+                // containers see the same usage: one try is enough.
+                if !adds_up {
+                    return false;
+                }
+            }
+            if !next_combination(&mut pick, candidates.len()) {
+                return false;
+            }
+        }
+    }
+
+    fn numa(&self, pos: usize) -> i32 {
+        self.node.gpus[pos].numa
+    }
+}
+
+/// The next `pick.len()`-combination of `0..m` in lexicographic order;
+/// false after the last.
+fn next_combination(pick: &mut [usize], m: usize) -> bool {
+    let n = pick.len();
+    let Some(i) = (0..n).rev().find(|&i| pick[i] < m - n + i) else {
+        return false;
+    };
+    pick[i] += 1;
+    for j in i + 1..n {
+        pick[j] = pick[j - 1] + 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_in_lexicographic_order() {
+        let mut pick = vec![0, 1];
+        let mut all = vec![pick.clone()];
+        while next_combination(&mut pick, 4) {
+            all.push(pick.clone());
+        }
+        assert_eq!(
+            all,
+            [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]].map(|p| p.to_vec())
+        );
+        let mut none: Vec<usize> = vec![];
+        assert!(!next_combination(&mut none, 3));
+    }
+}
