@@ -219,15 +219,11 @@ fn chart_renders_what_the_kustomize_variants_do() {
                     .collect::<String>()
             };
             assert_eq!(cel(c), cel(k), "{variant} {kind}");
-            // The chart adds HAMi's namespace opt-out to deploy/'s exclusions.
-            let kust_exprs = k["namespaceSelector"]["matchExpressions"]
-                .as_array()
-                .unwrap();
-            let chart_exprs = c["namespaceSelector"]["matchExpressions"]
-                .as_array()
-                .unwrap();
-            assert_eq!(chart_exprs[0], kust_exprs[0], "{variant} {kind}");
-            assert_eq!(chart_exprs[1]["key"], "hami.io/webhook");
+            assert_eq!(
+                c["namespaceSelector"], k["namespaceSelector"],
+                "{variant} {kind}"
+            );
+            assert_eq!(c["objectSelector"], k["objectSelector"], "{variant} {kind}");
         }
         for (kind, name) in ids(&kust) {
             if kind.ends_with("Role") {
@@ -347,6 +343,31 @@ fn hami_values_file_works_unchanged() {
         "{kargs:?}"
     );
     assert!(find(&o, "PodDisruptionBudget", "gpugate")["spec"]["minAvailable"] == 1);
+    assert_eq!(sched["extenders"][0]["httpTimeout"], "30s");
+}
+
+/// HAMi's client, timeout and environment values reach gpugate's config.
+#[test]
+fn hami_client_and_timeout_values_are_mapped() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "scheduler.kubeQPS=50,scheduler.kubeBurst=80,scheduler.kubeTimeout=7,scheduler.extenderHTTPTimeout=45,scheduler.overwriteEnv=true",
+        ],
+    );
+    let c = gpugate_config(&o);
+    assert_eq!((c.api.qps, c.api.burst), (50.0, 80));
+    assert!(c.nvidia.overwrite_env);
+    let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
+    assert_eq!(sched["extenders"][0]["httpTimeout"], "45s");
+    // kube-scheduler must not cut a bind off before gpugate's own limit.
+    let e = template(tools, &["--set", "scheduler.extenderHTTPTimeout=20"]).unwrap_err();
+    assert!(
+        e.contains("must be above gpugate's scheduler.bindTimeoutSeconds (25)"),
+        "{e}"
+    );
 }
 
 /// Renamed resources drive gpugate's config, the webhooks' conditions and

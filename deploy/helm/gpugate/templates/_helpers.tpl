@@ -67,6 +67,7 @@ values, then device-config.content's nvidia section over them. */}}
   "resourceCoreName" .Values.resourceCores
   "resourcePriorityName" .Values.resourcePriority -}}
 {{- with .Values.devices.nvidia.gpuCorePolicy }}{{ $_ := set $nvidia "gpuCorePolicy" . }}{{ end -}}
+{{- if eq (toString .Values.scheduler.overwriteEnv) "true" }}{{ $_ := set $nvidia "overwriteEnv" true }}{{ end -}}
 {{- with .Values.devicePlugin.runtimeClassName }}{{ $_ := set $nvidia "runtimeClassName" . }}{{ end -}}
 {{- $content := index .Values "device-config" "content" -}}
 {{- if $content -}}
@@ -148,7 +149,7 @@ object.spec.containers.exists(c, has(c.resources) &&
   enableHTTPS: true
   tlsConfig:
     caFile: {{ .caFile }}
-  httpTimeout: 30s
+  httpTimeout: {{ int .root.Values.scheduler.extenderHTTPTimeout }}s
   ignorable: false
   managedResources:
   {{- range (include "gpugate.resourceNames" .root | trim | splitList "\n") }}
