@@ -270,6 +270,16 @@ where
         Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
     };
+    // Only against a live API server: are the webhook configurations still
+    // sending gpugate the pods of its configured resources?
+    if let (None, Some(client)) = (&args.cluster.cluster, &client) {
+        tokio::spawn(crate::cluster::webhook_scope::watch(
+            client.clone(),
+            config.clone(),
+            metrics.webhook_scope.clone(),
+            stopped(),
+        ));
+    }
     let bind_mode = match (&args.cluster.cluster, &client) {
         (None, Some(client)) => {
             let api_limits = config.load().api.clone();

@@ -14,6 +14,7 @@ pub mod shared;
 pub mod snapshot;
 pub mod view;
 pub mod watch;
+pub mod webhook_scope;
 
 pub use convert::{
     NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name, pod_namespace,

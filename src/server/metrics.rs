@@ -14,6 +14,7 @@ use crate::admission::metrics::AdmissionMetrics;
 use crate::cluster::SharedCluster;
 use crate::cluster::events::EventMetrics;
 use crate::cluster::metrics::{ViewGauges, WatchMetrics};
+use crate::cluster::webhook_scope::WebhookScopeMetrics;
 use crate::config::Config;
 use crate::extender::bind::BindMetrics;
 use crate::extender::metrics::ExtenderMetrics;
@@ -40,6 +41,8 @@ pub struct Metrics {
     /// Handed to the event sink.
     pub events: EventMetrics,
     view: ViewGauges,
+    /// Handed to the webhook scope check.
+    pub webhook_scope: WebhookScopeMetrics,
     observed: Option<Observed>,
 }
 
@@ -64,6 +67,7 @@ impl Metrics {
             bind: BindMetrics::default(),
             events: EventMetrics::default(),
             view: ViewGauges::default(),
+            webhook_scope: WebhookScopeMetrics::default(),
             registry: Registry::default(),
             observed: None,
         };
@@ -76,6 +80,7 @@ impl Metrics {
         m.bind.register(&mut registry);
         m.events.register(&mut registry);
         m.view.register(&mut registry);
+        m.webhook_scope.register(&mut registry);
         Metrics { registry, ..m }
     }
 

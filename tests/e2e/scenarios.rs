@@ -1233,8 +1233,49 @@ async fn renamed_resources(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
             "new-name: {} {d:?}",
             node_of(&bound)
         );
-        Ok(())
+        // gpugate's scope check (at its start, then every minute) agrees:
+        // its webhooks name its resources. (At the redeploy's restart the
+        // old webhooks were still in place.)
+        ctx.cp.kill_gpugate();
+        ctx.cp.start_gpugate().await?;
+        wait_uncovered(ctx, 0.0).await?;
+        // deploy/'s webhooks (nvidia.com/) with this config (hami.io/): the
+        // check, run at gpugate's start, names all four GPU resources.
+        let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
+        for o in manifests::local_webhooks(
+            &ctx.variants[0].1,
+            ctx.cp.gpugate_port,
+            &ctx.cp.pki.webhook.ca_cert_pem,
+        )? {
+            manifests::apply(&ctx.cp.admin, &discovery, &o, false).await?;
+        }
+        ctx.cp.kill_gpugate();
+        ctx.cp.start_gpugate().await?;
+        wait_uncovered(ctx, 4.0).await
     })
+    .await
+}
+
+/// Waits until gpugate reports `want` uncovered GPU resources for both
+/// webhook configurations.
+async fn wait_uncovered(ctx: &Ctx, want: f64) -> anyhow::Result<()> {
+    let port = ctx.metrics_port();
+    eventually(
+        "gpugate_webhook_resources_uncovered",
+        Duration::from_secs(30),
+        || async move {
+            let text = metrics(port).await.map_err(|e| e.to_string())?;
+            let got: Vec<(String, f64)> = samples(&text, "gpugate_webhook_resources_uncovered")
+                .iter()
+                .map(|s| (s.label("configuration").to_string(), s.value))
+                .collect();
+            if got.len() == 2 && got.iter().all(|(_, v)| *v == want) {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
     .await
 }
 
