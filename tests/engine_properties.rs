@@ -44,8 +44,13 @@ fn arb_cluster() -> impl Strategy<Value = Vec<Node>> {
 }
 
 fn arb_request() -> impl Strategy<Value = GpuRequest> {
+    arb_request_of(1..4)
+}
+
+/// A GPU request of `count` GPUs.
+fn arb_request_of(count: std::ops::Range<u32>) -> impl Strategy<Value = GpuRequest> {
     (
-        1u32..4,
+        count,
         prop_oneof![
             (1u64..20000).prop_map(Memory::Mib),
             (1u32..=100).prop_map(Memory::Percent)
@@ -57,6 +62,22 @@ fn arb_request() -> impl Strategy<Value = GpuRequest> {
             memory,
             cores,
         })
+}
+
+/// Containers named c0, c1, … in pod order: init containers (sidecars
+/// among them) first, as in a pod spec.
+fn pod_containers(containers: Vec<(ContainerKind, Option<GpuRequest>)>) -> Vec<ContainerRequest> {
+    let mut containers: Vec<ContainerRequest> = containers
+        .into_iter()
+        .enumerate()
+        .map(|(i, (kind, gpu))| ContainerRequest {
+            name: format!("c{i}"),
+            kind,
+            gpu,
+        })
+        .collect();
+    containers.sort_by_key(|c| !c.kind.is_init_list());
+    containers
 }
 
 fn arb_plan() -> impl Strategy<Value = PodPlan> {
@@ -86,17 +107,7 @@ fn arb_plan() -> impl Strategy<Value = PodPlan> {
         any::<bool>(),
     )
         .prop_map(|(containers, node_policy, gpu_policy, numa_bind)| {
-            // init containers (sidecars among them) first, as in a pod spec
-            let mut containers: Vec<ContainerRequest> = containers
-                .into_iter()
-                .enumerate()
-                .map(|(i, (kind, gpu))| ContainerRequest {
-                    name: format!("c{i}"),
-                    kind,
-                    gpu,
-                })
-                .collect();
-            containers.sort_by_key(|c| !c.kind.is_init_list());
+            let containers = pod_containers(containers);
             let mut plan = PodPlan::new(PodRequest { containers }, node_policy, gpu_policy);
             plan.selection.numa_bind = numa_bind;
             plan
@@ -325,19 +336,7 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
     let node = (1u32..5)
         .prop_flat_map(|n| (0..n).map(|i| arb_gpu(0, i)).collect::<Vec<_>>())
         .prop_map(|gpus| Node::new("small", gpus));
-    let request = (
-        1u32..3,
-        prop_oneof![
-            (1u64..20000).prop_map(Memory::Mib),
-            (1u32..=100).prop_map(Memory::Percent)
-        ],
-        prop_oneof![Just(0u32), 1u32..100, Just(100u32)],
-    )
-        .prop_map(|(count, memory, cores)| GpuRequest {
-            count,
-            memory,
-            cores,
-        });
+    let request = arb_request_of(1..3);
     let containers = prop::collection::vec(
         (
             prop_oneof![
@@ -381,16 +380,12 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
                 }
             }
             let node = state.node("small").unwrap().clone();
-            let mut containers: Vec<ContainerRequest> = containers
-                .into_iter()
-                .enumerate()
-                .map(|(i, (kind, gpu))| ContainerRequest {
-                    name: format!("c{i}"),
-                    kind,
-                    gpu: Some(gpu),
-                })
-                .collect();
-            containers.sort_by_key(|c| !c.kind.is_init_list());
+            let containers = pod_containers(
+                containers
+                    .into_iter()
+                    .map(|(kind, gpu)| (kind, Some(gpu)))
+                    .collect(),
+            );
             let mut plan = PodPlan::new(PodRequest { containers }, NodePolicy::Binpack, policy);
             plan.selection.numa_bind = numa_bind;
             (node, plan)

@@ -109,26 +109,21 @@ impl WebhookScopeMetrics {
 /// found, if found.
 type Conditions = Option<Vec<Option<Vec<MatchCondition>>>>;
 
-async fn mutating(client: &kube::Client, name: &str) -> Result<Conditions, kube::Error> {
-    let api: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(client.clone());
-    Ok(api.get_opt(name).await?.map(|c| {
-        c.webhooks
-            .unwrap_or_default()
-            .into_iter()
-            .map(|w| w.match_conditions)
-            .collect()
-    }))
-}
-
-async fn validating(client: &kube::Client, name: &str) -> Result<Conditions, kube::Error> {
-    let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
-    Ok(api.get_opt(name).await?.map(|c| {
-        c.webhooks
-            .unwrap_or_default()
-            .into_iter()
-            .map(|w| w.match_conditions)
-            .collect()
-    }))
+/// The webhook configuration `name` of kind `K`, through `hooks`, which
+/// lists each of its webhooks' conditions.
+async fn conditions<K>(
+    client: &kube::Client,
+    name: &str,
+    hooks: impl FnOnce(K) -> Vec<Option<Vec<MatchCondition>>>,
+) -> Result<Conditions, kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: kube::Api<K> = kube::Api::all(client.clone());
+    Ok(api.get_opt(name).await?.map(hooks))
 }
 
 /// Reads both configurations once and reports what they miss.
@@ -136,8 +131,24 @@ pub async fn check(client: &kube::Client, config: &Config, metrics: &WebhookScop
     let names = gpu_resources(&config.nvidia);
     let (m, v) = (&config.webhooks.mutating, &config.webhooks.validating);
     let found = [
-        ("mutating", m, mutating(client, m).await),
-        ("validating", v, validating(client, v).await),
+        (
+            "mutating",
+            m,
+            conditions(client, m, |c: MutatingWebhookConfiguration| {
+                let hooks = c.webhooks.unwrap_or_default();
+                hooks.into_iter().map(|w| w.match_conditions).collect()
+            })
+            .await,
+        ),
+        (
+            "validating",
+            v,
+            conditions(client, v, |c: ValidatingWebhookConfiguration| {
+                let hooks = c.webhooks.unwrap_or_default();
+                hooks.into_iter().map(|w| w.match_conditions).collect()
+            })
+            .await,
+        ),
     ];
     for (kind, name, result) in found {
         match result {

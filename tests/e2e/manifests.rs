@@ -15,19 +15,8 @@ use serde_json::Value;
 
 /// The objects `kustomize build <dir>` prints.
 pub fn render(kustomize: &Path, dir: &Path) -> anyhow::Result<Vec<Value>> {
-    let out = Command::new(kustomize)
-        .arg("build")
-        .arg(dir)
-        .output()
-        .with_context(|| format!("run {}", kustomize.display()))?;
-    if !out.status.success() {
-        bail!(
-            "kustomize build {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    documents(&String::from_utf8(out.stdout)?)
+    let what = format!("kustomize build {}", dir.display());
+    objects_printed(Command::new(kustomize).arg("build").arg(dir), &what)
 }
 
 /// The version the e2e control plane runs; `helm template` has no cluster
@@ -37,24 +26,21 @@ pub const KUBE_VERSION: &str = "v1.36.3";
 /// The objects `helm template gpugate deploy/helm/gpugate -n gpugate`
 /// prints with these extra arguments (values files, `--set`).
 pub fn helm_template(helm: &Path, root: &Path, args: &[&str]) -> anyhow::Result<Vec<Value>> {
-    let out = Command::new(helm)
-        .current_dir(root)
-        .args([
-            "template",
-            "gpugate",
-            "deploy/helm/gpugate",
-            "-n",
-            "gpugate",
-        ])
-        .args(["--kube-version", KUBE_VERSION])
-        .args(args)
-        .output()
-        .with_context(|| format!("run {}", helm.display()))?;
+    objects_printed(
+        Command::new(helm)
+            .current_dir(root)
+            .args(["template", "gpugate", "deploy/helm/gpugate"])
+            .args(["-n", "gpugate", "--kube-version", KUBE_VERSION])
+            .args(args),
+        &format!("helm template {args:?}"),
+    )
+}
+
+/// The objects a rendering command prints; its stderr when it fails.
+fn objects_printed(cmd: &mut Command, what: &str) -> anyhow::Result<Vec<Value>> {
+    let out = cmd.output().with_context(|| format!("run {what}"))?;
     if !out.status.success() {
-        bail!(
-            "helm template {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr));
     }
     documents(&String::from_utf8(out.stdout)?)
 }
