@@ -39,6 +39,26 @@ fn valid_pods_are_admitted_without_warnings() {
     }
 }
 
+/// HAMi v2.10's GPU policy chains are admitted (they were refused before
+/// gpugate read them); a chain with an unknown word is not.
+#[test]
+fn hami_policy_chains_are_admitted() {
+    let mut pod = fixture("unknown-policy.yaml");
+    for chain in ["binpack,numa", "spread,numa", "numa", "mutex,numa"] {
+        pod["metadata"]["annotations"]["hami.io/gpu-scheduler-policy"] = json!(chain);
+        assert_eq!(warnings(&pod), Vec::<String>::new(), "{chain}");
+    }
+    pod["metadata"]["annotations"]["hami.io/gpu-scheduler-policy"] = json!("binpack,fastest");
+    match validate_pod(&pod, &Config::default(), None) {
+        Validation::Deny(d) => assert!(
+            d.message.contains("unknown GPU policy \"binpack,fastest\""),
+            "{}",
+            d.message
+        ),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
 #[test]
 fn denials_say_what_and_how_to_fix() {
     let m = deny("node-name.yaml");

@@ -375,3 +375,42 @@ fn gang_groups_among_the_pods_are_placed_all_or_nothing() {
         );
     }
 }
+
+/// HAMi v2.10's chains (hami-compat.md 6.2: keys in the order written;
+/// `spread` score descending, `binpack` ascending, `numa` NUMA id
+/// ascending, index ascending last; HAMi tries the sorted GPUs from the
+/// end), read from each pod's annotation against a default of `spread`.
+#[test]
+fn numa_chains_place_as_hami_v2_10() {
+    let r = run(
+        "examples/numa-chains/cluster.yaml",
+        "examples/numa-chains/pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("default/spread-numa", "numa", &["GPU-numa-3"]),
+            p("default/binpack-numa", "numa", &["GPU-numa-3"]),
+            p("default/numa-only", "numa", &["GPU-numa-3"]),
+            p(
+                "default/spread-numa-2",
+                "numa",
+                &["GPU-numa-2", "GPU-numa-1"]
+            ),
+        ]
+    );
+    // The same pods under plain spread take the lowest index first.
+    let mut plain = load("examples/numa-chains/pods.yaml").pods;
+    for pod in &mut plain {
+        pod.metadata.annotations = None;
+    }
+    let report = simulate(
+        &load("examples/numa-chains/cluster.yaml"),
+        &plain,
+        &Config::default(),
+        Timestamp::now(),
+    );
+    assert_eq!(placed(&report)[0].2, ["GPU-numa-0"]);
+}

@@ -286,6 +286,28 @@ mod tests {
         assert_eq!(c.scheduler.node_scheduler_policy, NodePolicy::Binpack);
     }
 
+    /// HAMi v2.10's chains are accepted as the default GPU policy and in a
+    /// namespace policy; an unknown word is refused with the key's path.
+    #[test]
+    fn gpu_policy_chains_as_defaults() {
+        let c = Config::from_yaml(
+            "scheduler:\n  gpuSchedulerPolicy: binpack,numa\nnamespacePolicies:\n  - name: t\n    namespaces: [t]\n    defaults: {gpuSchedulerPolicy: numa}\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(c.scheduler.gpu_scheduler_policy.to_string(), "binpack,numa");
+        assert_eq!(
+            c.namespace_policies[0]
+                .defaults
+                .gpu_scheduler_policy
+                .map(|p| p.to_string()),
+            Some("numa".to_string())
+        );
+        let e = Config::from_yaml("scheduler:\n  gpuSchedulerPolicy: binpack,fast\n", "test")
+            .unwrap_err();
+        assert!(e.to_string().contains("binpack,fast"), "{e}");
+    }
+
     #[test]
     fn an_empty_file_is_refused_but_braces_give_the_defaults() {
         for text in ["", "  \n", "# only a comment\n", "---\n", "~\n"] {
