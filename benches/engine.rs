@@ -42,6 +42,29 @@ fn plan(count: u32, gpu_policy: GpuPolicy) -> PodPlan {
     )
 }
 
+/// Two app containers of one GPU each, 8,000 and 30,000 MiB: under spread
+/// the first takes the emptiest GPU, which is often the only one that can
+/// hold the second, and the joint search (engine/joint.rs) then places
+/// them together.
+fn two_container_plan() -> PodPlan {
+    let container = |name: &str, mem| ContainerRequest {
+        name: name.into(),
+        kind: gpugate::engine::ContainerKind::App,
+        gpu: Some(GpuRequest {
+            count: 1,
+            memory: Memory::Mib(mem),
+            cores: 10,
+        }),
+    };
+    PodPlan::new(
+        PodRequest {
+            containers: vec![container("small", 8000), container("large", 30000)],
+        },
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    )
+}
+
 fn benches(c: &mut Criterion) {
     let state = cluster();
     let names: Vec<String> = state.nodes().map(|n| n.name.clone()).collect();
@@ -51,6 +74,11 @@ fn benches(c: &mut Criterion) {
         ("1gpu_spread", plan(1, GpuPolicy::Spread)),
         ("1gpu_binpack", plan(1, GpuPolicy::Binpack)),
         ("4gpu_topology", plan(4, GpuPolicy::TopologyAware)),
+        (
+            "1gpu_binpack_numa_chain",
+            plan(1, "binpack,numa".parse().expect("a chain")),
+        ),
+        ("2containers_joint", two_container_plan()),
     ] {
         g.bench_function(format!("all_nodes/{label}"), |b| {
             b.iter(|| black_box(state.evaluate(black_box(&p), None).feasible.len()))

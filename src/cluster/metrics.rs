@@ -106,7 +106,7 @@ impl ViewGauges {
             ),
             (
                 "gpugate_cluster_pod_groups",
-                "PodGroups (scheduling.x-k8s.io/v1alpha1) known; -1 while the API server does not serve the kind",
+                "PodGroups (scheduling.x-k8s.io/v1alpha1) known; -1 until the API server serves the kind and gpugate has listed them",
                 &self.pod_groups,
             ),
         ] {

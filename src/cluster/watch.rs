@@ -156,7 +156,10 @@ async fn feed_pod_groups(
                 continue;
             }
         };
-        let was = shared.read().pod_groups().is_some();
+        let was = !matches!(
+            shared.read().pod_groups(),
+            crate::engine::gang::PodGroups::NotServed
+        );
         if served != was {
             tracing::info!(served, "PodGroups (scheduling.x-k8s.io/v1alpha1)");
         }
@@ -166,11 +169,15 @@ async fn feed_pod_groups(
             continue;
         }
         // Watch until the next check says otherwise.
+        let listed = {
+            let shared = shared.clone();
+            move || shared.write().pod_groups_listed()
+        };
         let watch = feed::<PodGroup>(
             Api::all(client.clone()),
             shared.clone(),
             observer.clone(),
-            || {},
+            listed,
             resync,
         );
         let still_served = async {

@@ -24,6 +24,9 @@ pub struct Scratch {
     pool: Vec<usize>,
     /// (container index, GPU position, what it takes) of the last fit.
     pub(crate) grants: Vec<(usize, usize, Usage)>,
+    /// Steps the joint search has spent with this scratch (one evaluation
+    /// of all nodes), against [`joint::JOINT_TOTAL_BUDGET`].
+    pub(crate) joint_spent: usize,
 }
 
 /// Fits every container of `plan` on `node`. On success `scratch.grants`
@@ -74,11 +77,15 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
                 .iter()
                 .filter(|c| c.gpu.is_some())
                 .count();
-            if gpu_containers > 1
-                && let Some(grants) = joint::assign_jointly(node, plan)
-            {
-                scratch.grants = grants;
-                return Ok(());
+            let budget = joint::JOINT_BUDGET
+                .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
+            if gpu_containers > 1 && budget > 0 {
+                let (found, spent) = joint::assign_jointly(node, plan, budget);
+                scratch.joint_spent += spent;
+                if let Some(grants) = found {
+                    scratch.grants = grants;
+                    return Ok(());
+                }
             }
             return Err(Rejection::Devices {
                 container: container.name.clone(),

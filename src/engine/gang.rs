@@ -37,9 +37,17 @@ pub struct PodGroupSpec {
     pub schedule_timeout_seconds: Option<u64>,
 }
 
-/// The PodGroups known, by namespace and name; `None` when the API server
-/// does not serve the PodGroup kind (the CRD is not installed).
-pub type PodGroups<'a> = Option<&'a std::collections::HashMap<GangKey, PodGroupSpec>>;
+/// What gpugate knows of PodGroups.
+#[derive(Debug, Clone, Copy)]
+pub enum PodGroups<'a> {
+    /// The API server does not serve the kind (the CRD is not installed).
+    NotServed,
+    /// Served, and the first list has not completed: a PodGroup not known
+    /// yet may exist.
+    Listing,
+    /// Listed (and watched): by namespace and name.
+    Listed(&'a std::collections::HashMap<GangKey, PodGroupSpec>),
+}
 
 /// A group: namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,7 +94,7 @@ pub fn group_key(namespace: &str, labels: &BTreeMap<String, String>) -> Option<G
 /// PodGroup kind is not served: it is then placed on its own (and the
 /// extender says so in a warning event).
 pub fn pod_group_unserved(labels: &BTreeMap<String, String>, groups: PodGroups<'_>) -> bool {
-    groups.is_none()
+    matches!(groups, PodGroups::NotServed)
         && labels.get(GROUP_NAME).is_none_or(|n| n.is_empty())
         && labels.get(POD_GROUP_LABEL).is_some_and(|n| !n.is_empty())
 }
@@ -94,8 +102,8 @@ pub fn pod_group_unserved(labels: &BTreeMap<String, String>, groups: PodGroups<'
 /// Reads a pod's group. No group label: `Ok(None)`. The old labels with a
 /// missing, non-numeric or zero `min-available` are an error (the pod
 /// cannot be placed as its author meant), and so is a PodGroup label whose
-/// PodGroup does not exist or has no `minMember`. A PodGroup label while
-/// PodGroups are not served (`groups` is `None`) is no group.
+/// PodGroup does not exist or has no `minMember` (or is not listed yet). A
+/// PodGroup label while PodGroups are not served is no group.
 pub fn gang_label(
     namespace: &str,
     labels: &BTreeMap<String, String>,
@@ -134,15 +142,21 @@ fn pod_group_label(
     labels: &BTreeMap<String, String>,
     groups: PodGroups<'_>,
 ) -> Result<Option<GangLabel>, String> {
-    let (Some(name), Some(groups)) = (
-        labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()),
-        groups,
-    ) else {
+    let Some(name) = labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()) else {
         return Ok(None);
     };
     let key = GangKey {
         namespace: namespace.to_string(),
         name: name.clone(),
+    };
+    let groups = match groups {
+        PodGroups::NotServed => return Ok(None),
+        PodGroups::Listing => {
+            return Err(format!(
+                "label {POD_GROUP_LABEL}={name}: PodGroups are still being listed; PodGroup {key} is read once they are"
+            ));
+        }
+        PodGroups::Listed(groups) => groups,
     };
     let Some(spec) = groups.get(&key) else {
         return Err(format!(
@@ -256,11 +270,14 @@ mod tests {
 
     #[test]
     fn labels_are_read_and_checked() {
-        assert_eq!(gang_label("ns", &labels(&[("app", "x")]), None), Ok(None));
+        assert_eq!(
+            gang_label("ns", &labels(&[("app", "x")]), PodGroups::NotServed),
+            Ok(None)
+        );
         let g = gang_label(
             "ns",
             &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, "4")]),
-            None,
+            PodGroups::NotServed,
         )
         .unwrap()
         .unwrap();
@@ -270,12 +287,17 @@ mod tests {
             let e = gang_label(
                 "ns",
                 &labels(&[(GROUP_NAME, "train"), (GROUP_MIN_AVAILABLE, bad)]),
-                None,
+                PodGroups::NotServed,
             )
             .unwrap_err();
             assert!(e.contains("at least 1"), "{bad}: {e}");
         }
-        let e = gang_label("ns", &labels(&[(GROUP_NAME, "train")]), None).unwrap_err();
+        let e = gang_label(
+            "ns",
+            &labels(&[(GROUP_NAME, "train")]),
+            PodGroups::NotServed,
+        )
+        .unwrap_err();
         assert!(e.contains("needs"), "{e}");
     }
 
@@ -307,21 +329,36 @@ mod tests {
         .into_iter()
         .collect();
         let pg = labels(&[(POD_GROUP_LABEL, "train")]);
-        let g = gang_label("ns", &pg, Some(&groups)).unwrap().unwrap();
+        let g = gang_label("ns", &pg, PodGroups::Listed(&groups))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (g.key.to_string(), g.min_available, g.hold_limit_seconds),
             ("ns/train".to_string(), 3, Some(20))
         );
         assert_eq!(group_key("ns", &pg), Some(key("train")));
         // Without the PodGroup kind served: no gang, and the caller warns.
-        assert_eq!(gang_label("ns", &pg, None), Ok(None));
-        assert!(pod_group_unserved(&pg, None));
-        assert!(!pod_group_unserved(&pg, Some(&groups)));
+        assert_eq!(gang_label("ns", &pg, PodGroups::NotServed), Ok(None));
+        assert!(pod_group_unserved(&pg, PodGroups::NotServed));
+        // Served but not listed yet: the member waits, with that reason.
+        let e = gang_label("ns", &pg, PodGroups::Listing).unwrap_err();
+        assert!(e.contains("still being listed"), "{e}");
+        assert!(!pod_group_unserved(&pg, PodGroups::Listing));
+        assert!(!pod_group_unserved(&pg, PodGroups::Listed(&groups)));
         // A PodGroup that does not exist, or has no minMember.
-        let e = gang_label("ns", &labels(&[(POD_GROUP_LABEL, "nope")]), Some(&groups)).unwrap_err();
+        let e = gang_label(
+            "ns",
+            &labels(&[(POD_GROUP_LABEL, "nope")]),
+            PodGroups::Listed(&groups),
+        )
+        .unwrap_err();
         assert!(e.contains("PodGroup ns/nope does not exist"), "{e}");
-        let e =
-            gang_label("ns", &labels(&[(POD_GROUP_LABEL, "empty")]), Some(&groups)).unwrap_err();
+        let e = gang_label(
+            "ns",
+            &labels(&[(POD_GROUP_LABEL, "empty")]),
+            PodGroups::Listed(&groups),
+        )
+        .unwrap_err();
         assert!(e.contains("minMember"), "{e}");
         // Both styles: the old labels win.
         let both = labels(&[
@@ -329,9 +366,11 @@ mod tests {
             (GROUP_NAME, "old"),
             (GROUP_MIN_AVAILABLE, "2"),
         ]);
-        let g = gang_label("ns", &both, Some(&groups)).unwrap().unwrap();
+        let g = gang_label("ns", &both, PodGroups::Listed(&groups))
+            .unwrap()
+            .unwrap();
         assert_eq!((g.key.name.as_str(), g.min_available), ("old", 2));
-        assert!(!pod_group_unserved(&both, None));
+        assert!(!pod_group_unserved(&both, PodGroups::NotServed));
     }
 
     fn state(nodes: usize, gpus: u32) -> ClusterState {

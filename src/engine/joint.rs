@@ -13,8 +13,11 @@
 //! sidecars and app containers add up, an init container runs beside what
 //! started before it), so a node is rejected only when no assignment exists.
 //! It is exact unless it needs more than [`JOINT_BUDGET`] steps (GPU sets
-//! tried); then the node is rejected with the first pass's reasons. HAMi
-//! places containers greedily, one by one, and has no such search.
+//! tried) on the node, or the evaluation of all nodes has spent
+//! [`JOINT_TOTAL_BUDGET`]; then the node is rejected with the first pass's
+//! reasons. So one pod with many GPU containers that fits nowhere costs a
+//! bounded amount per filter, however large the cluster. HAMi places
+//! containers greedily, one by one, and has no such search.
 
 use super::checks::check_gpu;
 use super::device::{Node, Usage};
@@ -23,16 +26,19 @@ use super::plan::PodPlan;
 use super::request::GpuRequest;
 
 /// Most GPU sets tried per pod and node.
-pub const JOINT_BUDGET: usize = 20_000;
+pub const JOINT_BUDGET: usize = 2_000;
+
+/// Most GPU sets tried per pod over one evaluation of every node.
+pub const JOINT_TOTAL_BUDGET: usize = 100_000;
 
 /// One container's share of the answer: (container index, GPU position,
 /// what it takes).
 pub type Grant = (usize, usize, Usage);
 
 /// An assignment of GPUs to every GPU container of `plan` on `node` that
-/// passes every check, or `None` when there is none (or the budget ran
-/// out first).
-pub fn assign_jointly(node: &Node, plan: &PodPlan) -> Option<Vec<Grant>> {
+/// passes every check, or `None` when there is none (or `budget` steps ran
+/// out first); and the steps spent.
+pub fn assign_jointly(node: &Node, plan: &PodPlan, budget: usize) -> (Option<Vec<Grant>>, usize) {
     let containers: Vec<(usize, &GpuRequest, ContainerKind)> = plan
         .request
         .containers
@@ -47,8 +53,10 @@ pub fn assign_jointly(node: &Node, plan: &PodPlan) -> Option<Vec<Grant>> {
         usage: node.usage.clone(),
         grants: Vec::new(),
         steps: 0,
+        budget,
     };
-    search.from(0).then_some(search.grants)
+    let found = search.from(0);
+    (found.then_some(search.grants), search.steps.min(budget))
 }
 
 struct Search<'a> {
@@ -59,6 +67,7 @@ struct Search<'a> {
     usage: Vec<Usage>,
     grants: Vec<Grant>,
     steps: usize,
+    budget: usize,
 }
 
 impl Search<'_> {
@@ -88,7 +97,7 @@ impl Search<'_> {
         let mut pick: Vec<usize> = (0..n).collect();
         loop {
             self.steps += 1;
-            if self.steps > JOINT_BUDGET {
+            if self.steps > self.budget {
                 return false;
             }
             let one_numa = pick
@@ -149,6 +158,63 @@ fn next_combination(pick: &mut [usize], m: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device::Gpu;
+    use crate::engine::fit::{Scratch, fit_pod};
+    use crate::engine::policy::{GpuPolicy, NodePolicy};
+    use crate::engine::request::{ContainerRequest, Memory, PodRequest};
+
+    /// `containers` app containers of one whole GPU each.
+    fn whole_gpus(containers: usize) -> PodPlan {
+        let c = |i: usize| ContainerRequest {
+            name: format!("c{i}"),
+            kind: ContainerKind::App,
+            gpu: Some(GpuRequest {
+                count: 1,
+                memory: Memory::Mib(1000),
+                cores: 100,
+            }),
+        };
+        PodPlan::new(
+            PodRequest {
+                containers: (0..containers).map(c).collect(),
+            },
+            NodePolicy::Binpack,
+            GpuPolicy::Spread,
+        )
+    }
+
+    fn node(gpus: u32) -> Node {
+        let cap = Usage {
+            slots: 10,
+            mem_mib: 40960,
+            cores: 100,
+        };
+        Node::new(
+            "n",
+            (0..gpus)
+                .map(|i| Gpu::new(format!("GPU-{i}"), i, "NVIDIA A100", cap))
+                .collect(),
+        )
+    }
+
+    /// Nine whole-GPU containers on eight GPUs: no assignment, and the
+    /// search gives up within its budget instead of trying 8^8 sets.
+    #[test]
+    fn the_search_stops_at_its_budget() {
+        let (found, spent) = assign_jointly(&node(8), &whole_gpus(9), JOINT_BUDGET);
+        assert!(found.is_none());
+        assert_eq!(spent, JOINT_BUDGET);
+        // Eight fit, one per GPU.
+        let (found, _) = assign_jointly(&node(8), &whole_gpus(8), JOINT_BUDGET);
+        assert_eq!(found.map(|g| g.len()), Some(8));
+        // Over many nodes, one scratch spends at most the total budget.
+        let n = node(8);
+        let mut scratch = Scratch::default();
+        for _ in 0..200 {
+            assert!(fit_pod(&n, &whole_gpus(9), &mut scratch).is_err());
+        }
+        assert_eq!(scratch.joint_spent, JOINT_TOTAL_BUDGET);
+    }
 
     #[test]
     fn combinations_in_lexicographic_order() {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::convert::{pod_finished, pod_namespace};
-use crate::engine::gang::{GangKey, PodGroupSpec, group_key};
+use crate::engine::gang::{GangKey, PodGroupSpec, PodGroups, group_key};
 use crate::engine::{Allocation, ApplyError, ClusterState};
 
 /// Capacity held for one member: its allocation, its group and when the
@@ -26,6 +26,8 @@ pub struct Gangs {
     /// PodGroups (`scheduling.x-k8s.io/v1alpha1`) by namespace and name;
     /// `None` while the API server does not serve the kind.
     pod_groups: Option<HashMap<GangKey, PodGroupSpec>>,
+    /// Whether the PodGroups' first list has completed.
+    pod_groups_listed: bool,
 }
 
 impl Gangs {
@@ -67,25 +69,47 @@ impl Gangs {
         }
     }
 
-    /// The PodGroups known; `None` while the kind is not served.
-    pub fn pod_groups(&self) -> Option<&HashMap<GangKey, PodGroupSpec>> {
-        self.pod_groups.as_ref()
+    /// What is known of PodGroups.
+    pub fn pod_groups(&self) -> PodGroups<'_> {
+        match (&self.pod_groups, self.pod_groups_listed) {
+            (None, _) => PodGroups::NotServed,
+            (Some(_), false) => PodGroups::Listing,
+            (Some(groups), true) => PodGroups::Listed(groups),
+        }
     }
 
-    /// Whether the API server serves PodGroups; when it stops, the
-    /// PodGroups known are forgotten.
+    /// Whether the API server serves PodGroups; when it starts, they are
+    /// being listed; when it stops, the PodGroups known are forgotten.
     pub fn set_pod_groups_served(&mut self, served: bool) {
         match (served, self.pod_groups.is_some()) {
-            (true, false) => self.pod_groups = Some(HashMap::new()),
-            (false, true) => self.pod_groups = None,
+            (true, false) => {
+                self.pod_groups = Some(HashMap::new());
+                self.pod_groups_listed = false;
+            }
+            (false, true) => {
+                self.pod_groups = None;
+                self.pod_groups_listed = false;
+            }
             _ => {}
         }
     }
 
+    /// The PodGroups' first list has completed.
+    pub fn pod_groups_listed(&mut self) {
+        if self.pod_groups.is_some() {
+            self.pod_groups_listed = true;
+        }
+    }
+
+    /// The PodGroups known, listed or not.
+    pub fn pod_group_entries(&self) -> impl Iterator<Item = &GangKey> {
+        self.pod_groups.iter().flat_map(|g| g.keys())
+    }
+
     pub fn upsert_pod_group(&mut self, group: GangKey, spec: PodGroupSpec) {
-        self.pod_groups
-            .get_or_insert_with(HashMap::new)
-            .insert(group, spec);
+        if let Some(groups) = &mut self.pod_groups {
+            groups.insert(group, spec);
+        }
     }
 
     pub fn delete_pod_group(&mut self, group: &GangKey) {

@@ -282,7 +282,10 @@ impl ClusterView {
                 .filter(|p| p.unaccounted.is_some())
                 .count(),
             nodes_with_problems: self.node_problems.len(),
-            pod_groups: self.gangs.pod_groups().map(|g| g.len()),
+            pod_groups: match self.gangs.pod_groups() {
+                crate::engine::gang::PodGroups::Listed(g) => Some(g.len()),
+                _ => None,
+            },
         }
     }
 
@@ -325,14 +328,18 @@ impl ClusterView {
     }
 
     /// The known unfinished members of a group, by UID.
-    /// The PodGroups known; `None` while the API server does not serve the
-    /// kind (see [`crate::engine::gang`]).
+    /// What is known of PodGroups (see [`crate::engine::gang`]).
     pub fn pod_groups(&self) -> crate::engine::gang::PodGroups<'_> {
         self.gangs.pod_groups()
     }
 
     pub fn set_pod_groups_served(&mut self, served: bool) {
         self.gangs.set_pod_groups_served(served);
+    }
+
+    /// The PodGroups' first list has completed.
+    pub fn pod_groups_listed(&mut self) {
+        self.gangs.pod_groups_listed();
     }
 
     pub fn upsert_pod_group(&mut self, group: GangKey, spec: crate::engine::gang::PodGroupSpec) {
@@ -346,10 +353,8 @@ impl ClusterView {
     /// The keys (`namespace/name`) of the PodGroups known.
     pub fn pod_group_keys(&self) -> Vec<String> {
         self.gangs
-            .pod_groups()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k.to_string())
+            .pod_group_entries()
+            .map(ToString::to_string)
             .collect()
     }
 
