@@ -430,35 +430,136 @@ fn renamed_resources_reach_every_object() {
     );
 }
 
-/// kubeScheduler.enabled=false: gpugate alone, its extender on the
-/// Service, and the configuration to paste into one's own scheduler.
+/// kubeScheduler.enabled=false: gpugate alone (one replica, replaced not
+/// surged: its reservations live in the process), its extender on a
+/// ClusterIP Service of its own that only gpugate.extenderClients reach,
+/// and the configuration to paste into one's own scheduler.
 #[test]
 fn without_own_kube_scheduler_the_chart_renders_the_snippet() {
     let Some(tools) = tools() else { return };
     let o = render(tools, &["--set", "scheduler.kubeScheduler.enabled=false"]);
     let d = find(&o, "Deployment", "gpugate");
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(
+        d["spec"]["strategy"],
+        serde_json::json!({"type": "Recreate"})
+    );
+    assert!(!ids(&o).iter().any(|(k, _)| k == "PodDisruptionBudget"));
     assert!(d["spec"]["template"]["spec"]["initContainers"].is_null());
     let g = container(d, "containers", "gpugate");
-    assert!(args(g, "args").contains(&"--extender-listen=0.0.0.0:9444".to_string()));
+    let gargs = args(g, "args");
+    assert!(gargs.contains(&"--extender-listen=0.0.0.0:9444".to_string()));
+    assert!(gargs.contains(&"--dns=gpugate-extender.gpugate.svc".to_string()));
     assert!(!ids(&o).iter().any(|(k, n)| n.contains("kube-scheduler")
         || n == "gpugate-scheduler-config" && k == "ConfigMap"));
-    let svc = find(&o, "Service", "gpugate");
-    assert!(
-        svc["spec"]["ports"]
+    // The webhooks' Service does not carry the extender; its own does.
+    let ports = |name: &str| -> Vec<String> {
+        find(&o, "Service", name)["spec"]["ports"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|p| p["name"] == "extender" && p["port"] == 9444)
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ports("gpugate"), ["https", "metrics"]);
+    assert_eq!(ports("gpugate-extender"), ["extender"]);
+    assert_eq!(
+        find(&o, "Service", "gpugate-extender")["spec"]["type"],
+        "ClusterIP"
+    );
+    let np = &find(&o, "NetworkPolicy", "gpugate-extender")["spec"]["ingress"];
+    assert_eq!(
+        np[0]["ports"],
+        serde_json::json!([{"port": "https"}, {"port": "admin"}])
+    );
+    assert_eq!(np[1]["ports"], serde_json::json!([{"port": "extender"}]));
+    assert_eq!(
+        np[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "kube-system"
     );
     let snippet = find(&o, "ConfigMap", "gpugate-extender-snippet");
     let ext: Value =
         serde_yaml_ng::from_str(snippet["data"]["extenders.yaml"].as_str().unwrap()).unwrap();
-    assert_eq!(ext[0]["urlPrefix"], "https://gpugate.gpugate.svc:9444");
+    assert_eq!(
+        ext[0]["urlPrefix"],
+        "https://gpugate-extender.gpugate.svc:9444"
+    );
     assert_eq!(ext[0]["bindVerb"], "bind");
     let profiles: Value =
         serde_yaml_ng::from_str(snippet["data"]["profiles.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(profiles[0]["schedulerName"], "hami-scheduler");
     assert_eq!(snippet["data"]["ca-secret"], "gpugate-ca");
+    // Asking for more replicas still gives one.
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "scheduler.kubeScheduler.enabled=false,scheduler.replicas=3",
+        ],
+    );
+    assert_eq!(find(&o, "Deployment", "gpugate")["spec"]["replicas"], 1);
+}
+
+/// The migration's closed gate: 0 replicas, and no PodDisruptionBudget.
+#[test]
+fn zero_replicas_render() {
+    let Some(tools) = tools() else { return };
+    let o = render(tools, &["-f", HAMI_VALUES, "--set", "scheduler.replicas=0"]);
+    assert_eq!(find(&o, "Deployment", "gpugate")["spec"]["replicas"], 0);
+    assert!(!ids(&o).iter().any(|(k, _)| k == "PodDisruptionBudget"));
+}
+
+/// YAML 1.1 words stay strings; explicit nulls fall back to the defaults;
+/// a device-config key that neither HAMi v2.10 nor gpugate reads is left
+/// out instead of making gpugate refuse its config.
+#[test]
+fn awkward_values_render_valid_objects() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set-string",
+            "gpugate.logLevel=off,scheduler.nodeName=on",
+            "--set",
+            "scheduler.admissionWebhook.namespaceSelector=null,scheduler.admissionWebhook.objectSelector=null,scheduler.podDisruptionBudget=null",
+            "--set-string",
+            "device-config.content=nvidia:\n  defaultMemory: 1024\n  knownMigGeometries: []\n",
+        ],
+    );
+    let d = find(&o, "Deployment", "gpugate");
+    let env = &container(d, "initContainers", "gpugate")["env"];
+    assert_eq!(env[1]["value"], "off");
+    assert_eq!(d["spec"]["template"]["spec"]["nodeName"], "on");
+    assert_eq!(
+        find(&o, "PodDisruptionBudget", "gpugate")["spec"]["minAvailable"],
+        1
+    );
+    assert_eq!(gpugate_config(&o).nvidia.default_memory, 1024);
+    assert!(
+        webhook(&o, "MutatingWebhookConfiguration")["namespaceSelector"]["matchExpressions"]
+            .is_array()
+    );
+}
+
+/// A new kube-scheduler configuration rolls the pods, as a new config does.
+#[test]
+fn scheduler_configuration_changes_roll_the_pods() {
+    let Some(tools) = tools() else { return };
+    let checksum = |args: &[&str]| {
+        find(&render(tools, args), "Deployment", "gpugate")["spec"]["template"]["metadata"]
+            ["annotations"]["checksum/config"]
+            .clone()
+    };
+    let base = checksum(&[]);
+    assert_ne!(
+        base,
+        checksum(&["--set", "scheduler.nodeLabelSelector.gpu=on"])
+    );
+    assert_ne!(
+        base,
+        checksum(&["--set", "scheduler.extenderHTTPTimeout=40"])
+    );
+    assert_ne!(base, checksum(&["--set", "schedulerName=other"]));
 }
 
 #[test]
@@ -468,8 +569,14 @@ fn custom_url_renders_url_mode_webhooks() {
         tools,
         &[
             "--set",
-            "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=gpugate.example.com",
+            "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=gpugate.example.com,scheduler.service.type=NodePort",
         ],
+    );
+    // HAMi's NodePort numbers.
+    let svc = &find(&o, "Service", "gpugate")["spec"]["ports"];
+    assert_eq!(
+        (svc[0]["nodePort"].clone(), svc[1]["nodePort"].clone()),
+        (31998.into(), 31993.into())
     );
     let url = |kind| webhook(&o, kind)["clientConfig"].clone();
     assert_eq!(
@@ -517,9 +624,17 @@ fn bad_values_are_refused_with_clear_messages() {
         (
             vec![
                 "--set",
-                "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=10.0.0.5",
+                "scheduler.admissionWebhook.customURL.enabled=true,scheduler.admissionWebhook.customURL.host=10.0.0.5,scheduler.service.type=NodePort",
             ],
             "customURL.host 10.0.0.5",
+        ),
+        (
+            vec!["--set", "scheduler.admissionWebhook.customURL.enabled=true"],
+            "customURL needs scheduler.service.type NodePort",
+        ),
+        (
+            vec!["--set", "scheduler.replicas=-1"],
+            "scheduler.replicas must be 0 or more",
         ),
         (vec!["--kube-version", "v1.29.4"], "kubeVersion: >=1.30.0-0"),
     ] {

@@ -45,10 +45,11 @@ annotations:
 
 {{/* An image reference from {registry, repository, tag} and a default tag. */}}
 {{- define "gpugate.image" -}}
-{{- $registry := .image.registry | default .global.imageRegistry -}}
-{{- $ref := .image.repository -}}
+{{- $image := .image | default dict -}}
+{{- $registry := $image.registry | default (.global | default dict).imageRegistry -}}
+{{- $ref := $image.repository | default .repository -}}
 {{- if $registry }}{{ $ref = printf "%s/%s" $registry $ref }}{{ end -}}
-{{- printf "%s:%s" $ref (.image.tag | default .tag) -}}
+{{- printf "%s:%s" $ref ($image.tag | default .tag) -}}
 {{- end -}}
 
 {{/* The cluster's version as an image tag: v1.36.3 of v1.36.3-eks-1a2b or
@@ -66,16 +67,12 @@ values, then device-config.content's nvidia section over them. */}}
   "resourceMemoryPercentageName" .Values.resourceMemPercentage
   "resourceCoreName" .Values.resourceCores
   "resourcePriorityName" .Values.resourcePriority -}}
-{{- with .Values.devices.nvidia.gpuCorePolicy }}{{ $_ := set $nvidia "gpuCorePolicy" . }}{{ end -}}
+{{- with (dig "nvidia" "gpuCorePolicy" "" (.Values.devices | default dict)) }}{{ $_ := set $nvidia "gpuCorePolicy" . }}{{ end -}}
 {{- if eq (toString .Values.scheduler.overwriteEnv) "true" }}{{ $_ := set $nvidia "overwriteEnv" true }}{{ end -}}
-{{- with .Values.devicePlugin.runtimeClassName }}{{ $_ := set $nvidia "runtimeClassName" . }}{{ end -}}
-{{- $content := index .Values "device-config" "content" -}}
-{{- if $content -}}
-{{- $parsed := fromYaml $content -}}
-{{- if hasKey $parsed "Error" -}}
-{{- fail (printf "device-config.content is not YAML: %s" $parsed.Error) -}}
-{{- end -}}
-{{- with $parsed.nvidia }}{{ $nvidia = mergeOverwrite $nvidia . }}{{ end -}}
+{{- with (dig "runtimeClassName" "" (.Values.devicePlugin | default dict)) }}{{ $_ := set $nvidia "runtimeClassName" . }}{{ end -}}
+{{- $known := include "gpugate.nvidiaKeys" . | fromJsonArray -}}
+{{- range $k, $v := include "gpugate.contentNvidia" . | fromJson -}}
+{{- if has $k $known }}{{ $_ := set $nvidia $k $v }}{{ end -}}
 {{- end -}}
 {{- toYaml $nvidia -}}
 {{- end -}}
@@ -178,10 +175,10 @@ addedAffinity, so only matching nodes take vGPU pods. */}}
 
 {{/* A webhook's clientConfig: the Service, or customURL. */}}
 {{- define "gpugate.clientConfig" -}}
-{{- $hook := .root.Values.scheduler.admissionWebhook -}}
+{{- $url := .root.Values.scheduler.admissionWebhook.customURL | default dict -}}
 clientConfig:
-  {{- if $hook.customURL.enabled }}
-  url: https://{{ $hook.customURL.host }}:{{ $hook.customURL.port }}{{ .path }}
+  {{- if $url.enabled }}
+  url: https://{{ $url.host }}:{{ $url.port }}{{ .path }}
   {{- else }}
   service:
     name: {{ include "gpugate.fullname" .root }}
@@ -190,3 +187,36 @@ clientConfig:
     port: {{ .root.Values.scheduler.service.httpPort }}
   {{- end }}
 {{- end }}
+
+{{/* The Deployment's replicas: scheduler.replicas (0 allowed, for the
+migration's closed gate); at most 1 without leader election, and at most 1
+without a kube-scheduler of gpugate's own, since then one process must
+hold every reservation that kube-scheduler's extender calls see. */}}
+{{- define "gpugate.replicas" -}}
+{{- $r := int .Values.scheduler.replicas -}}
+{{- if or (not .Values.scheduler.leaderElect) (not .Values.scheduler.kubeScheduler.enabled) -}}
+{{- $r = min $r 1 -}}
+{{- end -}}
+{{- $r -}}
+{{- end -}}
+
+{{/* The nvidia keys gpugate reads or accepts (docs/configuration.md);
+device-config.content's others are left out and listed by helm install. */}}
+{{- define "gpugate.nvidiaKeys" -}}
+{{- list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" "defaultMemory" "defaultCores" "defaultGPUNum" "memoryFactor" "overwriteEnv" "gpuCorePolicy" "runtimeClassName" "deviceSplitCount" "deviceMemoryScaling" "deviceCoreScaling" "preConfiguredDeviceMemory" "libCudaLogLevel" "enableNumaTopology" "disableCoreLimit" "migProfileAllowlist" | toJson -}}
+{{- end -}}
+
+{{/* device-config.content's nvidia section, parsed (an empty dict when
+there is none). */}}
+{{- define "gpugate.contentNvidia" -}}
+{{- $content := (index .Values "device-config" | default dict).content | default "" -}}
+{{- $nvidia := dict -}}
+{{- if $content -}}
+{{- $parsed := fromYaml $content -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "device-config.content is not YAML: %s" $parsed.Error) -}}
+{{- end -}}
+{{- $nvidia = $parsed.nvidia | default dict -}}
+{{- end -}}
+{{- toJson $nvidia -}}
+{{- end -}}
