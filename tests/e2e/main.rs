@@ -118,6 +118,21 @@ async fn setup(root: &Path, bin: &Path) -> anyhow::Result<(Ctx, PathBuf)> {
         scenarios::HELM_HAMI.to_string(),
         control_plane::render_chart(bin, root, &["-f", scenarios::HAMI_VALUES])?,
     ));
+    // The chart's other shape: no kube-scheduler of its own (extender
+    // Service, NetworkPolicy, snippet), URL-mode webhooks on a NodePort.
+    variants.push((
+        "helm-own-scheduler-off".to_string(),
+        control_plane::render_chart(
+            bin,
+            root,
+            &[
+                "--set",
+                "scheduler.kubeScheduler.enabled=false,scheduler.service.type=NodePort",
+                "--set",
+                "scheduler.admissionWebhook.customURL.enabled=true",
+            ],
+        )?,
+    ));
     let dir = std::env::temp_dir().join(format!("gpugate-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
