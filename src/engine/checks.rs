@@ -9,6 +9,8 @@ use super::request::GpuRequest;
 use super::selection::Selection;
 
 /// The per-GPU checks, in HAMi's order; the first failure is the reason.
+/// Inlined: it runs for every GPU of every candidate node.
+#[inline]
 pub fn check_gpu(
     gpu: &Gpu,
     used: &Usage,

@@ -20,6 +20,8 @@ pub struct Scratch {
     init_usage: Vec<Usage>,
     candidates: Vec<(usize, Usage)>,
     ranked: Vec<(f64, usize)>,
+    /// Candidates with their sort keys under a policy chain.
+    chained: Vec<(ChainCandidate, usize)>,
     chosen: Vec<usize>,
     pool: Vec<usize>,
     /// (container index, GPU position, what it takes) of the last fit.
@@ -195,20 +197,20 @@ fn choose_among(
             Some(quality)
         }
         GpuPolicy::Chain(chain) => {
-            let candidate = |c: usize| {
+            s.chained.clear();
+            for &c in pool {
                 let (pos, take) = s.candidates[c];
                 let gpu = &node.gpus[pos];
                 let used = usage.get(pos).copied().unwrap_or_default();
-                ChainCandidate {
+                let key = ChainCandidate {
                     score: device_score(&gpu.capacity, &used, &take),
                     numa: gpu.numa,
                     index: gpu.index,
-                }
-            };
-            s.chosen.extend_from_slice(pool);
-            s.chosen
-                .sort_by(|&a, &b| chain.try_order(&candidate(a), &candidate(b), false));
-            s.chosen.truncate(n);
+                };
+                s.chained.push((key, c));
+            }
+            s.chained.sort_by(|a, b| chain.try_order(&a.0, &b.0, false));
+            s.chosen.extend(s.chained.iter().take(n).map(|&(_, c)| c));
             // Chains pick the first NUMA group that fits (choose_numa_bound),
             // so the quality is not compared.
             Some(0.0)

@@ -46,6 +46,23 @@ pub fn assign_jointly(node: &Node, plan: &PodPlan, budget: usize) -> (Option<Vec
         .enumerate()
         .filter_map(|(i, c)| c.gpu.as_ref().map(|g| (i, g, c.kind)))
         .collect();
+    // A container that cannot be placed even on the node's own usage
+    // cannot be placed beside others (every check only gets harder as
+    // usage grows): no search.
+    let hopeless = containers.iter().any(|&(_, req, _)| {
+        let fits = node
+            .gpus
+            .iter()
+            .zip(&node.usage)
+            .filter(|(gpu, used)| {
+                check_gpu(gpu, used, req, &plan.selection, plan.gpu_policy).is_ok()
+            })
+            .count();
+        fits < req.count as usize
+    });
+    if hopeless {
+        return (None, 0);
+    }
     let mut search = Search {
         node,
         plan,
