@@ -69,6 +69,7 @@ pub struct ViewGauges {
     unaccounted: Gauge,
     nodes_with_problems: Gauge,
     pod_groups: Gauge,
+    node_topologies: Gauge,
 }
 
 impl ViewGauges {
@@ -109,6 +110,11 @@ impl ViewGauges {
                 "PodGroups (scheduling.x-k8s.io/v1alpha1) known; -1 until the API server serves the kind and gpugate has listed them",
                 &self.pod_groups,
             ),
+            (
+                "gpugate_cluster_node_topologies",
+                "NodeResourceTopology objects (topology.node.k8s.io) known; -1 while the API server does not serve the kind",
+                &self.node_topologies,
+            ),
         ] {
             registry.register(name, help, gauge.clone());
         }
@@ -125,10 +131,15 @@ impl ViewGauges {
         set(&self.allocations, c.allocations);
         set(&self.unaccounted, c.unaccounted);
         set(&self.nodes_with_problems, c.nodes_with_problems);
-        match c.pod_groups {
-            Some(n) => set(&self.pod_groups, n),
-            None => {
-                self.pod_groups.set(-1);
+        for (gauge, count) in [
+            (&self.pod_groups, c.pod_groups),
+            (&self.node_topologies, c.node_topologies),
+        ] {
+            match count {
+                Some(n) => set(gauge, n),
+                None => {
+                    gauge.set(-1);
+                }
             }
         }
     }

@@ -9,6 +9,7 @@ pub mod convert;
 pub mod events;
 pub mod lock;
 pub mod metrics;
+pub mod node_topology;
 pub mod pod_group;
 pub mod shared;
 pub mod snapshot;

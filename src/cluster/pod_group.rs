@@ -1,7 +1,7 @@
 //! scheduler-plugins' PodGroup (`scheduling.x-k8s.io/v1alpha1`), the
-//! object a Coscheduling gang's label names: what gpugate reads of it and
-//! how it asks whether the API server serves the kind (the CRD may not be
-//! installed; then the label alone is no gang, see [`crate::engine::gang`]).
+//! object a Coscheduling gang's label names: what gpugate reads of it (the
+//! CRD may not be installed; then the label alone is no gang, see
+//! [`crate::engine::gang`]).
 
 use std::borrow::Cow;
 
@@ -74,20 +74,6 @@ impl PodGroup {
                 .unwrap_or(0),
             schedule_timeout_seconds: field("scheduleTimeoutSeconds").filter(|s| *s > 0),
         }
-    }
-}
-
-/// Whether the API server serves PodGroups (`scheduling.x-k8s.io/v1alpha1`
-/// lists `podgroups`). A group version it does not know is a 404: not
-/// served. Other errors are errors.
-pub async fn served(client: &kube::Client) -> Result<bool, kube::Error> {
-    match client
-        .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
-        .await
-    {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == PLURAL)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

@@ -22,6 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::node_topology::{self, NrtObject, NrtV1Alpha1, NrtV1Alpha2};
 use super::pod_group::{self, PodGroup};
 use super::shared::SharedCluster;
 use super::view::ClusterView;
@@ -134,9 +135,144 @@ impl Watched for PodGroup {
     }
 }
 
-/// How often gpugate asks whether the API server serves PodGroups (the CRD
-/// may be installed or removed while it runs): one discovery GET.
-const POD_GROUP_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+macro_rules! watched_nrt {
+    ($t:ty) => {
+        impl Watched for $t {
+            const KIND: &'static str = "NodeResourceTopology";
+            fn key(&self) -> Option<String> {
+                self.0.node().map(str::to_string)
+            }
+            fn apply(view: &mut ClusterView, key: &str, obj: &Self) {
+                apply_node_topology(view, key, &obj.0);
+            }
+            fn delete(view: &mut ClusterView, key: &str) {
+                view.delete_node_topology(key);
+            }
+            fn held(view: &ClusterView) -> Vec<String> {
+                view.node_topology_keys()
+            }
+        }
+    };
+}
+watched_nrt!(NrtV1Alpha2);
+watched_nrt!(NrtV1Alpha1);
+
+fn apply_node_topology(view: &mut ClusterView, node: &str, obj: &NrtObject) {
+    let (topology, problems) = obj.topology();
+    for problem in problems {
+        tracing::warn!(node, %problem, "NodeResourceTopology");
+    }
+    view.upsert_node_topology(node, topology);
+}
+
+/// How often gpugate asks whether the API server serves an optional kind
+/// (PodGroup, NodeResourceTopology: their CRDs may be installed or removed
+/// while it runs): one discovery GET each.
+const SERVED_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether the API server serves `plural` in `group/version`. A group
+/// version it does not know is a 404: not served. Other errors are errors.
+async fn serves(
+    client: &Client,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<bool, kube::Error> {
+    match client
+        .list_api_group_resources(&format!("{group}/{version}"))
+        .await
+    {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Watches `K` (listing first, `listed` once done) until a check every
+/// [`SERVED_CHECK`] finds `group/version` no longer serving `plural`.
+async fn watch_while_served<K>(
+    client: &Client,
+    shared: &Arc<SharedCluster>,
+    observer: &Arc<dyn WatchObserver>,
+    resync: std::time::Duration,
+    (group, version, plural): (&str, &str, &str),
+    listed: impl Fn(),
+) where
+    K: Watched,
+    K::DynamicType: Default,
+{
+    let watch = feed::<K>(
+        Api::all(client.clone()),
+        shared.clone(),
+        observer.clone(),
+        listed,
+        resync,
+    );
+    let still_served = async {
+        loop {
+            tokio::time::sleep(SERVED_CHECK).await;
+            if let Ok(false) = serves(client, group, version, plural).await {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = watch => {}
+        () = still_served => {}
+    }
+}
+
+/// Watches NodeResourceTopology, v1alpha2 when served, else v1alpha1,
+/// while either is; asks again every 10 seconds. Never gates readiness.
+async fn feed_node_topologies(
+    client: Client,
+    shared: Arc<SharedCluster>,
+    observer: Arc<dyn WatchObserver>,
+    resync: std::time::Duration,
+) {
+    let kind = "NodeResourceTopology";
+    loop {
+        let mut version = None;
+        let mut failed = false;
+        for v in node_topology::VERSIONS {
+            match serves(&client, node_topology::GROUP, v, node_topology::PLURAL).await {
+                Ok(true) => {
+                    version = Some(v);
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    observer.error(kind, &e.to_string());
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if failed {
+            tokio::time::sleep(SERVED_CHECK).await;
+            continue;
+        }
+        shared.write().set_node_topologies_served(version.is_some());
+        let what = (
+            node_topology::GROUP,
+            version.unwrap_or(""),
+            node_topology::PLURAL,
+        );
+        match version {
+            None => tokio::time::sleep(SERVED_CHECK).await,
+            Some("v1alpha2") => {
+                tracing::info!(version = "v1alpha2", "NodeResourceTopology served");
+                watch_while_served::<NrtV1Alpha2>(&client, &shared, &observer, resync, what, || {})
+                    .await;
+            }
+            Some(_) => {
+                tracing::info!(version = "v1alpha1", "NodeResourceTopology served");
+                watch_while_served::<NrtV1Alpha1>(&client, &shared, &observer, resync, what, || {})
+                    .await;
+            }
+        }
+    }
+}
 
 /// Watches PodGroups while the API server serves them; asks again every
 /// 10 seconds. Never gates readiness: gangs named by PodGroup wait for their
@@ -147,12 +283,13 @@ async fn feed_pod_groups(
     observer: Arc<dyn WatchObserver>,
     resync: std::time::Duration,
 ) {
+    let what = (pod_group::GROUP, pod_group::VERSION, pod_group::PLURAL);
     loop {
-        let served = match pod_group::served(&client).await {
+        let served = match serves(&client, what.0, what.1, what.2).await {
             Ok(served) => served,
             Err(e) => {
                 observer.error(PodGroup::KIND, &e.to_string());
-                tokio::time::sleep(POD_GROUP_CHECK).await;
+                tokio::time::sleep(SERVED_CHECK).await;
                 continue;
             }
         };
@@ -165,33 +302,14 @@ async fn feed_pod_groups(
         }
         shared.write().set_pod_groups_served(served);
         if !served {
-            tokio::time::sleep(POD_GROUP_CHECK).await;
+            tokio::time::sleep(SERVED_CHECK).await;
             continue;
         }
-        // Watch until the next check says otherwise.
         let listed = {
             let shared = shared.clone();
             move || shared.write().pod_groups_listed()
         };
-        let watch = feed::<PodGroup>(
-            Api::all(client.clone()),
-            shared.clone(),
-            observer.clone(),
-            listed,
-            resync,
-        );
-        let still_served = async {
-            loop {
-                tokio::time::sleep(POD_GROUP_CHECK).await;
-                if let Ok(false) = pod_group::served(&client).await {
-                    return;
-                }
-            }
-        };
-        tokio::select! {
-            () = watch => {}
-            () = still_served => {}
-        }
+        watch_while_served::<PodGroup>(&client, &shared, &observer, resync, what, listed).await;
     }
 }
 
@@ -296,6 +414,8 @@ pub async fn run(
         set.resync,
     );
     let pod_groups = feed_pod_groups(client.clone(), shared.clone(), observer.clone(), set.resync);
+    let topologies =
+        feed_node_topologies(client.clone(), shared.clone(), observer.clone(), set.resync);
     let namespaces = async {
         if set.namespaces {
             feed::<Namespace>(Api::all(client), shared, observer, || {}, set.resync).await;
@@ -309,6 +429,7 @@ pub async fn run(
         _ = pods => {}
         _ = quotas => {}
         _ = pod_groups => {}
+        _ = topologies => {}
         _ = namespaces => {}
     }
 }

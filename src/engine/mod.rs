@@ -17,6 +17,7 @@ pub mod fit;
 pub mod gang;
 pub mod joint;
 pub mod lifecycle;
+pub mod numa;
 pub mod plan;
 pub mod policy;
 pub mod quantity;

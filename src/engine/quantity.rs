@@ -20,6 +20,17 @@ pub enum QuantityError {
 
 /// Parses a quantity string into a non-negative whole number.
 pub fn parse_whole(text: &str) -> Result<u64, QuantityError> {
+    parse_scaled(text, 0)
+}
+
+/// Parses a quantity string into thousandths (`9500m` and `9.5` give 9500;
+/// a CPU count in millicores), refusing what is not a whole number of them.
+pub fn parse_milli(text: &str) -> Result<u64, QuantityError> {
+    parse_scaled(text, 3)
+}
+
+/// The quantity times 10^`scale`, as a non-negative whole number.
+fn parse_scaled(text: &str, scale: i32) -> Result<u64, QuantityError> {
     let s = text.trim();
     let malformed = || QuantityError::Malformed(text.to_string());
     let (sign_negative, s) = match s.as_bytes().first() {
@@ -87,7 +98,7 @@ pub fn parse_whole(text: &str) -> Result<u64, QuantityError> {
     }
     let too_large = || QuantityError::TooLarge(text.to_string());
     let mut value = mantissa.checked_mul(binary).ok_or_else(too_large)?;
-    let exp = dec_exp - frac_len;
+    let exp = dec_exp - frac_len + scale;
     if exp >= 0 {
         let factor = 10u128
             .checked_pow(exp.unsigned_abs())
@@ -108,6 +119,24 @@ pub fn parse_whole(text: &str) -> Result<u64, QuantityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn millis() {
+        for (text, n) in [
+            ("16", 16_000),
+            ("9500m", 9500),
+            ("9.5", 9500),
+            ("0", 0),
+            ("1k", 1_000_000),
+        ] {
+            assert_eq!(parse_milli(text), Ok(n), "{text}");
+        }
+        assert!(matches!(
+            parse_milli("1500u"),
+            Err(QuantityError::NotInteger(_))
+        ));
+        assert!(matches!(parse_milli("-1"), Err(QuantityError::Negative(_))));
+    }
 
     #[test]
     fn whole_numbers_and_suffixes() {

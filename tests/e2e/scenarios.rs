@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 13] = [
+pub const SCENARIOS: [(&str, &str, &str); 14] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -127,6 +127,11 @@ pub const SCENARIOS: [(&str, &str, &str); 13] = [
         "e2e-podgroup",
         "podgroup",
     ),
+    (
+        "NodeResourceTopology watched once its CRD is installed",
+        "e2e-topology",
+        "topology",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -151,6 +156,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         10 => helm_hami_values(ctx, ns, scenario).await,
         11 => renamed_resources(ctx, ns, scenario).await,
         12 => pod_group_gangs(ctx, ns, scenario).await,
+        13 => node_topologies(ctx).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -1403,4 +1409,84 @@ async fn pod_group_gangs(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<
     ensure!(node_of(&pod).is_empty(), "the orphan member was placed");
     ctx.clean(ns, scenario).await?;
     gang(ctx, ns, scenario, GangStyle::PodGroup).await
+}
+
+// 14 ------------------------------------------------------------------------
+
+/// The NodeResourceTopology CRD (tests/fixtures/crds, v1alpha2) installed
+/// and two objects created: gpugate notices the kind within its 10-second
+/// check, lists both, and forgets a deleted one. Placement does not use
+/// them yet (issue 14); this shows the watch against a real API server.
+async fn node_topologies(ctx: &Ctx) -> anyhow::Result<()> {
+    let crd = manifests::documents(&std::fs::read_to_string(
+        ctx.root
+            .join("tests/fixtures/crds/topology.node.k8s.io_noderesourcetopologies.yaml"),
+    )?)?;
+    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
+    for o in &crd {
+        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
+    }
+    let gvk = kube::core::GroupVersionKind::gvk(
+        "topology.node.k8s.io",
+        "v1alpha2",
+        "NodeResourceTopology",
+    );
+    let client = ctx.cp.admin.clone();
+    let discovery = eventually(
+        "NodeResourceTopology is served",
+        Duration::from_secs(30),
+        || {
+            let (client, gvk) = (client.clone(), gvk.clone());
+            async move {
+                let d = Discovery::new(client)
+                    .run()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                d.resolve_gvk(&gvk)
+                    .map(|_| d)
+                    .ok_or_else(|| "not yet".to_string())
+            }
+        },
+    )
+    .await?;
+    let object = |name: &str| {
+        json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+            "metadata": {"name": name},
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+            "zones": [
+                {"name": "node-0", "type": "Node", "resources": [
+                    {"name": "cpu", "capacity": "32", "allocatable": "30", "available": "8"},
+                    {"name": "memory", "capacity": "128Gi", "allocatable": "126Gi", "available": "100Gi"}]},
+                {"name": "node-1", "type": "Node", "resources": [
+                    {"name": "cpu", "capacity": "32", "allocatable": "30", "available": "22500m"}]},
+            ],
+        })
+    };
+    for name in ["topo-a", "topo-b"] {
+        manifests::apply(&ctx.cp.admin, &discovery, &object(name), false).await?;
+    }
+    let wait = |want: f64| {
+        let port = ctx.metrics_port();
+        eventually(
+            "gpugate_cluster_node_topologies",
+            Duration::from_secs(40),
+            move || async move {
+                let text = metrics(port).await.map_err(|e| e.to_string())?;
+                match gauge(&text, "gpugate_cluster_node_topologies") {
+                    Some(n) if n == want => Ok(()),
+                    n => Err(format!("{n:?}")),
+                }
+            },
+        )
+    };
+    wait(2.0).await?;
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        ctx.cp.admin.clone(),
+        &discovery.resolve_gvk(&gvk).context("served")?.0,
+    );
+    api.delete("topo-b", &DeleteParams::default()).await?;
+    wait(1.0).await?;
+    api.delete("topo-a", &DeleteParams::default()).await?;
+    Ok(())
 }

@@ -122,6 +122,9 @@ pub struct ClusterView {
     /// yet (bind in flight, or bound a moment ago), by UID: their node.
     unsettled: HashMap<String, String>,
     seen_locks: SeenLocks,
+    /// NodeResourceTopology by node name; `None` while the API server does
+    /// not serve the kind. Not used by placement yet (issue 14).
+    topologies: Option<HashMap<String, crate::engine::numa::NodeTopology>>,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -134,6 +137,8 @@ pub struct ViewCounts {
     pub nodes_with_problems: usize,
     /// PodGroups known; `None` while the kind is not served.
     pub pod_groups: Option<usize>,
+    /// NodeResourceTopology objects known; `None` while not served.
+    pub node_topologies: Option<usize>,
 }
 
 impl ClusterView {
@@ -282,6 +287,7 @@ impl ClusterView {
                 .filter(|p| p.unaccounted.is_some())
                 .count(),
             nodes_with_problems: self.node_problems.len(),
+            node_topologies: self.topologies.as_ref().map(HashMap::len),
             pod_groups: match self.gangs.pod_groups() {
                 crate::engine::gang::PodGroups::Listed(g) => Some(g.len()),
                 _ => None,
@@ -328,6 +334,46 @@ impl ClusterView {
     }
 
     /// The known unfinished members of a group, by UID.
+    /// Whether the API server serves NodeResourceTopology; when it stops,
+    /// the objects known are forgotten.
+    pub fn set_node_topologies_served(&mut self, served: bool) {
+        match (served, self.topologies.is_some()) {
+            (true, false) => self.topologies = Some(HashMap::new()),
+            (false, true) => self.topologies = None,
+            _ => {}
+        }
+    }
+
+    /// A node's NUMA layout from its NodeResourceTopology (kept only while
+    /// the kind is served).
+    pub fn upsert_node_topology(
+        &mut self,
+        node: &str,
+        topology: crate::engine::numa::NodeTopology,
+    ) {
+        if let Some(t) = &mut self.topologies {
+            t.insert(node.to_string(), topology);
+        }
+    }
+
+    pub fn delete_node_topology(&mut self, node: &str) {
+        if let Some(t) = &mut self.topologies {
+            t.remove(node);
+        }
+    }
+
+    pub fn node_topology(&self, node: &str) -> Option<&crate::engine::numa::NodeTopology> {
+        self.topologies.as_ref()?.get(node)
+    }
+
+    /// The nodes with a NodeResourceTopology known.
+    pub fn node_topology_keys(&self) -> Vec<String> {
+        self.topologies
+            .iter()
+            .flat_map(|t| t.keys().cloned())
+            .collect()
+    }
+
     /// What is known of PodGroups (see [`crate::engine::gang`]).
     pub fn pod_groups(&self) -> crate::engine::gang::PodGroups<'_> {
         self.gangs.pod_groups()
