@@ -1,7 +1,8 @@
 //! Cluster snapshots: multi-document YAML (or JSON) files of real Kubernetes
-//! `Node`, `Pod`, `Namespace` and `ResourceQuota` objects, as `kubectl get
-//! nodes,pods,namespaces,resourcequotas -A -o yaml` writes them (a `List` is
-//! unpacked). Used by `gpugate simulate` and by `serve --cluster`
+//! `Node`, `Pod`, `Namespace`, `ResourceQuota` and `NodeResourceTopology`
+//! objects, as `kubectl get
+//! nodes,pods,namespaces,resourcequotas,noderesourcetopologies -A -o yaml`
+//! writes them (a `List` is unpacked). Used by `gpugate simulate` and by `serve --cluster`
 //! (standalone mode).
 //!
 //! Files are read as a stream, one object at a time: a 5,000-node,
@@ -25,6 +26,7 @@ use serde_json::Value;
 use crate::engine::ClusterState;
 
 use super::convert::pod_name;
+use super::node_topology::NrtObject;
 use super::view::ClusterView;
 
 /// Objects read from a file, in file order.
@@ -34,6 +36,8 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     pub namespaces: Vec<Namespace>,
     pub quotas: Vec<ResourceQuota>,
+    /// NodeResourceTopology objects (either version).
+    pub topologies: Vec<NrtObject>,
 }
 
 /// One object of a snapshot, as it is read.
@@ -43,6 +47,7 @@ pub enum Object {
     Pod(Box<Pod>),
     Namespace(Box<Namespace>),
     ResourceQuota(Box<ResourceQuota>),
+    NodeResourceTopology(Box<NrtObject>),
 }
 
 /// A snapshot file that cannot be read.
@@ -91,6 +96,7 @@ impl Snapshot {
             Object::Pod(p) => self.pods.push(*p),
             Object::Namespace(n) => self.namespaces.push(*n),
             Object::ResourceQuota(q) => self.quotas.push(*q),
+            Object::NodeResourceTopology(t) => self.topologies.push(*t),
         }
     }
 
@@ -108,6 +114,11 @@ impl Snapshot {
         }
         for node in &self.nodes {
             report.unregistered_nodes.extend(view.upsert_node(node));
+        }
+        // A file has no CRDs: its NodeResourceTopology objects are all there is.
+        view.set_node_topologies_served(true);
+        for t in &self.topologies {
+            add_topology(&mut view, &mut report, t);
         }
         for (i, pod) in self.pods.iter().enumerate() {
             add_pod(&mut view, &mut report, pod, i);
@@ -130,10 +141,12 @@ impl Snapshot {
 pub fn load_view(path: &Path) -> Result<(ClusterView, StateReport), SnapshotError> {
     let mut view = ClusterView::new();
     let mut report = StateReport::default();
+    view.set_node_topologies_served(true);
     read_file(path, |object| match object {
         Object::Namespace(ns) => view.upsert_namespace(&ns),
         Object::ResourceQuota(q) => view.upsert_quota(&q),
         Object::Node(node) => report.unregistered_nodes.extend(view.upsert_node(&node)),
+        Object::NodeResourceTopology(t) => add_topology(&mut view, &mut report, &t),
         Object::Pod(_) => {}
     })?;
     let mut i = 0;
@@ -144,6 +157,24 @@ pub fn load_view(path: &Path) -> Result<(ClusterView, StateReport), SnapshotErro
         }
     })?;
     Ok((view, report))
+}
+
+/// A NodeResourceTopology into the view; what cannot be read of it is
+/// reported with the node's problems.
+fn add_topology(view: &mut ClusterView, report: &mut StateReport, t: &NrtObject) {
+    let Some(node) = t.node() else {
+        report
+            .unregistered_nodes
+            .push("a NodeResourceTopology without a name".to_string());
+        return;
+    };
+    let (topology, problems) = t.topology();
+    for problem in problems {
+        report
+            .unregistered_nodes
+            .push(format!("{node}: NodeResourceTopology {problem}"));
+    }
+    view.upsert_node_topology(node, topology);
 }
 
 /// The `i`-th pod of a file into the view (the first of two with one UID
@@ -280,7 +311,7 @@ impl Ctx<'_> {
     }
 }
 
-const ALLOWED: &str = "allowed Node, Pod, Namespace, ResourceQuota, List";
+const ALLOWED: &str = "allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List";
 
 /// One object (or list of objects) of the stream. `item_kind` is the
 /// element kind of a typed list (`NodeList`), whose items may omit
@@ -379,7 +410,9 @@ impl<'de> de::Visitor<'de> for ObjectSeed<'_, '_> {
             }
         };
         let element = match kind.as_str() {
-            "Node" | "Pod" | "Namespace" | "ResourceQuota" if pending.is_some() => {
+            "Node" | "Pod" | "Namespace" | "ResourceQuota" | "NodeResourceTopology"
+                if pending.is_some() =>
+            {
                 return Err(self.ctx.fail(format!("{kind}: items is not a field of it")));
             }
             "Node" => return typed(self.ctx, "Node", kind_entry(before, &kind), map),
@@ -388,11 +421,20 @@ impl<'de> de::Visitor<'de> for ObjectSeed<'_, '_> {
             "ResourceQuota" => {
                 return typed(self.ctx, "ResourceQuota", kind_entry(before, &kind), map);
             }
+            "NodeResourceTopology" => {
+                return typed(
+                    self.ctx,
+                    "NodeResourceTopology",
+                    kind_entry(before, &kind),
+                    map,
+                );
+            }
             "List" => None,
             "NodeList" => Some("Node"),
             "PodList" => Some("Pod"),
             "NamespaceList" => Some("Namespace"),
             "ResourceQuotaList" => Some("ResourceQuota"),
+            "NodeResourceTopologyList" => Some("NodeResourceTopology"),
             "" => return Err(self.ctx.fail(format!("object without kind: {ALLOWED}"))),
             other => {
                 return Err(self
@@ -448,6 +490,7 @@ fn typed<'de, A: MapAccess<'de>>(
         "Node" => Object::Node(de::Deserialize::deserialize(d)?),
         "Pod" => Object::Pod(de::Deserialize::deserialize(d)?),
         "Namespace" => Object::Namespace(de::Deserialize::deserialize(d)?),
+        "NodeResourceTopology" => Object::NodeResourceTopology(de::Deserialize::deserialize(d)?),
         _ => Object::ResourceQuota(de::Deserialize::deserialize(d)?),
     };
     ctx.kind = None;
@@ -465,6 +508,7 @@ fn typed_from_value<E: de::Error>(
         "Node" => serde_json::from_value(v).map(Object::Node),
         "Pod" => serde_json::from_value(v).map(Object::Pod),
         "Namespace" => serde_json::from_value(v).map(Object::Namespace),
+        "NodeResourceTopology" => serde_json::from_value(v).map(Object::NodeResourceTopology),
         _ => serde_json::from_value(v).map(Object::ResourceQuota),
     };
     match object {
@@ -867,6 +911,40 @@ mod tests {
         );
     }
 
+    /// `kubectl get noderesourcetopologies -o yaml` beside the nodes: the
+    /// view knows each node's NUMA zones, in both load paths.
+    #[test]
+    fn node_resource_topologies_are_read() {
+        let text = "kind: NodeResourceTopologyList\napiVersion: topology.node.k8s.io/v1alpha2\nitems:\n- metadata: {name: n1}\n  attributes: [{name: topologyManagerPolicy, value: single-numa-node}]\n  zones:\n  - {name: node-0, type: Node, resources: [{name: cpu, capacity: '8', allocatable: '8', available: '6'}]}\n---\napiVersion: topology.node.k8s.io/v1alpha1\nkind: NodeResourceTopology\nmetadata: {name: n2}\ntopologyPolicies: [SingleNUMANodePodLevel]\nzones:\n- {name: node-3, type: Node, resources: [{name: memory, capacity: 1Gi, allocatable: 1Gi, available: bad}]}\n";
+        let s = Snapshot::from_yaml(text, "f").unwrap();
+        assert_eq!(s.topologies.len(), 2);
+        let (view, report) = s.to_view();
+        let n1 = view.node_topology("n1").unwrap();
+        assert_eq!(
+            n1.policy,
+            crate::engine::numa::TopologyPolicy::SingleNumaNode
+        );
+        assert_eq!(n1.zones[0].cpu_milli, 6000);
+        assert_eq!(
+            view.node_topology("n2").unwrap().scope,
+            crate::engine::numa::TopologyScope::Pod
+        );
+        assert_eq!(report.unregistered_nodes.len(), 1, "{report:?}");
+        assert!(
+            report.unregistered_nodes[0]
+                .starts_with("n2: NodeResourceTopology zone node-3 resource memory"),
+            "{report:?}"
+        );
+        let dir = std::env::temp_dir().join(format!("gpugate-nrt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.yaml");
+        std::fs::write(&path, text).unwrap();
+        let (streamed, _) = load_view(&path).unwrap();
+        assert_eq!(streamed.node_topology("n1"), view.node_topology("n1"));
+        assert_eq!(streamed.counts().node_topologies, Some(2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn strings_stay_strings() {
         // Typed fields read the text: label values that look like YAML 1.1
@@ -889,12 +967,12 @@ mod tests {
         );
         assert_eq!(
             e,
-            "f.yaml, document 2: kind Secret is not supported: allowed Node, Pod, Namespace, ResourceQuota, List"
+            "f.yaml, document 2: kind Secret is not supported: allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List"
         );
         let e = problem("---\nmetadata: {name: a}\n");
         assert_eq!(
             e,
-            "f.yaml, document 1: object without kind: allowed Node, Pod, Namespace, ResourceQuota, List"
+            "f.yaml, document 1: object without kind: allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List"
         );
         assert_eq!(
             problem("- a\n- b\n"),
