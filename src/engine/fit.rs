@@ -215,6 +215,7 @@ fn choose_among(
             // so the quality is not compared.
             Some(0.0)
         }
+        // (TopologyAware is taken by the first arm; named for the match.)
         GpuPolicy::Binpack | GpuPolicy::Spread | GpuPolicy::Mutex | GpuPolicy::TopologyAware => {
             s.ranked.clear();
             for &c in pool {
