@@ -1326,25 +1326,8 @@ async fn pod_group_gangs(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<
         println!("    the PodGroup CRD was installed already: the part without it is skipped");
     }
 
-    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
-    for o in &crd {
-        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
-    }
     let pg = kube::core::GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup");
-    let client = ctx.cp.admin.clone();
-    let discovery = eventually("PodGroups are served", Duration::from_secs(30), || {
-        let (client, pg) = (client.clone(), pg.clone());
-        async move {
-            let d = Discovery::new(client)
-                .run()
-                .await
-                .map_err(|e| e.to_string())?;
-            d.resolve_gvk(&pg)
-                .map(|_| d)
-                .ok_or_else(|| "not yet".to_string())
-        }
-    })
-    .await?;
+    let discovery = install_crd(ctx, &crd, &pg).await?;
     for group in ["fits", "short"] {
         let object = json!({
             "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
@@ -1422,33 +1405,12 @@ async fn node_topologies(ctx: &Ctx) -> anyhow::Result<()> {
         ctx.root
             .join("tests/fixtures/crds/topology.node.k8s.io_noderesourcetopologies.yaml"),
     )?)?;
-    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
-    for o in &crd {
-        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
-    }
     let gvk = kube::core::GroupVersionKind::gvk(
         "topology.node.k8s.io",
         "v1alpha2",
         "NodeResourceTopology",
     );
-    let client = ctx.cp.admin.clone();
-    let discovery = eventually(
-        "NodeResourceTopology is served",
-        Duration::from_secs(30),
-        || {
-            let (client, gvk) = (client.clone(), gvk.clone());
-            async move {
-                let d = Discovery::new(client)
-                    .run()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                d.resolve_gvk(&gvk)
-                    .map(|_| d)
-                    .ok_or_else(|| "not yet".to_string())
-            }
-        },
-    )
-    .await?;
+    let discovery = install_crd(ctx, &crd, &gvk).await?;
     let object = |name: &str| {
         json!({
             "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
@@ -1489,4 +1451,35 @@ async fn node_topologies(ctx: &Ctx) -> anyhow::Result<()> {
     wait(1.0).await?;
     api.delete("topo-a", &DeleteParams::default()).await?;
     Ok(())
+}
+
+/// Applies a CRD's objects and waits until the API server serves `kind`;
+/// the discovery that resolves it.
+async fn install_crd(
+    ctx: &Ctx,
+    crd: &[Value],
+    kind: &kube::core::GroupVersionKind,
+) -> anyhow::Result<Discovery> {
+    let discovery = Discovery::new(ctx.cp.admin.clone()).run().await?;
+    for o in crd {
+        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
+    }
+    let client = ctx.cp.admin.clone();
+    eventually(
+        &format!("{} is served", kind.kind),
+        Duration::from_secs(30),
+        || {
+            let (client, kind) = (client.clone(), kind.clone());
+            async move {
+                let d = Discovery::new(client)
+                    .run()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                d.resolve_gvk(&kind)
+                    .map(|_| d)
+                    .ok_or_else(|| "not yet".to_string())
+            }
+        },
+    )
+    .await
 }
