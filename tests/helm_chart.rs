@@ -661,3 +661,77 @@ fn kube_scheduler_tag_follows_the_cluster() {
         assert_eq!(ks["image"], format!("registry.k8s.io/kube-scheduler:{tag}"));
     }
 }
+
+/// Another release name and namespace: every cross-reference between the
+/// objects follows (config webhook names, RBAC resourceNames, the Lease,
+/// the CA Secret, the Service's DNS names, the namespace exclusion).
+#[test]
+fn names_hang_together_for_any_release() {
+    let Some(tools) = tools() else { return };
+    let out = Command::new(tools.join("helm"))
+        .current_dir(ROOT)
+        .args(["template", "hami"])
+        .arg(chart())
+        .args(["-n", "kube-gpu", "--kube-version", KUBE_VERSION])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = documents(&String::from_utf8(out.stdout).unwrap());
+    let name = "hami-gpugate";
+    let c = Config::from_yaml(
+        find(&o, "ConfigMap", "hami-gpugate-config")["data"]["gpugate.yaml"]
+            .as_str()
+            .unwrap(),
+        "chart",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.webhooks.mutating.as_str(), c.webhooks.validating.as_str()),
+        (name, name)
+    );
+    find(&o, "MutatingWebhookConfiguration", name);
+    find(&o, "ValidatingWebhookConfiguration", name);
+    for (kind, role, rule, want) in [
+        ("ClusterRole", "hami-gpugate-webhook-ca", 0, "hami-gpugate"),
+        (
+            "Role",
+            "hami-gpugate-leader-election",
+            0,
+            "hami-gpugate-scheduler",
+        ),
+        ("Role", "hami-gpugate-ca", 0, "hami-gpugate-ca"),
+    ] {
+        assert_eq!(
+            find(&o, kind, role)["rules"][rule]["resourceNames"][0],
+            want,
+            "{role}"
+        );
+    }
+    let sched = config_map_yaml(&o, "hami-gpugate-scheduler-config", "config.yaml");
+    assert_eq!(
+        sched["leaderElection"]["resourceName"],
+        "hami-gpugate-scheduler"
+    );
+    assert_eq!(sched["leaderElection"]["resourceNamespace"], "kube-gpu");
+    let d = find(&o, "Deployment", name);
+    assert_eq!(d["metadata"]["namespace"], "kube-gpu");
+    let gargs = args(container(d, "initContainers", "gpugate"), "args");
+    for a in [
+        "--self-signed-secret=kube-gpu/hami-gpugate-ca",
+        "--dns=hami-gpugate.kube-gpu.svc",
+    ] {
+        assert!(gargs.contains(&a.to_string()), "{a}: {gargs:?}");
+    }
+    assert_eq!(d["spec"]["template"]["spec"]["serviceAccountName"], name);
+    let w = &find(&o, "MutatingWebhookConfiguration", name)["webhooks"][0];
+    assert_eq!(w["clientConfig"]["service"]["name"], name);
+    assert_eq!(w["clientConfig"]["service"]["namespace"], "kube-gpu");
+    assert_eq!(
+        w["namespaceSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["kube-system", "kube-gpu"])
+    );
+}
