@@ -31,11 +31,18 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
 pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
     let empty = BTreeMap::new();
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-    PodPlan::from_parts(
+    let mut plan = PodPlan::from_parts(
         pod_request(pod, config)?,
         annotations,
         config.default_policies(),
-    )
+    )?;
+    if let Some(spec) = &pod.spec {
+        plan.numa = crate::engine::numa::NumaRequest::from_containers(
+            spec.init_containers.iter().flatten(),
+            &spec.containers,
+        );
+    }
+    Ok(plan)
 }
 
 impl ContainerSpec for Container {
@@ -238,6 +245,27 @@ fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real Pod's QoS class and CPU and memory reach the plan.
+    #[test]
+    fn pod_plan_reads_the_numa_request() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {
+                "initContainers": [{"name": "setup", "resources": {
+                    "limits": {"cpu": "1", "memory": "1Gi"}}}],
+                "containers": [{"name": "train", "resources": {
+                    "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+                    "requests": {"cpu": "8000m", "memory": "32Gi", "nvidia.com/gpu": "1"}}}]
+            }
+        }))
+        .unwrap();
+        let plan = pod_plan(&pod, &Config::default()).unwrap();
+        assert!(plan.numa.guaranteed);
+        assert_eq!(plan.numa.containers.len(), plan.request.containers.len());
+        assert_eq!(plan.numa.containers[1].cpu_milli, 8000);
+        assert_eq!(plan.numa.containers[1].memory_bytes, 32 << 30);
+    }
 
     fn k8s_node(annotations: &[(&str, &str)]) -> K8sNode {
         let mut n = K8sNode::default();

@@ -4,6 +4,7 @@
 use crate::hami::keys;
 
 use super::annotations::Annotations;
+use super::numa::NumaRequest;
 use super::policy::{GpuPolicy, NodePolicy, UnknownPolicy};
 use super::request::{PodRequest, RequestError};
 use super::selection::{Selection, SelectionError};
@@ -15,6 +16,9 @@ pub struct PodPlan {
     pub selection: Selection,
     pub node_policy: NodePolicy,
     pub gpu_policy: GpuPolicy,
+    /// QoS class and CPU and memory by container (set at the edge; not
+    /// used by placement yet).
+    pub numa: NumaRequest,
 }
 
 /// Why a pod cannot be planned.
@@ -51,6 +55,7 @@ impl PodPlan {
             selection: Selection::from_annotations(annotations)?,
             node_policy: policy_override(annotations, keys::NODE_SCHEDULER_POLICY, defaults.node)?,
             gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
+            numa: NumaRequest::default(),
         })
     }
 
@@ -61,6 +66,7 @@ impl PodPlan {
             selection: Selection::default(),
             node_policy,
             gpu_policy,
+            numa: NumaRequest::default(),
         }
     }
 }
