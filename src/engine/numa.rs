@@ -10,6 +10,7 @@
 //! This module only holds the model; placement does not use it yet
 //! (issue 14 builds the alignment rule on it).
 
+use super::lifecycle::ContainerKind;
 use super::quantity::{parse_milli, parse_whole};
 use super::request::ContainerSpec;
 
@@ -147,6 +148,68 @@ impl NumaRequest {
     }
 }
 
+/// Which resource a zone lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneResource {
+    Cpu,
+    Memory,
+}
+
+/// A container whose CPU or memory its zone cannot give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoneShortfall {
+    /// Index in pod order.
+    pub container: usize,
+    pub zone: i32,
+    pub resource: ZoneResource,
+}
+
+impl NodeTopology {
+    /// Whether containers placed on `zones` (one NUMA id per container, in
+    /// pod order) get their CPU and memory from those zones, by
+    /// Kubernetes' rule of who runs together: sidecars and app containers
+    /// add up on their zones for the pod's whole life; an init container
+    /// runs beside the sidecars started before it. All on one zone is the
+    /// pod scope. The first container that does not fit is the answer.
+    pub fn zones_hold(
+        &self,
+        kinds: &[ContainerKind],
+        need: &[CpuMemory],
+        zones: &[i32],
+    ) -> Result<(), ZoneShortfall> {
+        // What sidecars and app containers placed so far take, by zone.
+        let mut running: Vec<(i32, CpuMemory)> = Vec::new();
+        let taken = |running: &[(i32, CpuMemory)], zone: i32| {
+            running
+                .iter()
+                .filter(|(z, _)| *z == zone)
+                .fold(CpuMemory::default(), |acc, (_, n)| CpuMemory {
+                    cpu_milli: acc.cpu_milli + n.cpu_milli,
+                    memory_bytes: acc.memory_bytes + n.memory_bytes,
+                })
+        };
+        for (i, ((kind, n), &zone)) in kinds.iter().zip(need).zip(zones).enumerate() {
+            let shortfall = |resource| ZoneShortfall {
+                container: i,
+                zone,
+                resource,
+            };
+            let z = self.zone(zone).ok_or(shortfall(ZoneResource::Cpu))?;
+            let before = taken(&running, zone);
+            if before.cpu_milli + n.cpu_milli > z.cpu_milli {
+                return Err(shortfall(ZoneResource::Cpu));
+            }
+            if before.memory_bytes + n.memory_bytes > z.memory_bytes {
+                return Err(shortfall(ZoneResource::Memory));
+            }
+            if *kind != ContainerKind::Init {
+                running.push((zone, *n));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +301,112 @@ mod tests {
         assert!(!TopologyPolicy::BestEffort.refuses_across_zones());
         assert_eq!(TopologyScope::from_flag("pod"), TopologyScope::Pod);
         assert_eq!(TopologyScope::from_flag(""), TopologyScope::Container);
+    }
+
+    fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
+        NumaZone {
+            id,
+            cpu_milli: cpu * 1000,
+            memory_bytes: gib << 30,
+        }
+    }
+
+    fn need(cpu: u64, gib: u64) -> CpuMemory {
+        CpuMemory {
+            cpu_milli: cpu * 1000,
+            memory_bytes: gib << 30,
+        }
+    }
+
+    /// Two zones: 8 CPUs and 16 GiB on zone 0, 4 CPUs and 64 GiB on zone 1.
+    fn two_zones() -> NodeTopology {
+        NodeTopology {
+            policy: TopologyPolicy::SingleNumaNode,
+            scope: TopologyScope::Container,
+            zones: vec![zone(0, 8, 16), zone(1, 4, 64)],
+        }
+    }
+
+    #[test]
+    fn zones_hold_by_who_runs_together() {
+        use ContainerKind::{App, Init, Sidecar};
+        let t = two_zones();
+        // Two app containers of 6 CPUs cannot share zone 0; on two zones
+        // the second lacks CPUs on zone 1.
+        let apps = [App, App];
+        let n = [need(6, 1), need(6, 1)];
+        let short = |container, zone, resource| ZoneShortfall {
+            container,
+            zone,
+            resource,
+        };
+        assert_eq!(
+            t.zones_hold(&apps, &n, &[0, 0]),
+            Err(short(1, 0, ZoneResource::Cpu))
+        );
+        assert_eq!(
+            t.zones_hold(&apps, &n, &[0, 1]),
+            Err(short(1, 1, ZoneResource::Cpu))
+        );
+        // An init container's CPUs are free again for the app containers.
+        assert_eq!(t.zones_hold(&[Init, App], &n, &[0, 0]), Ok(()));
+        // A sidecar's are not.
+        assert_eq!(
+            t.zones_hold(&[Sidecar, App], &n, &[0, 0]),
+            Err(short(1, 0, ZoneResource::Cpu))
+        );
+        // Memory: 20 GiB only on zone 1.
+        assert_eq!(
+            t.zones_hold(&[App], &[need(2, 20)], &[0]),
+            Err(short(0, 0, ZoneResource::Memory))
+        );
+        assert_eq!(t.zones_hold(&[App], &[need(2, 20)], &[1]), Ok(()));
+        // A zone the node does not have.
+        assert_eq!(
+            t.zones_hold(&[App], &[need(1, 1)], &[7]),
+            Err(short(0, 7, ZoneResource::Cpu))
+        );
+    }
+
+    proptest::proptest! {
+        /// Against the rule written per phase of the pod's life (the
+        /// running phase: sidecars and app containers; each init container
+        /// beside the sidecars before it): a zone assignment holds exactly
+        /// when no phase asks a zone for more than it has.
+        #[test]
+        fn zones_hold_agrees_with_the_phases(
+            zones in proptest::collection::vec((0u64..12, 0u64..32), 1..4),
+            containers in proptest::collection::vec(
+                (0u8..3, 0u64..8, 0u64..20, 0usize..4), 1..5),
+        ) {
+            let t = NodeTopology {
+                policy: TopologyPolicy::SingleNumaNode,
+                scope: TopologyScope::Container,
+                zones: zones.iter().enumerate().map(|(i, &(c, g))| zone(i as i32, c, g)).collect(),
+            };
+            let mut kinds: Vec<ContainerKind> = containers.iter().map(|c| match c.0 {
+                0 => ContainerKind::Init,
+                1 => ContainerKind::Sidecar,
+                _ => ContainerKind::App,
+            }).collect();
+            kinds.sort_by_key(|k| !k.is_init_list());
+            let n: Vec<CpuMemory> = containers.iter().map(|c| need(c.1, c.2)).collect();
+            let on: Vec<i32> = containers.iter().map(|c| (c.3 % (zones.len() + 1)) as i32).collect();
+            // Phases: which containers run at once.
+            let mut phases: Vec<Vec<usize>> = vec![(0..kinds.len()).filter(|&i| kinds[i] != ContainerKind::Init).collect()];
+            for i in (0..kinds.len()).filter(|&i| kinds[i] == ContainerKind::Init) {
+                let mut p: Vec<usize> = (0..i).filter(|&j| kinds[j] == ContainerKind::Sidecar).collect();
+                p.push(i);
+                phases.push(p);
+            }
+            let fits = on.iter().all(|z| t.zone(*z).is_some()) && phases.iter().all(|p| {
+                t.zones.iter().all(|z| {
+                    let (cpu, mem) = p.iter().filter(|&&i| on[i] == z.id)
+                        .fold((0, 0), |(c, m), &i| (c + n[i].cpu_milli, m + n[i].memory_bytes));
+                    cpu <= z.cpu_milli && mem <= z.memory_bytes
+                })
+            });
+            proptest::prop_assert_eq!(t.zones_hold(&kinds, &n, &on).is_ok(), fits);
+        }
     }
 }
