@@ -215,13 +215,11 @@ fn forged_allocation_key<'p>(pod: &'p PodView<'_>) -> Option<&'p str> {
 
 /// A GPU resource stated in both limits and requests must agree.
 fn check_limits_match_requests(c: &ContainerView<'_>, nv: &NvidiaConfig) -> Result<(), String> {
-    let names = [
-        &nv.resource_count_name,
-        &nv.resource_memory_name,
-        &nv.resource_memory_percentage_name,
-        &nv.resource_core_name,
-    ];
-    for name in names.into_iter().filter(|n| !n.is_empty()) {
+    for name in nv
+        .gpu_resource_names()
+        .into_iter()
+        .filter(|n| !n.is_empty())
+    {
         if let (Some(l), Some(r)) = (c.limit(name), c.request(name)) {
             // Compare values, not spellings ("1" and "1000m" agree).
             let same = match (parse_whole(l), parse_whole(r)) {

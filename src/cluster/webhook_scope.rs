@@ -24,21 +24,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
-use crate::engine::resources::NvidiaConfig;
 
 /// How often the webhook configurations are read.
 pub const CHECK_EVERY: Duration = Duration::from_secs(60);
-
-/// The resource names whose pods must reach the webhooks (the priority
-/// alone does not make a GPU pod).
-pub fn gpu_resources(nvidia: &NvidiaConfig) -> [&str; 4] {
-    [
-        nvidia.resource_count_name.as_str(),
-        nvidia.resource_memory_name.as_str(),
-        nvidia.resource_memory_percentage_name.as_str(),
-        nvidia.resource_core_name.as_str(),
-    ]
-}
 
 /// The resources of `names` that no expression of `conditions` names (in
 /// quotes, whole or by its `domain/`). No conditions: none.
@@ -128,7 +116,7 @@ where
 
 /// Reads both configurations once and reports what they miss.
 pub async fn check(client: &kube::Client, config: &Config, metrics: &WebhookScopeMetrics) {
-    let names = gpu_resources(&config.nvidia);
+    let names = config.nvidia.gpu_resource_names();
     let (m, v) = (&config.webhooks.mutating, &config.webhooks.validating);
     let found = [
         (
@@ -201,6 +189,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::resources::NvidiaConfig;
 
     /// deploy/base/webhooks.yaml's conditions, read from the file.
     fn deployed_conditions() -> Vec<String> {
@@ -223,7 +212,7 @@ mod tests {
         assert_eq!(conditions.len(), 2);
         let texts: Vec<&str> = conditions.iter().map(String::as_str).collect();
         let nvidia = NvidiaConfig::default();
-        assert!(uncovered(&texts, &gpu_resources(&nvidia)).is_empty());
+        assert!(uncovered(&texts, &nvidia.gpu_resource_names()).is_empty());
         // Renamed in the config but not in the webhooks: every one is missed.
         assert_eq!(
             uncovered(&texts, &["hami.io/gpu", "hami.io/gpumem"]),

@@ -52,6 +52,19 @@ pub struct NvidiaConfig {
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
 }
 
+impl NvidiaConfig {
+    /// The names that make a container ask for GPUs: count, memory,
+    /// memory percentage and cores (the priority alone does not).
+    pub fn gpu_resource_names(&self) -> [&str; 4] {
+        [
+            self.resource_count_name.as_str(),
+            self.resource_memory_name.as_str(),
+            self.resource_memory_percentage_name.as_str(),
+            self.resource_core_name.as_str(),
+        ]
+    }
+}
+
 impl Default for NvidiaConfig {
     fn default() -> Self {
         Self {

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::convert::{pod_finished, pod_namespace};
 use crate::engine::gang::{GangKey, PodGroupSpec, PodGroups, group_key};
+
+use super::served::Served;
 use crate::engine::{Allocation, ApplyError, ClusterState};
 
 /// Capacity held for one member: its allocation, its group and when the
@@ -23,11 +25,8 @@ pub struct Gangs {
     /// Capacity held for members of groups being placed, by member UID:
     /// the group and when the hold ends (Unix ms).
     holds: HashMap<String, (GangKey, i64)>,
-    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`) by namespace and name;
-    /// `None` while the API server does not serve the kind.
-    pod_groups: Option<HashMap<GangKey, PodGroupSpec>>,
-    /// Whether the PodGroups' first list has completed.
-    pod_groups_listed: bool,
+    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`) by namespace and name.
+    pod_groups: Served<GangKey, PodGroupSpec>,
 }
 
 impl Gangs {
@@ -71,51 +70,21 @@ impl Gangs {
 
     /// What is known of PodGroups.
     pub fn pod_groups(&self) -> PodGroups<'_> {
-        match (&self.pod_groups, self.pod_groups_listed) {
-            (None, _) => PodGroups::NotServed,
-            (Some(_), false) => PodGroups::Listing,
-            (Some(groups), true) => PodGroups::Listed(groups),
+        match self.pod_groups.served() {
+            None => PodGroups::NotServed,
+            Some(_) if !self.pod_groups.is_listed() => PodGroups::Listing,
+            Some(groups) => PodGroups::Listed(groups),
         }
     }
 
-    /// Whether the API server serves PodGroups; when it starts, they are
-    /// being listed; when it stops, the PodGroups known are forgotten.
-    pub fn set_pod_groups_served(&mut self, served: bool) {
-        match (served, self.pod_groups.is_some()) {
-            (true, false) => {
-                self.pod_groups = Some(HashMap::new());
-                self.pod_groups_listed = false;
-            }
-            (false, true) => {
-                self.pod_groups = None;
-                self.pod_groups_listed = false;
-            }
-            _ => {}
-        }
-    }
-
-    /// The PodGroups' first list has completed.
-    pub fn pod_groups_listed(&mut self) {
-        if self.pod_groups.is_some() {
-            self.pod_groups_listed = true;
-        }
+    /// The PodGroups as they come and go (see [`Served`]).
+    pub fn pod_groups_mut(&mut self) -> &mut Served<GangKey, PodGroupSpec> {
+        &mut self.pod_groups
     }
 
     /// The PodGroups known, listed or not.
     pub fn pod_group_entries(&self) -> impl Iterator<Item = &GangKey> {
-        self.pod_groups.iter().flat_map(|g| g.keys())
-    }
-
-    pub fn upsert_pod_group(&mut self, group: GangKey, spec: PodGroupSpec) {
-        if let Some(groups) = &mut self.pod_groups {
-            groups.insert(group, spec);
-        }
-    }
-
-    pub fn delete_pod_group(&mut self, group: &GangKey) {
-        if let Some(groups) = &mut self.pod_groups {
-            groups.remove(group);
-        }
+        self.pod_groups.keys()
     }
 
     /// UIDs of every member tracked.

@@ -22,6 +22,7 @@ mod ledger;
 mod quotas;
 mod reservations;
 mod seen_locks;
+mod served;
 #[cfg(test)]
 mod tests;
 
@@ -37,6 +38,7 @@ use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use seen_locks::{SeenLock, SeenLocks};
+use served::Served;
 
 /// A pod the ledger knows to hold GPUs (applied or unaccounted).
 #[derive(Debug, Clone, PartialEq)]
@@ -124,7 +126,7 @@ pub struct ClusterView {
     seen_locks: SeenLocks,
     /// NodeResourceTopology by node name; `None` while the API server does
     /// not serve the kind. Not used by placement yet (issue 14).
-    topologies: Option<HashMap<String, crate::engine::numa::NodeTopology>>,
+    topologies: Served<String, crate::engine::numa::NodeTopology>,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -287,7 +289,7 @@ impl ClusterView {
                 .filter(|p| p.unaccounted.is_some())
                 .count(),
             nodes_with_problems: self.node_problems.len(),
-            node_topologies: self.topologies.as_ref().map(HashMap::len),
+            node_topologies: self.topologies.served().map(HashMap::len),
             pod_groups: match self.gangs.pod_groups() {
                 crate::engine::gang::PodGroups::Listed(g) => Some(g.len()),
                 _ => None,
@@ -337,11 +339,7 @@ impl ClusterView {
     /// Whether the API server serves NodeResourceTopology; when it stops,
     /// the objects known are forgotten.
     pub fn set_node_topologies_served(&mut self, served: bool) {
-        match (served, self.topologies.is_some()) {
-            (true, false) => self.topologies = Some(HashMap::new()),
-            (false, true) => self.topologies = None,
-            _ => {}
-        }
+        self.topologies.set_served(served);
     }
 
     /// A node's NUMA layout from its NodeResourceTopology (kept only while
@@ -351,27 +349,20 @@ impl ClusterView {
         node: &str,
         topology: crate::engine::numa::NodeTopology,
     ) {
-        if let Some(t) = &mut self.topologies {
-            t.insert(node.to_string(), topology);
-        }
+        self.topologies.upsert(node.to_string(), topology);
     }
 
     pub fn delete_node_topology(&mut self, node: &str) {
-        if let Some(t) = &mut self.topologies {
-            t.remove(node);
-        }
+        self.topologies.remove(&node.to_string());
     }
 
     pub fn node_topology(&self, node: &str) -> Option<&crate::engine::numa::NodeTopology> {
-        self.topologies.as_ref()?.get(node)
+        self.topologies.served()?.get(node)
     }
 
     /// The nodes with a NodeResourceTopology known.
     pub fn node_topology_keys(&self) -> Vec<String> {
-        self.topologies
-            .iter()
-            .flat_map(|t| t.keys().cloned())
-            .collect()
+        self.topologies.keys().cloned().collect()
     }
 
     /// What is known of PodGroups (see [`crate::engine::gang`]).
@@ -380,20 +371,20 @@ impl ClusterView {
     }
 
     pub fn set_pod_groups_served(&mut self, served: bool) {
-        self.gangs.set_pod_groups_served(served);
+        self.gangs.pod_groups_mut().set_served(served);
     }
 
     /// The PodGroups' first list has completed.
     pub fn pod_groups_listed(&mut self) {
-        self.gangs.pod_groups_listed();
+        self.gangs.pod_groups_mut().mark_listed();
     }
 
     pub fn upsert_pod_group(&mut self, group: GangKey, spec: crate::engine::gang::PodGroupSpec) {
-        self.gangs.upsert_pod_group(group, spec);
+        self.gangs.pod_groups_mut().upsert(group, spec);
     }
 
     pub fn delete_pod_group(&mut self, group: &GangKey) {
-        self.gangs.delete_pod_group(group);
+        self.gangs.pod_groups_mut().remove(group);
     }
 
     /// The keys (`namespace/name`) of the PodGroups known.
