@@ -81,6 +81,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 cores,
             }]],
             kinds: vec![],
+            numa: None,
         };
         state
             .apply(&format!("pod-{p}"), allocation)

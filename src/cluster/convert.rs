@@ -6,6 +6,8 @@ use k8s_openapi::api::core::v1::{Container, Node as K8sNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::Config;
+use crate::engine::align::NumaGrant;
+use crate::engine::numa::NumaRequest;
 use crate::engine::request::{ContainerSpec, RequestError};
 use crate::engine::{Allocation, ContainerKind, Gpu, Node, PlanError, PodPlan, PodRequest, Usage};
 use crate::hami::cordon::decode_device_cordon;
@@ -37,11 +39,10 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
         config.default_policies(),
     )?;
     if let Some(spec) = &pod.spec {
-        plan.numa = crate::engine::numa::NumaRequest::from_containers(
-            spec.init_containers.iter().flatten(),
-            &spec.containers,
-        );
+        plan.numa =
+            NumaRequest::from_containers(spec.init_containers.iter().flatten(), &spec.containers);
     }
+    plan.numa_scoring = config.scheduler.numa.scoring();
     Ok(plan)
 }
 
@@ -225,7 +226,52 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
     } else {
         Vec::new()
     };
-    Ok(Some(Allocation::from_pod_devices(node, &devices, &kinds)))
+    let mut allocation = Allocation::from_pod_devices(node, &devices, &kinds);
+    allocation.numa = pod_numa_grant(pod);
+    Ok(Some(allocation))
+}
+
+/// gpugate's record, on a pod it aligned, of each container's NUMA zone in
+/// pod order (init containers first; `-` for a container not aligned):
+/// `0,0,-`. Written at bind with HAMi's annotations, read back so that
+/// what the pod takes of its zones counts after a restart too.
+pub const NUMA_ZONES: &str = "gpugate.io/numa-zones";
+
+/// The value of [`NUMA_ZONES`] for `grant`.
+pub fn encode_numa_zones(grant: &NumaGrant) -> String {
+    grant
+        .zones
+        .iter()
+        .map(|z| z.map_or_else(|| "-".to_string(), |z| z.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The NUMA zones the pod's [`NUMA_ZONES`] annotation records, with what
+/// its containers take of them (from its spec). `None` without the
+/// annotation, or when it does not name one zone per container (the
+/// pod's GPUs still count; only its zone take is not known).
+fn pod_numa_grant(pod: &Pod) -> Option<NumaGrant> {
+    let text = pod.metadata.annotations.as_ref()?.get(NUMA_ZONES)?;
+    let spec = pod.spec.as_ref()?;
+    let zones: Vec<Option<i32>> = text
+        .split(',')
+        .map(|z| match z.trim() {
+            "-" => Ok(None),
+            z => z.parse::<i32>().map(Some),
+        })
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let need =
+        NumaRequest::from_containers(spec.init_containers.iter().flatten(), &spec.containers);
+    if zones.len() != need.containers.len() {
+        return None;
+    }
+    Some(NumaGrant::new(
+        zones,
+        &container_kinds(pod),
+        &need.containers,
+    ))
 }
 
 /// The kind of each container of a pod, init containers first.

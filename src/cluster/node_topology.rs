@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::engine::numa::{NodeTopology, NumaZone, TopologyPolicy, TopologyScope};
+use crate::engine::numa::{CpuMemory, NodeTopology, NumaZone, TopologyPolicy, TopologyScope};
 use crate::engine::quantity::{parse_milli, parse_whole};
 
 pub const GROUP: &str = "topology.node.k8s.io";
@@ -79,6 +79,19 @@ impl NrtObject {
         self.metadata.name.as_deref()
     }
 
+    /// When the object was last written: its newest `managedFields` time,
+    /// else its creation.
+    pub fn written(&self) -> Option<jiff::Timestamp> {
+        let managed = self
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|f| f.time.as_ref().map(|t| t.0))
+            .max();
+        managed.or(self.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    }
+
     /// The node's topology, and what could not be read.
     pub fn topology(&self) -> (NodeTopology, Vec<String>) {
         let mut problems = Vec::new();
@@ -117,11 +130,9 @@ impl NrtObject {
                 problems.push(format!("zone {name:?}: not named node-<NUMA id>"));
                 continue;
             };
-            let mut z = NumaZone {
-                id,
-                cpu_milli: 0,
-                memory_bytes: 0,
-            };
+            // (available, allocatable), each when given.
+            let mut available = (None, None);
+            let mut allocatable = (None, None);
             for r in zone
                 .get("resources")
                 .and_then(Value::as_array)
@@ -129,23 +140,37 @@ impl NrtObject {
                 .flatten()
             {
                 let rname = r.get("name").and_then(Value::as_str).unwrap_or("");
-                let amount = ["available", "allocatable"]
-                    .iter()
-                    .find_map(|k| r.get(*k))
-                    .map(|v| match v {
+                for (field, into) in [
+                    ("available", &mut available),
+                    ("allocatable", &mut allocatable),
+                ] {
+                    let Some(amount) = r.get(field).map(|v| match v {
                         Value::String(s) => s.clone(),
                         other => other.to_string(),
-                    });
-                let Some(amount) = amount else { continue };
-                let parsed = match rname {
-                    "cpu" => parse_milli(&amount).map(|v| z.cpu_milli = v),
-                    "memory" => parse_whole(&amount).map(|v| z.memory_bytes = v),
-                    _ => Ok(()),
-                };
-                if let Err(e) = parsed {
-                    problems.push(format!("zone {name} resource {rname}: {e}"));
+                    }) else {
+                        continue;
+                    };
+                    let parsed = match rname {
+                        "cpu" => parse_milli(&amount).map(|v| into.0 = Some(v)),
+                        "memory" => parse_whole(&amount).map(|v| into.1 = Some(v)),
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = parsed {
+                        problems.push(format!("zone {name} resource {rname} {field}: {e}"));
+                    }
                 }
             }
+            let amount = |(cpu, memory): (Option<u64>, Option<u64>)| CpuMemory {
+                cpu_milli: cpu.unwrap_or(0),
+                memory_bytes: memory.unwrap_or(0),
+            };
+            // `available` missing: nothing is known to be assigned yet.
+            let avail = amount((available.0.or(allocatable.0), available.1.or(allocatable.1)));
+            let z = NumaZone {
+                id,
+                available: avail,
+                allocatable: amount((allocatable.0.or(available.0), allocatable.1.or(available.1))),
+            };
             zones.push(z);
         }
         zones.sort_by_key(|z| z.id);
@@ -223,6 +248,13 @@ zones:
       - {name: memory, capacity: "128Gi", allocatable: "128Gi", available: "100Gi"}
 "#;
 
+    fn cm(cpu_milli: u64, memory_bytes: u64) -> CpuMemory {
+        CpuMemory {
+            cpu_milli,
+            memory_bytes,
+        }
+    }
+
     #[test]
     fn v1alpha2_attributes_and_zones() {
         let (t, problems) = object(V1ALPHA2).topology();
@@ -234,13 +266,13 @@ zones:
             [
                 NumaZone {
                     id: 0,
-                    cpu_milli: 8000,
-                    memory_bytes: 100 << 30
+                    available: cm(8000, 100 << 30),
+                    allocatable: cm(30_000, 128 << 30),
                 },
                 NumaZone {
                     id: 1,
-                    cpu_milli: 22500,
-                    memory_bytes: 64 << 30
+                    available: cm(22500, 64 << 30),
+                    allocatable: cm(30_000, 134217728 << 10),
                 },
             ]
         );

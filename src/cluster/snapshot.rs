@@ -174,7 +174,7 @@ fn add_topology(view: &mut ClusterView, report: &mut StateReport, t: &NrtObject)
             .unregistered_nodes
             .push(format!("{node}: NodeResourceTopology {problem}"));
     }
-    view.upsert_node_topology(node, topology);
+    view.upsert_node_topology(node, topology, t.written());
 }
 
 /// The `i`-th pod of a file into the view (the first of two with one UID
@@ -924,7 +924,7 @@ mod tests {
             n1.policy,
             crate::engine::numa::TopologyPolicy::SingleNumaNode
         );
-        assert_eq!(n1.zones[0].cpu_milli, 6000);
+        assert_eq!(n1.zones[0].available.cpu_milli, 6000);
         assert_eq!(
             view.node_topology("n2").unwrap().scope,
             crate::engine::numa::TopologyScope::Pod

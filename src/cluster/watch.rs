@@ -162,7 +162,7 @@ fn apply_node_topology(view: &mut ClusterView, node: &str, obj: &NrtObject) {
     for problem in problems {
         tracing::warn!(node, %problem, "NodeResourceTopology");
     }
-    view.upsert_node_topology(node, topology);
+    view.upsert_node_topology(node, topology, obj.written());
 }
 
 /// How often gpugate asks whether the API server serves an optional kind

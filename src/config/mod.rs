@@ -86,6 +86,42 @@ pub struct SchedulerConfig {
     pub assume_seconds: f64,
     /// Gang scheduling (pods labelled `pod-group.scheduling.sigs.k8s.io/name`).
     pub gang: GangConfig,
+    /// NUMA alignment on nodes with a NodeResourceTopology object.
+    pub numa: NumaConfig,
+}
+
+/// How feasible nodes are ranked by their NUMA zones, for Guaranteed pods
+/// in a cluster with NodeResourceTopology objects (alignment itself, on
+/// nodes whose kubelet refuses what spans zones, is not optional).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NumaConfig {
+    /// `LeastAllocated`, `MostAllocated`, `BalancedAllocation` or
+    /// `LeastNUMANodes` (the names of scheduler-plugins'
+    /// NodeResourceTopologyMatch).
+    pub scoring_strategy: crate::engine::align::NumaStrategy,
+    /// The NUMA score's weight beside the node policy's (1); 0 ranks by
+    /// the node policy alone.
+    pub weight: u32,
+}
+
+impl Default for NumaConfig {
+    fn default() -> Self {
+        let d = crate::engine::align::NumaScoring::default();
+        Self {
+            scoring_strategy: d.strategy,
+            weight: d.weight,
+        }
+    }
+}
+
+impl NumaConfig {
+    pub fn scoring(&self) -> crate::engine::align::NumaScoring {
+        crate::engine::align::NumaScoring {
+            strategy: self.scoring_strategy,
+            weight: self.weight,
+        }
+    }
 }
 
 /// Gang scheduling.
@@ -152,6 +188,7 @@ impl Default for SchedulerConfig {
             gpu_scheduler_policy: GpuPolicy::Spread,
             force_overwrite_default_scheduler: true,
             filter_mode: FilterMode::All,
+            numa: NumaConfig::default(),
             node_lock: NodeLockConfig::default(),
             bind_timeout_seconds: 25.0,
             assume_seconds: 5.0,

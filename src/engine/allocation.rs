@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use crate::hami::keys::NVIDIA_VENDOR;
 use crate::hami::{ContainerDevice, PodDevices};
 
+use super::align::NumaGrant;
 use super::device::Usage;
 use super::lifecycle::{ContainerKind, pod_peak};
 
@@ -27,6 +28,10 @@ pub struct Allocation {
     /// The kind of each entry of `containers`; entries beyond its end are
     /// app containers.
     pub kinds: Vec<ContainerKind>,
+    /// The NUMA zones of an aligned pod (see [`super::align`]): what it
+    /// takes of each zone counts against the zone until the node's
+    /// NodeResourceTopology object shows it.
+    pub numa: Option<NumaGrant>,
 }
 
 impl Allocation {
@@ -120,6 +125,7 @@ impl Allocation {
                 .copied()
                 .take(devices.containers.len())
                 .collect(),
+            numa: None,
         }
     }
 
@@ -154,6 +160,7 @@ mod tests {
                 vec![g("GPU-A", 200, 5)],
             ],
             kinds: vec![ContainerKind::Init, ContainerKind::Init],
+            numa: None,
         };
         let u = a.usage_by_gpu();
         assert_eq!(
@@ -185,6 +192,7 @@ mod tests {
             node: "n".into(),
             containers: vec![vec![], vec![g("GPU-A", 1000, 30), g("GPU-B", 1000, 30)]],
             kinds: vec![],
+            numa: None,
         };
         let pd = a.to_pod_devices();
         assert_eq!(Allocation::from_pod_devices("n", &pd, &[]), a);
@@ -204,6 +212,7 @@ mod tests {
                     .map(|(_, mem, cores)| vec![g("GPU-A", *mem, *cores)])
                     .collect(),
                 kinds: containers.iter().map(|(kind, _, _)| *kind).collect(),
+                numa: None,
             };
             let usage = a.usage_by_gpu();
             assert_eq!(usage.len(), 1);

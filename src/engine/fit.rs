@@ -3,7 +3,7 @@
 
 use super::chain::ChainCandidate;
 pub use super::checks::check_gpu;
-use super::device::{Node, Usage};
+use super::device::{Gpu, Node, Usage};
 use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
@@ -31,13 +31,49 @@ pub struct Scratch {
     pub(crate) joint_spent: usize,
 }
 
-/// Fits every container of `plan` on `node`. On success `scratch.grants`
+/// Which GPUs of the node a container may take: NUMA alignment
+/// ([`super::align`]) keeps a container's GPUs in its zone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ZoneRule {
+    /// Any GPU of the node.
+    #[default]
+    Any,
+    /// Only GPUs on this NUMA node.
+    Only(i32),
+    /// Left out of this fit (a check of the containers before it).
+    Skip,
+}
+
+impl ZoneRule {
+    /// Whether a container under this rule may take `gpu`.
+    pub fn allows(self, gpu: &Gpu) -> bool {
+        match self {
+            ZoneRule::Any => true,
+            ZoneRule::Only(zone) => gpu.numa == zone,
+            ZoneRule::Skip => false,
+        }
+    }
+}
+
+/// Fits every container of `plan` on `node`, any GPU for any container
+/// ([`fit_pod_in`] without zone rules).
+pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(), Rejection> {
+    fit_pod_in(node, plan, &[], scratch)
+}
+
+/// Fits every container of `plan` on `node`, container `i` under
+/// `rules[i]` (beyond its end: any GPU). On success `scratch.grants`
 /// holds the chosen GPUs. Containers are fitted beside what runs with them
 /// (see [`super::lifecycle`]): sidecars and app containers add up on the
 /// node's usage, in pod order; each init container starts from the node's
 /// usage plus the sidecars started before it (init containers run one
 /// after another).
-pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(), Rejection> {
+pub fn fit_pod_in(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    scratch: &mut Scratch,
+) -> Result<(), Rejection> {
     scratch.grants.clear();
     if node.gpus.is_empty() {
         return Err(Rejection::NodeUnregistered);
@@ -46,8 +82,10 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
     // The node's usage plus the sidecars and app containers fitted so far.
     scratch.app_usage.clear();
     scratch.app_usage.extend_from_slice(&node.usage);
+    let rule_of = |ci: usize| rules.get(ci).copied().unwrap_or_default();
     for (ci, container) in plan.request.containers.iter().enumerate() {
-        let Some(req) = container.gpu.as_ref() else {
+        let rule = rule_of(ci);
+        let Some(req) = container.gpu.as_ref().filter(|_| rule != ZoneRule::Skip) else {
             continue;
         };
         if req.count > available {
@@ -61,12 +99,12 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
             let mut usage = std::mem::take(&mut scratch.init_usage);
             usage.clear();
             usage.extend_from_slice(&scratch.app_usage);
-            let r = fit_container(node, &mut usage, ci, req, plan, scratch);
+            let r = fit_container(node, &mut usage, (ci, rule), req, plan, scratch);
             scratch.init_usage = usage;
             r
         } else {
             let mut usage = std::mem::take(&mut scratch.app_usage);
-            let r = fit_container(node, &mut usage, ci, req, plan, scratch);
+            let r = fit_container(node, &mut usage, (ci, rule), req, plan, scratch);
             scratch.app_usage = usage;
             r
         };
@@ -77,12 +115,13 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
                 .request
                 .containers
                 .iter()
-                .filter(|c| c.gpu.is_some())
+                .enumerate()
+                .filter(|(i, c)| c.gpu.is_some() && rule_of(*i) != ZoneRule::Skip)
                 .count();
             let budget = joint::JOINT_BUDGET
                 .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
             if gpu_containers > 1 && budget > 0 {
-                let (found, spent) = joint::assign_jointly(node, plan, budget);
+                let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
                 if let Some(grants) = found {
                     scratch.grants = grants;
@@ -102,7 +141,7 @@ pub fn fit_pod(node: &Node, plan: &PodPlan, scratch: &mut Scratch) -> Result<(),
 fn fit_container(
     node: &Node,
     usage: &mut [Usage],
-    container: usize,
+    (container, rule): (usize, ZoneRule),
     req: &GpuRequest,
     plan: &PodPlan,
     s: &mut Scratch,
@@ -110,6 +149,10 @@ fn fit_container(
     let mut counts = ReasonCounts::default();
     s.candidates.clear();
     for (pos, gpu) in node.gpus.iter().enumerate() {
+        if !rule.allows(gpu) {
+            counts.add(Reason::NumaZoneInsufficientGPU, 1);
+            continue;
+        }
         let used = usage.get(pos).copied().unwrap_or_default();
         match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
             Ok(take) => s.candidates.push((pos, take)),
@@ -292,7 +335,6 @@ fn choose_numa_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::device::Gpu;
     use crate::engine::policy::NodePolicy;
     use crate::engine::request::{ContainerRequest, Memory, PodRequest};
     use crate::engine::selection::ModelPattern;

@@ -21,6 +21,7 @@
 
 use super::checks::check_gpu;
 use super::device::{Node, Usage};
+use super::fit::ZoneRule;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
 use super::request::GpuRequest;
@@ -36,26 +37,37 @@ pub const JOINT_TOTAL_BUDGET: usize = 100_000;
 pub type Grant = (usize, usize, Usage);
 
 /// An assignment of GPUs to every GPU container of `plan` on `node` that
-/// passes every check, or `None` when there is none (or `budget` steps ran
-/// out first); and the steps spent.
-pub fn assign_jointly(node: &Node, plan: &PodPlan, budget: usize) -> (Option<Vec<Grant>>, usize) {
-    let containers: Vec<(usize, &GpuRequest, ContainerKind)> = plan
+/// passes every check and each container's zone rule (`rules[i]` for
+/// container `i`; none means any GPU), or `None` when there is none (or
+/// `budget` steps ran out first); and the steps spent.
+pub fn assign_jointly(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    budget: usize,
+) -> (Option<Vec<Grant>>, usize) {
+    let containers: Vec<(usize, &GpuRequest, ContainerKind, ZoneRule)> = plan
         .request
         .containers
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| c.gpu.as_ref().map(|g| (i, g, c.kind)))
+        .filter_map(|(i, c)| {
+            let rule = rules.get(i).copied().unwrap_or_default();
+            let gpu = c.gpu.as_ref().filter(|_| rule != ZoneRule::Skip)?;
+            Some((i, gpu, c.kind, rule))
+        })
         .collect();
     // A container that cannot be placed even on the node's own usage
     // cannot be placed beside others (every check only gets harder as
     // usage grows): no search.
-    let hopeless = containers.iter().any(|&(_, req, _)| {
+    let hopeless = containers.iter().any(|&(_, req, _, rule)| {
         let fits = node
             .gpus
             .iter()
             .zip(&node.usage)
             .filter(|(gpu, used)| {
-                check_gpu(gpu, used, req, &plan.selection, plan.gpu_policy).is_ok()
+                rule.allows(gpu)
+                    && check_gpu(gpu, used, req, &plan.selection, plan.gpu_policy).is_ok()
             })
             .count();
         fits < req.count as usize
@@ -79,7 +91,7 @@ pub fn assign_jointly(node: &Node, plan: &PodPlan, budget: usize) -> (Option<Vec
 struct Search<'a> {
     node: &'a Node,
     plan: &'a PodPlan,
-    containers: Vec<(usize, &'a GpuRequest, ContainerKind)>,
+    containers: Vec<(usize, &'a GpuRequest, ContainerKind, ZoneRule)>,
     /// The node's usage plus the sidecars and app containers chosen so far.
     usage: Vec<Usage>,
     grants: Vec<Grant>,
@@ -91,7 +103,7 @@ impl Search<'_> {
     /// Whether containers `k..` can all be given GPUs on top of the
     /// choices so far (kept in `grants` when they can).
     fn from(&mut self, k: usize) -> bool {
-        let Some(&(container, req, kind)) = self.containers.get(k) else {
+        let Some(&(container, req, kind, rule)) = self.containers.get(k) else {
             return true;
         };
         let n = req.count as usize;
@@ -100,6 +112,7 @@ impl Search<'_> {
             .gpus
             .iter()
             .enumerate()
+            .filter(|(_, gpu)| rule.allows(gpu))
             .filter_map(|(pos, gpu)| {
                 let used = self.usage.get(pos).copied().unwrap_or_default();
                 check_gpu(gpu, &used, req, &self.plan.selection, self.plan.gpu_policy)
@@ -218,11 +231,11 @@ mod tests {
     /// search gives up within its budget instead of trying 8^8 sets.
     #[test]
     fn the_search_stops_at_its_budget() {
-        let (found, spent) = assign_jointly(&node(8), &whole_gpus(9), JOINT_BUDGET);
+        let (found, spent) = assign_jointly(&node(8), &whole_gpus(9), &[], JOINT_BUDGET);
         assert!(found.is_none());
         assert_eq!(spent, JOINT_BUDGET);
         // Eight fit, one per GPU.
-        let (found, _) = assign_jointly(&node(8), &whole_gpus(8), JOINT_BUDGET);
+        let (found, _) = assign_jointly(&node(8), &whole_gpus(8), &[], JOINT_BUDGET);
         assert_eq!(found.map(|g| g.len()), Some(8));
         // Over many nodes, one scratch spends at most the total budget.
         let n = node(8);

@@ -8,6 +8,7 @@
 //! - [`fit`] checks GPUs and chooses them under the GPU policy;
 //! - [`state`] holds nodes and allocations and answers for every node.
 
+pub mod align;
 pub mod allocation;
 pub mod annotations;
 pub mod chain;

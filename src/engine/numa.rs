@@ -7,8 +7,7 @@
 //! kubelet aligns it at all (QoS class Guaranteed) and each container's CPU
 //! and memory.
 //!
-//! This module only holds the model; placement does not use it yet
-//! (issue 14 builds the alignment rule on it).
+//! The alignment rule built on this model is in [`super::align`].
 
 use super::lifecycle::ContainerKind;
 use super::quantity::{parse_milli, parse_whole};
@@ -70,15 +69,17 @@ impl TopologyScope {
     }
 }
 
-/// One NUMA node of a node: what is still available there.
+/// One NUMA node of a node: what is still available there, and what it
+/// offers to pods at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NumaZone {
     /// The NUMA id, as HAMi's register annotation gives it per GPU.
     pub id: i32,
-    /// Available CPUs in millicores.
-    pub cpu_milli: u64,
-    /// Available memory in bytes.
-    pub memory_bytes: u64,
+    /// What is not assigned to containers yet (the object's `available`).
+    pub available: CpuMemory,
+    /// What the zone offers to pods (the object's `allocatable`; its
+    /// `available` when the object gives no `allocatable`).
+    pub allocatable: CpuMemory,
 }
 
 /// A node's NUMA layout and availability.
@@ -96,11 +97,46 @@ impl NodeTopology {
     }
 }
 
-/// CPU and memory of one container.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// CPUs (millicores) and memory (bytes): of one container, or of a zone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct CpuMemory {
     pub cpu_milli: u64,
     pub memory_bytes: u64,
+}
+
+impl CpuMemory {
+    /// Whether `self` holds `need` (both resources).
+    pub fn holds(&self, need: &CpuMemory) -> bool {
+        need.cpu_milli <= self.cpu_milli && need.memory_bytes <= self.memory_bytes
+    }
+
+    /// What is left of `self` after `other` (never below zero).
+    pub fn minus(self, other: CpuMemory) -> CpuMemory {
+        CpuMemory {
+            cpu_milli: self.cpu_milli.saturating_sub(other.cpu_milli),
+            memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == CpuMemory::default()
+    }
+}
+
+impl super::lifecycle::Amount for CpuMemory {
+    fn plus(self, other: Self) -> Self {
+        CpuMemory {
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+        }
+    }
+
+    fn larger(self, other: Self) -> Self {
+        CpuMemory {
+            cpu_milli: self.cpu_milli.max(other.cpu_milli),
+            memory_bytes: self.memory_bytes.max(other.memory_bytes),
+        }
+    }
 }
 
 /// What a pod asks of NUMA zones: whether its QoS class is Guaranteed (the
@@ -196,10 +232,10 @@ impl NodeTopology {
             };
             let z = self.zone(zone).ok_or(shortfall(ZoneResource::Cpu))?;
             let before = taken(&running, zone);
-            if before.cpu_milli + n.cpu_milli > z.cpu_milli {
+            if before.cpu_milli + n.cpu_milli > z.available.cpu_milli {
                 return Err(shortfall(ZoneResource::Cpu));
             }
-            if before.memory_bytes + n.memory_bytes > z.memory_bytes {
+            if before.memory_bytes + n.memory_bytes > z.available.memory_bytes {
                 return Err(shortfall(ZoneResource::Memory));
             }
             if *kind != ContainerKind::Init {
@@ -304,10 +340,14 @@ mod tests {
     }
 
     fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
-        NumaZone {
-            id,
+        let amount = CpuMemory {
             cpu_milli: cpu * 1000,
             memory_bytes: gib << 30,
+        };
+        NumaZone {
+            id,
+            available: amount,
+            allocatable: amount,
         }
     }
 
@@ -403,7 +443,7 @@ mod tests {
                 t.zones.iter().all(|z| {
                     let (cpu, mem) = p.iter().filter(|&&i| on[i] == z.id)
                         .fold((0, 0), |(c, m), &i| (c + n[i].cpu_milli, m + n[i].memory_bytes));
-                    cpu <= z.cpu_milli && mem <= z.memory_bytes
+                    cpu <= z.available.cpu_milli && mem <= z.available.memory_bytes
                 })
             });
             proptest::prop_assert_eq!(t.zones_hold(&kinds, &n, &on).is_ok(), fits);

@@ -3,6 +3,7 @@
 
 use crate::hami::keys;
 
+use super::align::NumaScoring;
 use super::annotations::Annotations;
 use super::numa::NumaRequest;
 use super::policy::{GpuPolicy, NodePolicy, UnknownPolicy};
@@ -16,9 +17,11 @@ pub struct PodPlan {
     pub selection: Selection,
     pub node_policy: NodePolicy,
     pub gpu_policy: GpuPolicy,
-    /// QoS class and CPU and memory by container (set at the edge; not
-    /// used by placement yet).
+    /// QoS class and CPU and memory by container (set at the edge from the
+    /// pod's spec): what NUMA alignment needs.
     pub numa: NumaRequest,
+    /// How nodes are ranked by their NUMA zones (config `scheduler.numa`).
+    pub numa_scoring: NumaScoring,
 }
 
 /// Why a pod cannot be planned.
@@ -56,6 +59,7 @@ impl PodPlan {
             node_policy: policy_override(annotations, keys::NODE_SCHEDULER_POLICY, defaults.node)?,
             gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
             numa: NumaRequest::default(),
+            numa_scoring: NumaScoring::default(),
         })
     }
 
@@ -67,6 +71,7 @@ impl PodPlan {
             node_policy,
             gpu_policy,
             numa: NumaRequest::default(),
+            numa_scoring: NumaScoring::default(),
         }
     }
 }

@@ -289,6 +289,7 @@ mod tests {
                 vec![grant("g0", 2000, 10), grant("g1", 2000, 10)],
             ],
             kinds: vec![ContainerKind::Init],
+            numa: None,
         };
         // g0: max(init 8000/50, app 2000/10); g1: 2000/10.
         assert_eq!(

@@ -18,10 +18,17 @@ pub enum Reason {
     CardComputeUnitsExhausted,
     NumaNotFit,
     AllocatedCardsInsufficientRequest,
+    /// A NUMA zone lacks the CPUs a container (or the pod) needs there.
+    NumaZoneInsufficientCPU,
+    /// A NUMA zone lacks the memory a container (or the pod) needs there.
+    NumaZoneInsufficientMemory,
+    /// The GPUs of a NUMA zone cannot hold a container's (or the pod's)
+    /// slices beside what the zone gives it already.
+    NumaZoneInsufficientGPU,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 14] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -33,6 +40,9 @@ impl Reason {
         Reason::CardComputeUnitsExhausted,
         Reason::NumaNotFit,
         Reason::AllocatedCardsInsufficientRequest,
+        Reason::NumaZoneInsufficientCPU,
+        Reason::NumaZoneInsufficientMemory,
+        Reason::NumaZoneInsufficientGPU,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +58,9 @@ impl Reason {
             Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
             Reason::NumaNotFit => "NumaNotFit",
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+            Reason::NumaZoneInsufficientCPU => "NumaZoneInsufficientCPU",
+            Reason::NumaZoneInsufficientMemory => "NumaZoneInsufficientMemory",
+            Reason::NumaZoneInsufficientGPU => "NumaZoneInsufficientGPU",
         }
     }
 }
@@ -58,7 +71,8 @@ impl fmt::Display for Reason {
     }
 }
 
-/// Counts of rejected GPUs per reason for one container on one node.
+/// Counts of rejected GPUs (or NUMA zones) per reason for one container
+/// on one node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReasonCounts {
     counts: [u32; Reason::ALL.len()],
@@ -106,6 +120,15 @@ pub enum Rejection {
         gpus: u32,
         counts: ReasonCounts,
     },
+    /// The node's kubelet aligns the pod on one NUMA zone (Topology
+    /// Manager `single-numa-node` or `restricted`) and no zone can hold
+    /// `container` (`container c0`, or `the pod` under the pod scope)
+    /// beside what the zones give already: one reason per zone.
+    NumaZones {
+        container: String,
+        zones: u32,
+        counts: ReasonCounts,
+    },
 }
 
 impl Rejection {
@@ -114,6 +137,7 @@ impl Rejection {
     pub fn is_unresolvable(&self) -> bool {
         match self {
             Rejection::NodeUnregistered | Rejection::NodeInsufficientDevice { .. } => true,
+            Rejection::NumaZones { zones, .. } => *zones == 0,
             Rejection::Devices { counts, .. } => Reason::ALL.iter().all(|r| {
                 counts.get(*r) == 0
                     || matches!(
@@ -132,7 +156,9 @@ impl Rejection {
         match self {
             Rejection::NodeUnregistered => vec!["NodeUnregistered"],
             Rejection::NodeInsufficientDevice { .. } => vec!["NodeInsufficientDevice"],
-            Rejection::Devices { counts, .. } => counts.iter().map(|(r, _)| r.as_str()).collect(),
+            Rejection::Devices { counts, .. } | Rejection::NumaZones { counts, .. } => {
+                counts.iter().map(|(r, _)| r.as_str()).collect()
+            }
         }
     }
 }
@@ -149,19 +175,28 @@ impl fmt::Display for Rejection {
                 f,
                 "NodeInsufficientDevice ({requested} GPUs requested, {available} on the node)"
             ),
-            Rejection::Devices { gpus, counts, .. } => {
-                let mut first = true;
-                for (reason, n) in counts.iter() {
-                    if !first {
-                        f.write_str(", ")?;
-                    }
-                    first = false;
-                    write!(f, "{n}/{gpus} {reason}")?;
-                }
-                Ok(())
+            Rejection::NumaZones {
+                container,
+                zones,
+                counts,
+            } => {
+                render_counts(f, *zones, counts)?;
+                write!(f, " (one NUMA zone for {container})")
             }
+            Rejection::Devices { gpus, counts, .. } => render_counts(f, *gpus, counts),
         }
     }
+}
+
+/// `1/4 CardInsufficientMemory, 3/4 CardTypeMismatch`.
+fn render_counts(f: &mut fmt::Formatter<'_>, of: u32, counts: &ReasonCounts) -> fmt::Result {
+    for (i, (reason, n)) in counts.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{n}/{of} {reason}")?;
+    }
+    Ok(())
 }
 
 /// A container's rejection on a node of `gpus` GPUs with these counts

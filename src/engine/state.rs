@@ -7,9 +7,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::align::{self, NumaGrant, numa_score};
 use super::allocation::{Allocation, DeviceGrant};
 use super::device::Node;
 use super::fit::{Scratch, fit_pod};
+use super::lifecycle::pod_peak;
+use super::numa::{CpuMemory, NodeTopology};
 use super::plan::PodPlan;
 use super::policy::{NodePolicy, node_better, node_priority, node_score};
 use super::reason::Rejection;
@@ -26,6 +29,59 @@ pub struct ClusterState {
     /// Capacity held for pods not placed yet (members of a gang group being
     /// placed), by pod UID: used like an allocation, kept apart from them.
     holds: HashMap<String, Allocation>,
+    /// The NUMA layout and availability of nodes that publish a
+    /// NodeResourceTopology object, by node name.
+    topologies: HashMap<String, NodeTopology>,
+    /// What aligned allocations and holds take of NUMA zones that the
+    /// node's object does not show yet.
+    zone_takes: ZoneTakes,
+}
+
+/// What gpugate placed in NUMA zones since each node's NodeResourceTopology
+/// object was written: by node, then by (is a hold, pod UID), per zone.
+/// Counted against the zones' availability until settled (the object has
+/// caught up) or the allocation is gone.
+#[derive(Debug, Clone, Default)]
+struct ZoneTakes {
+    by_node: HashMap<String, BTreeMap<(bool, String), Vec<(i32, CpuMemory)>>>,
+}
+
+impl ZoneTakes {
+    fn add(&mut self, hold: bool, key: &str, allocation: &Allocation) {
+        if let Some(grant) = allocation.numa.as_ref().filter(|g| !g.takes.is_empty()) {
+            self.by_node
+                .entry(allocation.node.clone())
+                .or_default()
+                .insert((hold, key.to_string()), grant.takes.clone());
+        }
+    }
+
+    fn remove(&mut self, node: &str, hold: bool, key: &str) -> bool {
+        let Some(on_node) = self.by_node.get_mut(node) else {
+            return false;
+        };
+        let removed = on_node.remove(&(hold, key.to_string())).is_some();
+        if on_node.is_empty() {
+            self.by_node.remove(node);
+        }
+        removed
+    }
+
+    /// `topology` with what is taken on `node` (but `except`) off its zones.
+    fn off(&self, node: &str, topology: &NodeTopology, except: &[&str]) -> NodeTopology {
+        let mut t = topology.clone();
+        for ((_, key), takes) in self.by_node.get(node).into_iter().flatten() {
+            if except.contains(&key.as_str()) {
+                continue;
+            }
+            for (id, take) in takes {
+                if let Some(z) = t.zones.iter_mut().find(|z| z.id == *id) {
+                    z.available = z.available.minus(*take);
+                }
+            }
+        }
+        t
+    }
 }
 
 /// A node that can hold the pod.
@@ -34,8 +90,43 @@ pub struct FeasibleNode<'a> {
     pub node: &'a str,
     /// HAMi's node score before placement (0..=30).
     pub score: f64,
-    /// The extender priority, 0..=10, under the pod's node policy.
+    /// The rank in 0..=1 (higher is better): the node policy's, combined
+    /// with the NUMA score for a Guaranteed pod when the cluster has
+    /// NodeResourceTopology objects (see [`rank`]).
+    pub rank: f64,
+    /// The extender priority, 0..=10: the rank scaled.
     pub priority: u8,
+    /// The zones of an aligned pod.
+    pub numa: Option<NumaGrant>,
+}
+
+/// Whether feasible node `a` ranks before `b`: the higher rank, then the
+/// node policy on HAMi's score (the lower name among equals stays first).
+pub fn ranks_before(policy: NodePolicy, a: (f64, f64), b: (f64, f64)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && node_better(policy, a.1, b.1))
+}
+
+/// A feasible node's rank and priority from HAMi's node score and, when
+/// NUMA scoring applies (`numa`: the NUMA score and its weight), the NUMA
+/// score: `(policy + weight × numa) / (1 + weight)`, the node policy's
+/// part being its 0..=10 priority over 10 (binpack: fuller is higher,
+/// spread: emptier). Without NUMA scoring the priority is the node
+/// policy's exactly.
+pub fn rank(policy: NodePolicy, score: f64, numa: Option<(f64, u32)>) -> (f64, u8) {
+    let fraction = (score / 30.0).clamp(0.0, 1.0);
+    let by_policy = match policy {
+        NodePolicy::Binpack => fraction,
+        NodePolicy::Spread => 1.0 - fraction,
+    };
+    match numa {
+        Some((numa, weight)) if weight > 0 => {
+            let w = f64::from(weight);
+            let r = (f64::from(node_priority(policy, score)) / 10.0 + w * numa) / (1.0 + w);
+            // `r` is within 0..=1, so the cast cannot truncate.
+            (r, (r * 10.0).round().clamp(0.0, 10.0) as u8)
+        }
+        _ => (by_policy, node_priority(policy, score)),
+    }
 }
 
 /// The verdict on every candidate node for one pod.
@@ -45,14 +136,14 @@ pub struct Evaluation<'a> {
     pub feasible: Vec<FeasibleNode<'a>>,
     /// Rejected nodes in name order (unknown candidates included).
     pub rejected: Vec<(String, Rejection)>,
-    /// Index into `feasible` of the best node under the node policy.
+    /// Index into `feasible` of the best node by rank.
     best: Option<usize>,
     policy: NodePolicy,
 }
 
 impl<'a> Evaluation<'a> {
-    /// The best node: highest score for binpack, lowest for spread, lowest
-    /// name among equals.
+    /// The best node: highest rank, then highest score for binpack, lowest
+    /// for spread, then lowest name.
     pub fn best(&self) -> Option<&FeasibleNode<'a>> {
         self.best.and_then(|i| self.feasible.get(i))
     }
@@ -65,7 +156,7 @@ impl<'a> Evaluation<'a> {
         for (i, f) in self.feasible.iter().enumerate() {
             if self
                 .best()
-                .is_none_or(|b| node_better(self.policy, f.score, b.score))
+                .is_none_or(|b| ranks_before(self.policy, (f.rank, f.score), (b.rank, b.score)))
             {
                 self.best = Some(i);
             }
@@ -122,23 +213,45 @@ impl ClusterState {
     /// any earlier allocation of the same pod. Refused whole when the node or
     /// any GPU is unknown. Cost: proportional to the GPUs it names.
     pub fn apply(&mut self, uid: &str, allocation: Allocation) -> Result<(), ApplyError> {
-        record(&mut self.nodes, &mut self.allocations, uid, allocation)
+        record(
+            &mut self.nodes,
+            (&mut self.allocations, false),
+            &mut self.zone_takes,
+            uid,
+            allocation,
+        )
     }
 
     /// Forgets a pod's allocation and frees its GPUs.
     pub fn remove(&mut self, uid: &str) -> Option<Allocation> {
-        forget(&mut self.nodes, &mut self.allocations, uid)
+        forget(
+            &mut self.nodes,
+            (&mut self.allocations, false),
+            &mut self.zone_takes,
+            uid,
+        )
     }
 
     /// Holds capacity for a pod that is not placed yet, as [`Self::apply`]
     /// does for a placed one; the hold is not the pod's allocation.
     pub fn apply_hold(&mut self, uid: &str, allocation: Allocation) -> Result<(), ApplyError> {
-        record(&mut self.nodes, &mut self.holds, uid, allocation)
+        record(
+            &mut self.nodes,
+            (&mut self.holds, true),
+            &mut self.zone_takes,
+            uid,
+            allocation,
+        )
     }
 
     /// Drops the capacity held for a pod and frees its GPUs.
     pub fn remove_hold(&mut self, uid: &str) -> Option<Allocation> {
-        forget(&mut self.nodes, &mut self.holds, uid)
+        forget(
+            &mut self.nodes,
+            (&mut self.holds, true),
+            &mut self.zone_takes,
+            uid,
+        )
     }
 
     /// Judges every candidate node (all nodes when `candidates` is `None`).
@@ -151,24 +264,50 @@ impl ClusterState {
             best: None,
             policy: plan.node_policy,
         };
-        let mut judge =
-            |node: &'a Node, eval: &mut Evaluation<'a>| match fit_pod(node, plan, &mut scratch) {
-                Ok(()) => {
-                    let score = node_score(node.totals());
-                    let better = eval
-                        .best()
-                        .is_none_or(|b| node_better(plan.node_policy, score, b.score));
-                    eval.feasible.push(FeasibleNode {
-                        node: &node.name,
-                        score,
-                        priority: node_priority(plan.node_policy, score),
-                    });
-                    if better {
-                        eval.best = Some(eval.feasible.len() - 1);
-                    }
+        // NUMA scoring: a Guaranteed pod in a cluster with topologies.
+        let scoring = plan.numa.guaranteed && !self.topologies.is_empty();
+        let pod_cpu_memory = pod_peak(
+            plan.request
+                .containers
+                .iter()
+                .map(|c| c.kind)
+                .zip(plan.numa.containers.iter().copied()),
+        );
+        let mut judge = |node: &'a Node, eval: &mut Evaluation<'a>| match self.fit_on(
+            node,
+            plan,
+            &[],
+            &mut scratch,
+        ) {
+            Ok(numa) => {
+                let score = node_score(node.totals());
+                let numa_part = scoring.then(|| {
+                    let topology = self.topologies.get(&node.name);
+                    let s = numa_score(
+                        plan.numa_scoring.strategy,
+                        topology,
+                        numa.as_ref(),
+                        &pod_cpu_memory,
+                    );
+                    (s, plan.numa_scoring.weight)
+                });
+                let (rank, priority) = rank(plan.node_policy, score, numa_part);
+                let better = eval.best().is_none_or(|b| {
+                    ranks_before(plan.node_policy, (rank, score), (b.rank, b.score))
+                });
+                eval.feasible.push(FeasibleNode {
+                    node: &node.name,
+                    score,
+                    rank,
+                    priority,
+                    numa,
+                });
+                if better {
+                    eval.best = Some(eval.feasible.len() - 1);
                 }
-                Err(r) => eval.rejected.push((node.name.clone(), r)),
-            };
+            }
+            Err(r) => eval.rejected.push((node.name.clone(), r)),
+        };
         match candidates {
             None => {
                 for node in self.nodes.values() {
@@ -224,7 +363,7 @@ impl ClusterState {
     pub fn assign(&self, plan: &PodPlan, node: &str) -> Result<Allocation, Rejection> {
         let n = self.nodes.get(node).ok_or(Rejection::NodeUnregistered)?;
         let mut scratch = Scratch::default();
-        fit_pod(n, plan, &mut scratch)?;
+        let numa = self.fit_on(n, plan, &[], &mut scratch)?;
         let mut containers = vec![Vec::new(); plan.request.containers.len()];
         for &(ci, pos, take) in &scratch.grants {
             if let (Some(list), Some(gpu)) = (containers.get_mut(ci), n.gpus.get(pos)) {
@@ -239,30 +378,94 @@ impl ClusterState {
             node: node.to_string(),
             containers,
             kinds: plan.request.kinds(),
+            numa,
         })
+    }
+
+    /// Fits the pod on `node` (its GPUs; and its NUMA zones where the
+    /// node's kubelet aligns it, with what the pods `except` took of the
+    /// zones given back): the zones when aligned. `scratch.grants` holds
+    /// the GPUs.
+    fn fit_on(
+        &self,
+        node: &Node,
+        plan: &PodPlan,
+        except: &[&str],
+        scratch: &mut Scratch,
+    ) -> Result<Option<NumaGrant>, Rejection> {
+        fit_pod(node, plan, scratch)?;
+        if self.topologies.is_empty() || !plan.numa.guaranteed {
+            return Ok(None);
+        }
+        match self.topologies.get(&node.name) {
+            Some(topology) if align::applies(topology, plan) => {
+                let free = self.zone_takes.off(&node.name, topology, except);
+                align::align(node, &free, plan, scratch).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Whether the pod would fit on `node` if the given allocations (on that
     /// node) were gone: preemption's question. Only that node is copied.
+    /// Their NUMA zones get back only what gpugate counts for them: what
+    /// the node's object already shows taken stays taken.
     pub fn fit_without(
         &self,
         plan: &PodPlan,
         node: &str,
-        removed: &[&Allocation],
+        removed: &[(&str, &Allocation)],
     ) -> Result<(), Rejection> {
         let mut n = self
             .nodes
             .get(node)
             .ok_or(Rejection::NodeUnregistered)?
             .clone();
-        for a in removed.iter().filter(|a| a.node == node) {
+        for (_, a) in removed.iter().filter(|(_, a)| a.node == node) {
             for (uuid, u) in a.usage_by_gpu() {
                 if let Some(pos) = n.position(uuid) {
                     n.sub_usage(pos, &u);
                 }
             }
         }
-        fit_pod(&n, plan, &mut Scratch::default())
+        let except: Vec<&str> = removed.iter().map(|(uid, _)| *uid).collect();
+        self.fit_on(&n, plan, &except, &mut Scratch::default())
+            .map(|_| ())
+    }
+
+    /// Sets the NUMA layout and availability of `node` from its
+    /// NodeResourceTopology object (`None`: it has none).
+    pub fn set_topology(&mut self, node: &str, topology: Option<NodeTopology>) {
+        match topology {
+            Some(t) => self.topologies.insert(node.to_string(), t),
+            None => self.topologies.remove(node),
+        };
+    }
+
+    pub fn topology(&self, node: &str) -> Option<&NodeTopology> {
+        self.topologies.get(node)
+    }
+
+    /// UIDs of the placed pods whose NUMA zone takes on `node` still count
+    /// (the node's object does not show them yet).
+    pub fn unsettled_zone_takes(&self, node: &str) -> Vec<String> {
+        self.zone_takes
+            .by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|((hold, _), _)| !hold)
+            .map(|((_, uid), _)| uid.clone())
+            .collect()
+    }
+
+    /// The node's object now shows what pod `uid` takes of its zones: stop
+    /// counting it. False when nothing was counted.
+    pub fn settle_zone_take(&mut self, uid: &str) -> bool {
+        let Some(node) = self.allocations.get(uid).map(|a| a.node.clone()) else {
+            return false;
+        };
+        self.zone_takes.remove(&node, false, uid)
     }
 
     /// Evaluates, picks the best node and assigns GPUs there: HAMi's
@@ -309,7 +512,8 @@ fn add_usage_on(node: &mut Node, held: &HashMap<String, Allocation>) -> Vec<Stri
 /// GPU is unknown.
 fn record(
     nodes: &mut BTreeMap<String, Node>,
-    held: &mut HashMap<String, Allocation>,
+    (held, hold): (&mut HashMap<String, Allocation>, bool),
+    zones: &mut ZoneTakes,
     key: &str,
     allocation: Allocation,
 ) -> Result<(), ApplyError> {
@@ -327,12 +531,13 @@ fn record(
         })?;
         positions.push((pos, *u));
     }
-    forget(nodes, held, key);
+    forget(nodes, (held, hold), zones, key);
     if let Some(node) = nodes.get_mut(&allocation.node) {
         for (pos, u) in &positions {
             node.add_usage(*pos, u);
         }
     }
+    zones.add(hold, key, &allocation);
     held.insert(key.to_string(), allocation);
     Ok(())
 }
@@ -340,10 +545,12 @@ fn record(
 /// Forgets what `key` holds in `held` and frees its GPUs.
 fn forget(
     nodes: &mut BTreeMap<String, Node>,
-    held: &mut HashMap<String, Allocation>,
+    (held, hold): (&mut HashMap<String, Allocation>, bool),
+    zones: &mut ZoneTakes,
     key: &str,
 ) -> Option<Allocation> {
     let allocation = held.remove(key)?;
+    zones.remove(&allocation.node, hold, key);
     if let Some(node) = nodes.get_mut(&allocation.node) {
         for (uuid, u) in allocation.usage_by_gpu() {
             if let Some(pos) = node.position(uuid) {

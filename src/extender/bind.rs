@@ -31,6 +31,7 @@ use tracing::Instrument as _;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::api::{self, ApiCalls, ApiError};
+use crate::cluster::convert::{NUMA_ZONES, encode_numa_zones};
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::cluster::lock::{NodeLocks, Taken};
 use crate::config::Config;
@@ -327,8 +328,12 @@ impl ApiBinder {
         // pod never carries an allocation for a node it is not bound to.
         let pod_devices = allocation.to_pod_devices();
         let devices = encode_pod_devices(&pod_devices);
-        let metadata =
+        let mut metadata =
             binding_metadata(&allocation.node, &pod_devices, Timestamp::now().as_second());
+        if let Some(grant) = &allocation.numa {
+            metadata["metadata"]["annotations"][NUMA_ZONES] =
+                serde_json::Value::String(encode_numa_zones(grant));
+        }
         let metadata = &metadata["metadata"];
         if let Err(e) = self
             .api

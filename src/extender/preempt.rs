@@ -36,10 +36,10 @@ pub fn preempt(
         let mut uids = proposed.uids.clone();
         if plan.request.has_gpus() {
             let proposed_set: HashSet<&str> = proposed.uids.iter().map(String::as_str).collect();
-            let removed: Vec<&Allocation> = proposed
+            let removed: Vec<(&str, &Allocation)> = proposed
                 .uids
                 .iter()
-                .filter_map(|uid| gpu_allocation_on(view, uid, node))
+                .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(view, uid, node)?)))
                 .collect();
             // Further GPU holders on the node that the preemptor may evict.
             let mut extra: Vec<(i32, &str, &Allocation)> = view
@@ -82,12 +82,12 @@ fn fewest_extra<'a>(
     view: &ClusterView,
     plan: &PodPlan,
     node: &str,
-    removed: &[&Allocation],
+    removed: &[(&str, &Allocation)],
     extra: &[(i32, &'a str, &Allocation)],
 ) -> Option<Vec<&'a str>> {
     let fits = |added: &[(i32, &'a str, &Allocation)]| {
-        let mut gone: Vec<&Allocation> = removed.to_vec();
-        gone.extend(added.iter().map(|(_, _, a)| *a));
+        let mut gone: Vec<(&str, &Allocation)> = removed.to_vec();
+        gone.extend(added.iter().map(|(_, uid, a)| (*uid, *a)));
         view.state().fit_without(plan, node, &gone).is_ok()
     };
     let mut taken: Vec<(i32, &'a str, &Allocation)> = Vec::new();

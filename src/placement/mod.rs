@@ -20,7 +20,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::{ClusterView, pod_namespace};
 use crate::config::Config;
-use crate::engine::policy::node_better;
+use crate::engine::align::NumaGrant;
+use crate::engine::state::ranks_before;
 use crate::engine::{NodePolicy, PodPlan};
 
 pub use reason::{NodeReason, QuotaRefusal, ReasonCode, failure_notes};
@@ -32,8 +33,13 @@ pub struct Feasible {
     pub node: String,
     /// HAMi's node score before placement (0..=30).
     pub score: f64,
-    /// The extender priority, 0..=10, under the pod's node policy.
+    /// The node policy's rank, with the NUMA score's for an aligned pod
+    /// (0..=1, higher is better).
+    pub rank: f64,
+    /// The extender priority, 0..=10: the rank scaled.
     pub priority: u8,
+    /// The NUMA zones of an aligned pod.
+    pub numa: Option<NumaGrant>,
 }
 
 /// What the placement rules say of one pod on the candidate nodes.
@@ -58,12 +64,13 @@ pub struct NodeVerdicts {
 }
 
 impl NodeVerdicts {
-    /// The best node under the node policy: highest score for binpack,
-    /// lowest for spread, lowest name among equals.
+    /// The best node: highest rank, then highest score for binpack,
+    /// lowest for spread, then lowest name.
     pub fn best(&self) -> Option<&Feasible> {
         let mut best: Option<&Feasible> = None;
         for f in &self.feasible {
-            if best.is_none_or(|b| node_better(self.policy, f.score, b.score)) {
+            if best.is_none_or(|b| ranks_before(self.policy, (f.rank, f.score), (b.rank, b.score)))
+            {
                 best = Some(f);
             }
         }
@@ -77,10 +84,12 @@ impl NodeVerdicts {
     /// spread over many nodes. The node the policy ranks best keeps its
     /// level; the others of that level go one below.
     pub fn priorities(&self) -> impl Iterator<Item = (&str, u8)> {
-        let best = self.best().map(|b| (b.score, b.priority));
+        let best = self.best().map(|b| ((b.rank, b.score), b.priority));
         self.feasible.iter().map(move |f| {
             let level = match best {
-                Some((score, top)) if f.priority == top && f.score != score && top > 0 => top - 1,
+                Some((at, top)) if f.priority == top && (f.rank, f.score) != at && top > 0 => {
+                    top - 1
+                }
                 _ => f.priority,
             };
             (f.node.as_str(), level)
@@ -147,7 +156,9 @@ pub fn judge(
             .map(|f| Feasible {
                 node: f.node.to_string(),
                 score: f.score,
+                rank: f.rank,
                 priority: f.priority,
+                numa: f.numa.clone(),
             })
             .collect(),
         rejected,

@@ -126,7 +126,9 @@ impl NodeReason {
                 ReasonCode::NodeInsufficientDevice
             }
             // The first reason the text names.
-            NodeReason::Engine(Rejection::Devices { counts, .. }) => counts
+            NodeReason::Engine(
+                Rejection::Devices { counts, .. } | Rejection::NumaZones { counts, .. },
+            ) => counts
                 .iter()
                 .next()
                 .map_or(ReasonCode::NodeInsufficientDevice, |(r, _)| {
@@ -241,6 +243,16 @@ mod tests {
             ]),
             devices(&[(Reason::CardInsufficientMemory, 2)]),
             NodeReason::Engine(Rejection::NodeUnregistered),
+            NodeReason::Engine(Rejection::NumaZones {
+                container: "container c".into(),
+                zones: 2,
+                counts: {
+                    let mut c = crate::engine::reason::ReasonCounts::default();
+                    c.add(Reason::NumaZoneInsufficientGPU, 1);
+                    c.add(Reason::NumaZoneInsufficientCPU, 1);
+                    c
+                },
+            }),
             NodeReason::Engine(Rejection::NodeInsufficientDevice {
                 container: "c".into(),
                 requested: 4,

@@ -38,13 +38,19 @@ impl ClusterView {
                     .get_mut(key)
                     .filter(|p| p.allocation.as_ref() == Some(&allocation))
                 {
-                    // Status updates of a running pod: nothing changes. A
-                    // reservation of a bound pod is now carried by the pod.
+                    // Status updates of a running pod: nothing changes but
+                    // whether the kubelet has admitted it. A reservation of
+                    // a bound pod is now carried by the pod.
                     if !reserved {
                         held.reservation = Reservation::Settled;
                         self.unsettled.remove(key);
                     }
-                    return held.unaccounted.clone();
+                    let unaccounted = held.unaccounted.clone();
+                    if held.started.is_none() {
+                        held.started = super::pod_started(pod);
+                        self.settle_if_shown(key, &allocation.node);
+                    }
+                    return unaccounted;
                 }
                 if reserved {
                     // The pod as it was before bind wrote its annotations.
@@ -56,8 +62,11 @@ impl ClusterView {
                     .apply(key, allocation.clone())
                     .err()
                     .map(|e| format!("pod {}: {e}", pod_name(pod)));
+                let node = allocation.node.clone();
                 let held = HeldPod::of(pod, Some(allocation), unaccounted, Reservation::Settled);
-                self.hold(key, held)
+                let unaccounted = self.hold(key, held);
+                self.settle_if_shown(key, &node);
+                unaccounted
             }
             Err(_) if reserved => None,
             Err(e) => {

@@ -19,6 +19,7 @@
 
 mod gangs;
 mod ledger;
+mod numa;
 mod quotas;
 mod reservations;
 mod seen_locks;
@@ -48,6 +49,9 @@ struct HeldPod {
     name: String,
     /// `spec.priority`, for choosing preemption victims.
     priority: i32,
+    /// `status.startTime`: when the kubelet admitted the pod (it has
+    /// assigned its CPUs and memory to NUMA zones by then).
+    started: Option<jiff::Timestamp>,
     amount: QuotaAmount,
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
@@ -87,6 +91,7 @@ impl HeldPod {
             namespace: pod_namespace(pod).to_string(),
             name: pod_own_name(pod).into_owned(),
             priority: pod_priority(pod),
+            started: pod_started(pod),
             amount: allocation
                 .as_ref()
                 .map(QuotaAmount::of_allocation)
@@ -124,9 +129,11 @@ pub struct ClusterView {
     /// yet (bind in flight, or bound a moment ago), by UID: their node.
     unsettled: HashMap<String, String>,
     seen_locks: SeenLocks,
-    /// NodeResourceTopology by node name; `None` while the API server does
-    /// not serve the kind. Not used by placement yet (issue 14).
-    topologies: Served<String, crate::engine::numa::NodeTopology>,
+    /// NodeResourceTopology by node name, as the objects give it, with
+    /// when each was last written; `None` while the API server does not
+    /// serve the kind. The engine's state holds the topologies placement
+    /// uses (see `numa.rs`).
+    topologies: Served<String, numa::WrittenTopology>,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -336,35 +343,6 @@ impl ClusterView {
     }
 
     /// The known unfinished members of a group, by UID.
-    /// Whether the API server serves NodeResourceTopology; when it stops,
-    /// the objects known are forgotten.
-    pub fn set_node_topologies_served(&mut self, served: bool) {
-        self.topologies.set_served(served);
-    }
-
-    /// A node's NUMA layout from its NodeResourceTopology (kept only while
-    /// the kind is served).
-    pub fn upsert_node_topology(
-        &mut self,
-        node: &str,
-        topology: crate::engine::numa::NodeTopology,
-    ) {
-        self.topologies.upsert(node.to_string(), topology);
-    }
-
-    pub fn delete_node_topology(&mut self, node: &str) {
-        self.topologies.remove(&node.to_string());
-    }
-
-    pub fn node_topology(&self, node: &str) -> Option<&crate::engine::numa::NodeTopology> {
-        self.topologies.served()?.get(node)
-    }
-
-    /// The nodes with a NodeResourceTopology known.
-    pub fn node_topology_keys(&self) -> Vec<String> {
-        self.topologies.keys().cloned().collect()
-    }
-
     /// What is known of PodGroups (see [`crate::engine::gang`]).
     pub fn pod_groups(&self) -> crate::engine::gang::PodGroups<'_> {
         self.gangs.pod_groups()
@@ -478,6 +456,11 @@ fn node_sources(node: &K8sNode) -> SourcesDigest {
     let mut out = [0; 32];
     out.copy_from_slice(digest.finish().as_ref());
     out
+}
+
+/// `status.startTime`, when the kubelet has acknowledged the pod.
+fn pod_started(pod: &Pod) -> Option<jiff::Timestamp> {
+    pod.status.as_ref()?.start_time.as_ref().map(|t| t.0)
 }
 
 /// `spec.priority`, 0 when unset.

@@ -1,0 +1,107 @@
+//! Nodes' NUMA layout from their NodeResourceTopology objects, and the
+//! stale-data rule: an object lags behind its node (the exporter writes it
+//! every so often), so what gpugate placed in a zone counts against the
+//! zone until the object shows it.
+//!
+//! A placed pod's zone take is dropped (settled) when an object written
+//! after the kubelet admitted the pod arrives: the pod's `status.startTime`
+//! (set by the kubelet once it has admitted the pod and assigned its CPUs
+//! and memory) earlier than the object's last write (its newest
+//! `managedFields` time, else its creation). An object without a write
+//! time settles the pods seen admitted before it arrived. Until then
+//! gpugate counts the pod on top of the object, so two pods are never put
+//! into the same zone's last CPUs; the price is that a zone may look
+//! fuller than it is for one exporter period.
+
+use jiff::Timestamp;
+
+use crate::engine::numa::NodeTopology;
+
+use super::ClusterView;
+
+/// A node's topology as its object gives it, and when that was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenTopology {
+    pub topology: NodeTopology,
+    pub written: Option<Timestamp>,
+}
+
+impl ClusterView {
+    /// Whether the API server serves NodeResourceTopology; when it stops,
+    /// the objects known are forgotten.
+    pub fn set_node_topologies_served(&mut self, served: bool) {
+        if !served {
+            for node in self.node_topology_keys() {
+                self.state.set_topology(&node, None);
+            }
+        }
+        self.topologies.set_served(served);
+    }
+
+    /// A node's NUMA layout from its NodeResourceTopology, written at
+    /// `written` (kept only while the kind is served). Settles the zone
+    /// takes of the pods on it that the object shows.
+    pub fn upsert_node_topology(
+        &mut self,
+        node: &str,
+        topology: NodeTopology,
+        written: Option<Timestamp>,
+    ) {
+        self.topologies.upsert(
+            node.to_string(),
+            WrittenTopology {
+                topology: topology.clone(),
+                written,
+            },
+        );
+        if self.topologies.served().is_none() {
+            return;
+        }
+        self.state.set_topology(node, Some(topology));
+        for uid in self.state.unsettled_zone_takes(node) {
+            let started = self.pods.get(&uid).and_then(|p| p.started);
+            let shown = match (started, written) {
+                (Some(started), Some(written)) => started < written,
+                // No write time: this object arrived after the pod was
+                // seen admitted.
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if shown {
+                self.state.settle_zone_take(&uid);
+            }
+        }
+    }
+
+    pub fn delete_node_topology(&mut self, node: &str) {
+        self.topologies.remove(&node.to_string());
+        self.state.set_topology(node, None);
+    }
+
+    /// A node's topology as its object gives it (before gpugate's own
+    /// placements since it was written are taken off).
+    pub fn node_topology(&self, node: &str) -> Option<&NodeTopology> {
+        self.topologies.served()?.get(node).map(|w| &w.topology)
+    }
+
+    /// The nodes with a NodeResourceTopology known.
+    pub fn node_topology_keys(&self) -> Vec<String> {
+        self.topologies.keys().cloned().collect()
+    }
+
+    /// After pod `uid` on `node` was seen admitted: settles its zone take
+    /// when the node's object was written after that already.
+    pub(super) fn settle_if_shown(&mut self, uid: &str, node: &str) {
+        let Some(started) = self.pods.get(uid).and_then(|p| p.started) else {
+            return;
+        };
+        let written = self
+            .topologies
+            .served()
+            .and_then(|t| t.get(node))
+            .and_then(|w| w.written);
+        if written.is_some_and(|w| started < w) {
+            self.state.settle_zone_take(uid);
+        }
+    }
+}
