@@ -371,3 +371,414 @@ pub fn zones_needed(topology: &NodeTopology, pod: &CpuMemory) -> Option<usize> {
         .map(|mask| mask.count_ones() as usize)
         .min()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::checks::check_gpu;
+    use crate::engine::device::{Gpu, Usage};
+    use crate::engine::numa::{NumaRequest, NumaZone};
+    use crate::engine::policy::{GpuPolicy, NodePolicy};
+    use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+
+    fn cm(cpu: u64, gib: u64) -> CpuMemory {
+        CpuMemory {
+            cpu_milli: cpu * 1000,
+            memory_bytes: gib << 30,
+        }
+    }
+
+    fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
+        NumaZone {
+            id,
+            available: cm(cpu, gib),
+            allocatable: cm(64, 256),
+        }
+    }
+
+    fn topology(scope: TopologyScope, zones: Vec<NumaZone>) -> NodeTopology {
+        NodeTopology {
+            policy: TopologyPolicy::SingleNumaNode,
+            scope,
+            zones,
+        }
+    }
+
+    /// GPUs of 40,960 MiB, 10 slots, 100 cores, on the given NUMA ids.
+    fn node(numas: &[i32]) -> Node {
+        let gpus = numas
+            .iter()
+            .enumerate()
+            .map(|(i, &numa)| {
+                let mut g = Gpu::new(
+                    format!("GPU-{i}"),
+                    i as u32,
+                    "NVIDIA A100",
+                    Usage {
+                        slots: 10,
+                        mem_mib: 40960,
+                        cores: 100,
+                    },
+                );
+                g.numa = numa;
+                g
+            })
+            .collect();
+        Node::new("n", gpus)
+    }
+
+    /// A Guaranteed pod: (kind, CPU, GiB, GPU count and MiB if any).
+    fn plan(containers: &[(ContainerKind, u64, u64, Option<(u32, u64)>)]) -> PodPlan {
+        let mut p = PodPlan::new(
+            PodRequest {
+                containers: containers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(kind, _, _, gpu))| ContainerRequest {
+                        name: format!("c{i}"),
+                        kind,
+                        gpu: gpu.map(|(count, mib)| GpuRequest {
+                            count,
+                            memory: Memory::Mib(mib),
+                            cores: 0,
+                        }),
+                    })
+                    .collect(),
+            },
+            NodePolicy::Binpack,
+            GpuPolicy::Spread,
+        );
+        p.numa = NumaRequest {
+            guaranteed: true,
+            containers: containers.iter().map(|c| cm(c.1, c.2)).collect(),
+        };
+        p
+    }
+
+    use ContainerKind::{App, Init, Sidecar};
+
+    #[test]
+    fn the_zone_with_both_cpus_and_the_gpu_wins() {
+        // Zone 0 has the GPU but 4 CPUs; zone 1 has 16 CPUs but its GPU
+        // is full: 8 CPUs and a GPU fit nowhere together.
+        let mut n = node(&[0, 1]);
+        n.add_usage(
+            1,
+            &Usage {
+                slots: 1,
+                mem_mib: 40960,
+                cores: 0,
+            },
+        );
+        let t = topology(
+            TopologyScope::Container,
+            vec![zone(0, 4, 64), zone(1, 16, 64)],
+        );
+        let p = plan(&[(App, 8, 8, Some((1, 1000)))]);
+        let e = align(&n, &t, &p, &mut Scratch::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1/2 NumaZoneInsufficientCPU, 1/2 NumaZoneInsufficientGPU (one NUMA zone for container c0)"
+        );
+        // With zone 0's CPUs back, zone 0 it is, and its GPU.
+        let t = topology(
+            TopologyScope::Container,
+            vec![zone(0, 8, 64), zone(1, 16, 64)],
+        );
+        let mut s = Scratch::default();
+        let g = align(&n, &t, &p, &mut s).unwrap();
+        assert_eq!(g.zones, [Some(0)]);
+        assert_eq!(g.takes, [(0, cm(8, 8))]);
+        assert_eq!(s.grants.iter().map(|g| g.1).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn pod_scope_puts_every_container_on_one_zone() {
+        let n = node(&[0, 1]);
+        // Two containers of 6 CPUs: 12 on one zone under the pod scope.
+        let p = plan(&[(App, 6, 1, Some((1, 1000))), (App, 6, 1, None)]);
+        let zones = vec![zone(0, 8, 64), zone(1, 12, 64)];
+        let g = align(
+            &n,
+            &topology(TopologyScope::Pod, zones.clone()),
+            &p,
+            &mut Scratch::default(),
+        )
+        .unwrap();
+        assert_eq!(g.zones, [Some(1), Some(1)]);
+        // The container scope takes the lowest zone for each.
+        let g = align(
+            &n,
+            &topology(TopologyScope::Container, zones),
+            &p,
+            &mut Scratch::default(),
+        )
+        .unwrap();
+        assert_eq!(g.zones, [Some(0), Some(1)]);
+        let e = align(
+            &n,
+            &topology(TopologyScope::Pod, vec![zone(0, 8, 64), zone(1, 8, 64)]),
+            &p,
+            &mut Scratch::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "2/2 NumaZoneInsufficientCPU (one NUMA zone for the pod)"
+        );
+    }
+
+    #[test]
+    fn restricted_aligns_only_what_one_zone_could_hold() {
+        let n = node(&[0, 1]);
+        let mut t = topology(
+            TopologyScope::Container,
+            vec![zone(0, 8, 64), zone(1, 8, 64)],
+        );
+        t.policy = TopologyPolicy::Restricted;
+        for z in &mut t.zones {
+            z.allocatable = cm(10, 64);
+        }
+        // 12 CPUs: no zone could ever hold them; the kubelet spans zones.
+        let big = plan(&[(App, 12, 1, Some((1, 1000)))]);
+        let g = align(&n, &t, &big, &mut Scratch::default()).unwrap();
+        assert_eq!(g.zones, [None]);
+        assert!(g.takes.is_empty());
+        // 9 CPUs fit a zone's allocatable but neither zone's available.
+        let mid = plan(&[(App, 9, 1, None)]);
+        assert!(align(&n, &t, &mid, &mut Scratch::default()).is_err());
+        t.policy = TopologyPolicy::SingleNumaNode;
+        assert!(align(&n, &t, &big, &mut Scratch::default()).is_err());
+    }
+
+    #[test]
+    fn who_applies() {
+        let t = topology(TopologyScope::Container, vec![zone(0, 8, 64)]);
+        let mut p = plan(&[(App, 1, 1, None)]);
+        assert!(applies(&t, &p));
+        for policy in [TopologyPolicy::None, TopologyPolicy::BestEffort] {
+            let t = NodeTopology {
+                policy,
+                ..t.clone()
+            };
+            assert!(!applies(&t, &p), "{policy:?}");
+        }
+        assert!(!applies(
+            &topology(TopologyScope::Container, Vec::new()),
+            &p
+        ));
+        p.numa.guaranteed = false;
+        assert!(!applies(&t, &p));
+    }
+
+    #[test]
+    fn scores_follow_the_strategy() {
+        let t = topology(
+            TopologyScope::Container,
+            vec![zone(0, 8, 64), zone(1, 16, 64)],
+        );
+        let on = |zone| NumaGrant::new(vec![Some(zone)], &[App], &[cm(4, 16)]);
+        let pod = cm(4, 16);
+        let score = |s, z| numa_score(s, Some(&t), Some(&on(z)), &pod);
+        use NumaStrategy::*;
+        // Zone 0: half its CPUs, a quarter of its memory; zone 1: a quarter of both.
+        assert_eq!(score(LeastAllocated, 0), 1.0 - 0.75 / 2.0);
+        assert!(score(LeastAllocated, 1) > score(LeastAllocated, 0));
+        assert!(score(MostAllocated, 0) > score(MostAllocated, 1));
+        assert_eq!(score(BalancedAllocation, 1), 1.0);
+        assert!(score(BalancedAllocation, 0) < 1.0);
+        assert_eq!(score(LeastNumaNodes, 0), 1.0);
+        // Not aligned: LeastNUMANodes counts the zones the pod needs.
+        assert_eq!(numa_score(LeastNumaNodes, Some(&t), None, &cm(20, 16)), 0.5);
+        assert_eq!(numa_score(LeastNumaNodes, Some(&t), None, &cm(30, 16)), 0.0);
+        assert_eq!(numa_score(LeastAllocated, None, None, &pod), 0.0);
+        assert_eq!(
+            "LeastNUMANodes".parse::<NumaStrategy>(),
+            Ok(NumaStrategy::LeastNumaNodes)
+        );
+        assert!(
+            "Fastest"
+                .parse::<NumaStrategy>()
+                .unwrap_err()
+                .contains("LeastNUMANodes")
+        );
+    }
+
+    /// The oracle's answer: the kubelet's order (each container, or the
+    /// pod, takes the lowest zone that holds it beside those before it),
+    /// with every fact checked by brute force: CPUs and memory per phase
+    /// of the pod's life, and GPUs by trying every assignment.
+    fn oracle(node: &Node, t: &NodeTopology, p: &PodPlan) -> Option<Vec<Option<i32>>> {
+        let n = p.request.containers.len();
+        let groups: Vec<Vec<usize>> = match t.scope {
+            TopologyScope::Pod => vec![(0..n).collect()],
+            TopologyScope::Container => (0..n).map(|i| vec![i]).collect(),
+        };
+        let mut zones: Vec<Option<i32>> = vec![None; n];
+        for g in groups {
+            let zone = t.zones.iter().map(|z| z.id).find(|&z| {
+                let mut trial = zones.clone();
+                for &i in &g {
+                    trial[i] = Some(z);
+                }
+                cpu_memory_hold(t, p, &trial) && gpus_exist(node, p, &trial)
+            })?;
+            for &i in &g {
+                zones[i] = Some(zone);
+            }
+        }
+        Some(zones)
+    }
+
+    /// Per phase (the running phase: sidecars and app containers; each
+    /// init container with the sidecars before it), no zone gives more
+    /// than it has. Containers without a zone yet are left out.
+    fn cpu_memory_hold(t: &NodeTopology, p: &PodPlan, zones: &[Option<i32>]) -> bool {
+        let kinds: Vec<ContainerKind> = p.request.containers.iter().map(|c| c.kind).collect();
+        let mut phases: Vec<Vec<usize>> =
+            vec![(0..kinds.len()).filter(|&i| kinds[i] != Init).collect()];
+        for i in (0..kinds.len()).filter(|&i| kinds[i] == Init) {
+            let mut phase: Vec<usize> = (0..i).filter(|&j| kinds[j] == Sidecar).collect();
+            phase.push(i);
+            phases.push(phase);
+        }
+        phases.iter().all(|phase| {
+            t.zones.iter().all(|z| {
+                let (cpu, mem) =
+                    phase
+                        .iter()
+                        .filter(|&&i| zones[i] == Some(z.id))
+                        .fold((0, 0), |(c, m), &i| {
+                            (
+                                c + p.numa.containers[i].cpu_milli,
+                                m + p.numa.containers[i].memory_bytes,
+                            )
+                        });
+                cpu <= z.available.cpu_milli && mem <= z.available.memory_bytes
+            })
+        })
+    }
+
+    /// Whether some choice of GPUs for the containers with a zone (each
+    /// inside it) passes every check, trying all of them.
+    fn gpus_exist(node: &Node, p: &PodPlan, zones: &[Option<i32>]) -> bool {
+        let containers: Vec<usize> = (0..zones.len())
+            .filter(|&i| zones[i].is_some() && p.request.containers[i].gpu.is_some())
+            .collect();
+        fn subsets(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+            if k == 0 {
+                return vec![Vec::new()];
+            }
+            let mut out = Vec::new();
+            for (i, &x) in items.iter().enumerate() {
+                for mut rest in subsets(&items[i + 1..], k - 1) {
+                    rest.insert(0, x);
+                    out.push(rest);
+                }
+            }
+            out
+        }
+        let options: Vec<Vec<Vec<usize>>> = containers
+            .iter()
+            .map(|&i| {
+                let in_zone: Vec<usize> = (0..node.gpus.len())
+                    .filter(|&g| Some(node.gpus[g].numa) == zones[i])
+                    .collect();
+                subsets(
+                    &in_zone,
+                    p.request.containers[i].gpu.unwrap().count as usize,
+                )
+            })
+            .collect();
+        let mut pick = vec![0usize; containers.len()];
+        if options.iter().any(Vec::is_empty) {
+            return false;
+        }
+        loop {
+            let mut app = node.usage.clone();
+            let ok = containers.iter().enumerate().all(|(k, &i)| {
+                let c = &p.request.containers[i];
+                let req = c.gpu.unwrap();
+                let base = app.clone();
+                let mut takes = Vec::new();
+                for &g in &options[k][pick[k]] {
+                    match check_gpu(&node.gpus[g], &base[g], &req, &p.selection, p.gpu_policy) {
+                        Ok(take) => takes.push((g, take)),
+                        Err(_) => return false,
+                    }
+                }
+                if c.kind != Init {
+                    for (g, take) in takes {
+                        app[g].add(&take);
+                    }
+                }
+                true
+            });
+            if ok {
+                return true;
+            }
+            // Next combination of choices.
+            let mut k = 0;
+            loop {
+                if k == pick.len() {
+                    return false;
+                }
+                pick[k] += 1;
+                if pick[k] < options[k].len() {
+                    break;
+                }
+                pick[k] = 0;
+                k += 1;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// On small nodes (up to 4 GPUs on 2 or 3 zones, up to 3
+        /// containers), the engine and the oracle agree on whether the
+        /// pod fits and on every container's zone, and nothing the engine
+        /// places crosses a zone.
+        #[test]
+        fn alignment_agrees_with_the_brute_force_oracle(
+            gpus in proptest::collection::vec((0i32..3, 0u64..40960, 0u32..3), 1..5),
+            zones in proptest::collection::vec((0u64..12, 0u64..24), 2..4),
+            containers in proptest::collection::vec(
+                (0u8..3, 0u64..8, 0u64..12, proptest::option::of((1u32..3, 1u64..30000))), 1..4),
+            pod_scope in proptest::bool::ANY,
+        ) {
+            let numas: Vec<i32> = gpus.iter().map(|g| g.0 % zones.len() as i32).collect();
+            let mut n = node(&numas);
+            for (i, g) in gpus.iter().enumerate() {
+                if g.1 > 0 {
+                    n.add_usage(i, &Usage { slots: g.2.max(1), mem_mib: g.1, cores: 0 });
+                }
+            }
+            let t = topology(
+                if pod_scope { TopologyScope::Pod } else { TopologyScope::Container },
+                zones.iter().enumerate().map(|(i, &(c, g))| zone(i as i32, c, g)).collect(),
+            );
+            let mut specs: Vec<(ContainerKind, u64, u64, Option<(u32, u64)>)> = containers
+                .iter()
+                .map(|c| (match c.0 { 0 => Init, 1 => Sidecar, _ => App }, c.1, c.2, c.3))
+                .collect();
+            specs.sort_by_key(|c| !c.0.is_init_list());
+            let p = plan(&specs);
+            let mut s = Scratch::default();
+            // The engine checks the node's GPUs as a whole first.
+            let engine = crate::engine::fit::fit_pod(&n, &p, &mut s)
+                .ok()
+                .and_then(|()| align(&n, &t, &p, &mut s).ok());
+            let want = oracle(&n, &t, &p);
+            proptest::prop_assert_eq!(engine.as_ref().map(|g| g.zones.clone()), want);
+            if let Some(g) = engine {
+                for &(ci, pos, _) in &s.grants {
+                    proptest::prop_assert_eq!(Some(n.gpus[pos].numa), g.zones[ci]);
+                }
+                let kinds: Vec<ContainerKind> = specs.iter().map(|c| c.0).collect();
+                let on: Vec<i32> = g.zones.iter().map(|z| z.unwrap()).collect();
+                proptest::prop_assert!(t.zones_hold(&kinds, &p.numa.containers, &on).is_ok());
+            }
+        }
+    }
+}
