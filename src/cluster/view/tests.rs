@@ -437,3 +437,127 @@ fn gang_members_and_holds_follow_their_pods() {
     assert_eq!(view.expire_gang_holds(1_000), 1);
     assert_eq!(view.state().node("n1").unwrap().usage[1].mem_mib, 0);
 }
+
+/// A Guaranteed pod of 4 CPUs and 1 GiB on `node`'s GPU-0, recorded on
+/// NUMA zone 0, started by the kubelet at `started` (`None`: not yet).
+fn aligned_pod(name: &str, node: &str, started: Option<&str>) -> Pod {
+    let mut p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}")},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {
+            "cpu": "4", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Pending", "startTime": started},
+    }))
+    .unwrap();
+    p.metadata.annotations = Some(
+        [
+            (keys::VGPU_NODE.to_string(), node.to_string()),
+            (
+                keys::VGPU_DEVICES_ALLOCATED.to_string(),
+                "GPU-0,NVIDIA,1000,0:;".to_string(),
+            ),
+            (
+                crate::cluster::convert::NUMA_ZONES.to_string(),
+                "0".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    p
+}
+
+/// Zone 0 with `cpus` available, written at `written`.
+fn nrt(cpus: &str, written: &str) -> crate::cluster::node_topology::NrtObject {
+    serde_yaml_ng::from_str(&format!(
+        r#"
+metadata:
+  name: n1
+  managedFields: [{{manager: nfd-topology-updater, operation: Update, time: "{written}"}}]
+attributes: [{{name: topologyManagerPolicy, value: single-numa-node}}]
+zones:
+  - name: node-0
+    type: Node
+    resources:
+      - {{name: cpu, capacity: "16", allocatable: "16", available: "{cpus}"}}
+      - {{name: memory, capacity: 64Gi, allocatable: 64Gi, available: 64Gi}}
+"#
+    ))
+    .unwrap()
+}
+
+fn apply_nrt(v: &mut ClusterView, cpus: &str, written: &str) {
+    let o = nrt(cpus, written);
+    let (t, problems) = o.topology();
+    assert!(problems.is_empty(), "{problems:?}");
+    v.upsert_node_topology("n1", t, o.written());
+}
+
+/// The stale-data rule: what gpugate placed in a zone counts on top of the
+/// object until an object written after the kubelet admitted the pod.
+#[test]
+fn zone_takes_count_until_an_object_written_after_the_pod_started() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.set_node_topologies_served(true);
+    apply_nrt(&mut v, "16", "2026-11-25T10:00:00Z");
+    assert_eq!(v.upsert_pod("uid-a", &aligned_pod("a", "n1", None)), None);
+    let counted = |v: &ClusterView| v.state().unsettled_zone_takes("n1");
+    assert_eq!(counted(&v), ["uid-a"]);
+    // The exporter writes again before the kubelet admitted the pod: the
+    // object cannot show it yet.
+    apply_nrt(&mut v, "16", "2026-11-25T10:01:00Z");
+    assert_eq!(counted(&v), ["uid-a"]);
+    // Admitted at 10:01:30; the object of 10:01:00 still predates that.
+    v.upsert_pod("uid-a", &aligned_pod("a", "n1", Some("2026-11-25T10:01:30Z")));
+    assert_eq!(counted(&v), ["uid-a"]);
+    // An object written after: it shows the pod's CPUs; stop counting.
+    apply_nrt(&mut v, "12", "2026-11-25T10:02:00Z");
+    assert!(counted(&v).is_empty());
+
+    // Seen admitted after the object that shows it arrived: settled then.
+    v.upsert_pod("uid-b", &aligned_pod("b", "n1", None));
+    assert_eq!(counted(&v), ["uid-b"]);
+    apply_nrt(&mut v, "8", "2026-11-25T10:05:00Z");
+    assert_eq!(counted(&v), ["uid-b"]);
+    v.upsert_pod("uid-b", &aligned_pod("b", "n1", Some("2026-11-25T10:04:00Z")));
+    assert!(counted(&v).is_empty());
+
+    // A pod that goes away stops counting at once.
+    v.upsert_pod("uid-c", &aligned_pod("c", "n1", None));
+    v.delete_pod("uid-c");
+    assert!(counted(&v).is_empty());
+    // When the kind stops being served, placement forgets the topologies.
+    assert!(v.state().topology("n1").is_some());
+    v.set_node_topologies_served(false);
+    assert!(v.state().topology("n1").is_none());
+}
+
+/// Counted takes are taken off the zone placement sees: a second pod
+/// cannot have the CPUs the first one took until the object shows them.
+#[test]
+fn a_counted_take_keeps_the_zone_from_a_second_pod() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.set_node_topologies_served(true);
+    apply_nrt(&mut v, "6", "2026-11-25T10:00:00Z");
+    let config = crate::config::Config::default();
+    let mut second = aligned_pod("b", "n1", None);
+    second.metadata.annotations = None;
+    let plan = crate::cluster::convert::pod_plan(&second, &config).unwrap();
+    assert!(plan.numa.guaranteed);
+    assert!(v.state().assign(&plan, "n1").is_ok());
+    v.upsert_pod("uid-a", &aligned_pod("a", "n1", None));
+    let e = v.state().assign(&plan, "n1").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "1/1 NumaZoneInsufficientCPU (one NUMA zone for container c)"
+    );
+    // The object catches up (6 - 4 = 2 CPUs left): still no room, now by
+    // the object alone.
+    v.upsert_pod("uid-a", &aligned_pod("a", "n1", Some("2026-11-25T10:00:30Z")));
+    apply_nrt(&mut v, "2", "2026-11-25T10:01:00Z");
+    assert!(v.state().unsettled_zone_takes("n1").is_empty());
+    assert!(v.state().assign(&plan, "n1").is_err());
+    // The first pod leaves and the object shows its CPUs back.
+    apply_nrt(&mut v, "6", "2026-11-25T10:02:00Z");
+    assert!(v.state().assign(&plan, "n1").is_ok());
+}
