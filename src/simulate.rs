@@ -39,6 +39,10 @@ pub struct Placement {
     /// HAMi's node score of the chosen node before the pod (0..=30).
     pub score: f64,
     pub devices: Vec<PlacedDevice>,
+    /// The NUMA zone of each aligned container, by name (on nodes whose
+    /// kubelet aligns the pod).
+    #[serde(rename = "numaZones", skip_serializing_if = "BTreeMap::is_empty")]
+    pub numa_zones: BTreeMap<String, i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -131,11 +135,18 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
                         })
                     })
                     .collect();
+                let numa_zones = allocation
+                    .numa
+                    .iter()
+                    .flat_map(|g| plan.request.containers.iter().zip(&g.zones))
+                    .filter_map(|(c, z)| Some((c.name.clone(), (*z)?)))
+                    .collect();
                 report.placements.push(Placement {
                     pod: name,
                     node,
                     score: (score * 100.0).round() / 100.0,
                     devices,
+                    numa_zones,
                 });
             }
             Placed::Nowhere(reasons) => report.unschedulable.push(Unschedulable {
@@ -232,6 +243,7 @@ impl Report {
             "GPU".into(),
             "MEM(MiB)".into(),
             "CORES".into(),
+            "NUMA".into(),
         ]];
         for p in &self.placements {
             for (i, d) in p.devices.iter().enumerate() {
@@ -248,6 +260,9 @@ impl Report {
                     d.uuid.clone(),
                     d.mem_mib.to_string(),
                     d.cores.to_string(),
+                    p.numa_zones
+                        .get(&d.container)
+                        .map_or_else(|| "-".to_string(), i32::to_string),
                 ]);
             }
         }

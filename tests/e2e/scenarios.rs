@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 14] = [
+pub const SCENARIOS: [(&str, &str, &str); 15] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -132,6 +132,11 @@ pub const SCENARIOS: [(&str, &str, &str); 14] = [
         "e2e-topology",
         "topology",
     ),
+    (
+        "NUMA alignment of GPU slices with CPUs and memory",
+        "e2e-numa",
+        "numa",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -157,6 +162,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         11 => renamed_resources(ctx, ns, scenario).await,
         12 => pod_group_gangs(ctx, ns, scenario).await,
         13 => node_topologies(ctx).await,
+        14 => numa_alignment(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -1450,6 +1456,286 @@ async fn node_topologies(ctx: &Ctx) -> anyhow::Result<()> {
     api.delete("topo-b", &DeleteParams::default()).await?;
     wait(1.0).await?;
     api.delete("topo-a", &DeleteParams::default()).await?;
+    Ok(())
+}
+
+// 15 ------------------------------------------------------------------------
+
+/// A node whose GPUs sit on the given NUMA ids (16,384 MiB, 10 slices).
+fn numa_gpu_node(name: &str, numas: &[i32]) -> Value {
+    let mut node = gpu_node(name, numas.len(), 10, 16384, T4);
+    let mut devices: Vec<Value> = serde_json::from_str(
+        node["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+            .as_str()
+            .unwrap_or("[]"),
+    )
+    .unwrap_or_default();
+    for (d, numa) in devices.iter_mut().zip(numas) {
+        d["numa"] = json!(numa);
+    }
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] =
+        json!(serde_json::to_string(&devices).unwrap_or_default());
+    node
+}
+
+/// A NodeResourceTopology (v1alpha2) of `single-numa-node` under `scope`
+/// with the CPUs available on zones 0 and 1 (64 GiB free on each).
+fn numa_object(node: &str, scope: &str, cpus: [&str; 2]) -> Value {
+    let zone = |id: usize| {
+        json!({"name": format!("node-{id}"), "type": "Node",
+               "costs": [{"name": "node-0", "value": if id == 0 { 10 } else { 20 }},
+                         {"name": "node-1", "value": if id == 1 { 10 } else { 20 }}],
+               "resources": [
+            {"name": "cpu", "capacity": "32", "allocatable": "30", "available": cpus[id]},
+            {"name": "memory", "capacity": "128Gi", "allocatable": "126Gi", "available": "64Gi"},
+            {"name": "nvidia.com/gpu", "capacity": "10", "allocatable": "10", "available": "10"}]})
+    };
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": node},
+        "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": scope}],
+        "zones": [zone(0), zone(1)],
+    })
+}
+
+/// A pod on one of `nodes` whose containers ask (CPU limit, CPU request,
+/// GPU slice MiB or none); memory 1Gi each. Requests equal to the limits
+/// make it Guaranteed.
+fn numa_pod(name: &str, nodes: &[&str], containers: &[(&str, &str, Option<&str>)]) -> Value {
+    let containers: Vec<Value> = containers
+        .iter()
+        .enumerate()
+        .map(|(i, (cpu_limit, cpu_request, gpu))| {
+            let mut limits = json!({"cpu": cpu_limit, "memory": "1Gi"});
+            if let Some(mib) = gpu {
+                limits["nvidia.com/gpu"] = json!("1");
+                limits["nvidia.com/gpumem"] = json!(mib);
+            }
+            json!({"name": format!("c{i}"), "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                   "command": ["sleep", "infinity"],
+                   "resources": {"limits": limits,
+                                 "requests": {"cpu": cpu_request, "memory": "1Gi"}}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": containers,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}},
+        }
+    })
+}
+
+/// Issue 14's scenarios, on four nodes of two GPUs. numa-a: both GPUs on
+/// zone 0, which has 4 CPUs free (zone 1: 16 CPUs, no GPU). numa-b: a GPU
+/// on each zone, 4 and 10 CPUs free. numa-c: as numa-b under the pod
+/// scope, 6 and 12 CPUs. numa-d: no NodeResourceTopology object.
+async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let crd = manifests::documents(&std::fs::read_to_string(
+        ctx.root
+            .join("tests/fixtures/crds/topology.node.k8s.io_noderesourcetopologies.yaml"),
+    )?)?;
+    let gvk = kube::core::GroupVersionKind::gvk(
+        "topology.node.k8s.io",
+        "v1alpha2",
+        "NodeResourceTopology",
+    );
+    let discovery = install_crd(ctx, &crd, &gvk).await?;
+    let objects = [
+        numa_object("numa-a", "container", ["4", "16"]),
+        numa_object("numa-b", "container", ["4", "10"]),
+        numa_object("numa-c", "pod", ["6", "12"]),
+    ];
+    for o in &objects {
+        manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
+    }
+    let port = ctx.metrics_port();
+    eventually(
+        "gpugate has the three NodeResourceTopology objects",
+        Duration::from_secs(40),
+        || async move {
+            let text = metrics(port).await.map_err(|e| e.to_string())?;
+            match gauge(&text, "gpugate_cluster_node_topologies") {
+                Some(n) if n >= 3.0 => Ok(()),
+                n => Err(format!("{n:?}")),
+            }
+        },
+    )
+    .await?;
+    ctx.nodes(
+        scenario,
+        &[
+            numa_gpu_node("numa-a", &[0, 0]),
+            numa_gpu_node("numa-b", &[0, 1]),
+            numa_gpu_node("numa-c", &[0, 1]),
+            numa_gpu_node("numa-d", &[0, 1]),
+        ],
+    )
+    .await?;
+    let client = &ctx.cp.admin;
+    let zones_of = |pod: &Pod| annotation(pod, "gpugate.io/numa-zones").map(str::to_string);
+
+    // (1) 8 CPUs and a GPU: only numa-b's zone 1 has both.
+    create_pod(
+        client,
+        ns,
+        &numa_pod(
+            "eight-cpus",
+            &["numa-a", "numa-b"],
+            &[("8", "8", Some("4000"))],
+        ),
+    )
+    .await?;
+    let pod = wait_bound(client, ns, "eight-cpus", BIND).await?;
+    ensure!(node_of(&pod) == "numa-b", "eight-cpus on {}", node_of(&pod));
+    ensure!(
+        uuids(&pod)? == ["GPU-numa-b-1"],
+        "eight-cpus got {:?}",
+        uuids(&pod)?
+    );
+    ensure!(
+        zones_of(&pod).as_deref() == Some("1"),
+        "zones {:?}",
+        zones_of(&pod)
+    );
+
+    // (2) Pod scope: two containers of 5 CPUs share one zone (zone 1, 12
+    // CPUs); the container scope would have put the first on zone 0.
+    create_pod(
+        client,
+        ns,
+        &numa_pod(
+            "pod-scope",
+            &["numa-c"],
+            &[("5", "5", Some("4000")), ("5", "5", None)],
+        ),
+    )
+    .await?;
+    let pod = wait_bound(client, ns, "pod-scope", BIND).await?;
+    ensure!(
+        zones_of(&pod).as_deref() == Some("1,1"),
+        "zones {:?}",
+        zones_of(&pod)
+    );
+    ensure!(
+        uuids(&pod)? == ["GPU-numa-c-1"],
+        "pod-scope got {:?}",
+        uuids(&pod)?
+    );
+
+    // (3) Burstable (8 CPUs asked, 16 allowed): the kubelet does not align
+    // it, so numa-a takes it although no zone there has 8 CPUs and a GPU.
+    create_pod(
+        client,
+        ns,
+        &numa_pod("burstable", &["numa-a"], &[("16", "8", Some("4000"))]),
+    )
+    .await?;
+    let pod = wait_bound(client, ns, "burstable", BIND).await?;
+    ensure!(
+        zones_of(&pod).is_none(),
+        "burstable aligned: {:?}",
+        zones_of(&pod)
+    );
+    // The same pod Guaranteed is refused there, with the zones' reasons.
+    create_pod(
+        client,
+        ns,
+        &numa_pod("guaranteed-a", &["numa-a"], &[("8", "8", Some("4000"))]),
+    )
+    .await?;
+    wait_event(
+        client,
+        ns,
+        "guaranteed-a",
+        "FailedScheduling",
+        "NumaZoneInsufficientCPU",
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    // (4) Two pods of 3 CPUs race for numa-b's zone 0 (4 CPUs; zone 1 has
+    // 2 left after eight-cpus, which no kubelet here has admitted, so the
+    // object does not show it and gpugate counts it): one lands, the
+    // other waits.
+    for name in ["race-1", "race-2"] {
+        create_pod(
+            client,
+            ns,
+            &numa_pod(name, &["numa-b"], &[("3", "3", Some("1000"))]),
+        )
+        .await?;
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let bound = eventually("one racer bound", BIND, || {
+        let api = api.clone();
+        async move {
+            let mut bound = Vec::new();
+            for name in ["race-1", "race-2"] {
+                let p = api.get(name).await.map_err(|e| e.to_string())?;
+                if is_bound(&p) {
+                    bound.push(p);
+                }
+            }
+            if bound.is_empty() {
+                Err("none yet".to_string())
+            } else {
+                Ok(bound)
+            }
+        }
+    })
+    .await?;
+    let (winner, loser) = if node_of(&bound[0]).is_empty() {
+        bail!("not bound")
+    } else if bound[0].metadata.name.as_deref() == Some("race-1") {
+        ("race-1", "race-2")
+    } else {
+        ("race-2", "race-1")
+    };
+    ensure!(
+        zones_of(&bound[0]).as_deref() == Some("0"),
+        "{winner} zones {:?}",
+        zones_of(&bound[0])
+    );
+    wait_event(
+        client,
+        ns,
+        loser,
+        "FailedScheduling",
+        "NumaZoneInsufficientCPU",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let still = api.get(loser).await?;
+    ensure!(!is_bound(&still), "both racers landed on numa-b");
+
+    // (5) No object: judged on its GPUs alone, as before.
+    create_pod(
+        client,
+        ns,
+        &numa_pod("no-object", &["numa-d"], &[("8", "8", Some("4000"))]),
+    )
+    .await?;
+    let pod = wait_bound(client, ns, "no-object", BIND).await?;
+    ensure!(
+        zones_of(&pod).is_none(),
+        "no-object aligned: {:?}",
+        zones_of(&pod)
+    );
+
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        ctx.cp.admin.clone(),
+        &discovery.resolve_gvk(&gvk).context("served")?.0,
+    );
+    for name in ["numa-a", "numa-b", "numa-c"] {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
     Ok(())
 }
 

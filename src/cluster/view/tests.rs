@@ -507,7 +507,10 @@ fn zone_takes_count_until_an_object_written_after_the_pod_started() {
     apply_nrt(&mut v, "16", "2026-11-25T10:01:00Z");
     assert_eq!(counted(&v), ["uid-a"]);
     // Admitted at 10:01:30; the object of 10:01:00 still predates that.
-    v.upsert_pod("uid-a", &aligned_pod("a", "n1", Some("2026-11-25T10:01:30Z")));
+    v.upsert_pod(
+        "uid-a",
+        &aligned_pod("a", "n1", Some("2026-11-25T10:01:30Z")),
+    );
     assert_eq!(counted(&v), ["uid-a"]);
     // An object written after: it shows the pod's CPUs; stop counting.
     apply_nrt(&mut v, "12", "2026-11-25T10:02:00Z");
@@ -518,7 +521,10 @@ fn zone_takes_count_until_an_object_written_after_the_pod_started() {
     assert_eq!(counted(&v), ["uid-b"]);
     apply_nrt(&mut v, "8", "2026-11-25T10:05:00Z");
     assert_eq!(counted(&v), ["uid-b"]);
-    v.upsert_pod("uid-b", &aligned_pod("b", "n1", Some("2026-11-25T10:04:00Z")));
+    v.upsert_pod(
+        "uid-b",
+        &aligned_pod("b", "n1", Some("2026-11-25T10:04:00Z")),
+    );
     assert!(counted(&v).is_empty());
 
     // A pod that goes away stops counting at once.
@@ -553,7 +559,10 @@ fn a_counted_take_keeps_the_zone_from_a_second_pod() {
     );
     // The object catches up (6 - 4 = 2 CPUs left): still no room, now by
     // the object alone.
-    v.upsert_pod("uid-a", &aligned_pod("a", "n1", Some("2026-11-25T10:00:30Z")));
+    v.upsert_pod(
+        "uid-a",
+        &aligned_pod("a", "n1", Some("2026-11-25T10:00:30Z")),
+    );
     apply_nrt(&mut v, "2", "2026-11-25T10:01:00Z");
     assert!(v.state().unsettled_zone_takes("n1").is_empty());
     assert!(v.state().assign(&plan, "n1").is_err());
