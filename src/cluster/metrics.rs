@@ -70,6 +70,7 @@ pub struct ViewGauges {
     nodes_with_problems: Gauge,
     pod_groups: Gauge,
     node_topologies: Gauge,
+    numa_zone_takes: Gauge,
 }
 
 impl ViewGauges {
@@ -115,6 +116,11 @@ impl ViewGauges {
                 "NodeResourceTopology objects (topology.node.k8s.io) known; -1 while the API server does not serve the kind",
                 &self.node_topologies,
             ),
+            (
+                "gpugate_numa_zone_takes_unsettled",
+                "Aligned pods whose CPUs and memory gpugate counts against their NUMA zones because the node's NodeResourceTopology does not show them yet",
+                &self.numa_zone_takes,
+            ),
         ] {
             registry.register(name, help, gauge.clone());
         }
@@ -131,6 +137,7 @@ impl ViewGauges {
         set(&self.allocations, c.allocations);
         set(&self.unaccounted, c.unaccounted);
         set(&self.nodes_with_problems, c.nodes_with_problems);
+        set(&self.numa_zone_takes, c.numa_zone_takes);
         for (gauge, count) in [
             (&self.pod_groups, c.pod_groups),
             (&self.node_topologies, c.node_topologies),

@@ -427,8 +427,11 @@ mod tests {
         Node::new("n", gpus)
     }
 
-    /// A Guaranteed pod: (kind, CPU, GiB, GPU count and MiB if any).
-    fn plan(containers: &[(ContainerKind, u64, u64, Option<(u32, u64)>)]) -> PodPlan {
+    /// (kind, CPU, GiB, GPU count and MiB if any).
+    type Spec = (ContainerKind, u64, u64, Option<(u32, u64)>);
+
+    /// A Guaranteed pod of these containers.
+    fn plan(containers: &[Spec]) -> PodPlan {
         let mut p = PodPlan::new(
             PodRequest {
                 containers: containers
@@ -758,7 +761,7 @@ mod tests {
                 if pod_scope { TopologyScope::Pod } else { TopologyScope::Container },
                 zones.iter().enumerate().map(|(i, &(c, g))| zone(i as i32, c, g)).collect(),
             );
-            let mut specs: Vec<(ContainerKind, u64, u64, Option<(u32, u64)>)> = containers
+            let mut specs: Vec<Spec> = containers
                 .iter()
                 .map(|c| (match c.0 { 0 => Init, 1 => Sidecar, _ => App }, c.1, c.2, c.3))
                 .collect();

@@ -43,8 +43,14 @@ pub struct ClusterState {
 /// caught up) or the allocation is gone.
 #[derive(Debug, Clone, Default)]
 struct ZoneTakes {
-    by_node: HashMap<String, BTreeMap<(bool, String), Vec<(i32, CpuMemory)>>>,
+    by_node: HashMap<String, BTreeMap<TakeKey, ZoneTake>>,
 }
+
+/// (is a hold, pod UID).
+type TakeKey = (bool, String);
+
+/// What one pod takes of each zone, by zone id.
+type ZoneTake = Vec<(i32, CpuMemory)>;
 
 impl ZoneTakes {
     fn add(&mut self, hold: bool, key: &str, allocation: &Allocation) {
@@ -459,6 +465,16 @@ impl ClusterState {
             .collect()
     }
 
+    /// How many placed pods' zone takes still count, over all nodes.
+    pub fn unsettled_zone_take_count(&self) -> usize {
+        self.zone_takes
+            .by_node
+            .values()
+            .flat_map(|m| m.keys())
+            .filter(|(hold, _)| !hold)
+            .count()
+    }
+
     /// The node's object now shows what pod `uid` takes of its zones: stop
     /// counting it. False when nothing was counted.
     pub fn settle_zone_take(&mut self, uid: &str) -> bool {
@@ -769,5 +785,121 @@ mod tests {
         );
         assert_eq!(s.remove_hold("member"), Some(a));
         assert_eq!(s.node("n").unwrap(), &before);
+    }
+
+    /// Two nodes of one GPU on zone 0, each with a `single-numa-node`
+    /// object; `a` has 8 CPUs free on the zone, `b` 32.
+    fn numa_state() -> (ClusterState, PodPlan) {
+        use crate::engine::numa::{
+            CpuMemory, NumaRequest, NumaZone, TopologyPolicy, TopologyScope,
+        };
+        let mut s = state_with(&[("a", 1, 0), ("b", 1, 0)]);
+        for (name, cpus) in [("a", 8), ("b", 32)] {
+            let free = CpuMemory {
+                cpu_milli: cpus * 1000,
+                memory_bytes: 64 << 30,
+            };
+            s.set_topology(
+                name,
+                Some(NodeTopology {
+                    policy: TopologyPolicy::SingleNumaNode,
+                    scope: TopologyScope::Container,
+                    zones: vec![NumaZone {
+                        id: 0,
+                        available: free,
+                        allocatable: free,
+                    }],
+                }),
+            );
+        }
+        let mut plan = whole_gpu_plan(NodePolicy::Binpack);
+        plan.numa = NumaRequest {
+            guaranteed: true,
+            containers: vec![CpuMemory {
+                cpu_milli: 4000,
+                memory_bytes: 8 << 30,
+            }],
+        };
+        (s, plan)
+    }
+
+    /// The NUMA score joins the node policy's: both nodes are equal for
+    /// binpack (empty), so the strategy decides; weight 0 leaves the node
+    /// policy (and the lowest name) alone.
+    #[test]
+    fn numa_scoring_ranks_equal_nodes_by_their_zones() {
+        use crate::engine::align::{NumaScoring, NumaStrategy};
+        let (s, mut plan) = numa_state();
+        let best = |plan: &PodPlan| s.evaluate(plan, None).best().unwrap().node.to_string();
+        plan.numa_scoring = NumaScoring {
+            strategy: NumaStrategy::LeastAllocated,
+            weight: 1,
+        };
+        assert_eq!(best(&plan), "b");
+        let e = s.evaluate(&plan, None);
+        assert!(e.feasible[1].priority > e.feasible[0].priority, "{e:?}");
+        assert_eq!(e.feasible[1].numa.as_ref().unwrap().zones, [Some(0)]);
+        plan.numa_scoring.strategy = NumaStrategy::MostAllocated;
+        assert_eq!(best(&plan), "a");
+        plan.numa_scoring.weight = 0;
+        assert_eq!(best(&plan), "a");
+        plan.numa_scoring = NumaScoring {
+            strategy: NumaStrategy::LeastAllocated,
+            weight: 0,
+        };
+        assert_eq!(best(&plan), "a");
+        // A pod that is not Guaranteed is neither aligned nor NUMA-scored.
+        plan.numa.guaranteed = false;
+        plan.numa_scoring.weight = 1;
+        let e = s.evaluate(&plan, None);
+        assert!(e.feasible.iter().all(|f| f.numa.is_none()));
+        assert_eq!(e.best().unwrap().node, "a");
+    }
+
+    /// What bind commits carries the zones; applying it counts its take
+    /// against the zone until settled, and preemption's question gives
+    /// the take back for the pods it would remove.
+    #[test]
+    fn zone_takes_follow_allocations() {
+        let (mut s, plan) = numa_state();
+        let mut big = plan.clone();
+        big.numa.containers[0].cpu_milli = 6000;
+        let a = s.assign(&big, "a").unwrap();
+        assert_eq!(a.numa.as_ref().unwrap().zone_ids().collect::<Vec<_>>(), [0]);
+        s.apply("first", a.clone()).unwrap();
+        assert_eq!(s.unsettled_zone_takes("a"), ["first"]);
+        // GPU 0 of `a` is taken whole too: free a GPU for the question.
+        let e = s.assign(&plan, "a").unwrap_err();
+        assert!(matches!(e, Rejection::Devices { .. }), "{e}");
+        assert!(s.fit_without(&plan, "a", &[("first", &a)]).is_ok());
+        assert!(s.settle_zone_take("first"));
+        assert!(s.unsettled_zone_takes("a").is_empty());
+        assert!(!s.settle_zone_take("first"));
+        // Holds count too, and go with the hold: a slice of 6 CPUs held,
+        // a second slice of 4 CPUs finds room on the GPU but not the zone.
+        s.remove("first");
+        let slice = |cpus: u64| {
+            let mut p = plan.clone();
+            p.request.containers[0].gpu = Some(crate::engine::GpuRequest {
+                count: 1,
+                memory: crate::engine::Memory::Mib(100),
+                cores: 0,
+            });
+            p.numa.containers[0].cpu_milli = cpus * 1000;
+            p
+        };
+        let held = s.assign(&slice(6), "a").unwrap();
+        s.apply_hold("member", held).unwrap();
+        assert!(
+            s.unsettled_zone_takes("a").is_empty(),
+            "holds are not pods' takes"
+        );
+        let e = s.assign(&slice(4), "a").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "1/1 NumaZoneInsufficientCPU (one NUMA zone for container c)"
+        );
+        s.remove_hold("member");
+        assert!(s.assign(&slice(4), "a").is_ok());
     }
 }

@@ -1715,6 +1715,40 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     let still = api.get(loser).await?;
     ensure!(!is_bound(&still), "both racers landed on numa-b");
 
+    // gpugate counts what it placed in the zones (eight-cpus, pod-scope,
+    // the winner): no kubelet here admits the pods, so no object shows
+    // them. Once the winner is admitted (status.startTime, as a kubelet
+    // sets it) and numa-b's object is written again, it stops counting.
+    let takes = |want: f64| {
+        eventually(
+            "gpugate_numa_zone_takes_unsettled",
+            Duration::from_secs(30),
+            move || async move {
+                let text = metrics(port).await.map_err(|e| e.to_string())?;
+                match gauge(&text, "gpugate_numa_zone_takes_unsettled") {
+                    Some(n) if n == want => Ok(()),
+                    n => Err(format!("{n:?}")),
+                }
+            },
+        )
+    };
+    takes(3.0).await?;
+    let admitted = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(2);
+    api.patch_status(
+        winner,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"startTime": admitted.to_string()}})),
+    )
+    .await?;
+    manifests::apply(
+        &ctx.cp.admin,
+        &discovery,
+        &numa_object("numa-b", "container", ["1", "2"]),
+        false,
+    )
+    .await?;
+    takes(2.0).await?;
+
     // (5) No object: judged on its GPUs alone, as before.
     create_pod(
         client,

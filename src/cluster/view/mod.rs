@@ -148,6 +148,9 @@ pub struct ViewCounts {
     pub pod_groups: Option<usize>,
     /// NodeResourceTopology objects known; `None` while not served.
     pub node_topologies: Option<usize>,
+    /// Placed pods whose NUMA zone takes still count (not shown by their
+    /// node's object yet).
+    pub numa_zone_takes: usize,
 }
 
 impl ClusterView {
@@ -297,6 +300,7 @@ impl ClusterView {
                 .count(),
             nodes_with_problems: self.node_problems.len(),
             node_topologies: self.topologies.served().map(HashMap::len),
+            numa_zone_takes: self.state.unsettled_zone_take_count(),
             pod_groups: match self.gangs.pod_groups() {
                 crate::engine::gang::PodGroups::Listed(g) => Some(g.len()),
                 _ => None,
