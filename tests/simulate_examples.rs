@@ -414,3 +414,69 @@ fn numa_chains_place_as_hami_v2_10() {
     );
     assert_eq!(placed(&report)[0].2, ["GPU-numa-0"]);
 }
+
+/// docs/policies.md's NUMA example: Guaranteed pods get one zone with
+/// their CPUs and GPU; the Burstable one is not aligned; the zones' CPUs
+/// taken by the placements count for the next pods, and a pod no zone
+/// can hold gets each node's zone reasons.
+#[test]
+fn numa_alignment_example() {
+    let r = run(
+        "examples/numa-alignment/cluster.yaml",
+        "examples/numa-alignment/pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    assert_eq!(
+        placed(&r),
+        [
+            p("ml/train-8cpu", "gpu-b", &["GPU-b-1"]),
+            p("ml/burstable", "gpu-b", &["GPU-b-0"]),
+            p("ml/serve-4cpu", "gpu-b", &["GPU-b-0"]),
+        ]
+    );
+    let zones: Vec<Vec<(String, i32)>> = r
+        .placements
+        .iter()
+        .map(|p| p.numa_zones.clone().into_iter().collect())
+        .collect();
+    assert_eq!(
+        zones,
+        [
+            vec![("trainer".to_string(), 1)],
+            vec![],
+            vec![("server".to_string(), 0)],
+        ]
+    );
+    assert_eq!(r.unschedulable.len(), 1);
+    let reasons: Vec<(&str, &str)> = r.unschedulable[0]
+        .reasons
+        .iter()
+        .map(|(n, why)| (n.as_str(), why.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                "gpu-a",
+                "1/2 NumaZoneInsufficientCPU, 1/2 NumaZoneInsufficientGPU (one NUMA zone for container trainer)"
+            ),
+            (
+                "gpu-b",
+                "2/2 NumaZoneInsufficientCPU (one NUMA zone for container trainer)"
+            ),
+        ]
+    );
+    // The table has a NUMA column, and JSON a numaZones map.
+    let table = r.to_table();
+    assert!(
+        table.contains("NUMA")
+            && table
+                .lines()
+                .any(|l| l.contains("train-8cpu") && l.trim_end().ends_with(" 1")),
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert_eq!(json["placements"][0]["numaZones"]["trainer"], 1);
+    assert!(json["placements"][1].get("numaZones").is_none());
+}
