@@ -303,6 +303,12 @@ impl Config {
                 self.scheduler.gang.hold_seconds
             ));
         }
+        if self.scheduler.numa.weight > 100 {
+            return Err(format!(
+                "scheduler.numa.weight is {}, allowed 0 to 100",
+                self.scheduler.numa.weight
+            ));
+        }
         self.api.validate()?;
         self.server.validate()?;
         namespace_policy::validate_policies(&self.namespace_policies)?;
@@ -321,6 +327,39 @@ mod tests {
         assert_eq!(c.nvidia.default_gpu_num, 1);
         assert_eq!(c.scheduler.gpu_scheduler_policy, GpuPolicy::Spread);
         assert_eq!(c.scheduler.node_scheduler_policy, NodePolicy::Binpack);
+    }
+
+    /// The NUMA scoring strategy by scheduler-plugins' names; anything
+    /// else is refused with the names allowed.
+    #[test]
+    fn numa_scoring_is_read_and_checked() {
+        use crate::engine::align::NumaStrategy;
+        let c = Config::from_yaml(
+            "scheduler: {numa: {scoringStrategy: LeastNUMANodes, weight: 3}}",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(
+            c.scheduler.numa.scoring_strategy,
+            NumaStrategy::LeastNumaNodes
+        );
+        assert_eq!(c.scheduler.numa.scoring().weight, 3);
+        assert_eq!(
+            Config::default().scheduler.numa.scoring_strategy,
+            NumaStrategy::LeastAllocated
+        );
+        let e = Config::from_yaml("scheduler: {numa: {scoringStrategy: Packed}}", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown NUMA scoring strategy \"Packed\""),
+            "{e}"
+        );
+        assert!(e.contains("LeastNUMANodes"), "{e}");
+        let e = Config::from_yaml("scheduler: {numa: {weight: 101}}", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scheduler.numa.weight is 101"), "{e}");
     }
 
     /// HAMi v2.10's chains are accepted as the default GPU policy and in a
