@@ -4,6 +4,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use gpugate::engine::numa::{
+    CpuMemory, NodeTopology, NumaRequest, NumaZone, TopologyPolicy, TopologyScope,
+};
 use gpugate::engine::{
     ClusterState, GpuPolicy, GpuRequest, Memory, NodePolicy, PodPlan, PodRequest,
     request::ContainerRequest,
@@ -65,6 +68,39 @@ fn two_container_plan() -> PodPlan {
     )
 }
 
+/// Node `i`'s two zones: (i mod 16) and (i / 16 mod 16) CPUs free, 64 GiB.
+fn topology(i: usize) -> NodeTopology {
+    let zone = |id: i32, cpus: usize| {
+        let free = CpuMemory {
+            cpu_milli: cpus as u64 * 1000,
+            memory_bytes: 64 << 30,
+        };
+        NumaZone {
+            id,
+            available: free,
+            allocatable: free,
+        }
+    };
+    NodeTopology {
+        policy: TopologyPolicy::SingleNumaNode,
+        scope: TopologyScope::Container,
+        zones: vec![zone(0, i % 16), zone(1, (i / 16) % 16)],
+    }
+}
+
+/// The 1-GPU pod with 4 CPUs and 8 GiB, Guaranteed or not.
+fn numa_plan(guaranteed: bool) -> PodPlan {
+    let mut p = plan(1, GpuPolicy::Spread);
+    p.numa = NumaRequest {
+        guaranteed,
+        containers: vec![CpuMemory {
+            cpu_milli: 4000,
+            memory_bytes: 8 << 30,
+        }],
+    };
+    p
+}
+
 fn benches(c: &mut Criterion) {
     let state = cluster();
     let names: Vec<String> = state.nodes().map(|n| n.name.clone()).collect();
@@ -107,6 +143,33 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
     drop(big);
+
+    // Every node with a single-numa-node NodeResourceTopology of two
+    // zones (GPUs 0-3 on zone 0, 4-7 on zone 1), 0 to 15 CPUs free per
+    // zone: the same 1-GPU pod, Guaranteed with 4 CPUs (aligned), beside
+    // the pod not Guaranteed on the same state (the reference: GPUs only).
+    let mut numa_state = state.clone();
+    for (i, name) in names.iter().enumerate() {
+        numa_state.set_topology(name, Some(topology(i)));
+    }
+    let mut g = c.benchmark_group("evaluate_5000x8_numa");
+    let guaranteed = numa_plan(true);
+    let burstable = numa_plan(false);
+    for (label, p) in [
+        ("guaranteed_aligned", &guaranteed),
+        ("burstable_reference", &burstable),
+    ] {
+        eprintln!(
+            "numa {label}: {} of {} nodes feasible",
+            numa_state.evaluate(p, None).feasible.len(),
+            names.len()
+        );
+        g.bench_function(format!("all_nodes/1gpu_{label}"), |b| {
+            b.iter(|| black_box(numa_state.evaluate(black_box(p), None).feasible.len()))
+        });
+    }
+    g.finish();
+    drop(numa_state);
 
     let mut g = c.benchmark_group("ledger");
     for count in [1u32, 8] {

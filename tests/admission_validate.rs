@@ -86,6 +86,12 @@ fn denials_say_what_and_how_to_fix() {
         m.starts_with("hami.io/vgpu-devices-allocated is written by the vGPU scheduler"),
         "{m}"
     );
+    // gpugate's record of a pod's NUMA zones is gpugate's to write.
+    let m = deny("forged-numa-zones.yaml");
+    assert!(
+        m.starts_with("gpugate.io/numa-zones is written by the vGPU scheduler"),
+        "{m}"
+    );
     let m = deny("limits-requests-disagree.yaml");
     assert_eq!(
         m,
@@ -154,6 +160,7 @@ fn denials_carry_stable_reason_codes() {
         ("cores-150.yaml", DenyReason::InvalidRequest),
         ("unknown-policy.yaml", DenyReason::UnknownPolicy),
         ("forged-allocation.yaml", DenyReason::ForgedAllocation),
+        ("forged-numa-zones.yaml", DenyReason::ForgedAllocation),
         (
             "limits-requests-disagree.yaml",
             DenyReason::LimitsRequestsMismatch,

@@ -32,7 +32,11 @@ pub enum Validation {
 }
 
 /// Prefixes of the annotations only the scheduler and the device plugin write.
-const ALLOCATION_PREFIXES: [&str; 2] = ["hami.io/vgpu-", "hami.io/bind-"];
+const ALLOCATION_PREFIXES: [&str; 3] = [
+    "hami.io/vgpu-",
+    "hami.io/bind-",
+    crate::cluster::convert::NUMA_ZONES,
+];
 
 /// Validates a Pod given as a parsed JSON value (tests and tools; the
 /// webhook reads the request body with [`validate`] directly).

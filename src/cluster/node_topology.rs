@@ -79,17 +79,26 @@ impl NrtObject {
         self.metadata.name.as_deref()
     }
 
-    /// When the object was last written: its newest `managedFields` time,
-    /// else its creation.
+    /// When the exporter last wrote the zones: the newest time of the
+    /// `managedFields` entries that own `zones` (of any entry when none
+    /// does); `None` without `managedFields` (a snapshot made with
+    /// `kubectl get`). Writes by others (a label added by hand) do not
+    /// count.
     pub fn written(&self) -> Option<jiff::Timestamp> {
-        let managed = self
-            .metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .filter_map(|f| f.time.as_ref().map(|t| t.0))
-            .max();
-        managed.or(self.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        let entries = self.metadata.managed_fields.as_deref().unwrap_or_default();
+        let newest = |owning_zones: bool| {
+            entries
+                .iter()
+                .filter(|f| {
+                    !owning_zones
+                        || f.fields_v1
+                            .as_ref()
+                            .is_some_and(|v| v.0.get("f:zones").is_some())
+                })
+                .filter_map(|f| f.time.as_ref().map(|t| t.0))
+                .max()
+        };
+        newest(true).or_else(|| newest(false))
     }
 
     /// The node's topology, and what could not be read.
@@ -150,19 +159,30 @@ impl NrtObject {
                     }) else {
                         continue;
                     };
+                    // Unreadable: nothing available (never more than
+                    // there is), and no limit on what the zone could hold
+                    // (so `restricted` aligns the container).
+                    let unreadable = if field == "available" { 0 } else { u64::MAX };
                     let parsed = match rname {
                         "cpu" => parse_milli(&amount).map(|v| into.0 = Some(v)),
                         "memory" => parse_whole(&amount).map(|v| into.1 = Some(v)),
                         _ => Ok(()),
                     };
                     if let Err(e) = parsed {
+                        match rname {
+                            "cpu" => into.0 = Some(unreadable),
+                            _ => into.1 = Some(unreadable),
+                        }
                         problems.push(format!("zone {name} resource {rname} {field}: {e}"));
                     }
                 }
             }
+            // A resource the zone does not report (an exporter told to
+            // leave memory out, as without the memory manager) does not
+            // constrain it.
             let amount = |(cpu, memory): (Option<u64>, Option<u64>)| CpuMemory {
-                cpu_milli: cpu.unwrap_or(0),
-                memory_bytes: memory.unwrap_or(0),
+                cpu_milli: cpu.unwrap_or(u64::MAX),
+                memory_bytes: memory.unwrap_or(u64::MAX),
             };
             // `available` missing: nothing is known to be assigned yet.
             let avail = amount((available.0.or(allocatable.0), available.1.or(allocatable.1)));
@@ -301,6 +321,10 @@ zones:
             (TopologyPolicy::Restricted, TopologyScope::Pod)
         );
         assert_eq!(t.zones.len(), 1);
+        // Unreadable `available`: nothing; no memory reported: no limit.
+        assert_eq!(t.zones[0].available.cpu_milli, 0);
+        assert_eq!(t.zones[0].allocatable.cpu_milli, 16_000);
+        assert_eq!(t.zones[0].available.memory_bytes, u64::MAX);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("resource cpu"), "{problems:?}");
         assert!(problems[1].contains("numa-a"), "{problems:?}");

@@ -120,9 +120,11 @@ impl Snapshot {
         for t in &self.topologies {
             add_topology(&mut view, &mut report, t);
         }
+        view.node_topologies_listed();
         for (i, pod) in self.pods.iter().enumerate() {
             add_pod(&mut view, &mut report, pod, i);
         }
+        view.settle_shown_takes();
         (view, report)
     }
 
@@ -149,6 +151,7 @@ pub fn load_view(path: &Path) -> Result<(ClusterView, StateReport), SnapshotErro
         Object::NodeResourceTopology(t) => add_topology(&mut view, &mut report, &t),
         Object::Pod(_) => {}
     })?;
+    view.node_topologies_listed();
     let mut i = 0;
     read_file(path, |object| {
         if let Object::Pod(pod) = object {
@@ -156,6 +159,7 @@ pub fn load_view(path: &Path) -> Result<(ClusterView, StateReport), SnapshotErro
             i += 1;
         }
     })?;
+    view.settle_shown_takes();
     Ok((view, report))
 }
 

@@ -223,7 +223,10 @@ async fn watch_while_served<K>(
 }
 
 /// Watches NodeResourceTopology, v1alpha2 when served, else v1alpha1,
-/// while either is; asks again every 10 seconds. Never gates readiness.
+/// while either is; asks again every 10 seconds. Never gates readiness:
+/// until the first list completes, Guaranteed GPU pods are refused with
+/// `NumaTopologiesListing` (they may need alignment gpugate cannot judge
+/// yet); the others are placed as usual.
 async fn feed_node_topologies(
     client: Client,
     shared: Arc<SharedCluster>,
@@ -258,17 +261,25 @@ async fn feed_node_topologies(
             version.unwrap_or(""),
             node_topology::PLURAL,
         );
+        let listed = {
+            let shared = shared.clone();
+            move || shared.write().node_topologies_listed()
+        };
         match version {
             None => tokio::time::sleep(SERVED_CHECK).await,
             Some("v1alpha2") => {
                 tracing::info!(version = "v1alpha2", "NodeResourceTopology served");
-                watch_while_served::<NrtV1Alpha2>(&client, &shared, &observer, resync, what, || {})
-                    .await;
+                watch_while_served::<NrtV1Alpha2>(
+                    &client, &shared, &observer, resync, what, listed,
+                )
+                .await;
             }
             Some(_) => {
                 tracing::info!(version = "v1alpha1", "NodeResourceTopology served");
-                watch_while_served::<NrtV1Alpha1>(&client, &shared, &observer, resync, what, || {})
-                    .await;
+                watch_while_served::<NrtV1Alpha1>(
+                    &client, &shared, &observer, resync, what, listed,
+                )
+                .await;
             }
         }
     }

@@ -98,7 +98,12 @@ pub fn align(
         TopologyScope::Pod => {
             let all: Vec<usize> = (0..n).collect();
             let pod = pod_peak(kinds.iter().copied().zip(need.iter().copied()));
-            let gpus = plan.request.max_container_gpus();
+            let gpus = pod_peak(
+                containers
+                    .iter()
+                    .map(|c| (c.kind, u64::from(c.gpu.map_or(0, |g| g.count)))),
+            );
+            let gpus = u32::try_from(gpus).unwrap_or(u32::MAX);
             if kubelet_aligns(topology, node, &pod, gpus) {
                 vec![all]
             } else {
@@ -346,11 +351,14 @@ pub fn numa_score(
 /// or `None` when all of them do not.
 pub fn zones_needed(topology: &NodeTopology, pod: &CpuMemory) -> Option<usize> {
     let zones = &topology.zones;
-    // Up to 16 zones: every subset; more (never seen) are taken in order.
-    if zones.len() > 16 {
+    // Up to 8 zones (the Topology Manager's own limit): every subset;
+    // more, the freest first (an upper bound).
+    if zones.len() > 8 {
+        let mut by_cpu: Vec<CpuMemory> = zones.iter().map(|z| z.available).collect();
+        by_cpu.sort_by_key(|z| std::cmp::Reverse(z.cpu_milli));
         let mut sum = CpuMemory::default();
-        for (k, z) in zones.iter().enumerate() {
-            sum = super::lifecycle::Amount::plus(sum, z.available);
+        for (k, z) in by_cpu.into_iter().enumerate() {
+            sum = super::lifecycle::Amount::plus(sum, z);
             if sum.holds(pod) {
                 return Some(k + 1);
             }
@@ -552,6 +560,25 @@ mod tests {
         assert!(align(&n, &t, &mid, &mut Scratch::default()).is_err());
         t.policy = TopologyPolicy::SingleNumaNode;
         assert!(align(&n, &t, &big, &mut Scratch::default()).is_err());
+    }
+
+    /// A GPU whose NUMA node is unknown (-1 in HAMi's register annotation)
+    /// has no affinity: the kubelet aligns it with any zone.
+    #[test]
+    fn gpus_of_unknown_numa_go_with_any_zone() {
+        let n = node(&[-1]);
+        let t = topology(
+            TopologyScope::Container,
+            vec![zone(0, 2, 64), zone(1, 8, 64)],
+        );
+        let g = align(
+            &n,
+            &t,
+            &plan(&[(App, 4, 1, Some((1, 1000)))]),
+            &mut Scratch::default(),
+        )
+        .unwrap();
+        assert_eq!(g.zones, [Some(1)]);
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub enum ZoneRule {
     /// Any GPU of the node.
     #[default]
     Any,
-    /// Only GPUs on this NUMA node.
+    /// Only GPUs on this NUMA node (and GPUs whose NUMA node is unknown,
+    /// a negative id: the kubelet aligns them with any zone).
     Only(i32),
     /// Left out of this fit (a check of the containers before it).
     Skip,
@@ -49,7 +50,7 @@ impl ZoneRule {
     pub fn allows(self, gpu: &Gpu) -> bool {
         match self {
             ZoneRule::Any => true,
-            ZoneRule::Only(zone) => gpu.numa == zone,
+            ZoneRule::Only(zone) => gpu.numa == zone || gpu.numa < 0,
             ZoneRule::Skip => false,
         }
     }

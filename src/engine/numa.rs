@@ -219,9 +219,8 @@ impl NodeTopology {
             running
                 .iter()
                 .filter(|(z, _)| *z == zone)
-                .fold(CpuMemory::default(), |acc, (_, n)| CpuMemory {
-                    cpu_milli: acc.cpu_milli + n.cpu_milli,
-                    memory_bytes: acc.memory_bytes + n.memory_bytes,
+                .fold(CpuMemory::default(), |acc, (_, n)| {
+                    super::lifecycle::Amount::plus(acc, *n)
                 })
         };
         for (i, ((kind, n), &zone)) in kinds.iter().zip(need).zip(zones).enumerate() {
@@ -232,10 +231,10 @@ impl NodeTopology {
             };
             let z = self.zone(zone).ok_or(shortfall(ZoneResource::Cpu))?;
             let before = taken(&running, zone);
-            if before.cpu_milli + n.cpu_milli > z.available.cpu_milli {
+            if before.cpu_milli.saturating_add(n.cpu_milli) > z.available.cpu_milli {
                 return Err(shortfall(ZoneResource::Cpu));
             }
-            if before.memory_bytes + n.memory_bytes > z.available.memory_bytes {
+            if before.memory_bytes.saturating_add(n.memory_bytes) > z.available.memory_bytes {
                 return Err(shortfall(ZoneResource::Memory));
             }
             if *kind != ContainerKind::Init {

@@ -73,6 +73,13 @@ impl ZoneTakes {
         removed
     }
 
+    /// Whether pod `key`'s take on `node` is counted.
+    fn counts(&self, node: &str, key: &str) -> bool {
+        self.by_node
+            .get(node)
+            .is_some_and(|m| m.contains_key(&(false, key.to_string())))
+    }
+
     /// `topology` with what is taken on `node` (but `except`) off its zones.
     fn off(&self, node: &str, topology: &NodeTopology, except: &[&str]) -> NodeTopology {
         let mut t = topology.clone();
@@ -271,7 +278,8 @@ impl ClusterState {
             policy: plan.node_policy,
         };
         // NUMA scoring: a Guaranteed pod in a cluster with topologies.
-        let scoring = plan.numa.guaranteed && !self.topologies.is_empty();
+        let scoring =
+            plan.numa.guaranteed && plan.numa_scoring.weight > 0 && !self.topologies.is_empty();
         let pod_cpu_memory = pod_peak(
             plan.request
                 .containers
@@ -288,10 +296,10 @@ impl ClusterState {
             Ok(numa) => {
                 let score = node_score(node.totals());
                 let numa_part = scoring.then(|| {
-                    let topology = self.topologies.get(&node.name);
+                    let free = self.free_topology(&node.name, &[]);
                     let s = numa_score(
                         plan.numa_scoring.strategy,
-                        topology,
+                        free.as_ref(),
                         numa.as_ref(),
                         &pod_cpu_memory,
                     );
@@ -389,33 +397,55 @@ impl ClusterState {
     }
 
     /// Fits the pod on `node` (its GPUs; and its NUMA zones where the
-    /// node's kubelet aligns it, with what the pods `except` took of the
-    /// zones given back): the zones when aligned. `scratch.grants` holds
-    /// the GPUs.
+    /// node's kubelet aligns it, with `back` given back to the zones):
+    /// the zones when aligned. `scratch.grants` holds the GPUs.
     fn fit_on(
         &self,
         node: &Node,
         plan: &PodPlan,
-        except: &[&str],
+        back: &[(&str, &Allocation)],
         scratch: &mut Scratch,
     ) -> Result<Option<NumaGrant>, Rejection> {
         fit_pod(node, plan, scratch)?;
         if self.topologies.is_empty() || !plan.numa.guaranteed {
             return Ok(None);
         }
-        match self.topologies.get(&node.name) {
-            Some(topology) if align::applies(topology, plan) => {
-                let free = self.zone_takes.off(&node.name, topology, except);
+        match self.free_topology(&node.name, back) {
+            Some(free) if align::applies(&free, plan) => {
                 align::align(node, &free, plan, scratch).map(Some)
             }
             _ => Ok(None),
         }
     }
 
+    /// `node`'s topology as placement sees it: the object's availability
+    /// less what gpugate counts there, with what the pods of `back` take
+    /// given back (preemption's question: their own counts, or, once the
+    /// object shows them, their zone takes, up to each zone's allocatable).
+    fn free_topology(&self, node: &str, back: &[(&str, &Allocation)]) -> Option<NodeTopology> {
+        let topology = self.topologies.get(node)?;
+        let except: Vec<&str> = back.iter().map(|(uid, _)| *uid).collect();
+        let mut free = self.zone_takes.off(node, topology, &except);
+        for (uid, a) in back {
+            let counted = self.zone_takes.counts(node, uid);
+            let Some(grant) = a.numa.as_ref().filter(|_| !counted && a.node == node) else {
+                continue;
+            };
+            for (id, take) in &grant.takes {
+                if let Some(z) = free.zones.iter_mut().find(|z| z.id == *id) {
+                    let back = super::lifecycle::Amount::plus(z.available, *take);
+                    z.available = CpuMemory {
+                        cpu_milli: back.cpu_milli.min(z.allocatable.cpu_milli),
+                        memory_bytes: back.memory_bytes.min(z.allocatable.memory_bytes),
+                    };
+                }
+            }
+        }
+        Some(free)
+    }
+
     /// Whether the pod would fit on `node` if the given allocations (on that
     /// node) were gone: preemption's question. Only that node is copied.
-    /// Their NUMA zones get back only what gpugate counts for them: what
-    /// the node's object already shows taken stays taken.
     pub fn fit_without(
         &self,
         plan: &PodPlan,
@@ -434,8 +464,7 @@ impl ClusterState {
                 }
             }
         }
-        let except: Vec<&str> = removed.iter().map(|(uid, _)| *uid).collect();
-        self.fit_on(&n, plan, &except, &mut Scratch::default())
+        self.fit_on(&n, plan, removed, &mut Scratch::default())
             .map(|_| ())
     }
 
@@ -872,9 +901,24 @@ mod tests {
         let e = s.assign(&plan, "a").unwrap_err();
         assert!(matches!(e, Rejection::Devices { .. }), "{e}");
         assert!(s.fit_without(&plan, "a", &[("first", &a)]).is_ok());
+        // The pod leaves; the object shows its CPUs free again.
+        let mut freed = s.topology("a").unwrap().clone();
+        freed.zones[0].available.cpu_milli = 8000;
+        s.set_topology("a", Some(freed));
         assert!(s.settle_zone_take("first"));
         assert!(s.unsettled_zone_takes("a").is_empty());
         assert!(!s.settle_zone_take("first"));
+        // Settled: the object is taken to show its 6 CPUs (as it would,
+        // 8 - 6 = 2 left); preemption's question gives them back.
+        let mut shown = s.topology("a").unwrap().clone();
+        shown.zones[0].available.cpu_milli = 2000;
+        s.set_topology("a", Some(shown));
+        assert!(s.fit_without(&plan, "a", &[]).is_err());
+        assert!(s.fit_without(&plan, "a", &[("first", &a)]).is_ok());
+        // The pod leaves; the object shows its CPUs free again.
+        let mut freed = s.topology("a").unwrap().clone();
+        freed.zones[0].available.cpu_milli = 8000;
+        s.set_topology("a", Some(freed));
         // Holds count too, and go with the hold: a slice of 6 CPUs held,
         // a second slice of 4 CPUs finds room on the GPU but not the zone.
         s.remove("first");

@@ -113,6 +113,9 @@ pub fn judge(
     if !plan.request.has_gpus() {
         return Verdict::NoGpus;
     }
+    if plan.numa.guaranteed && view.node_topologies_listing() {
+        return Verdict::Everywhere(NodeReason::NumaTopologiesListing);
+    }
     let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
     let judged = match quota::check_request(&namespace_quota, plan)
         .map_err(NodeReason::Quota)
@@ -164,4 +167,42 @@ pub fn judge(
         rejected,
         policy: plan.node_policy,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(cpu_request: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"},
+            "spec": {"containers": [{"name": "c", "resources": {
+                "limits": {"cpu": "4", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                "requests": {"cpu": cpu_request, "memory": "1Gi"}}}]},
+        }))
+        .unwrap()
+    }
+
+    /// While NodeResourceTopology objects are being listed, a Guaranteed
+    /// pod is refused everywhere (which nodes align it is unknown); a
+    /// Burstable one is judged as usual.
+    #[test]
+    fn guaranteed_pods_wait_for_the_topologies_list() {
+        let config = Config::default();
+        let mut view = ClusterView::new();
+        view.set_node_topologies_served(true);
+        let now = Timestamp::now();
+        let verdict = |view: &ClusterView, p: &Pod| {
+            let plan = crate::cluster::convert::pod_plan(p, &config).unwrap();
+            judge(view, &config, p, &plan, None, now)
+        };
+        let guaranteed = pod("4");
+        assert_eq!(
+            verdict(&view, &guaranteed),
+            Verdict::Everywhere(NodeReason::NumaTopologiesListing)
+        );
+        assert!(matches!(verdict(&view, &pod("1")), Verdict::Nodes(_)));
+        view.node_topologies_listed();
+        assert!(matches!(verdict(&view, &guaranteed), Verdict::Nodes(_)));
+    }
 }

@@ -23,11 +23,12 @@ pub enum ReasonCode {
     GangPlacement,
     NodeLockBusy,
     NotBestNode,
+    NumaTopologiesListing,
 }
 
 impl ReasonCode {
     /// The codes beside the per-GPU ones.
-    pub const NODE: [ReasonCode; 9] = [
+    pub const NODE: [ReasonCode; 10] = [
         ReasonCode::NodeUnregistered,
         ReasonCode::NodeInsufficientDevice,
         ReasonCode::ResourceQuotaNotFit,
@@ -37,6 +38,7 @@ impl ReasonCode {
         ReasonCode::GangPlacement,
         ReasonCode::NodeLockBusy,
         ReasonCode::NotBestNode,
+        ReasonCode::NumaTopologiesListing,
     ];
 
     /// Every code there is.
@@ -59,6 +61,7 @@ impl ReasonCode {
             ReasonCode::GangPlacement => "GangPlacement",
             ReasonCode::NodeLockBusy => "NodeLockBusy",
             ReasonCode::NotBestNode => "NotBestNode",
+            ReasonCode::NumaTopologiesListing => "NumaTopologiesListing",
         }
     }
 }
@@ -116,6 +119,9 @@ pub enum NodeReason {
     NodeLockBusy(String),
     /// `filterMode: best` offers only the best node.
     NotBestNode(NodePolicy),
+    /// A Guaranteed pod while NodeResourceTopology objects are still being
+    /// listed: which nodes align it is not known yet.
+    NumaTopologiesListing,
 }
 
 impl NodeReason {
@@ -141,6 +147,7 @@ impl NodeReason {
             NodeReason::GangPlacement { .. } => ReasonCode::GangPlacement,
             NodeReason::NodeLockBusy(_) => ReasonCode::NodeLockBusy,
             NodeReason::NotBestNode(_) => ReasonCode::NotBestNode,
+            NodeReason::NumaTopologiesListing => ReasonCode::NumaTopologiesListing,
         }
     }
 
@@ -149,7 +156,9 @@ impl NodeReason {
     pub fn is_unresolvable(&self) -> bool {
         match self {
             NodeReason::Engine(r) => r.is_unresolvable(),
-            NodeReason::GangInvalid(_) | NodeReason::Gang(GangShortfall::Incomplete { .. }) => true,
+            NodeReason::GangInvalid(_)
+            | NodeReason::Gang(GangShortfall::Incomplete { .. })
+            | NodeReason::NumaTopologiesListing => true,
             _ => false,
         }
     }
@@ -172,6 +181,9 @@ impl fmt::Display for NodeReason {
             NodeReason::NotBestNode(policy) => write!(
                 f,
                 "NotBestNode (filterMode best keeps only the best node under the {policy} node policy)"
+            ),
+            NodeReason::NumaTopologiesListing => f.write_str(
+                "NumaTopologiesListing (NodeResourceTopology objects are still being listed; a Guaranteed pod is placed once they are, a second or so)",
             ),
         }
     }
@@ -283,6 +295,7 @@ mod tests {
             NodeReason::GangPlacement { node: "n".into() },
             NodeReason::NodeLockBusy("lock held".into()),
             NodeReason::NotBestNode(NodePolicy::Binpack),
+            NodeReason::NumaTopologiesListing,
         ];
         let mut seen = std::collections::BTreeSet::new();
         for r in &reasons {

@@ -1733,13 +1733,18 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
         )
     };
     takes(3.0).await?;
-    let admitted = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(2);
+    // Admitted 4 s ago: after numa-b's object was last written (at the
+    // scenario's start), so that object does not show it; an object
+    // written more than gpugate's 5-second margin after it does.
+    let admitted = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(4);
     api.patch_status(
         winner,
         &PatchParams::default(),
         &Patch::Merge(json!({"status": {"startTime": admitted.to_string()}})),
     )
     .await?;
+    takes(3.0).await?;
+    tokio::time::sleep(Duration::from_millis(2200)).await;
     manifests::apply(
         &ctx.cp.admin,
         &discovery,
@@ -1748,6 +1753,12 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     )
     .await?;
     takes(2.0).await?;
+    // The object now says zone 0 has 1 CPU: the loser still has no room.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure!(
+        !is_bound(&api.get(loser).await?),
+        "{loser} landed once the winner's take was settled"
+    );
 
     // (5) No object: judged on its GPUs alone, as before.
     create_pod(

@@ -512,6 +512,10 @@ fn zone_takes_count_until_an_object_written_after_the_pod_started() {
         &aligned_pod("a", "n1", Some("2026-11-25T10:01:30Z")),
     );
     assert_eq!(counted(&v), ["uid-a"]);
+    // Written 3 s after: within the margin (the exporter may have read
+    // the node before the kubelet admitted the pod).
+    apply_nrt(&mut v, "16", "2026-11-25T10:01:33Z");
+    assert_eq!(counted(&v), ["uid-a"]);
     // An object written after: it shows the pod's CPUs; stop counting.
     apply_nrt(&mut v, "12", "2026-11-25T10:02:00Z");
     assert!(counted(&v).is_empty());
@@ -569,4 +573,54 @@ fn a_counted_take_keeps_the_zone_from_a_second_pod() {
     // The first pod leaves and the object shows its CPUs back.
     apply_nrt(&mut v, "6", "2026-11-25T10:02:00Z");
     assert!(v.state().assign(&plan, "n1").is_ok());
+}
+
+/// A snapshot made with `kubectl get` has no managedFields: its objects
+/// show the pods the kubelet had admitted when it was made, whichever
+/// comes first in the file; pods not admitted yet still count.
+#[test]
+fn snapshot_objects_without_write_times_show_admitted_pods() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.set_node_topologies_served(true);
+    let mut o = nrt("16", "2026-11-25T10:00:00Z");
+    o.metadata.managed_fields = None;
+    assert_eq!(o.written(), None);
+    v.upsert_pod(
+        "uid-a",
+        &aligned_pod("a", "n1", Some("2026-11-25T09:00:00Z")),
+    );
+    v.upsert_pod("uid-b", &aligned_pod("b", "n1", None));
+    let (t, _) = o.topology();
+    v.upsert_node_topology("n1", t, o.written());
+    v.node_topologies_listed();
+    v.settle_shown_takes();
+    assert_eq!(v.state().unsettled_zone_takes("n1"), ["uid-b"]);
+    // Only the exporter's own writes count (the entry owning zones).
+    let o: crate::cluster::node_topology::NrtObject = serde_yaml_ng::from_str(
+        r#"
+metadata:
+  name: n1
+  managedFields:
+    - {manager: nfd-topology-updater, operation: Update, time: "2026-11-25T10:00:00Z", fieldsType: FieldsV1, fieldsV1: {"f:zones": {}}}
+    - {manager: kubectl-label, operation: Update, time: "2026-11-25T11:00:00Z", fieldsType: FieldsV1, fieldsV1: {"f:metadata": {}}}
+"#,
+    )
+    .unwrap();
+    assert_eq!(o.written().unwrap().to_string(), "2026-11-25T10:00:00Z");
+}
+
+/// Until the first list of NodeResourceTopology completes, which nodes
+/// align a pod is unknown.
+#[test]
+fn topologies_listing_until_the_first_list() {
+    let mut v = ClusterView::new();
+    assert!(!v.node_topologies_listing());
+    v.set_node_topologies_served(true);
+    assert!(v.node_topologies_listing());
+    v.node_topologies_listed();
+    assert!(!v.node_topologies_listing());
+    v.set_node_topologies_served(false);
+    v.set_node_topologies_served(true);
+    assert!(v.node_topologies_listing());
 }
