@@ -213,32 +213,47 @@ impl NodeTopology {
         need: &[CpuMemory],
         zones: &[i32],
     ) -> Result<(), ZoneShortfall> {
-        // What sidecars and app containers placed so far take, by zone.
-        let mut running: Vec<(i32, CpuMemory)> = Vec::new();
-        let taken = |running: &[(i32, CpuMemory)], zone: i32| {
-            running
+        self.containers_hold(
+            kinds
                 .iter()
-                .filter(|(z, _)| *z == zone)
-                .fold(CpuMemory::default(), |acc, (_, n)| {
-                    super::lifecycle::Amount::plus(acc, *n)
-                })
-        };
-        for (i, ((kind, n), &zone)) in kinds.iter().zip(need).zip(zones).enumerate() {
+                .zip(need)
+                .zip(zones)
+                .enumerate()
+                .map(|(i, ((k, n), z))| (i, *k, *n, *z)),
+        )
+    }
+
+    /// [`Self::zones_hold`] for (index, kind, need, zone) of containers in
+    /// pod order (some may be left out); the shortfall names the index.
+    pub fn containers_hold(
+        &self,
+        containers: impl IntoIterator<Item = (usize, ContainerKind, CpuMemory, i32)>,
+    ) -> Result<(), ZoneShortfall> {
+        // What sidecars and app containers placed so far take, per zone.
+        let mut running: Vec<(i32, CpuMemory)> = Vec::new();
+        for (i, kind, n, zone) in containers {
             let shortfall = |resource| ZoneShortfall {
                 container: i,
                 zone,
                 resource,
             };
             let z = self.zone(zone).ok_or(shortfall(ZoneResource::Cpu))?;
-            let before = taken(&running, zone);
+            let before = running
+                .iter()
+                .find(|(id, _)| *id == zone)
+                .map_or(CpuMemory::default(), |(_, taken)| *taken);
             if before.cpu_milli.saturating_add(n.cpu_milli) > z.available.cpu_milli {
                 return Err(shortfall(ZoneResource::Cpu));
             }
             if before.memory_bytes.saturating_add(n.memory_bytes) > z.available.memory_bytes {
                 return Err(shortfall(ZoneResource::Memory));
             }
-            if *kind != ContainerKind::Init {
-                running.push((zone, *n));
+            if kind != ContainerKind::Init {
+                let sum = super::lifecycle::Amount::plus(before, n);
+                match running.iter_mut().find(|(id, _)| *id == zone) {
+                    Some(entry) => entry.1 = sum,
+                    None => running.push((zone, sum)),
+                }
             }
         }
         Ok(())

@@ -287,16 +287,15 @@ impl ClusterState {
                 .map(|c| c.kind)
                 .zip(plan.numa.containers.iter().copied()),
         );
-        let mut judge = |node: &'a Node, eval: &mut Evaluation<'a>| match self.fit_on(
+        let mut judge = |node: &'a Node, eval: &mut Evaluation<'a>| match self.fit_on_with(
             node,
             plan,
             &[],
             &mut scratch,
         ) {
-            Ok(numa) => {
+            Ok((numa, free)) => {
                 let score = node_score(node.totals());
                 let numa_part = scoring.then(|| {
-                    let free = self.free_topology(&node.name, &[]);
                     let s = numa_score(
                         plan.numa_scoring.strategy,
                         free.as_ref(),
@@ -406,15 +405,33 @@ impl ClusterState {
         back: &[(&str, &Allocation)],
         scratch: &mut Scratch,
     ) -> Result<Option<NumaGrant>, Rejection> {
-        fit_pod(node, plan, scratch)?;
-        if self.topologies.is_empty() || !plan.numa.guaranteed {
-            return Ok(None);
-        }
-        match self.free_topology(&node.name, back) {
+        self.fit_on_with(node, plan, back, scratch)
+            .map(|(grant, _)| grant)
+    }
+
+    /// [`Self::fit_on`], with the node's topology as placement saw it.
+    fn fit_on_with(
+        &self,
+        node: &Node,
+        plan: &PodPlan,
+        back: &[(&str, &Allocation)],
+        scratch: &mut Scratch,
+    ) -> Result<(Option<NumaGrant>, Option<NodeTopology>), Rejection> {
+        let free = if self.topologies.is_empty() || !plan.numa.guaranteed {
+            None
+        } else {
+            self.free_topology(&node.name, back)
+        };
+        match free {
             Some(free) if align::applies(&free, plan) => {
-                align::align(node, &free, plan, scratch).map(Some)
+                match align::align(node, &free, plan, scratch) {
+                    Ok(grant) => Ok((Some(grant), Some(free))),
+                    // When the GPUs fit nowhere on the node, their own
+                    // reasons say more than the zones'.
+                    Err(zones) => Err(fit_pod(node, plan, scratch).err().unwrap_or(zones)),
+                }
             }
-            _ => Ok(None),
+            free => fit_pod(node, plan, scratch).map(|()| (None, free)),
         }
     }
 
