@@ -44,6 +44,7 @@ const FIXTURES: &[&str] = &[
     "cores-150.yaml",
     "env-escape.yaml",
     "forged-allocation.yaml",
+    "forged-numa-zones.yaml",
     "gpu-only.yaml",
     "gpu-sidecar.yaml",
     "init-and-sidecar.yaml",
