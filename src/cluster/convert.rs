@@ -6,8 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Node as K8sNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::Config;
-use crate::engine::align::NumaGrant;
-use crate::engine::numa::NumaRequest;
+use crate::engine::numa::{NumaGrant, NumaRequest};
 use crate::engine::request::{ContainerSpec, RequestError};
 use crate::engine::{Allocation, ContainerKind, Gpu, Node, PlanError, PodPlan, PodRequest, Usage};
 use crate::hami::cordon::decode_device_cordon;

@@ -99,7 +99,7 @@ pub struct NumaConfig {
     /// `LeastAllocated`, `MostAllocated`, `BalancedAllocation` or
     /// `LeastNUMANodes` (the names of scheduler-plugins'
     /// NodeResourceTopologyMatch).
-    pub scoring_strategy: crate::engine::align::NumaStrategy,
+    pub scoring_strategy: crate::engine::numa_score::NumaStrategy,
     /// The NUMA score's weight beside the node policy's (1); 0 ranks by
     /// the node policy alone.
     pub weight: u32,
@@ -107,7 +107,7 @@ pub struct NumaConfig {
 
 impl Default for NumaConfig {
     fn default() -> Self {
-        let d = crate::engine::align::NumaScoring::default();
+        let d = crate::engine::numa_score::NumaScoring::default();
         Self {
             scoring_strategy: d.strategy,
             weight: d.weight,
@@ -116,8 +116,8 @@ impl Default for NumaConfig {
 }
 
 impl NumaConfig {
-    pub fn scoring(&self) -> crate::engine::align::NumaScoring {
-        crate::engine::align::NumaScoring {
+    pub fn scoring(&self) -> crate::engine::numa_score::NumaScoring {
+        crate::engine::numa_score::NumaScoring {
             strategy: self.scoring_strategy,
             weight: self.weight,
         }
@@ -333,7 +333,7 @@ mod tests {
     /// else is refused with the names allowed.
     #[test]
     fn numa_scoring_is_read_and_checked() {
-        use crate::engine::align::NumaStrategy;
+        use crate::engine::numa_score::NumaStrategy;
         let c = Config::from_yaml(
             "scheduler: {numa: {scoringStrategy: LeastNUMANodes, weight: 3}}",
             "test",

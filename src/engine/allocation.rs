@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use crate::hami::keys::NVIDIA_VENDOR;
 use crate::hami::{ContainerDevice, PodDevices};
 
-use super::align::NumaGrant;
 use super::device::Usage;
 use super::lifecycle::{ContainerKind, pod_peak};
+use super::numa::NumaGrant;
 
 /// One GPU granted to one container.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

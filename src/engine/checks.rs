@@ -1,6 +1,7 @@
 //! The per-GPU checks with their reason codes, in HAMi's order
 //! (hami-compat.md 5.4.3): whether one GPU can take one container's share,
-//! and what it takes.
+//! and what it takes; and which GPUs a container may take at all
+//! ([`ZoneRule`], NUMA alignment).
 
 use super::device::{Gpu, Usage};
 use super::policy::GpuPolicy;
@@ -55,4 +56,29 @@ pub fn check_gpu(
         mem_mib: mem,
         cores: req.cores,
     })
+}
+
+/// Which GPUs of the node a container may take: NUMA alignment
+/// ([`super::align`]) keeps a container's GPUs in its zone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ZoneRule {
+    /// Any GPU of the node.
+    #[default]
+    Any,
+    /// Only GPUs on this NUMA node (and GPUs whose NUMA node is unknown,
+    /// a negative id: the kubelet aligns them with any zone).
+    Only(i32),
+    /// Left out of this fit (a check of the containers before it).
+    Skip,
+}
+
+impl ZoneRule {
+    /// Whether a container under this rule may take `gpu`.
+    pub fn allows(self, gpu: &Gpu) -> bool {
+        match self {
+            ZoneRule::Any => true,
+            ZoneRule::Only(zone) => gpu.numa == zone || gpu.numa < 0,
+            ZoneRule::Skip => false,
+        }
+    }
 }

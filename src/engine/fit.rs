@@ -2,8 +2,8 @@
 //! the per-GPU checks of [`super::checks`].
 
 use super::chain::ChainCandidate;
-pub use super::checks::check_gpu;
-use super::device::{Gpu, Node, Usage};
+pub use super::checks::{ZoneRule, check_gpu};
+use super::device::{Node, Usage};
 use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
@@ -29,31 +29,6 @@ pub struct Scratch {
     /// Steps the joint search has spent with this scratch (one evaluation
     /// of all nodes), against [`joint::JOINT_TOTAL_BUDGET`].
     pub(crate) joint_spent: usize,
-}
-
-/// Which GPUs of the node a container may take: NUMA alignment
-/// ([`super::align`]) keeps a container's GPUs in its zone.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ZoneRule {
-    /// Any GPU of the node.
-    #[default]
-    Any,
-    /// Only GPUs on this NUMA node (and GPUs whose NUMA node is unknown,
-    /// a negative id: the kubelet aligns them with any zone).
-    Only(i32),
-    /// Left out of this fit (a check of the containers before it).
-    Skip,
-}
-
-impl ZoneRule {
-    /// Whether a container under this rule may take `gpu`.
-    pub fn allows(self, gpu: &Gpu) -> bool {
-        match self {
-            ZoneRule::Any => true,
-            ZoneRule::Only(zone) => gpu.numa == zone || gpu.numa < 0,
-            ZoneRule::Skip => false,
-        }
-    }
 }
 
 /// Fits every container of `plan` on `node`, any GPU for any container
@@ -336,6 +311,7 @@ fn choose_numa_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::device::Gpu;
     use crate::engine::policy::NodePolicy;
     use crate::engine::request::{ContainerRequest, Memory, PodRequest};
     use crate::engine::selection::ModelPattern;

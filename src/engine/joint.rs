@@ -19,9 +19,9 @@
 //! bounded amount per filter, however large the cluster. HAMi places
 //! containers greedily, one by one, and has no such search.
 
+use super::checks::ZoneRule;
 use super::checks::check_gpu;
 use super::device::{Node, Usage};
-use super::fit::ZoneRule;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
 use super::request::GpuRequest;

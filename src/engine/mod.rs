@@ -19,6 +19,7 @@ pub mod gang;
 pub mod joint;
 pub mod lifecycle;
 pub mod numa;
+pub mod numa_score;
 pub mod plan;
 pub mod policy;
 pub mod quantity;

@@ -7,9 +7,10 @@
 //! kubelet aligns it at all (QoS class Guaranteed) and each container's CPU
 //! and memory.
 //!
-//! The alignment rule built on this model is in [`super::align`].
+//! The alignment rule built on this model is in [`super::align`], the
+//! ranking of nodes by their zones in [`super::numa_score`].
 
-use super::lifecycle::ContainerKind;
+use super::lifecycle::{ContainerKind, pod_peak};
 use super::quantity::{parse_milli, parse_whole};
 use super::request::ContainerSpec;
 
@@ -257,6 +258,49 @@ impl NodeTopology {
             }
         }
         Ok(())
+    }
+}
+
+/// Where an aligned pod's containers run on one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct NumaGrant {
+    /// Per container in pod order (init containers first): its zone, or
+    /// `None` when the kubelet does not align it (`restricted`, for a
+    /// container no single zone could ever hold).
+    pub zones: Vec<Option<i32>>,
+    /// What the pod takes of each zone while it exists (Kubernetes' pod
+    /// rule over its containers there), by zone id ascending.
+    pub takes: Vec<(i32, CpuMemory)>,
+}
+
+impl NumaGrant {
+    /// The grant of containers on `zones`, needing `need` each.
+    pub fn new(zones: Vec<Option<i32>>, kinds: &[ContainerKind], need: &[CpuMemory]) -> Self {
+        let mut ids: Vec<i32> = zones.iter().flatten().copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let takes = ids
+            .into_iter()
+            .map(|zone| {
+                let on_zone = kinds.iter().zip(need).zip(&zones).map(|((k, n), z)| {
+                    (
+                        *k,
+                        if *z == Some(zone) {
+                            *n
+                        } else {
+                            CpuMemory::default()
+                        },
+                    )
+                });
+                (zone, pod_peak(on_zone))
+            })
+            .collect();
+        NumaGrant { zones, takes }
+    }
+
+    /// The zones used, ascending, without repeats.
+    pub fn zone_ids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.takes.iter().map(|(z, _)| *z)
     }
 }
 

@@ -3,9 +3,9 @@
 
 use crate::hami::keys;
 
-use super::align::NumaScoring;
 use super::annotations::Annotations;
 use super::numa::NumaRequest;
+use super::numa_score::NumaScoring;
 use super::policy::{GpuPolicy, NodePolicy, UnknownPolicy};
 use super::request::{PodRequest, RequestError};
 use super::selection::{Selection, SelectionError};

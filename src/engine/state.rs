@@ -7,12 +7,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::align::{self, NumaGrant, numa_score};
+use super::align;
 use super::allocation::{Allocation, DeviceGrant};
 use super::device::Node;
 use super::fit::{Scratch, fit_pod};
 use super::lifecycle::pod_peak;
-use super::numa::{CpuMemory, NodeTopology};
+use super::numa::{CpuMemory, NodeTopology, NumaGrant};
+use super::numa_score::numa_score;
 use super::plan::PodPlan;
 use super::policy::{NodePolicy, node_better, node_priority, node_score};
 use super::reason::Rejection;
@@ -874,7 +875,7 @@ mod tests {
     /// policy (and the lowest name) alone.
     #[test]
     fn numa_scoring_ranks_equal_nodes_by_their_zones() {
-        use crate::engine::align::{NumaScoring, NumaStrategy};
+        use crate::engine::numa_score::{NumaScoring, NumaStrategy};
         let (s, mut plan) = numa_state();
         let best = |plan: &PodPlan| s.evaluate(plan, None).best().unwrap().node.to_string();
         plan.numa_scoring = NumaScoring {

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::{ClusterView, pod_namespace};
 use crate::config::Config;
-use crate::engine::align::NumaGrant;
+use crate::engine::numa::NumaGrant;
 use crate::engine::state::ranks_before;
 use crate::engine::{NodePolicy, PodPlan};
 
