@@ -291,6 +291,40 @@ fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
 mod tests {
     use super::*;
 
+    /// The zones annotation round-trips, and what cannot be read (not one
+    /// zone per container, not numbers) leaves the take unknown while the
+    /// pod's GPUs still count.
+    #[test]
+    fn numa_zones_annotation() {
+        let pod = |zones: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": {
+                    "hami.io/vgpu-node": "n1",
+                    "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,1000,0:;;",
+                    NUMA_ZONES: zones}},
+                "spec": {"initContainers": [{"name": "setup", "resources": {
+                            "limits": {"cpu": "1", "memory": "1Gi"}}}],
+                         "containers": [{"name": "train", "resources": {
+                            "limits": {"cpu": "8", "memory": "2Gi"}}}]},
+            }))
+            .unwrap()
+        };
+        let a = pod_allocation(&pod("1,1")).unwrap().unwrap();
+        let grant = a.numa.unwrap();
+        assert_eq!(grant.zones, [Some(1), Some(1)]);
+        assert_eq!(encode_numa_zones(&grant), "1,1");
+        // The init container's CPU is free again for the app container.
+        assert_eq!(grant.takes[0].1.cpu_milli, 8000);
+        let a = pod_allocation(&pod("-,0")).unwrap().unwrap();
+        assert_eq!(a.numa.as_ref().unwrap().zones, [None, Some(0)]);
+        assert_eq!(encode_numa_zones(a.numa.as_ref().unwrap()), "-,0");
+        for garbage in ["0", "0,1,2", "a,b", ""] {
+            let a = pod_allocation(&pod(garbage)).unwrap().unwrap();
+            assert_eq!(a.numa, None, "{garbage:?}");
+            assert_eq!(a.grant_count(), 1, "the allocation itself is read");
+        }
+    }
+
     /// A real Pod's QoS class and CPU and memory reach the plan.
     #[test]
     fn pod_plan_reads_the_numa_request() {

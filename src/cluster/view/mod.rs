@@ -129,11 +129,11 @@ pub struct ClusterView {
     /// yet (bind in flight, or bound a moment ago), by UID: their node.
     unsettled: HashMap<String, String>,
     seen_locks: SeenLocks,
-    /// NodeResourceTopology by node name, as the objects give it, with
-    /// when each was last written; `None` while the API server does not
-    /// serve the kind. The engine's state holds the topologies placement
-    /// uses (see `numa.rs`).
-    topologies: Served<String, numa::WrittenTopology>,
+    /// When each node's NodeResourceTopology was last written by its
+    /// exporter, by node name; `None` while the API server does not serve
+    /// the kind. The engine's state holds the topologies themselves (see
+    /// `numa.rs`).
+    topologies: Served<String, Option<jiff::Timestamp>>,
 }
 
 /// Counts for metrics and `/readyz` detail.

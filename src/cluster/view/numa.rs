@@ -21,13 +21,6 @@ use crate::engine::numa::NodeTopology;
 
 use super::ClusterView;
 
-/// A node's topology as its object gives it, and when that was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrittenTopology {
-    pub topology: NodeTopology,
-    pub written: Option<Timestamp>,
-}
-
 impl ClusterView {
     /// Whether the API server serves NodeResourceTopology; when it stops,
     /// the objects known are forgotten.
@@ -49,13 +42,7 @@ impl ClusterView {
         topology: NodeTopology,
         written: Option<Timestamp>,
     ) {
-        self.topologies.upsert(
-            node.to_string(),
-            WrittenTopology {
-                topology: topology.clone(),
-                written,
-            },
-        );
+        self.topologies.upsert(node.to_string(), written);
         if self.topologies.served().is_none() {
             return;
         }
@@ -73,12 +60,7 @@ impl ClusterView {
 
     /// Settles the zone takes on `node` that its object shows.
     fn settle_node(&mut self, node: &str) {
-        let Some(written) = self
-            .topologies
-            .served()
-            .and_then(|t| t.get(node))
-            .map(|w| w.written)
-        else {
+        let Some(written) = self.topologies.served().and_then(|t| t.get(node)).copied() else {
             return;
         };
         for uid in self.state.unsettled_zone_takes(node) {
@@ -108,7 +90,7 @@ impl ClusterView {
     /// A node's topology as its object gives it (before gpugate's own
     /// placements since it was written are taken off).
     pub fn node_topology(&self, node: &str) -> Option<&NodeTopology> {
-        self.topologies.served()?.get(node).map(|w| &w.topology)
+        self.state.topology(node)
     }
 
     /// The nodes with a NodeResourceTopology known.
@@ -126,7 +108,8 @@ impl ClusterView {
             .topologies
             .served()
             .and_then(|t| t.get(node))
-            .and_then(|w| w.written);
+            .copied()
+            .flatten();
         if written.is_some() && shows(written, started) {
             self.state.settle_zone_take(uid);
         }
