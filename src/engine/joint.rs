@@ -173,7 +173,7 @@ impl Search<'_> {
 
 /// The next `pick.len()`-combination of `0..m` in lexicographic order;
 /// false after the last.
-fn next_combination(pick: &mut [usize], m: usize) -> bool {
+pub fn next_combination(pick: &mut [usize], m: usize) -> bool {
     let n = pick.len();
     let Some(i) = (0..n).rev().find(|&i| pick[i] < m - n + i) else {
         return false;

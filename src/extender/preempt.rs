@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use crate::cluster::{ClusterView, pod_name};
 use crate::config::Config;
+use crate::engine::joint::next_combination;
 use crate::engine::{Allocation, PodPlan};
 
 use super::error::ExtenderError;
@@ -75,9 +76,18 @@ fn gpu_allocation_on<'v>(view: &'v ClusterView, uid: &str, node: &str) -> Option
         .filter(|a| a.node == node && a.grant_count() > 0)
 }
 
-/// With `removed` gone, adds entries of `extra` in order until the pod fits,
-/// then gives back (highest priority first) every added one it does not
-/// need. `None` when even all of them are not enough.
+/// Sets of further victims up to this size are tried exhaustively.
+const EXACT_SIZE: usize = 3;
+/// Most sets tried exhaustively per node; beyond, the greedy pass.
+const EXACT_BUDGET: usize = 20_000;
+
+/// With `removed` gone, the fewest entries of `extra` (lowest priority
+/// first) whose removal too lets the pod fit; `None` when even all of them
+/// are not enough. Every set of one, then two, then three entries is tried
+/// in order (`extra` is sorted lowest priority first, so the first set
+/// found of a size is among the cheapest); past that size, or past the
+/// budget, entries are added in order until the pod fits and every one it
+/// does not need is given back (highest priority first).
 fn fewest_extra<'a>(
     view: &ClusterView,
     plan: &PodPlan,
@@ -90,6 +100,30 @@ fn fewest_extra<'a>(
         gone.extend(added.iter().map(|(_, uid, a)| (*uid, *a)));
         view.state().fit_without(plan, node, &gone).is_ok()
     };
+    let uids = |set: &[(i32, &'a str, &Allocation)]| set.iter().map(|(_, uid, _)| *uid).collect();
+    if fits(&[]) {
+        return Some(Vec::new());
+    }
+    let mut tried = 0;
+    for size in 1..=EXACT_SIZE.min(extra.len()) {
+        let mut pick: Vec<usize> = (0..size).collect();
+        loop {
+            tried += 1;
+            if tried > EXACT_BUDGET {
+                break;
+            }
+            let set: Vec<_> = pick.iter().map(|&i| extra[i]).collect();
+            if fits(&set) {
+                return Some(uids(&set));
+            }
+            if !next_combination(&mut pick, extra.len()) {
+                break;
+            }
+        }
+        if tried > EXACT_BUDGET {
+            break;
+        }
+    }
     let mut taken: Vec<(i32, &'a str, &Allocation)> = Vec::new();
     let mut rest = extra.iter();
     while !fits(&taken) {
@@ -108,5 +142,70 @@ fn fewest_extra<'a>(
             taken = without;
         }
     }
-    Some(taken.into_iter().map(|(_, uid, _)| uid).collect())
+    Some(uids(&taken))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hami::keys;
+    use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+    use serde_json::json;
+
+    /// One node of two 16,384 MiB GPUs: four 4,000 MiB pods on GPU-0, two
+    /// 8,000 MiB pods on GPU-1, all of priority 0.
+    fn view() -> ClusterView {
+        let mut v = ClusterView::new();
+        let mut n = K8sNode::default();
+        n.metadata.name = Some("n".into());
+        n.metadata.annotations = Some(
+            [(
+                keys::NODE_NVIDIA_REGISTER.to_string(),
+                r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#.to_string(),
+            )]
+            .into(),
+        );
+        v.upsert_node(&n);
+        for (name, gpu, mib) in [
+            ("a-1", 0, 4000),
+            ("a-2", 0, 4000),
+            ("a-3", 0, 4000),
+            ("a-4", 0, 4000),
+            ("b-1", 1, 8000),
+            ("b-2", 1, 8000),
+        ] {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": name, "annotations": {
+                    keys::VGPU_NODE: "n",
+                    keys::VGPU_DEVICES_ALLOCATED: format!("GPU-{gpu},NVIDIA,{mib},0:;")}},
+                "spec": {"containers": [{"name": "c"}], "priority": 0},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap();
+            assert_eq!(v.upsert_pod(name, &p), None);
+        }
+        v
+    }
+
+    /// 8,000 MiB on one GPU: one 8,000 MiB pod of GPU-1 is enough; adding
+    /// pods in UID order would have taken two of GPU-0's.
+    #[test]
+    fn the_fewest_victims_that_make_room() {
+        let body = json!({
+            "Pod": {
+                "metadata": {"name": "urgent", "namespace": "ml", "uid": "u"},
+                "spec": {"priority": 100, "containers": [{"name": "c", "resources": {"limits": {
+                    "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]},
+            },
+            "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
+        });
+        let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
+        let out = preempt(&view(), &Config::default(), &args).unwrap();
+        let victims: Vec<&str> = out.node_name_to_meta_victims["n"]
+            .pods
+            .iter()
+            .map(|p| p.uid.as_str())
+            .collect();
+        assert_eq!(victims, ["b-1"]);
+    }
 }
