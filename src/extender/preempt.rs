@@ -55,8 +55,10 @@ pub fn preempt(
             // Lowest priority first; UID breaks ties so the answer is stable.
             extra.sort_by_key(|(priority, uid, _)| (*priority, *uid));
             let Some(added) = fewest_extra(view, &plan, node, &removed, &extra) else {
+                tracing::info!(node, proposed = ?proposed.uids, "preempt: no GPU victims make room; node dropped");
                 continue;
             };
+            tracing::info!(node, proposed = ?proposed.uids, added = ?added, "preempt: victims");
             uids.extend(added.into_iter().map(str::to_string));
         }
         result.node_name_to_meta_victims.insert(

@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 15] = [
+pub const SCENARIOS: [(&str, &str, &str); 16] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -137,6 +137,11 @@ pub const SCENARIOS: [(&str, &str, &str); 15] = [
         "e2e-numa",
         "numa",
     ),
+    (
+        "priorities: kube-scheduler preempts through gpugate",
+        "e2e-preempt",
+        "preempt",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -163,6 +168,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         12 => pod_group_gangs(ctx, ns, scenario).await,
         13 => node_topologies(ctx).await,
         14 => numa_alignment(ctx, ns, scenario).await,
+        15 => preemption(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -1781,6 +1787,219 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     for name in ["numa-a", "numa-b", "numa-c"] {
         api.delete(name, &DeleteParams::default()).await?;
     }
+    Ok(())
+}
+
+// 16 ------------------------------------------------------------------------
+
+/// Creates a PriorityClass unless it exists.
+async fn priority_class(
+    ctx: &Ctx,
+    name: &str,
+    value: i32,
+    preemption_policy: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let api: Api<PriorityClass> = Api::all(ctx.cp.admin.clone());
+    let pc: PriorityClass = serde_json::from_value(json!({
+        "metadata": {"name": name}, "value": value, "preemptionPolicy": preemption_policy,
+    }))?;
+    match api.create(&PostParams::default(), &pc).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A one-GPU slice pod of `mib` and one CPU (`cpus`) on node `node` at
+/// priority class `class`, gone at once when deleted (no kubelet here
+/// would confirm).
+fn slice_pod(name: &str, node: &str, mib: &str, cpus: &str, class: &str) -> Value {
+    let mut p = gpu_pod(
+        name,
+        &[
+            ("nvidia.com/gpu", "1"),
+            ("nvidia.com/gpumem", mib),
+            ("cpu", cpus),
+        ],
+    );
+    p["metadata"]["annotations"] = json!({GPU_SCHEDULER_POLICY: "binpack"});
+    p["spec"]["priorityClassName"] = json!(class);
+    p["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    p["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+    p
+}
+
+/// Preemption through gpugate on the real kube-scheduler. Node pre-1 has
+/// two 16,384 MiB GPUs and 7 CPUs, and six low-priority pods of one CPU:
+/// two of 8,000 MiB at priority 100 (GPU 0, binpack) and four of 4,000 MiB
+/// at priority 50 (GPU 1). A high-priority pod of 8,000 MiB and 2 CPUs
+/// needs one CPU and 8,000 MiB on one GPU freed.
+///
+/// kube-scheduler (v1.36) offers `/preempt` only nodes where its own
+/// filters need a victim (CPU here): it proposes one pod for the CPU, and
+/// gpugate keeps it and adds the fewest further GPU holders that free
+/// 8,000 MiB on one GPU (one more pod). Where only GPU capacity is short,
+/// kube-scheduler does not preempt at all ("expected at least one victim
+/// pod on node": docs/operations.md). The same pod with `preemptionPolicy:
+/// Never` evicts nobody.
+async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    priority_class(ctx, "e2e-lower", 50, "PreemptLowerPriority").await?;
+    priority_class(ctx, "e2e-low", 100, "PreemptLowerPriority").await?;
+    priority_class(ctx, "e2e-high", 1000, "PreemptLowerPriority").await?;
+    priority_class(ctx, "e2e-high-never", 1000, "Never").await?;
+    ctx.nodes(scenario, &[gpu_node("pre-1", 2, 10, 16384, T4)])
+        .await?;
+    let client = &ctx.cp.admin;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let seven = json!({"cpu": "7", "memory": "4Ti", "pods": "500", "nvidia.com/gpu": "20"});
+    nodes
+        .patch_status(
+            "pre-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": seven, "allocatable": seven}})),
+        )
+        .await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lows = ["low-b1", "low-b2", "low-a1", "low-a2", "low-a3", "low-a4"];
+    // One at a time, so that binpack fills GPU 0 first.
+    for name in lows {
+        let (mib, class) = if name.starts_with("low-b") {
+            ("8000", "e2e-low")
+        } else {
+            ("4000", "e2e-lower")
+        };
+        create_pod(client, ns, &slice_pod(name, "pre-1", mib, "1", class)).await?;
+        wait_bound(client, ns, name, BIND).await?;
+    }
+    let gpu_of = |p: &Pod| {
+        uuids(p)
+            .ok()
+            .and_then(|u| u.first().cloned())
+            .unwrap_or_default()
+    };
+    for name in lows {
+        let want = if name.starts_with("low-b") {
+            "GPU-pre-1-0"
+        } else {
+            "GPU-pre-1-1"
+        };
+        ensure!(
+            gpu_of(&api.get(name).await?) == want,
+            "{name} not on {want}"
+        );
+    }
+    let standing = |pods: &[Pod]| -> BTreeSet<String> {
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name.clone())
+            .collect()
+    };
+
+    // preemptionPolicy Never: pending, nobody evicted.
+    create_pod(
+        client,
+        ns,
+        &slice_pod("never", "pre-1", "8000", "2", "e2e-high-never"),
+    )
+    .await?;
+    wait_event(
+        client,
+        ns,
+        "never",
+        "FailedScheduling",
+        "Insufficient cpu",
+        BIND,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = standing(&api.list(&ListParams::default()).await?.items);
+    ensure!(
+        lows.iter().all(|n| left.contains(*n)),
+        "a Never pod evicted: {left:?}"
+    );
+    ensure!(
+        !is_bound(&api.get("never").await?),
+        "the Never pod was placed"
+    );
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    api.delete("never", &now).await?;
+
+    // The high-priority pod: kube-scheduler's CPU victim plus gpugate's one
+    // GPU victim, then it lands; nothing over-committed.
+    create_pod(
+        client,
+        ns,
+        &slice_pod("urgent", "pre-1", "8000", "2", "e2e-high"),
+    )
+    .await?;
+    let urgent = eventually(
+        "urgent bound after preemption",
+        Duration::from_secs(90),
+        || {
+            let (api, now) = (api.clone(), now.clone());
+            async move {
+                // No kubelet confirms deletions: finish the evictions it would.
+                let pods = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for p in pods
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some())
+                {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let _ = api.delete(&name, &now).await;
+                }
+                let p = api.get("urgent").await.map_err(|e| e.to_string())?;
+                if is_bound(&p) {
+                    Ok(p)
+                } else {
+                    Err(format!(
+                        "nominated {:?}",
+                        p.status.and_then(|s| s.nominated_node_name)
+                    ))
+                }
+            }
+        },
+    )
+    .await?;
+    let pods = api.list(&ListParams::default()).await?.items;
+    let left = standing(&pods);
+    let evicted: Vec<&str> = lows.into_iter().filter(|n| !left.contains(*n)).collect();
+    // kube-scheduler's CPU victim is one of the lowest (priority 50, GPU 1);
+    // gpugate adds the cheapest pod that frees enough with it: another of
+    // GPU 1's (priority 50), not one of GPU 0's 8,000 MiB pods (100).
+    let priorities: Vec<(String, Option<i32>)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.spec.as_ref().and_then(|s| s.priority),
+            )
+        })
+        .collect();
+    ensure!(
+        evicted.len() == 2 && evicted.iter().all(|n| n.starts_with("low-a")),
+        "evicted {evicted:?}: want two 4,000 MiB pods of GPU 1 ({priorities:?})"
+    );
+    ensure!(
+        gpu_of(&urgent) == "GPU-pre-1-1",
+        "urgent on {}",
+        gpu_of(&urgent)
+    );
+    let bound: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
+        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
+    }
+    ledger_matches(ctx.metrics_port(), ns, &bound, Duration::from_secs(30)).await?;
     Ok(())
 }
 
