@@ -176,32 +176,11 @@ mod tests {
     use super::*;
     use crate::engine::checks::check_gpu;
     use crate::engine::device::{Gpu, Usage};
-    use crate::engine::numa::{NumaRequest, NumaZone};
+    use crate::engine::numa::NumaRequest;
     use crate::engine::policy::{GpuPolicy, NodePolicy};
     use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
 
-    fn cm(cpu: u64, gib: u64) -> CpuMemory {
-        CpuMemory {
-            cpu_milli: cpu * 1000,
-            memory_bytes: gib << 30,
-        }
-    }
-
-    fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
-        NumaZone {
-            id,
-            available: cm(cpu, gib),
-            allocatable: cm(64, 256),
-        }
-    }
-
-    fn topology(scope: TopologyScope, zones: Vec<NumaZone>) -> NodeTopology {
-        NodeTopology {
-            policy: TopologyPolicy::SingleNumaNode,
-            scope,
-            zones,
-        }
-    }
+    use crate::engine::numa::test_zones::{cm, topology, zone};
 
     /// GPUs of 40,960 MiB, 10 slots, 100 cores, on the given NUMA ids.
     fn node(numas: &[i32]) -> Node {

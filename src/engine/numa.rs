@@ -304,6 +304,39 @@ impl NumaGrant {
     }
 }
 
+/// Zones and topologies for tests (`align`, `numa_score`).
+#[cfg(test)]
+pub(crate) mod test_zones {
+    use super::*;
+
+    /// `cpu` CPUs and `gib` GiB.
+    pub fn cm(cpu: u64, gib: u64) -> CpuMemory {
+        CpuMemory {
+            cpu_milli: cpu * 1000,
+            memory_bytes: gib << 30,
+        }
+    }
+
+    /// Zone `id` with `cpu` CPUs and `gib` GiB available (64 CPUs and
+    /// 256 GiB allocatable).
+    pub fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
+        NumaZone {
+            id,
+            available: cm(cpu, gib),
+            allocatable: cm(64, 256),
+        }
+    }
+
+    /// A `single-numa-node` topology under `scope`.
+    pub fn topology(scope: TopologyScope, zones: Vec<NumaZone>) -> NodeTopology {
+        NodeTopology {
+            policy: TopologyPolicy::SingleNumaNode,
+            scope,
+            zones,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,30 +182,9 @@ pub fn zones_needed(topology: &NodeTopology, pod: &CpuMemory) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::engine::lifecycle::ContainerKind::App;
-    use crate::engine::numa::{NumaZone, TopologyPolicy, TopologyScope};
+    use crate::engine::numa::TopologyScope;
 
-    fn cm(cpu: u64, gib: u64) -> CpuMemory {
-        CpuMemory {
-            cpu_milli: cpu * 1000,
-            memory_bytes: gib << 30,
-        }
-    }
-
-    fn zone(id: i32, cpu: u64, gib: u64) -> NumaZone {
-        NumaZone {
-            id,
-            available: cm(cpu, gib),
-            allocatable: cm(64, 256),
-        }
-    }
-
-    fn topology(scope: TopologyScope, zones: Vec<NumaZone>) -> NodeTopology {
-        NodeTopology {
-            policy: TopologyPolicy::SingleNumaNode,
-            scope,
-            zones,
-        }
-    }
+    use crate::engine::numa::test_zones::{cm, topology, zone};
 
     #[test]
     fn scores_follow_the_strategy() {

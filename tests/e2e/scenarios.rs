@@ -1276,6 +1276,24 @@ async fn renamed_resources(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
 
 /// Waits until gpugate reports `want` uncovered GPU resources for both
 /// webhook configurations.
+/// Waits until gpugate's gauge `name` satisfies `ok`.
+async fn wait_gauge(
+    ctx: &Ctx,
+    name: &'static str,
+    timeout: Duration,
+    ok: impl Fn(f64) -> bool + Copy,
+) -> anyhow::Result<()> {
+    let port = ctx.metrics_port();
+    eventually(name, timeout, move || async move {
+        let text = metrics(port).await.map_err(|e| e.to_string())?;
+        match gauge(&text, name) {
+            Some(n) if ok(n) => Ok(()),
+            n => Err(format!("{n:?}")),
+        }
+    })
+    .await
+}
+
 async fn wait_uncovered(ctx: &Ctx, want: f64) -> anyhow::Result<()> {
     let port = ctx.metrics_port();
     eventually(
@@ -1349,17 +1367,11 @@ async fn pod_group_gangs(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<
         manifests::apply(&ctx.cp.admin, &discovery, &object, false).await?;
     }
     // gpugate notices the kind within its check (10 s) and lists both.
-    let port = ctx.metrics_port();
-    eventually(
-        "gpugate watches PodGroups",
+    wait_gauge(
+        ctx,
+        "gpugate_cluster_pod_groups",
         Duration::from_secs(30),
-        || async move {
-            let text = metrics(port).await.map_err(|e| e.to_string())?;
-            match gauge(&text, "gpugate_cluster_pod_groups") {
-                Some(n) if n >= 2.0 => Ok(()),
-                n => Err(format!("{n:?} PodGroups")),
-            }
-        },
+        |n| n >= 2.0,
     )
     .await?;
     // A member of a PodGroup that does not exist is refused with that reason.
@@ -1441,17 +1453,11 @@ async fn node_topologies(ctx: &Ctx) -> anyhow::Result<()> {
         manifests::apply(&ctx.cp.admin, &discovery, &object(name), false).await?;
     }
     let wait = |want: f64| {
-        let port = ctx.metrics_port();
-        eventually(
+        wait_gauge(
+            ctx,
             "gpugate_cluster_node_topologies",
             Duration::from_secs(40),
-            move || async move {
-                let text = metrics(port).await.map_err(|e| e.to_string())?;
-                match gauge(&text, "gpugate_cluster_node_topologies") {
-                    Some(n) if n == want => Ok(()),
-                    n => Err(format!("{n:?}")),
-                }
-            },
+            move |n| n == want,
         )
     };
     wait(2.0).await?;
@@ -1561,17 +1567,11 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     for o in &objects {
         manifests::apply(&ctx.cp.admin, &discovery, o, false).await?;
     }
-    let port = ctx.metrics_port();
-    eventually(
-        "gpugate has the three NodeResourceTopology objects",
+    wait_gauge(
+        ctx,
+        "gpugate_cluster_node_topologies",
         Duration::from_secs(40),
-        || async move {
-            let text = metrics(port).await.map_err(|e| e.to_string())?;
-            match gauge(&text, "gpugate_cluster_node_topologies") {
-                Some(n) if n >= 3.0 => Ok(()),
-                n => Err(format!("{n:?}")),
-            }
-        },
+        |n| n >= 3.0,
     )
     .await?;
     ctx.nodes(
@@ -1726,16 +1726,11 @@ async fn numa_alignment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<(
     // them. Once the winner is admitted (status.startTime, as a kubelet
     // sets it) and numa-b's object is written again, it stops counting.
     let takes = |want: f64| {
-        eventually(
+        wait_gauge(
+            ctx,
             "gpugate_numa_zone_takes_unsettled",
             Duration::from_secs(30),
-            move || async move {
-                let text = metrics(port).await.map_err(|e| e.to_string())?;
-                match gauge(&text, "gpugate_numa_zone_takes_unsettled") {
-                    Some(n) if n == want => Ok(()),
-                    n => Err(format!("{n:?}")),
-                }
-            },
+            move |n| n == want,
         )
     };
     takes(3.0).await?;
