@@ -34,32 +34,76 @@ pub fn preempt(
     let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     let mut result = PreemptionResult::default();
     for (node, proposed) in &args.victims {
-        let mut uids = proposed.uids.clone();
+        // kube-scheduler's victims, each with the rest of its gang group:
+        // a member goes only with its whole group.
+        let mut uids: Vec<String> = Vec::new();
+        let mut whole = true;
+        for uid in &proposed.uids {
+            match victim_unit(view, uid, node, preemptor_priority) {
+                Some(unit) => {
+                    for u in unit {
+                        if !uids.contains(&u) {
+                            uids.push(u);
+                        }
+                    }
+                }
+                None => whole = false,
+            }
+        }
+        if !whole {
+            tracing::info!(node, proposed = ?proposed.uids, "preempt: a proposed victim's gang group cannot go whole from this node; node dropped");
+            continue;
+        }
         if plan.request.has_gpus() {
-            let proposed_set: HashSet<&str> = proposed.uids.iter().map(String::as_str).collect();
-            let removed: Vec<(&str, &Allocation)> = proposed
-                .uids
+            let taken: HashSet<&str> = uids.iter().map(String::as_str).collect();
+            let removed: Vec<(&str, &Allocation)> = uids
                 .iter()
                 .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(view, uid, node)?)))
                 .collect();
-            // Further GPU holders on the node that the preemptor may evict.
-            let mut extra: Vec<(i32, &str, &Allocation)> = view
-                .held_pods()
-                .filter(|uid| !proposed_set.contains(uid))
-                .filter_map(|uid| {
-                    let a = gpu_allocation_on(view, uid, node)?;
-                    let priority = view.held_priority(uid).unwrap_or(0);
-                    (priority < preemptor_priority).then_some((priority, uid, a))
-                })
-                .collect();
-            // Lowest priority first; UID breaks ties so the answer is stable.
-            extra.sort_by_key(|(priority, uid, _)| (*priority, *uid));
+            // Further GPU holders on the node that the preemptor may evict,
+            // a gang group as one unit with all its members.
+            let mut extra: Vec<Unit> = Vec::new();
+            let mut seen: HashSet<String> = HashSet::new();
+            for uid in view.held_pods() {
+                if taken.contains(uid)
+                    || seen.contains(uid)
+                    || gpu_allocation_on(view, uid, node).is_none()
+                {
+                    continue;
+                }
+                let Some(members) = victim_unit(view, uid, node, preemptor_priority) else {
+                    continue;
+                };
+                seen.extend(members.iter().cloned());
+                let priority = members
+                    .iter()
+                    .map(|m| view.held_priority(m).unwrap_or(0))
+                    .max()
+                    .unwrap_or(0);
+                let pods: Vec<(String, Option<&Allocation>)> = members
+                    .into_iter()
+                    .map(|m| {
+                        let a = gpu_allocation_on(view, &m, node);
+                        (m, a)
+                    })
+                    .collect();
+                extra.push(Unit { priority, pods });
+            }
+            // Lowest priority first, single pods before groups, then by UID,
+            // so the answer is stable.
+            extra.sort_by(|x, y| {
+                (x.priority, x.pods.len(), &x.pods[0].0).cmp(&(
+                    y.priority,
+                    y.pods.len(),
+                    &y.pods[0].0,
+                ))
+            });
             let Some(added) = fewest_extra(view, &plan, node, &removed, &extra) else {
                 tracing::info!(node, proposed = ?proposed.uids, "preempt: no GPU victims make room; node dropped");
                 continue;
             };
             tracing::info!(node, proposed = ?proposed.uids, added = ?added, "preempt: victims");
-            uids.extend(added.into_iter().map(str::to_string));
+            uids.extend(added);
         }
         result.node_name_to_meta_victims.insert(
             node.clone(),
@@ -70,6 +114,44 @@ pub fn preempt(
         );
     }
     Ok(result)
+}
+
+/// Pods evicted together: one pod, or every bound member of a gang group.
+struct Unit<'v> {
+    /// The highest priority among them.
+    priority: i32,
+    /// UIDs, with the GPUs each holds on the node.
+    pods: Vec<(String, Option<&'v Allocation>)>,
+}
+
+/// The pods that must go if `uid` goes from `node`: itself, or, for a
+/// gang member, every bound member of its group. `None` when that cannot
+/// happen here: a member is bound to another node, or a priority is not
+/// below the preemptor's.
+fn victim_unit(view: &ClusterView, uid: &str, node: &str, below: i32) -> Option<Vec<String>> {
+    let Some(group) = view.gang_of(uid) else {
+        // (A pod gpugate does not hold, such as kube-scheduler's CPU-only
+        // victim, has no priority known here: kube-scheduler chose it.)
+        let lower = view.held_priority(uid).is_none_or(|p| p < below);
+        return lower.then(|| vec![uid.to_string()]);
+    };
+    let members = view.gang_members(group)?;
+    let mut unit = Vec::new();
+    for (member, pod) in members {
+        let spec = pod.spec.as_ref();
+        let Some(bound) = spec.and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let priority = spec.and_then(|s| s.priority).unwrap_or(0);
+        if bound != node || priority >= below {
+            return None;
+        }
+        unit.push(member.clone());
+    }
+    if !unit.iter().any(|m| m == uid) {
+        unit.push(uid.to_string());
+    }
+    Some(unit)
 }
 
 /// The pod's allocation when it holds at least one GPU on `node`.
@@ -83,58 +165,66 @@ const EXACT_SIZE: usize = 3;
 /// Most sets tried exhaustively per node; beyond, the greedy pass.
 const EXACT_BUDGET: usize = 20_000;
 
-/// With `removed` gone, the fewest entries of `extra` (lowest priority
+/// With `removed` gone, the fewest units of `extra` (lowest priority
 /// first) whose removal too lets the pod fit; `None` when even all of them
-/// are not enough. Every set of one, then two, then three entries is tried
+/// are not enough. Every set of one, then two, then three units is tried
 /// in order (`extra` is sorted lowest priority first, so the first set
 /// found of a size is among the cheapest); past that size, or past the
-/// budget, entries are added in order until the pod fits and every one it
-/// does not need is given back (highest priority first).
-fn fewest_extra<'a>(
+/// budget, units are added in order until the pod fits and every one it
+/// does not need is given back (highest priority first). The answer is
+/// the units' pods.
+fn fewest_extra(
     view: &ClusterView,
     plan: &PodPlan,
     node: &str,
     removed: &[(&str, &Allocation)],
-    extra: &[(i32, &'a str, &Allocation)],
-) -> Option<Vec<&'a str>> {
-    let fits = |added: &[(i32, &'a str, &Allocation)]| {
+    extra: &[Unit<'_>],
+) -> Option<Vec<String>> {
+    let fits = |added: &[usize]| {
         let mut gone: Vec<(&str, &Allocation)> = removed.to_vec();
-        gone.extend(added.iter().map(|(_, uid, a)| (*uid, *a)));
+        for &i in added {
+            gone.extend(
+                extra[i]
+                    .pods
+                    .iter()
+                    .filter_map(|(uid, a)| Some((uid.as_str(), (*a)?))),
+            );
+        }
         view.state().fit_without(plan, node, &gone).is_ok()
     };
-    let uids = |set: &[(i32, &'a str, &Allocation)]| set.iter().map(|(_, uid, _)| *uid).collect();
+    let pods = |set: &[usize]| -> Vec<String> {
+        set.iter()
+            .flat_map(|&i| extra[i].pods.iter().map(|(uid, _)| uid.clone()))
+            .collect()
+    };
     if fits(&[]) {
         return Some(Vec::new());
     }
     let mut tried = 0;
-    for size in 1..=EXACT_SIZE.min(extra.len()) {
+    'exact: for size in 1..=EXACT_SIZE.min(extra.len()) {
         let mut pick: Vec<usize> = (0..size).collect();
         loop {
             tried += 1;
             if tried > EXACT_BUDGET {
-                break;
+                break 'exact;
             }
-            let set: Vec<_> = pick.iter().map(|&i| extra[i]).collect();
-            if fits(&set) {
-                return Some(uids(&set));
+            if fits(&pick) {
+                return Some(pods(&pick));
             }
             if !next_combination(&mut pick, extra.len()) {
                 break;
             }
         }
-        if tried > EXACT_BUDGET {
-            break;
-        }
     }
-    let mut taken: Vec<(i32, &'a str, &Allocation)> = Vec::new();
-    let mut rest = extra.iter();
+    let mut taken: Vec<usize> = Vec::new();
+    let mut rest = 0..extra.len();
     while !fits(&taken) {
-        taken.push(*rest.next()?);
+        taken.push(rest.next()?);
     }
     let mut i = taken.len();
     while i > 0 {
         i -= 1;
-        let without: Vec<_> = taken
+        let without: Vec<usize> = taken
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
@@ -144,7 +234,7 @@ fn fewest_extra<'a>(
             taken = without;
         }
     }
-    Some(uids(&taken))
+    Some(pods(&taken))
 }
 
 #[cfg(test)]
@@ -152,22 +242,57 @@ mod tests {
     use super::*;
     use crate::hami::keys;
     use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    /// One node of two 16,384 MiB GPUs: four 4,000 MiB pods on GPU-0, two
-    /// 8,000 MiB pods on GPU-1, all of priority 0.
-    fn view() -> ClusterView {
-        let mut v = ClusterView::new();
+    /// A node of two 16,384 MiB GPUs.
+    fn gpu_node(v: &mut ClusterView, name: &str) {
         let mut n = K8sNode::default();
-        n.metadata.name = Some("n".into());
+        n.metadata.name = Some(name.into());
         n.metadata.annotations = Some(
             [(
                 keys::NODE_NVIDIA_REGISTER.to_string(),
-                r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}]"#.to_string(),
+                format!(
+                    r#"[{{"id":"{name}-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}},{{"id":"{name}-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}}]"#
+                ),
             )]
             .into(),
         );
         v.upsert_node(&n);
+    }
+
+    /// A running pod `name` (its UID too) of `mib` on GPU `gpu` of `node`
+    /// at `priority`, in gang `group` of two when given.
+    fn running(
+        v: &mut ClusterView,
+        name: &str,
+        node: &str,
+        gpu: u32,
+        mib: u32,
+        priority: i32,
+        group: Option<&str>,
+    ) {
+        let labels = match group {
+            Some(g) => json!({crate::engine::gang::GROUP_NAME: g,
+                              crate::engine::gang::GROUP_MIN_AVAILABLE: "2"}),
+            None => json!({}),
+        };
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": labels,
+                "annotations": {
+                    keys::VGPU_NODE: node,
+                    keys::VGPU_DEVICES_ALLOCATED: format!("{node}-{gpu},NVIDIA,{mib},0:;")}},
+            "spec": {"containers": [{"name": "c"}], "priority": priority, "nodeName": node},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
+        assert_eq!(v.upsert_pod(name, &p), None);
+    }
+
+    /// One node of two GPUs: four 4,000 MiB pods on GPU 0, two 8,000 MiB
+    /// pods on GPU 1, all of priority 0.
+    fn view() -> ClusterView {
+        let mut v = ClusterView::new();
+        gpu_node(&mut v, "n");
         for (name, gpu, mib) in [
             ("a-1", 0, 4000),
             ("a-2", 0, 4000),
@@ -176,38 +301,74 @@ mod tests {
             ("b-1", 1, 8000),
             ("b-2", 1, 8000),
         ] {
-            let p: Pod = serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": "ml", "uid": name, "annotations": {
-                    keys::VGPU_NODE: "n",
-                    keys::VGPU_DEVICES_ALLOCATED: format!("GPU-{gpu},NVIDIA,{mib},0:;")}},
-                "spec": {"containers": [{"name": "c"}], "priority": 0},
-                "status": {"phase": "Running"},
-            }))
-            .unwrap();
-            assert_eq!(v.upsert_pod(name, &p), None);
+            running(&mut v, name, "n", gpu, mib, 0, None);
         }
         v
     }
 
-    /// 8,000 MiB on one GPU: one 8,000 MiB pod of GPU-1 is enough; adding
-    /// pods in UID order would have taken two of GPU-0's.
-    #[test]
-    fn the_fewest_victims_that_make_room() {
+    /// The victims gpugate answers for node `n` when kube-scheduler
+    /// proposes `proposed` for a pod of 8,000 MiB at priority 100 (`None`:
+    /// the node was dropped).
+    fn victims(v: &ClusterView, proposed: &[&str]) -> Option<Vec<String>> {
+        let pods: Vec<Value> = proposed.iter().map(|u| json!({"UID": u})).collect();
         let body = json!({
             "Pod": {
                 "metadata": {"name": "urgent", "namespace": "ml", "uid": "u"},
                 "spec": {"priority": 100, "containers": [{"name": "c", "resources": {"limits": {
                     "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]},
             },
-            "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
+            "NodeNameToMetaVictims": {"n": {"Pods": pods, "NumPDBViolations": 0}},
         });
         let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
-        let out = preempt(&view(), &Config::default(), &args).unwrap();
-        let victims: Vec<&str> = out.node_name_to_meta_victims["n"]
-            .pods
-            .iter()
-            .map(|p| p.uid.as_str())
-            .collect();
-        assert_eq!(victims, ["b-1"]);
+        let out = preempt(v, &Config::default(), &args).unwrap();
+        out.node_name_to_meta_victims
+            .get("n")
+            .map(|m| m.pods.iter().map(|p| p.uid.clone()).collect())
+    }
+
+    /// 8,000 MiB on one GPU: one 8,000 MiB pod of GPU 1 is enough; adding
+    /// pods in UID order would have taken two of GPU 0's.
+    #[test]
+    fn the_fewest_victims_that_make_room() {
+        assert_eq!(victims(&view(), &[]), Some(vec!["b-1".to_string()]));
+    }
+
+    /// A gang member goes only with its whole group: added as a unit,
+    /// never alone; a group with a member on another node, or of a
+    /// priority not below the preemptor's, is never added; a proposed
+    /// member brings its group, or the node is dropped.
+    #[test]
+    fn gang_members_go_with_their_whole_group_or_not_at_all() {
+        // GPU 0: gang g (two 8,000 MiB members, priority 0); GPU 1: two
+        // single pods of 8,000 MiB at priority 10.
+        let mut v = ClusterView::new();
+        gpu_node(&mut v, "n");
+        gpu_node(&mut v, "m");
+        running(&mut v, "g-1", "n", 0, 8000, 0, Some("g"));
+        running(&mut v, "g-2", "n", 0, 8000, 0, Some("g"));
+        running(&mut v, "s-1", "n", 1, 8000, 10, None);
+        running(&mut v, "s-2", "n", 1, 8000, 10, None);
+        // The cheapest unit is the whole group (priority 0): both members.
+        let mut got = victims(&v, &[]).unwrap();
+        got.sort();
+        assert_eq!(got, ["g-1", "g-2"]);
+        // kube-scheduler proposes one member: the other comes with it.
+        let mut got = victims(&v, &["g-2"]).unwrap();
+        got.sort();
+        assert_eq!(got, ["g-1", "g-2"]);
+        // A member of h on another node: h's member here is never taken,
+        // and a proposal of it drops the node.
+        let mut v = ClusterView::new();
+        gpu_node(&mut v, "n");
+        gpu_node(&mut v, "m");
+        running(&mut v, "h-1", "n", 0, 8000, 0, Some("h"));
+        running(&mut v, "h-2", "m", 0, 8000, 0, Some("h"));
+        running(&mut v, "f-1", "n", 0, 8000, 10, None);
+        running(&mut v, "s-1", "n", 1, 8000, 10, None);
+        running(&mut v, "s-2", "n", 1, 8000, 10, None);
+        let got = victims(&v, &[]).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(got[0] != "h-1", "{got:?}");
+        assert_eq!(victims(&v, &["h-1"]), None);
     }
 }

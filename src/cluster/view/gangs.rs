@@ -87,6 +87,11 @@ impl Gangs {
         self.pod_groups.keys()
     }
 
+    /// The group of member `key`.
+    pub fn group_of(&self, key: &str) -> Option<&GangKey> {
+        self.member_of.get(key)
+    }
+
     /// UIDs of every member tracked.
     pub fn tracked(&self) -> impl Iterator<Item = &str> {
         self.member_of.keys().map(String::as_str)

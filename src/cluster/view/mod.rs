@@ -377,6 +377,11 @@ impl ClusterView {
             .collect()
     }
 
+    /// The gang group pod `key` is a member of, if any.
+    pub fn gang_of(&self, key: &str) -> Option<&GangKey> {
+        self.gangs.group_of(key)
+    }
+
     pub fn gang_members(&self, group: &GangKey) -> Option<&BTreeMap<String, Pod>> {
         self.gangs.members(group)
     }
