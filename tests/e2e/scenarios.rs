@@ -1859,18 +1859,26 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     priority_class(ctx, "e2e-low", 100, "PreemptLowerPriority").await?;
     priority_class(ctx, "e2e-high", 1000, "PreemptLowerPriority").await?;
     priority_class(ctx, "e2e-high-never", 1000, "Never").await?;
-    ctx.nodes(scenario, &[gpu_node("pre-1", 2, 10, 16384, T4)])
-        .await?;
+    ctx.nodes(
+        scenario,
+        &[
+            gpu_node("pre-1", 2, 10, 16384, T4),
+            gpu_node("pre-2", 2, 10, 16384, T4),
+        ],
+    )
+    .await?;
     let client = &ctx.cp.admin;
     let nodes: Api<Node> = Api::all(client.clone());
     let seven = json!({"cpu": "7", "memory": "4Ti", "pods": "500", "nvidia.com/gpu": "20"});
-    nodes
-        .patch_status(
-            "pre-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": seven, "allocatable": seven}})),
-        )
-        .await?;
+    for node in ["pre-1", "pre-2"] {
+        nodes
+            .patch_status(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"capacity": seven, "allocatable": seven}})),
+            )
+            .await?;
+    }
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let lows = ["low-b1", "low-b2", "low-a1", "low-a2", "low-a3", "low-a4"];
     // One at a time, so that binpack fills GPU 0 first.
@@ -2011,6 +2019,94 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
     }
     ledger_matches(ctx.metrics_port(), ns, &bound, Duration::from_secs(30)).await?;
+    gang_preemption(ctx, ns, &now).await
+}
+
+/// A gang member is evicted only with its whole group. Node pre-2 (made
+/// with pre-1, 7 CPUs too);
+/// gang g (two 8,000 MiB members of priority 50) fills GPU 0, four 4,000
+/// MiB pods of priority 100 fill GPU 1; one CPU each. A pod of 8,000 MiB
+/// and 2 CPUs at priority 1000: kube-scheduler proposes one member of g
+/// (the lowest priority) for the CPU, which alone would free enough GPU;
+/// gpugate adds the other member, and both go.
+async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Result<()> {
+    let client = &ctx.cp.admin;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let members = ["gang-1", "gang-2"];
+    for name in members {
+        let mut p = slice_pod(name, "pre-2", "8000", "1", "e2e-lower");
+        p["metadata"]["labels"] = json!({GROUP_NAME: "g", GROUP_MIN_AVAILABLE: "2"});
+        create_pod(client, ns, &p).await?;
+    }
+    for name in members {
+        wait_bound(client, ns, name, BIND).await?;
+    }
+    let singles = ["single-1", "single-2", "single-3", "single-4"];
+    for name in singles {
+        create_pod(
+            client,
+            ns,
+            &slice_pod(name, "pre-2", "4000", "1", "e2e-low"),
+        )
+        .await?;
+        wait_bound(client, ns, name, BIND).await?;
+    }
+    create_pod(
+        client,
+        ns,
+        &slice_pod("urgent-2", "pre-2", "8000", "2", "e2e-high"),
+    )
+    .await?;
+    let urgent = eventually(
+        "urgent-2 bound after preemption",
+        Duration::from_secs(90),
+        || {
+            let (api, now) = (api.clone(), now.clone());
+            async move {
+                let pods = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for p in pods
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some())
+                {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let _ = api.delete(&name, &now).await;
+                }
+                let p = api.get("urgent-2").await.map_err(|e| e.to_string())?;
+                if is_bound(&p) {
+                    Ok(p)
+                } else {
+                    Err("pending".to_string())
+                }
+            }
+        },
+    )
+    .await?;
+    let pods = api.list(&ListParams::default()).await?.items;
+    let left: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    ensure!(
+        members.iter().all(|m| !left.contains(*m)) && singles.iter().all(|s| left.contains(*s)),
+        "want the whole gang evicted and no single pod: left {left:?}"
+    );
+    ensure!(
+        uuids(&urgent)? == ["GPU-pre-2-0"],
+        "urgent-2 on {:?}",
+        uuids(&urgent)?
+    );
+    let bound: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
+        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
+    }
     Ok(())
 }
 
