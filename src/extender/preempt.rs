@@ -8,7 +8,13 @@
 //! What gpugate adds is the GPU side: when removing the proposed victims
 //! does not free enough GPU, the fewest further GPU holders on that node
 //! with a priority below the preemptor's are added, lowest priority first;
-//! a node where even that does not make room is dropped.
+//! a node where even that does not make room is dropped. And gangs: a
+//! member of a gang group goes only with its whole group (a proposed member
+//! brings the rest, or the node is dropped; a group is added as one unit).
+//!
+//! kube-scheduler asks only about nodes where its own filters need a
+//! victim: a pod short of GPU alone is never offered here
+//! (docs/operations.md, "Preemption").
 
 use std::collections::HashSet;
 
