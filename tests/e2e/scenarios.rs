@@ -1955,38 +1955,7 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         &slice_pod("urgent", "pre-1", "8000", "2", "e2e-high"),
     )
     .await?;
-    let urgent = eventually(
-        "urgent bound after preemption",
-        Duration::from_secs(90),
-        || {
-            let (api, now) = (api.clone(), now.clone());
-            async move {
-                // No kubelet confirms deletions: finish the evictions it would.
-                let pods = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                for p in pods
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_some())
-                {
-                    let name = p.metadata.name.clone().unwrap_or_default();
-                    let _ = api.delete(&name, &now).await;
-                }
-                let p = api.get("urgent").await.map_err(|e| e.to_string())?;
-                if is_bound(&p) {
-                    Ok(p)
-                } else {
-                    Err(format!(
-                        "nominated {:?}",
-                        p.status.and_then(|s| s.nominated_node_name)
-                    ))
-                }
-            }
-        },
-    )
-    .await?;
+    let urgent = bound_finishing_evictions(&api, "urgent", &now).await?;
     let pods = api.list(&ListParams::default()).await?.items;
     let left = standing(&pods);
     let evicted: Vec<&str> = lows.into_iter().filter(|n| !left.contains(*n)).collect();
@@ -2020,6 +1989,44 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     }
     ledger_matches(ctx.metrics_port(), ns, &bound, Duration::from_secs(30)).await?;
     gang_preemption(ctx, ns, &now).await
+}
+
+/// Waits until pod `name` is bound, meanwhile finishing the evictions a
+/// kubelet would confirm (no kubelet runs here: an evicted pod stays
+/// terminating, and its GPUs counted, until deleted with grace period 0).
+async fn bound_finishing_evictions(
+    api: &Api<Pod>,
+    name: &str,
+    now: &DeleteParams,
+) -> anyhow::Result<Pod> {
+    eventually(
+        &format!("{name} bound after preemption"),
+        Duration::from_secs(90),
+        || async move {
+            let pods = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            for p in pods
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+            {
+                let victim = p.metadata.name.clone().unwrap_or_default();
+                let _ = api.delete(&victim, now).await;
+            }
+            let p = api.get(name).await.map_err(|e| e.to_string())?;
+            if is_bound(&p) {
+                Ok(p)
+            } else {
+                Err(format!(
+                    "nominated {:?}",
+                    p.status.and_then(|s| s.nominated_node_name)
+                ))
+            }
+        },
+    )
+    .await
 }
 
 /// A gang member is evicted only with its whole group. Node pre-2 (made
@@ -2057,34 +2064,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         &slice_pod("urgent-2", "pre-2", "8000", "2", "e2e-high"),
     )
     .await?;
-    let urgent = eventually(
-        "urgent-2 bound after preemption",
-        Duration::from_secs(90),
-        || {
-            let (api, now) = (api.clone(), now.clone());
-            async move {
-                let pods = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                for p in pods
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_some())
-                {
-                    let name = p.metadata.name.clone().unwrap_or_default();
-                    let _ = api.delete(&name, &now).await;
-                }
-                let p = api.get("urgent-2").await.map_err(|e| e.to_string())?;
-                if is_bound(&p) {
-                    Ok(p)
-                } else {
-                    Err("pending".to_string())
-                }
-            }
-        },
-    )
-    .await?;
+    let urgent = bound_finishing_evictions(&api, "urgent-2", now).await?;
     let pods = api.list(&ListParams::default()).await?.items;
     let left: BTreeSet<String> = pods
         .iter()
