@@ -33,6 +33,9 @@ pub enum Command {
     /// Certificates for the webhook and extender endpoints.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Each node's GPUs: slices, memory and cores in use and free, from a
+    /// snapshot file or the API server (read once, with your kubeconfig).
+    Top(TopArgs),
 }
 
 /// Logging, for every command.
@@ -264,6 +267,25 @@ pub struct SimulateArgs {
     /// Default GPU policy (a pod's hami.io/gpu-scheduler-policy wins).
     #[arg(long, value_parser = parse_gpu_policy, env = "GPUGATE_GPU_POLICY")]
     pub gpu_policy: Option<GpuPolicy>,
+    #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// A cluster snapshot file (the format of `simulate --cluster`).
+    #[arg(
+        long,
+        value_name = "CLUSTER.yaml",
+        conflicts_with = "kubeconfig",
+        required_unless_present = "kubeconfig",
+        env = "GPUGATE_CLUSTER"
+    )]
+    pub cluster: Option<PathBuf>,
+    /// Read Nodes, Pods and NodeResourceTopology once through the API
+    /// server of this kubeconfig file, with its user's rights.
+    #[arg(long, value_name = "FILE", env = "GPUGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]
     pub output: Output,
 }

@@ -20,3 +20,4 @@ pub mod placement;
 pub mod serve;
 pub mod server;
 pub mod simulate;
+pub mod top;

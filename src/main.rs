@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use gpugate::cli::{
-    CertsCommand, CertsGenerateArgs, Cli, Command, Output, ServeArgs, SimulateArgs,
+    CertsCommand, CertsGenerateArgs, Cli, Command, Output, ServeArgs, SimulateArgs, TopArgs,
 };
 use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Serve(args) => serve(*args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
+        Command::Top(args) => top(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,6 +75,33 @@ fn certs_generate(args: CertsGenerateArgs) -> anyhow::Result<()> {
         args.out.display(),
         args.days
     );
+    Ok(())
+}
+
+fn top(args: TopArgs) -> anyhow::Result<()> {
+    let snapshot = match (&args.cluster, &args.kubeconfig) {
+        (Some(path), _) => Snapshot::load(path).context("--cluster")?,
+        (None, Some(path)) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(async {
+                let source = gpugate::cluster::client::ApiSource::Kubeconfig(path.clone());
+                let client = gpugate::cluster::client::connect(&source).await?;
+                gpugate::top::read_cluster(client)
+                    .await
+                    .context("reading Nodes and Pods from the API server")
+            })?
+        }
+        (None, None) => anyhow::bail!("give --cluster FILE or --kubeconfig FILE"),
+    };
+    let (view, _) = snapshot.to_view();
+    let report = gpugate::top::top(&view);
+    match args.output {
+        Output::Json => println!("{}", report.to_json()),
+        Output::Table => print!("{}", report.to_table()),
+    }
     Ok(())
 }
 

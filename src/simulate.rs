@@ -65,14 +65,16 @@ pub struct Unschedulable {
     pub error: Option<String>,
 }
 
-/// One GPU's use after all placements.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One GPU's use: (used, of) each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GpuRow {
     pub node: String,
     pub index: u32,
     pub uuid: String,
     pub model: String,
     pub slots: (u32, u32),
+    #[serde(rename = "memMiB")]
     pub mem_mib: (u64, u64),
     pub cores: (u32, u32),
 }
@@ -208,7 +210,8 @@ fn place_one(
     }
 }
 
-fn gpu_rows(state: &ClusterState) -> Vec<GpuRow> {
+/// Every GPU of the state with what is used of it and what it has.
+pub fn gpu_rows(state: &ClusterState) -> Vec<GpuRow> {
     state
         .nodes()
         .flat_map(|n| {
@@ -322,7 +325,7 @@ impl Report {
 }
 
 /// Left-aligned columns separated by two spaces.
-fn render(rows: &[Vec<String>]) -> String {
+pub(crate) fn render(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

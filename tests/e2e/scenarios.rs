@@ -2087,6 +2087,33 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
         ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
     }
+    // `gpugate top` against the live API server with the admin's
+    // kubeconfig: what it shows for pre-2 is what the pods there hold.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .arg("top")
+        .arg("--kubeconfig")
+        .arg(ctx.cp.dir.join("admin.kubeconfig"))
+        .args(["--output", "json"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "gpugate top: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let pre2 = shown["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == "pre-2"))
+        .context("gpugate top shows no pre-2")?;
+    let on_pre2: Vec<Pod> = bound
+        .into_iter()
+        .filter(|p| node_of(p) == "pre-2")
+        .collect();
+    let want: u64 = usage_by_gpu(&on_pre2)?.values().map(|u| u.1).sum();
+    ensure!(
+        pre2["memMiB"][0] == json!(want) && pre2["memMiB"][1] == json!(2 * 16384),
+        "gpugate top shows {pre2}, the pods hold {want} MiB"
+    );
     Ok(())
 }
 

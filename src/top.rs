@@ -1,0 +1,188 @@
+//! `gpugate top`: each node's GPUs, what is in use and what is free, from
+//! the cluster view the extender places with: a snapshot file, or the API
+//! server read once with the caller's own kubeconfig (no call into a
+//! running gpugate).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+use crate::cluster::node_topology::{NrtV1Alpha1, NrtV1Alpha2};
+use crate::cluster::{ClusterView, Snapshot};
+use crate::simulate::{GpuRow, gpu_rows, render};
+
+/// Per node and per GPU: slices, memory and cores in use, and free.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopReport {
+    pub nodes: Vec<NodeRow>,
+    pub gpus: Vec<GpuRow>,
+    /// Nodes whose GPUs cannot be read, with why.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub problems: BTreeMap<String, Vec<String>>,
+}
+
+/// One node's GPUs added up: (used, of).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRow {
+    pub node: String,
+    pub gpus: usize,
+    pub slots: (u64, u64),
+    #[serde(rename = "memMiB")]
+    pub mem_mib: (u64, u64),
+    pub cores: (u64, u64),
+}
+
+/// What the view says of every node with GPUs.
+pub fn top(view: &ClusterView) -> TopReport {
+    let state = view.state();
+    let nodes = state
+        .nodes()
+        .filter(|n| !n.gpus.is_empty())
+        .map(|n| {
+            let t = n.totals();
+            NodeRow {
+                node: n.name.clone(),
+                gpus: n.gpus.len(),
+                slots: (t.slots_used, t.slots),
+                mem_mib: (t.mem_used_mib, t.mem_mib),
+                cores: (t.cores_used, t.cores),
+            }
+        })
+        .collect();
+    TopReport {
+        nodes,
+        gpus: gpu_rows(state),
+        problems: view.node_problems().clone(),
+    }
+}
+
+/// The objects `top` needs, read once through the API server with the
+/// caller's rights: Nodes and Pods, and NodeResourceTopology when served.
+pub async fn read_cluster(client: kube::Client) -> Result<Snapshot, kube::Error> {
+    let lp = ListParams::default();
+    let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
+    let pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
+    let topologies = match Api::<NrtV1Alpha2>::all(client.clone()).list(&lp).await {
+        Ok(list) => list.items.into_iter().map(|o| o.0).collect(),
+        Err(_) => match Api::<NrtV1Alpha1>::all(client).list(&lp).await {
+            Ok(list) => list.items.into_iter().map(|o| o.0).collect(),
+            // Not served (no CRD), or not readable with these rights.
+            Err(_) => Vec::new(),
+        },
+    };
+    Ok(Snapshot {
+        nodes,
+        pods,
+        topologies,
+        ..Snapshot::default()
+    })
+}
+
+impl TopReport {
+    /// Exactly one JSON object.
+    pub fn to_json(&self) -> String {
+        // Serialising plain structs of strings and numbers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Tables for a person: nodes, then GPUs, each with what is free.
+    pub fn to_table(&self) -> String {
+        let pair = |(used, of): (u64, u64)| format!("{used}/{of}");
+        let mut out = String::new();
+        let mut rows = vec![vec![
+            "NODE".to_string(),
+            "GPUS".into(),
+            "SLICES".into(),
+            "MEM(MiB)".into(),
+            "FREE MEM(MiB)".into(),
+            "CORES".into(),
+            "FREE CORES".into(),
+        ]];
+        for n in &self.nodes {
+            rows.push(vec![
+                n.node.clone(),
+                n.gpus.to_string(),
+                pair(n.slots),
+                pair(n.mem_mib),
+                n.mem_mib.1.saturating_sub(n.mem_mib.0).to_string(),
+                pair(n.cores),
+                n.cores.1.saturating_sub(n.cores.0).to_string(),
+            ]);
+        }
+        let _ = writeln!(out, "NODES ({})", self.nodes.len());
+        out.push_str(&render(&rows));
+        let mut rows = vec![vec![
+            "NODE".to_string(),
+            "INDEX".into(),
+            "GPU".into(),
+            "MODEL".into(),
+            "SLICES".into(),
+            "MEM(MiB)".into(),
+            "FREE MEM(MiB)".into(),
+            "CORES".into(),
+            "FREE CORES".into(),
+        ]];
+        for g in &self.gpus {
+            rows.push(vec![
+                g.node.clone(),
+                g.index.to_string(),
+                g.uuid.clone(),
+                g.model.clone(),
+                format!("{}/{}", g.slots.0, g.slots.1),
+                format!("{}/{}", g.mem_mib.0, g.mem_mib.1),
+                g.mem_mib.1.saturating_sub(g.mem_mib.0).to_string(),
+                format!("{}/{}", g.cores.0, g.cores.1),
+                g.cores.1.saturating_sub(g.cores.0).to_string(),
+            ]);
+        }
+        let _ = writeln!(out, "\nGPUS ({})", self.gpus.len());
+        out.push_str(&render(&rows));
+        if !self.problems.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNODES WHOSE GPUS CANNOT BE READ ({})",
+                self.problems.len()
+            );
+            for (node, why) in &self.problems {
+                let _ = writeln!(out, "{node}: {}", why.join("; "));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The demo cluster: per GPU and per node, what its running pod holds
+    /// and what is free.
+    #[test]
+    fn the_demo_cluster() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo/cluster.yaml");
+        let (view, _) = Snapshot::load(&path).unwrap().to_view();
+        let r = top(&view);
+        let used: Vec<(&str, u64)> = r
+            .gpus
+            .iter()
+            .filter(|g| g.mem_mib.0 > 0)
+            .map(|g| (g.uuid.as_str(), g.mem_mib.0))
+            .collect();
+        assert_eq!(used.len(), 1, "{r:?}");
+        let table = r.to_table();
+        let line = table
+            .lines()
+            .find(|l| l.contains(used[0].0))
+            .expect("the used GPU's row");
+        assert!(line.contains(&format!("{}/", used[0].1)), "{line}");
+        assert!(table.starts_with("NODES (2)"), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["nodes"].as_array().unwrap().len(), 2);
+        assert_eq!(json["gpus"].as_array().unwrap().len(), r.gpus.len());
+    }
+}
