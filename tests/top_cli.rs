@@ -1,0 +1,57 @@
+//! `gpugate top` from the command line, also as the kubectl plugin
+//! `kubectl-gpugate` (a link to the same binary: `kubectl gpugate top`).
+
+use std::process::Command;
+
+mod support {
+    pub mod process;
+}
+
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo/cluster.yaml");
+
+#[test]
+fn top_as_gpugate_and_as_a_kubectl_plugin() {
+    let dir = std::env::temp_dir().join(format!("gpugate-top-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-gpugate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_gpugate"), &plugin).unwrap();
+    for bin in [
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpugate")),
+        plugin,
+    ] {
+        let out = support::process::succeeds(Command::new(&bin).args([
+            "top",
+            "--cluster",
+            DEMO,
+            "--output",
+            "json",
+        ]));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let node = json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == "gpu-a100-1")
+            .unwrap_or_else(|| panic!("{json}"));
+        // The demo's one running pod holds 20,000 MiB and 50 cores there.
+        assert_eq!(
+            node["memMiB"],
+            serde_json::json!([20000, 163840]),
+            "{bin:?}"
+        );
+        assert_eq!(node["cores"], serde_json::json!([50, 400]), "{bin:?}");
+    }
+    // Neither source given: a clear refusal.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .arg("top")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
