@@ -292,28 +292,8 @@ impl Report {
                 self.skipped.join(", ")
             );
         }
-        let mut rows = vec![vec![
-            "NODE".to_string(),
-            "INDEX".into(),
-            "GPU".into(),
-            "MODEL".into(),
-            "SLOTS".into(),
-            "MEM(MiB)".into(),
-            "CORES".into(),
-        ]];
-        for g in &self.gpus {
-            rows.push(vec![
-                g.node.clone(),
-                g.index.to_string(),
-                g.uuid.clone(),
-                g.model.clone(),
-                format!("{}/{}", g.slots.0, g.slots.1),
-                format!("{}/{}", g.mem_mib.0, g.mem_mib.1),
-                format!("{}/{}", g.cores.0, g.cores.1),
-            ]);
-        }
         let _ = writeln!(out, "\nGPU USAGE");
-        out.push_str(&render(&rows));
+        out.push_str(&gpu_table(&self.gpus, false));
         if !self.warnings.is_empty() {
             let _ = writeln!(out, "\nWARNINGS");
             for w in &self.warnings {
@@ -322,6 +302,39 @@ impl Report {
         }
         out
     }
+}
+
+/// The GPUs as a table: slices, memory and cores used of what each has,
+/// and with `free`, the memory and cores left.
+pub(crate) fn gpu_table(gpus: &[GpuRow], free: bool) -> String {
+    let mut header = vec!["NODE", "INDEX", "GPU", "MODEL", "SLICES", "MEM(MiB)"];
+    if free {
+        header.push("FREE MEM(MiB)");
+    }
+    header.push("CORES");
+    if free {
+        header.push("FREE CORES");
+    }
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+    for g in gpus {
+        let mut row = vec![
+            g.node.clone(),
+            g.index.to_string(),
+            g.uuid.clone(),
+            g.model.clone(),
+            format!("{}/{}", g.slots.0, g.slots.1),
+            format!("{}/{}", g.mem_mib.0, g.mem_mib.1),
+        ];
+        if free {
+            row.push(g.mem_mib.1.saturating_sub(g.mem_mib.0).to_string());
+        }
+        row.push(format!("{}/{}", g.cores.0, g.cores.1));
+        if free {
+            row.push(g.cores.1.saturating_sub(g.cores.0).to_string());
+        }
+        rows.push(row);
+    }
+    render(&rows)
 }
 
 /// Left-aligned columns separated by two spaces.

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::cluster::node_topology::{NrtV1Alpha1, NrtV1Alpha2};
 use crate::cluster::{ClusterView, Snapshot};
-use crate::simulate::{GpuRow, gpu_rows, render};
+use crate::simulate::{GpuRow, gpu_rows, gpu_table, render};
 
 /// Per node and per GPU: slices, memory and cores in use, and free.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -115,32 +115,8 @@ impl TopReport {
         }
         let _ = writeln!(out, "NODES ({})", self.nodes.len());
         out.push_str(&render(&rows));
-        let mut rows = vec![vec![
-            "NODE".to_string(),
-            "INDEX".into(),
-            "GPU".into(),
-            "MODEL".into(),
-            "SLICES".into(),
-            "MEM(MiB)".into(),
-            "FREE MEM(MiB)".into(),
-            "CORES".into(),
-            "FREE CORES".into(),
-        ]];
-        for g in &self.gpus {
-            rows.push(vec![
-                g.node.clone(),
-                g.index.to_string(),
-                g.uuid.clone(),
-                g.model.clone(),
-                format!("{}/{}", g.slots.0, g.slots.1),
-                format!("{}/{}", g.mem_mib.0, g.mem_mib.1),
-                g.mem_mib.1.saturating_sub(g.mem_mib.0).to_string(),
-                format!("{}/{}", g.cores.0, g.cores.1),
-                g.cores.1.saturating_sub(g.cores.0).to_string(),
-            ]);
-        }
         let _ = writeln!(out, "\nGPUS ({})", self.gpus.len());
-        out.push_str(&render(&rows));
+        out.push_str(&gpu_table(&self.gpus, true));
         if !self.problems.is_empty() {
             let _ = writeln!(
                 out,
