@@ -36,6 +36,10 @@ pub enum Command {
     /// Each node's GPUs: slices, memory and cores in use and free, from a
     /// snapshot file or the API server (read once, with your kubeconfig).
     Top(TopArgs),
+    /// Why a pod is pending: each node's verdict in words, the nearest
+    /// nodes and what they lack, the pods whose eviction would make room,
+    /// and quota or namespace policy refusals.
+    Explain(ExplainArgs),
 }
 
 /// Logging, for every command.
@@ -273,6 +277,16 @@ pub struct SimulateArgs {
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
+    #[command(flatten)]
+    pub source: ClusterSource,
+    #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]
+    pub output: Output,
+}
+
+/// Where `top` and `explain` read the cluster: a snapshot file, or the API
+/// server once.
+#[derive(Debug, Args)]
+pub struct ClusterSource {
     /// A cluster snapshot file (the format of `simulate --cluster`).
     #[arg(
         long,
@@ -282,10 +296,24 @@ pub struct TopArgs {
         env = "GPUGATE_CLUSTER"
     )]
     pub cluster: Option<PathBuf>,
-    /// Read Nodes, Pods and NodeResourceTopology once through the API
-    /// server of this kubeconfig file, with its user's rights.
+    /// Read the cluster once through the API server of this kubeconfig
+    /// file, with its user's rights: Nodes and Pods, and Namespaces,
+    /// ResourceQuotas and NodeResourceTopology where readable.
     #[arg(long, value_name = "FILE", env = "GPUGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, as NAMESPACE/NAME.
+    #[arg(value_name = "NAMESPACE/POD", env = "GPUGATE_EXPLAIN_POD")]
+    pub pod: String,
+    #[command(flatten)]
+    pub source: ClusterSource,
+    /// gpugate config file: namespace policies and defaults, as the
+    /// server uses them (defaults: HAMi's NVIDIA defaults).
+    #[arg(long, value_name = "gpugate.yaml", env = "GPUGATE_CONFIG")]
+    pub config: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]
     pub output: Output,
 }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod explain;
 pub mod extender;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -7,7 +7,8 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use gpugate::cli::{
-    CertsCommand, CertsGenerateArgs, Cli, Command, Output, ServeArgs, SimulateArgs, TopArgs,
+    CertsCommand, CertsGenerateArgs, Cli, ClusterSource, Command, ExplainArgs, Output, ServeArgs,
+    SimulateArgs, TopArgs,
 };
 use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
         Command::Top(args) => top(args),
+        Command::Explain(args) => explain(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -78,29 +80,55 @@ fn certs_generate(args: CertsGenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn top(args: TopArgs) -> anyhow::Result<()> {
-    let snapshot = match (&args.cluster, &args.kubeconfig) {
-        (Some(path), _) => Snapshot::load(path).context("--cluster")?,
+/// The cluster from a snapshot file, or read once from the API server.
+fn read_cluster(source: &ClusterSource) -> anyhow::Result<Snapshot> {
+    match (&source.cluster, &source.kubeconfig) {
+        (Some(path), _) => Ok(Snapshot::load(path).context("--cluster")?),
         (None, Some(path)) => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(async {
+            let (snapshot, unread) = runtime.block_on(async {
                 let source = gpugate::cluster::client::ApiSource::Kubeconfig(path.clone());
                 let client = gpugate::cluster::client::connect(&source).await?;
-                gpugate::top::read_cluster(client)
+                gpugate::cluster::read_once::read_cluster(client)
                     .await
                     .context("reading Nodes and Pods from the API server")
-            })?
+            })?;
+            for what in unread {
+                eprintln!("gpugate: could not read {what}; judged without them");
+            }
+            Ok(snapshot)
         }
         (None, None) => anyhow::bail!("give --cluster FILE or --kubeconfig FILE"),
-    };
-    let (view, _) = snapshot.to_view();
+    }
+}
+
+fn top(args: TopArgs) -> anyhow::Result<()> {
+    let (view, _) = read_cluster(&args.source)?.to_view();
     let report = gpugate::top::top(&view);
     match args.output {
         Output::Json => println!("{}", report.to_json()),
         Output::Table => print!("{}", report.to_table()),
+    }
+    Ok(())
+}
+
+fn explain(args: ExplainArgs) -> anyhow::Result<()> {
+    let Some((namespace, name)) = args.pod.split_once('/') else {
+        anyhow::bail!("{:?}: give the pod as NAMESPACE/NAME", args.pod);
+    };
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let cluster = read_cluster(&args.source)?;
+    let explanation =
+        gpugate::explain::explain(&cluster, namespace, name, &config, jiff::Timestamp::now())?;
+    match args.output {
+        Output::Json => println!("{}", explanation.to_json()),
+        Output::Table => print!("{}", explanation.to_table()),
     }
     Ok(())
 }

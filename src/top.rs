@@ -6,12 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use crate::cluster::node_topology::{NrtV1Alpha1, NrtV1Alpha2};
-use crate::cluster::{ClusterView, Snapshot};
+use crate::cluster::ClusterView;
 use crate::simulate::{GpuRow, gpu_rows, gpu_table, render};
 
 /// Per node and per GPU: slices, memory and cores in use, and free.
@@ -58,28 +55,6 @@ pub fn top(view: &ClusterView) -> TopReport {
         gpus: gpu_rows(state),
         problems: view.node_problems().clone(),
     }
-}
-
-/// The objects `top` needs, read once through the API server with the
-/// caller's rights: Nodes and Pods, and NodeResourceTopology when served.
-pub async fn read_cluster(client: kube::Client) -> Result<Snapshot, kube::Error> {
-    let lp = ListParams::default();
-    let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
-    let pods = Api::<Pod>::all(client.clone()).list(&lp).await?.items;
-    let topologies = match Api::<NrtV1Alpha2>::all(client.clone()).list(&lp).await {
-        Ok(list) => list.items.into_iter().map(|o| o.0).collect(),
-        Err(_) => match Api::<NrtV1Alpha1>::all(client).list(&lp).await {
-            Ok(list) => list.items.into_iter().map(|o| o.0).collect(),
-            // Not served (no CRD), or not readable with these rights.
-            Err(_) => Vec::new(),
-        },
-    };
-    Ok(Snapshot {
-        nodes,
-        pods,
-        topologies,
-        ..Snapshot::default()
-    })
 }
 
 impl TopReport {
@@ -134,6 +109,7 @@ impl TopReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Snapshot;
 
     /// The demo cluster: per GPU and per node, what its running pod holds
     /// and what is free.

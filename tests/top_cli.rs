@@ -11,15 +11,8 @@ const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo/cluster.y
 
 #[test]
 fn top_as_gpugate_and_as_a_kubectl_plugin() {
-    let dir = std::env::temp_dir().join(format!("gpugate-top-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let plugin = dir.join("kubectl-gpugate");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_gpugate"), &plugin).unwrap();
-    for bin in [
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpugate")),
-        plugin,
-    ] {
+    let plugin = support::process::KubectlPlugin::new("top-cli");
+    for bin in plugin.both() {
         let out = support::process::succeeds(Command::new(&bin).args([
             "top",
             "--cluster",
@@ -53,5 +46,4 @@ fn top_as_gpugate_and_as_a_kubectl_plugin() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,6 +11,7 @@ pub mod lock;
 pub mod metrics;
 pub mod node_topology;
 pub mod pod_group;
+pub mod read_once;
 pub mod shared;
 pub mod snapshot;
 pub mod view;

@@ -16,12 +16,9 @@
 //! victim: a pod short of GPU alone is never offered here
 //! (docs/operations.md, "Preemption").
 
-use std::collections::HashSet;
-
 use crate::cluster::{ClusterView, pod_name};
 use crate::config::Config;
-use crate::engine::joint::next_combination;
-use crate::engine::{Allocation, PodPlan};
+use crate::placement::victims::{gpu_victims, victim_unit};
 
 use super::error::ExtenderError;
 use super::wire::{MetaPod, MetaVictims, PreemptionArgs, PreemptionResult};
@@ -61,50 +58,7 @@ pub fn preempt(
             continue;
         }
         if plan.request.has_gpus() {
-            let taken: HashSet<&str> = uids.iter().map(String::as_str).collect();
-            let removed: Vec<(&str, &Allocation)> = uids
-                .iter()
-                .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(view, uid, node)?)))
-                .collect();
-            // Further GPU holders on the node that the preemptor may evict,
-            // a gang group as one unit with all its members.
-            let mut extra: Vec<Unit> = Vec::new();
-            let mut seen: HashSet<String> = HashSet::new();
-            for uid in view.held_pods() {
-                if taken.contains(uid)
-                    || seen.contains(uid)
-                    || gpu_allocation_on(view, uid, node).is_none()
-                {
-                    continue;
-                }
-                let Some(members) = victim_unit(view, uid, node, preemptor_priority) else {
-                    continue;
-                };
-                seen.extend(members.iter().cloned());
-                let priority = members
-                    .iter()
-                    .map(|m| view.held_priority(m).unwrap_or(0))
-                    .max()
-                    .unwrap_or(0);
-                let pods: Vec<(String, Option<&Allocation>)> = members
-                    .into_iter()
-                    .map(|m| {
-                        let a = gpu_allocation_on(view, &m, node);
-                        (m, a)
-                    })
-                    .collect();
-                extra.push(Unit { priority, pods });
-            }
-            // Lowest priority first, single pods before groups, then by UID,
-            // so the answer is stable.
-            extra.sort_by(|x, y| {
-                (x.priority, x.pods.len(), &x.pods[0].0).cmp(&(
-                    y.priority,
-                    y.pods.len(),
-                    &y.pods[0].0,
-                ))
-            });
-            let Some(added) = fewest_extra(view, &plan, node, &removed, &extra) else {
+            let Some(added) = gpu_victims(view, &plan, node, &uids, preemptor_priority) else {
                 tracing::info!(node, proposed = ?proposed.uids, "preempt: no GPU victims make room; node dropped");
                 continue;
             };
@@ -120,127 +74,6 @@ pub fn preempt(
         );
     }
     Ok(result)
-}
-
-/// Pods evicted together: one pod, or every bound member of a gang group.
-struct Unit<'v> {
-    /// The highest priority among them.
-    priority: i32,
-    /// UIDs, with the GPUs each holds on the node.
-    pods: Vec<(String, Option<&'v Allocation>)>,
-}
-
-/// The pods that must go if `uid` goes from `node`: itself, or, for a
-/// gang member, every bound member of its group. `None` when that cannot
-/// happen here: a member is bound to another node, or a priority is not
-/// below the preemptor's.
-fn victim_unit(view: &ClusterView, uid: &str, node: &str, below: i32) -> Option<Vec<String>> {
-    let Some(group) = view.gang_of(uid) else {
-        // (A pod gpugate does not hold, such as kube-scheduler's CPU-only
-        // victim, has no priority known here: kube-scheduler chose it.)
-        let lower = view.held_priority(uid).is_none_or(|p| p < below);
-        return lower.then(|| vec![uid.to_string()]);
-    };
-    let members = view.gang_members(group)?;
-    let mut unit = Vec::new();
-    for (member, pod) in members {
-        let spec = pod.spec.as_ref();
-        let Some(bound) = spec.and_then(|s| s.node_name.as_deref()) else {
-            continue;
-        };
-        let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-        if bound != node || priority >= below {
-            return None;
-        }
-        unit.push(member.clone());
-    }
-    if !unit.iter().any(|m| m == uid) {
-        unit.push(uid.to_string());
-    }
-    Some(unit)
-}
-
-/// The pod's allocation when it holds at least one GPU on `node`.
-fn gpu_allocation_on<'v>(view: &'v ClusterView, uid: &str, node: &str) -> Option<&'v Allocation> {
-    view.held_allocation(uid)
-        .filter(|a| a.node == node && a.grant_count() > 0)
-}
-
-/// Sets of further victims up to this size are tried exhaustively.
-const EXACT_SIZE: usize = 3;
-/// Most sets tried exhaustively per node; beyond, the greedy pass.
-const EXACT_BUDGET: usize = 20_000;
-
-/// With `removed` gone, the fewest units of `extra` (lowest priority
-/// first) whose removal too lets the pod fit; `None` when even all of them
-/// are not enough. Every set of one, then two, then three units is tried
-/// in order (`extra` is sorted lowest priority first, so the first set
-/// found of a size is among the cheapest); past that size, or past the
-/// budget, units are added in order until the pod fits and every one it
-/// does not need is given back (highest priority first). The answer is
-/// the units' pods.
-fn fewest_extra(
-    view: &ClusterView,
-    plan: &PodPlan,
-    node: &str,
-    removed: &[(&str, &Allocation)],
-    extra: &[Unit<'_>],
-) -> Option<Vec<String>> {
-    let fits = |added: &[usize]| {
-        let mut gone: Vec<(&str, &Allocation)> = removed.to_vec();
-        for &i in added {
-            gone.extend(
-                extra[i]
-                    .pods
-                    .iter()
-                    .filter_map(|(uid, a)| Some((uid.as_str(), (*a)?))),
-            );
-        }
-        view.state().fit_without(plan, node, &gone).is_ok()
-    };
-    let pods = |set: &[usize]| -> Vec<String> {
-        set.iter()
-            .flat_map(|&i| extra[i].pods.iter().map(|(uid, _)| uid.clone()))
-            .collect()
-    };
-    if fits(&[]) {
-        return Some(Vec::new());
-    }
-    let mut tried = 0;
-    'exact: for size in 1..=EXACT_SIZE.min(extra.len()) {
-        let mut pick: Vec<usize> = (0..size).collect();
-        loop {
-            tried += 1;
-            if tried > EXACT_BUDGET {
-                break 'exact;
-            }
-            if fits(&pick) {
-                return Some(pods(&pick));
-            }
-            if !next_combination(&mut pick, extra.len()) {
-                break;
-            }
-        }
-    }
-    let mut taken: Vec<usize> = Vec::new();
-    let mut rest = 0..extra.len();
-    while !fits(&taken) {
-        taken.push(rest.next()?);
-    }
-    let mut i = taken.len();
-    while i > 0 {
-        i -= 1;
-        let without: Vec<usize> = taken
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, v)| *v)
-            .collect();
-        if fits(&without) {
-            taken = without;
-        }
-    }
-    Some(pods(&taken))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub mod quota;
 pub mod reason;
 pub mod reserve;
 pub mod steering;
+pub mod victims;
+pub mod words;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;

@@ -2114,6 +2114,87 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         pre2["memMiB"][0] == json!(want) && pre2["memMiB"][1] == json!(2 * 16384),
         "gpugate top shows {pre2}, the pods hold {want} MiB"
     );
+    explain_pending(ctx, ns).await
+}
+
+/// `gpugate explain` against the live API server for a pod left Pending:
+/// 9,000 MiB at priority 1000 on pre-2, where GPU 0 has 8,384 MiB free
+/// beside urgent-2 (priority 1000) and GPU 1 384 MiB beside the four
+/// 4,000 MiB pods of priority 100. CPU is not short, so kube-scheduler
+/// does not preempt (docs/operations.md, "Preemption"); explain names the
+/// node's reason, what it lacks, and the three pods whose eviction would
+/// make room; every other node is left out by the pod's nodeSelector.
+async fn explain_pending(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+    let client = &ctx.cp.admin;
+    create_pod(
+        client,
+        ns,
+        &slice_pod("waiting", "pre-2", "9000", "1", "e2e-high"),
+    )
+    .await?;
+    wait_event(
+        client,
+        ns,
+        "waiting",
+        "FailedScheduling",
+        "CardInsufficientMemory",
+        BIND,
+    )
+    .await?;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .args(["explain", &format!("{ns}/waiting"), "--kubeconfig"])
+        .arg(ctx.cp.dir.join("admin.kubeconfig"))
+        .args(["--output", "json"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "gpugate explain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(e["status"] == "pending", "{e:#}");
+    let nodes = e["nodes"].as_array().context("no nodes")?;
+    let pre2 = nodes
+        .iter()
+        .find(|n| n["node"] == "pre-2")
+        .context("explain shows no pre-2")?;
+    ensure!(
+        pre2["fits"] == false && pre2["code"] == "CardInsufficientMemory",
+        "pre-2: {pre2:#}"
+    );
+    ensure!(
+        pre2["missing"].as_str().is_some_and(|m| m
+            .starts_with("needs 9000 MiB and 0 cores free on one GPU; the freest has 8384 MiB")),
+        "pre-2 lacks: {pre2:#}"
+    );
+    let victims: Vec<(&str, i64)> = pre2["preempt"]
+        .as_array()
+        .context("no victims on pre-2")?
+        .iter()
+        .map(|v| {
+            (
+                v["pod"].as_str().unwrap_or_default(),
+                v["priority"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    ensure!(
+        victims.len() == 3
+            && victims
+                .iter()
+                .all(|(p, prio)| p.starts_with(&format!("{ns}/single-")) && *prio == 100),
+        "victims on pre-2: {victims:?}"
+    );
+    ensure!(e["nearest"][0] == "pre-2", "nearest: {}", e["nearest"]);
+    ensure!(
+        nodes
+            .iter()
+            .filter(|n| n["node"] != "pre-2")
+            .all(|n| n["excluded"]
+                .as_str()
+                .is_some_and(|x| x.contains("nodeSelector"))),
+        "nodes not left out by the nodeSelector: {e:#}"
+    );
     Ok(())
 }
 

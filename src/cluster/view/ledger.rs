@@ -158,6 +158,11 @@ impl ClusterView {
         out
     }
 
+    /// `namespace/name` of a held pod.
+    pub fn held_name(&self, key: &str) -> Option<String> {
+        self.pods.get(key).map(HeldPod::who)
+    }
+
     /// UIDs of every pod the ledger holds GPUs for.
     pub fn held_pods(&self) -> impl Iterator<Item = &str> {
         self.pods.keys().map(String::as_str)

@@ -1,0 +1,642 @@
+//! `gpugate explain NAMESPACE/POD`: why a pod is pending, for a person.
+//! Through the same placement rules as the extender (`placement::judge`,
+//! the namespace policy of the validating webhook, the victim search of
+//! `/preempt`), on a snapshot file or the API server read once with the
+//! caller's own kubeconfig: each node's verdict in words, the nodes nearest
+//! to holding the pod with what they lack, and the lower-priority pods
+//! whose eviction would make room.
+
+mod scheduler_checks;
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use serde::Serialize;
+
+use crate::admission::validate::{Validation, validate};
+use crate::cluster::convert::{pod_name, pod_namespace, pod_own_name};
+use crate::cluster::{ClusterView, Snapshot};
+use crate::config::Config;
+use crate::engine::checks::check_gpu;
+use crate::engine::request::{GpuRequest, Memory};
+use crate::engine::{Node, PodPlan, Reason, Rejection};
+use crate::placement::victims::gpu_victims;
+use crate::placement::words::in_words;
+use crate::placement::{self, NodeReason, Verdict};
+use crate::simulate::render;
+
+/// Nodes listed under "nearest", at most.
+const NEAREST: usize = 3;
+
+/// What `explain` says of one pod, in the shape `--output json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub pod: String,
+    /// `pending`, `bound`, `finished`, or `not a GPU pod`.
+    pub status: String,
+    /// The node it is bound to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub priority: i32,
+    /// Whether it may evict lower-priority pods (`preemptionPolicy`).
+    pub preempts: bool,
+    /// What each GPU container asks for, in words.
+    pub asks: Vec<String>,
+    /// The pod cannot be planned (its request or annotations are invalid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+    /// The validating webhook (namespace policy, GPU quota, request rules)
+    /// would refuse the pod if it were created now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission: Option<String>,
+    /// A reason that holds on every node (quota, gang group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub everywhere: Option<Refusal>,
+    /// Every GPU node's verdict, in name order.
+    pub nodes: Vec<NodeVerdict>,
+    /// Refused nodes nearest to holding the pod, nearest first.
+    pub nearest: Vec<String>,
+    /// The verdict in one sentence.
+    pub summary: String,
+}
+
+/// One reason, three ways: the stable code, the text kube-scheduler and
+/// events show, and words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refusal {
+    pub code: String,
+    pub reason: String,
+    pub words: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeVerdict {
+    pub node: String,
+    pub fits: bool,
+    /// kube-scheduler never offers this node to gpugate for the pod
+    /// (nodeSelector, required node affinity, taints, cordon): why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+    /// What the node lacks, with numbers (GPU and NUMA shortfalls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+    /// Lower-priority pods whose eviction makes room here (the fewest,
+    /// lowest priority first, as `/preempt` chooses them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preempt: Vec<Victim>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Victim {
+    pub pod: String,
+    pub priority: i32,
+    /// What it holds on the node, e.g. `8000 MiB, 30 cores on GPU-0`.
+    pub holds: String,
+}
+
+/// Why explain cannot answer at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("pod {0} is not in the cluster (give it as NAMESPACE/NAME)")]
+    NotFound(String),
+}
+
+/// Explains pod `namespace/name` of `cluster` at `now`.
+pub fn explain(
+    cluster: &Snapshot,
+    namespace: &str,
+    name: &str,
+    config: &Config,
+    now: Timestamp,
+) -> Result<Explanation, ExplainError> {
+    let pod = cluster
+        .pods
+        .iter()
+        .find(|p| pod_namespace(p) == namespace && pod_own_name(p) == name)
+        .ok_or_else(|| ExplainError::NotFound(format!("{namespace}/{name}")))?;
+    let (mut view, _) = cluster.to_view();
+    // The node locks as read: a held one makes a bind there wait.
+    for node in &cluster.nodes {
+        view.note_node_lock(node);
+    }
+    Ok(explain_pod(&view, &cluster.nodes, pod, config, now))
+}
+
+/// Explains `pod` on the view of `nodes`.
+pub fn explain_pod(
+    view: &ClusterView,
+    nodes: &[K8sNode],
+    pod: &Pod,
+    config: &Config,
+    now: Timestamp,
+) -> Explanation {
+    let spec = pod.spec.as_ref();
+    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
+    let preempts = spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never");
+    let mut out = Explanation {
+        pod: pod_name(pod),
+        status: "pending".into(),
+        node: spec.and_then(|s| s.node_name.clone()),
+        priority,
+        preempts,
+        asks: Vec::new(),
+        invalid: None,
+        admission: None,
+        everywhere: None,
+        nodes: Vec::new(),
+        nearest: Vec::new(),
+        summary: String::new(),
+    };
+    let plan = match crate::cluster::convert::pod_plan(pod, config) {
+        Ok(plan) => plan,
+        Err(e) => {
+            out.summary = format!("the pod's GPU request cannot be read: {e}");
+            out.invalid = Some(e.to_string());
+            return out;
+        }
+    };
+    out.asks = asks(&plan);
+    if crate::cluster::convert::pod_finished(pod) {
+        out.status = "finished".into();
+        out.summary = "the pod has finished; it holds no GPUs".into();
+        return out;
+    }
+    if let Some(node) = &out.node {
+        out.status = "bound".into();
+        out.summary = format!("the pod is bound to node {node}; it is not pending");
+        return out;
+    }
+    if !plan.request.has_gpus() {
+        out.status = "not a GPU pod".into();
+        out.summary =
+            "the pod asks for no GPU: gpugate does not place it; kube-scheduler's own events say why it is pending".into();
+        return out;
+    }
+    out.admission = admission_refusal(view, pod, config);
+    let mut candidates: Vec<String> = Vec::new();
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        match scheduler_checks::excluded(pod, node) {
+            Some(why) => out.nodes.push(NodeVerdict {
+                node: name,
+                fits: false,
+                excluded: Some(why),
+                refusal: None,
+                missing: None,
+                preempt: Vec::new(),
+            }),
+            None => candidates.push(name),
+        }
+    }
+    let verdicts = match placement::judge(view, config, pod, &plan, Some(&candidates), now) {
+        Verdict::NoGpus => unreachable_no_gpus(),
+        Verdict::Everywhere(reason) => {
+            out.nodes.clear();
+            out.summary = format!("no node can hold it: {}", in_words(&reason));
+            out.everywhere = Some(refusal(&reason));
+            return out;
+        }
+        Verdict::Nodes(v) => v,
+    };
+    let mut nearness: Vec<(Shortfall, String)> = Vec::new();
+    for f in &verdicts.feasible {
+        out.nodes.push(NodeVerdict {
+            node: f.node.clone(),
+            fits: true,
+            excluded: None,
+            refusal: None,
+            missing: None,
+            preempt: Vec::new(),
+        });
+    }
+    for (node, reason) in &verdicts.rejected {
+        let (missing, short) = view
+            .state()
+            .node(node)
+            .map(|n| shortfall(view, n, &plan, reason))
+            .unwrap_or_default();
+        let preempt = if preempts && !reason.is_unresolvable() && is_capacity(reason) {
+            victims(view, &plan, node, priority)
+        } else {
+            Vec::new()
+        };
+        if let Some(s) = short.filter(|_| !reason.is_unresolvable()) {
+            nearness.push((s, node.clone()));
+        }
+        out.nodes.push(NodeVerdict {
+            node: node.clone(),
+            fits: false,
+            excluded: None,
+            refusal: Some(refusal(reason)),
+            missing,
+            preempt,
+        });
+    }
+    out.nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    nearness.sort();
+    out.nearest = nearness.into_iter().take(NEAREST).map(|(_, n)| n).collect();
+    out.summary = summary(&out, verdicts.best().map(|b| b.node.as_str()));
+    out
+}
+
+/// `judge` answers `NoGpus` only for pods without GPUs, handled before.
+fn unreachable_no_gpus() -> crate::placement::NodeVerdicts {
+    unreachable!("judge answers NoGpus only for pods asking for no GPU")
+}
+
+fn refusal(reason: &NodeReason) -> Refusal {
+    Refusal {
+        code: reason.code().to_string(),
+        reason: reason.to_string(),
+        words: in_words(reason),
+    }
+}
+
+/// Reasons that freeing GPUs (or NUMA zones) on the node can cure.
+fn is_capacity(reason: &NodeReason) -> bool {
+    matches!(
+        reason,
+        NodeReason::Engine(Rejection::Devices { .. } | Rejection::NumaZones { .. })
+    )
+}
+
+/// The validating webhook's refusal of the pod as it is now, if any.
+fn admission_refusal(view: &ClusterView, pod: &Pod, config: &Config) -> Option<String> {
+    let raw = serde_json::to_value(pod).ok()?;
+    let namespace = pod_namespace(pod).to_string();
+    let verdict = crate::admission::pod::PodView::judge_value(
+        &raw,
+        |p| validate(p, config, Some(&namespace), Some(view)),
+        Validation::Invalid,
+    );
+    match verdict {
+        Validation::Allow { .. } => None,
+        Validation::Deny(d) => Some(d.message),
+        Validation::Invalid(e) => Some(e),
+    }
+}
+
+/// Each GPU container's request in words.
+fn asks(plan: &PodPlan) -> Vec<String> {
+    plan.request
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let g = c.gpu?;
+            Some(format!("container {}: {}", c.name, gpu_words(&g)))
+        })
+        .collect()
+}
+
+/// `8000 MiB`, or `30% of the memory`.
+fn memory_words(g: &GpuRequest) -> String {
+    match g.memory {
+        Memory::Mib(m) => format!("{m} MiB"),
+        Memory::Percent(p) => format!("{p}% of the memory"),
+    }
+}
+
+fn gpu_words(g: &GpuRequest) -> String {
+    let memory = memory_words(g);
+    let gpus = if g.count == 1 {
+        "1 GPU".to_string()
+    } else {
+        format!("{} GPUs", g.count)
+    };
+    let each = if g.count == 1 { "" } else { " each" };
+    format!("{gpus} with {memory} and {} cores{each}", g.cores)
+}
+
+/// How far a node is from holding the pod, in thousandths of a GPU: a GPU
+/// that must be emptied (no slice left, or held where the pod needs it
+/// alone) counts 1,000, a GPU short of memory or cores the share of its
+/// capacity missing. Lower is nearer.
+type Shortfall = u64;
+
+/// What the node lacks for the first container it refuses, in words, and
+/// its distance when capacity is what it lacks.
+fn shortfall(
+    view: &ClusterView,
+    node: &Node,
+    plan: &PodPlan,
+    reason: &NodeReason,
+) -> (Option<String>, Option<Shortfall>) {
+    match reason {
+        NodeReason::Engine(Rejection::Devices {
+            container, counts, ..
+        }) => {
+            let Some(g) = plan
+                .request
+                .containers
+                .iter()
+                .find(|c| &c.name == container)
+                .and_then(|c| c.gpu)
+            else {
+                return (None, None);
+            };
+            if counts.get(Reason::NumaNotFit) > 0 {
+                let mut zones: Vec<i32> = node.gpus.iter().map(|g| g.numa).collect();
+                zones.sort_unstable();
+                zones.dedup();
+                let zones: Vec<String> = zones.iter().map(i32::to_string).collect();
+                return (
+                    Some(format!(
+                        "needs {} GPUs on one NUMA node (nvidia.com/numa-bind); the GPUs that could hold a slice are spread over NUMA nodes {}",
+                        g.count,
+                        zones.join(", ")
+                    )),
+                    None,
+                );
+            }
+            let (text, short) = gpu_shortfall(node, plan, &g);
+            (Some(text), short)
+        }
+        NodeReason::Engine(Rejection::NumaZones { container, .. }) => {
+            (zone_words(view, node, plan, container), None)
+        }
+        _ => (None, None),
+    }
+}
+
+/// The node's GPUs under the engine's own per-GPU check: how many can take
+/// one slice of `g`, the freest of those the pod may use at all (healthy,
+/// not cordoned, of a model and UUID it accepts), and the distance: the
+/// `g.count` nearest GPUs' shortfalls added up (`None` when the pod may
+/// use too few GPUs here for freeing any to help).
+fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option<Shortfall>) {
+    let mut usable: Vec<(Shortfall, u64, u32, &str)> = Vec::new();
+    for (gpu, used) in node.gpus.iter().zip(&node.usage) {
+        let cap = &gpu.capacity;
+        let free_mem = cap.mem_mib.saturating_sub(used.mem_mib);
+        let free_cores = cap.cores.saturating_sub(used.cores);
+        if g.mem_on(cap.mem_mib) > cap.mem_mib || g.cores > cap.cores {
+            // Too small even empty.
+            continue;
+        }
+        let short = match check_gpu(gpu, used, g, &plan.selection, plan.gpu_policy) {
+            Ok(_) => 0,
+            Err(
+                Reason::CardNotHealth
+                | Reason::CardCordoned
+                | Reason::CardTypeMismatch
+                | Reason::CardUuidMismatch,
+            ) => continue,
+            Err(Reason::CardInsufficientMemory | Reason::CardInsufficientCore) => {
+                let mem = g.mem_on(cap.mem_mib).saturating_sub(free_mem);
+                let cores = g.cores.saturating_sub(free_cores);
+                mem * 1000 / cap.mem_mib.max(1)
+                    + u64::from(cores) * 1000 / u64::from(cap.cores.max(1))
+            }
+            Err(_) => 1000,
+        };
+        usable.push((short, free_mem, free_cores, gpu.uuid.as_str()));
+    }
+    let n = g.count as usize;
+    let need = memory_words(g);
+    let on = if g.count == 1 {
+        "one GPU".to_string()
+    } else {
+        format!("each of {} GPUs", g.count)
+    };
+    let mut text = format!("needs {need} and {} cores free on {on}", g.cores);
+    let enough = usable.iter().filter(|u| u.0 == 0).count();
+    match usable.iter().max_by_key(|u| (u.1, u.2)) {
+        None => text.push_str("; none of its GPUs can be used by this pod"),
+        Some((_, mem, cores, uuid)) => {
+            let _ = write!(
+                text,
+                "; the freest has {mem} MiB and {cores} cores free ({uuid}); {enough} of the {} GPUs it may use can take a slice now",
+                usable.len()
+            );
+        }
+    }
+    if usable.len() < n {
+        return (text, None);
+    }
+    usable.sort_by_key(|u| u.0);
+    (text, Some(usable.iter().take(n).map(|u| u.0).sum()))
+}
+
+/// What each NUMA zone of the node has free, beside what the container
+/// needs there.
+fn zone_words(view: &ClusterView, node: &Node, plan: &PodPlan, container: &str) -> Option<String> {
+    let topology = view.state().topology(&node.name)?;
+    let zones: Vec<String> = topology
+        .zones
+        .iter()
+        .map(|z| {
+            format!(
+                "zone {}: {} CPUs, {} MiB",
+                z.id,
+                cpus(z.available.cpu_milli),
+                z.available.memory_bytes >> 20
+            )
+        })
+        .collect();
+    let need = container
+        .strip_prefix("container ")
+        .and_then(|name| plan.request.containers.iter().position(|c| c.name == name))
+        .and_then(|i| plan.numa.containers.get(i))
+        .map(|c| {
+            format!(
+                "needs {} CPUs and {} MiB in one zone; ",
+                cpus(c.cpu_milli),
+                c.memory_bytes >> 20
+            )
+        })
+        .unwrap_or_default();
+    Some(format!("{need}free by zone: {}", zones.join("; ")))
+}
+
+fn cpus(milli: u64) -> String {
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{:.1}", milli as f64 / 1000.0)
+    }
+}
+
+/// The pods `/preempt` would add on `node` for the pod, as a person reads
+/// them.
+fn victims(view: &ClusterView, plan: &PodPlan, node: &str, below: i32) -> Vec<Victim> {
+    let Some(uids) = gpu_victims(view, plan, node, &[], below) else {
+        return Vec::new();
+    };
+    uids.iter()
+        .map(|uid| {
+            let holds = view
+                .held_allocation(uid)
+                .map(|a| {
+                    a.usage_by_gpu()
+                        .into_iter()
+                        .map(|(gpu, u)| format!("{} MiB, {} cores on {gpu}", u.mem_mib, u.cores))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or_default();
+            Victim {
+                pod: view.held_name(uid).unwrap_or_else(|| uid.clone()),
+                priority: view.held_priority(uid).unwrap_or(0),
+                holds,
+            }
+        })
+        .collect()
+}
+
+fn summary(e: &Explanation, best: Option<&str>) -> String {
+    let fit = e.nodes.iter().filter(|n| n.fits).count();
+    if let Some(best) = best {
+        return format!(
+            "{fit} of {} nodes can hold it now; gpugate ranks {best} best. If it is still pending, kube-scheduler's own checks (CPU, memory, taints, affinity) refuse those nodes: see its events",
+            e.nodes.len()
+        );
+    }
+    let mut by_code: std::collections::BTreeMap<&str, usize> = Default::default();
+    for n in &e.nodes {
+        if let Some(r) = &n.refusal {
+            *by_code.entry(r.code.as_str()).or_default() += 1;
+        }
+        if n.excluded.is_some() {
+            *by_code
+                .entry("excluded by kube-scheduler's checks")
+                .or_default() += 1;
+        }
+    }
+    let codes: Vec<String> = by_code
+        .iter()
+        .map(|(code, n)| format!("{n} {code}"))
+        .collect();
+    let mut s = format!(
+        "no node can hold it now ({} nodes: {})",
+        e.nodes.len(),
+        codes.join(", ")
+    );
+    if let Some(near) = e.nearest.first()
+        && let Some(v) = e.nodes.iter().find(|n| &n.node == near)
+        && let Some(m) = &v.missing
+    {
+        let _ = write!(s, "; nearest is {near}, which {m}");
+    }
+    if e.nodes.iter().any(|n| !n.preempt.is_empty()) {
+        s.push_str("; evicting lower-priority pods would make room (see PREEMPT)");
+    } else if !e.preempts {
+        s.push_str("; its preemptionPolicy is Never, so it evicts nobody");
+    }
+    s
+}
+
+impl Explanation {
+    /// Exactly one JSON object.
+    pub fn to_json(&self) -> String {
+        // Serialising plain structs of strings and numbers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// For a person: the pod, the verdict, the nearest nodes, every node.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let node = self
+            .node
+            .as_deref()
+            .map(|n| format!(" on {n}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "POD {} ({}{node}; priority {}{})",
+            self.pod,
+            self.status,
+            self.priority,
+            if self.preempts {
+                ""
+            } else {
+                ", preemptionPolicy Never"
+            }
+        );
+        for a in &self.asks {
+            let _ = writeln!(out, "  asks {a}");
+        }
+        let _ = writeln!(out, "\n{}", self.summary);
+        if let Some(a) = &self.admission {
+            let _ = writeln!(out, "\nTHE VALIDATING WEBHOOK WOULD REFUSE IT NOW\n  {a}");
+        }
+        if let Some(r) = &self.everywhere {
+            let _ = writeln!(out, "\nON EVERY NODE\n  {} ({})", r.words, r.code);
+        }
+        if !self.nearest.is_empty() {
+            let _ = writeln!(out, "\nNEAREST");
+            for name in &self.nearest {
+                if let Some(n) = self.nodes.iter().find(|n| &n.node == name) {
+                    let _ = writeln!(out, "  {name}: {}", n.missing.as_deref().unwrap_or("-"));
+                }
+            }
+        }
+        let preempting: Vec<&NodeVerdict> = self
+            .nodes
+            .iter()
+            .filter(|n| !n.preempt.is_empty())
+            .collect();
+        if !preempting.is_empty() {
+            let mut rows = vec![vec![
+                "NODE".to_string(),
+                "EVICT".into(),
+                "PRIORITY".into(),
+                "HOLDS".into(),
+            ]];
+            for n in preempting {
+                for (i, v) in n.preempt.iter().enumerate() {
+                    rows.push(vec![
+                        if i == 0 {
+                            n.node.clone()
+                        } else {
+                            String::new()
+                        },
+                        v.pod.clone(),
+                        v.priority.to_string(),
+                        v.holds.clone(),
+                    ]);
+                }
+            }
+            let _ = writeln!(
+                out,
+                "\nPREEMPT (lower-priority pods whose eviction makes room; kube-scheduler asks gpugate only when its own checks need a victim on the node too)"
+            );
+            out.push_str(&render(&rows));
+        }
+        if !self.nodes.is_empty() {
+            let mut rows = vec![vec![
+                "NODE".to_string(),
+                "FITS".into(),
+                "CODE".into(),
+                "WHY".into(),
+            ]];
+            for n in &self.nodes {
+                rows.push(vec![
+                    n.node.clone(),
+                    if n.fits { "yes" } else { "no" }.into(),
+                    n.refusal.as_ref().map_or_else(
+                        || {
+                            if n.excluded.is_some() {
+                                "(kube-scheduler)"
+                            } else {
+                                "-"
+                            }
+                            .into()
+                        },
+                        |r| r.code.clone(),
+                    ),
+                    n.refusal.as_ref().map_or_else(
+                        || n.excluded.clone().unwrap_or_default(),
+                        |r| r.words.clone(),
+                    ),
+                ]);
+            }
+            let _ = writeln!(out, "\nNODES ({})", self.nodes.len());
+            out.push_str(&render(&rows));
+        }
+        out
+    }
+}

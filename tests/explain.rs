@@ -1,0 +1,436 @@
+//! `gpugate explain` on the snapshot in tests/fixtures/explain: every reason
+//! code gpugate gives shows on some node there, and each one's words are
+//! asserted; the nearest node and its shortfall; the pods whose eviction
+//! makes room; quota and namespace-policy refusals; pods that are not
+//! pending. And the command line, as `gpugate` and as `kubectl-gpugate`.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use gpugate::cluster::Snapshot;
+use gpugate::config::Config;
+use gpugate::explain::{Explanation, explain};
+use gpugate::placement::ReasonCode;
+
+mod support {
+    pub mod process;
+}
+
+const CLUSTER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/explain/cluster.yaml"
+);
+
+/// The moment the fixture's node lock (taken at 12:00:00) is 30 s old.
+fn now() -> jiff::Timestamp {
+    "2026-11-25T12:00:30Z".parse().unwrap()
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot::load(std::path::Path::new(CLUSTER)).unwrap()
+}
+
+fn explained(pod: &str) -> Explanation {
+    explained_with(pod, &Config::default())
+}
+
+fn explained_with(pod: &str, config: &Config) -> Explanation {
+    let (ns, name) = pod.split_once('/').unwrap();
+    explain(&snapshot(), ns, name, config, now()).unwrap()
+}
+
+/// `(code, words)` of `node` in the explanation of `pod`.
+fn verdict(e: &Explanation, node: &str) -> (String, String) {
+    let n = e
+        .nodes
+        .iter()
+        .find(|n| n.node == node)
+        .unwrap_or_else(|| panic!("{node} not in {e:#?}"));
+    let r = n
+        .refusal
+        .as_ref()
+        .unwrap_or_else(|| panic!("{node} fits {}: {e:#?}", e.pod));
+    (r.code.clone(), r.words.clone())
+}
+
+const MODEL: &str = "are of a model the pod excludes or does not name (nvidia.com/use-gputype, nvidia.com/nouse-gputype)";
+
+/// Every code, each from a pod and node of the fixture, with its words.
+/// (`NotBestNode` is `/filter`'s under `filterMode: best` and
+/// `NumaTopologiesListing` a server's while it lists; explain gives
+/// neither: their words are asserted in `placement::words`' tests.)
+#[test]
+fn every_reason_code_in_words() {
+    let per_node: &[(&str, &str, &str, &str)] = &[
+        (
+            "ml/big",
+            "shared-1",
+            "CardInsufficientMemory",
+            "for container main, 2 of 2 GPUs have too little free GPU memory",
+        ),
+        (
+            "ml/big",
+            "cores-1",
+            "CardInsufficientCore",
+            "for container main, 1 of 1 GPUs have too few free cores (nvidia.com/gpucores)",
+        ),
+        (
+            "ml/big",
+            "sick-1",
+            "CardCordoned",
+            "for container main, 1 of 2 GPUs are cordoned (hami.io/device-cordon on the node); \
+             1 of 2 GPUs are reported unhealthy by the device plugin",
+        ),
+        (
+            "ml/big",
+            "slices-1",
+            "CardTimeSlicingExhausted",
+            "for container main, 1 of 1 GPUs have every slice taken (as many pods as the device \
+             plugin's split count)",
+        ),
+        (
+            "ml/big",
+            "a10-1",
+            "CardTypeMismatch",
+            &format!("for container main, 2 of 2 GPUs {MODEL}"),
+        ),
+        (
+            "ml/big",
+            "cpu-1",
+            "NodeUnregistered",
+            "the node has no GPUs registered by HAMi's device plugin (no readable \
+             hami.io/node-nvidia-register annotation)",
+        ),
+        (
+            "ml/big",
+            "numa-1",
+            "NumaZoneInsufficientCPU",
+            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, \
+             and for container main, 2 of 2 zones lack the free CPUs",
+        ),
+        (
+            "ml/numa-mem",
+            "numa-1",
+            "NumaZoneInsufficientMemory",
+            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, \
+             and for container main, 2 of 2 zones lack the free memory",
+        ),
+        (
+            "ml/numa-gpu",
+            "numa-1",
+            "NumaZoneInsufficientGPU",
+            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, \
+             and for container main, 2 of 2 zones lack GPUs that can hold the slices",
+        ),
+        (
+            "ml/small",
+            "cores-1",
+            "CardComputeUnitsExhausted",
+            "for container main, 1 of 1 GPUs have all their cores given out, so a pod asking for \
+             no cores cannot share them",
+        ),
+        (
+            "ml/small",
+            "locked-1",
+            "NodeLockBusy",
+            "a bind here would wait (hami.io/mutex.lock held by pod ml/other), and other nodes \
+             can take the pod now",
+        ),
+        (
+            "ml/whole",
+            "shared-2",
+            "ExclusiveDeviceAllocateConflict",
+            "for container main, 1 of 1 GPUs already hold other pods, and this pod needs a GPU to \
+             itself (gpucores 100, or an exclusive GPU policy)",
+        ),
+        (
+            "ml/pair-bound",
+            "a10-1",
+            "NumaNotFit",
+            "for container main, 2 of 2 GPUs could hold a slice, but not enough of them sit on one \
+             NUMA node (nvidia.com/numa-bind)",
+        ),
+        (
+            "ml/pair-bound",
+            "shared-2",
+            "NodeInsufficientDevice",
+            "container main asks for 2 GPUs and the node has 1",
+        ),
+        (
+            "ml/pair",
+            "shared-1",
+            "AllocatedCardsInsufficientRequest",
+            "for container main, 1 of 2 GPUs could hold a slice, fewer than the container asks \
+             for; 1 of 2 GPUs have too little free GPU memory",
+        ),
+        (
+            "ml/by-uuid",
+            "shared-1",
+            "CardUuidMismatch",
+            "for container main, 2 of 2 GPUs are excluded by UUID (nvidia.com/use-gpuuuid, \
+             nvidia.com/nouse-gpuuuid)",
+        ),
+        (
+            "ml/gang-ok-1",
+            "a10-1",
+            "GangPlacement",
+            "its gang group is placed together, and this member's place in it is node shared-2",
+        ),
+    ];
+    let everywhere: &[(&str, &str, &str)] = &[
+        (
+            "capped/over",
+            "ResourceQuotaNotFit",
+            "the namespace's ResourceQuota has no room for it: GPU memory 8000 MiB requested, \
+             0 MiB of 4000 MiB already used; wait for pods of the namespace to finish, or raise \
+             the quota",
+        ),
+        (
+            "ml/gang-bad",
+            "GangInvalid",
+            "its gang group labels cannot be read (label \
+             pod-group.scheduling.sigs.k8s.io/name=bad needs \
+             pod-group.scheduling.sigs.k8s.io/min-available (how many members must run \
+             together)); fix the labels and recreate the pod",
+        ),
+        (
+            "ml/gang-wait-0",
+            "GangIncomplete",
+            "its gang group ml/wait has 1 of the 3 members that must start together; it waits \
+             until the rest are created",
+        ),
+        (
+            "ml/gang-huge-0",
+            "GangNotFit",
+            "its gang group ml/huge needs 3 members running together; 0 are placed and only 2 \
+             more fit now, so none of the rest is placed",
+        ),
+    ];
+    let all: BTreeSet<String> = ReasonCode::all()
+        .filter(|c| {
+            !matches!(
+                c,
+                ReasonCode::NotBestNode | ReasonCode::NumaTopologiesListing
+            )
+        })
+        .map(|c| c.to_string())
+        .collect();
+    let mut seen = BTreeSet::new();
+    for (pod, node, code, words) in per_node {
+        let e = explained(pod);
+        assert_eq!(
+            verdict(&e, node),
+            (code.to_string(), words.to_string()),
+            "{pod} on {node}"
+        );
+        // Every code the node's text names (sick-1's names two).
+        let text = &e.nodes.iter().find(|n| n.node == *node).unwrap();
+        let text = &text.refusal.as_ref().unwrap().reason;
+        seen.extend(
+            text.split([' ', ',', '('])
+                .filter(|w| all.contains(*w))
+                .map(str::to_string),
+        );
+        seen.insert(code.to_string());
+    }
+    for (pod, code, words) in everywhere {
+        let e = explained(pod);
+        let r = e.everywhere.as_ref().unwrap_or_else(|| panic!("{e:#?}"));
+        assert_eq!(
+            (r.code.as_str(), r.words.as_str()),
+            (*code, *words),
+            "{pod}"
+        );
+        assert_eq!(e.summary, format!("no node can hold it: {words}"));
+        assert!(e.nodes.is_empty());
+        seen.insert(code.to_string());
+    }
+    assert_eq!(seen, all, "codes without an example in the fixture");
+}
+
+/// A pod that fits nowhere: the node nearest to holding it with what it
+/// lacks in numbers, and on each node the fewest lowest-priority pods
+/// whose eviction makes room; with preemptionPolicy Never, none.
+#[test]
+fn the_nearest_node_and_whom_to_evict() {
+    let e = explained("ml/big");
+    assert_eq!(e.status, "pending");
+    assert_eq!(e.priority, 1000);
+    assert_eq!(e.asks, ["container main: 1 GPU with 8000 MiB and 30 cores"]);
+    assert!(e.nodes.iter().all(|n| !n.fits), "{e:#?}");
+    // shared-1 lacks 2,000 MiB on its freest GPU; cores-1 30 cores;
+    // shared-2 7,000 MiB; locked-1's GPU is too small even empty.
+    assert_eq!(e.nearest, ["shared-1", "cores-1", "shared-2"]);
+    let shared = e.nodes.iter().find(|n| n.node == "shared-1").unwrap();
+    assert_eq!(
+        shared.missing.as_deref(),
+        Some(
+            "needs 8000 MiB and 30 cores free on one GPU; the freest has 6000 MiB and 100 cores \
+             free (GPU-shared-1-1); 0 of the 2 GPUs it may use can take a slice now"
+        )
+    );
+    // low-a (priority 50) frees GPU 0; low-b (100) would too, but costs more.
+    let victims: Vec<(&str, i32, &str)> = shared
+        .preempt
+        .iter()
+        .map(|v| (v.pod.as_str(), v.priority, v.holds.as_str()))
+        .collect();
+    assert_eq!(
+        victims,
+        [("batch/low-a", 50, "12000 MiB, 20 cores on GPU-shared-1-0")]
+    );
+    // No eviction helps where the pod may use no GPU, or the GPU is too small.
+    for node in ["a10-1", "sick-1", "locked-1", "cpu-1"] {
+        let n = e.nodes.iter().find(|n| n.node == node).unwrap();
+        assert!(n.preempt.is_empty(), "{node}: {n:?}");
+    }
+    assert!(
+        e.summary.starts_with("no node can hold it now (9 nodes: 1 CardCordoned, 1 CardInsufficientCore, 3 CardInsufficientMemory,"),
+        "{}",
+        e.summary
+    );
+    assert!(
+        e.summary
+            .contains("nearest is shared-1, which needs 8000 MiB")
+            && e.summary
+                .ends_with("evicting lower-priority pods would make room (see PREEMPT)"),
+        "{}",
+        e.summary
+    );
+    let table = e.to_table();
+    assert!(
+        table.contains("shared-1  batch/low-a  50        12000 MiB, 20 cores on GPU-shared-1-0"),
+        "{table}"
+    );
+
+    let never = explained("ml/never");
+    assert!(!never.preempts);
+    assert!(never.nodes.iter().all(|n| n.preempt.is_empty()));
+    assert!(never.to_table().contains("preemptionPolicy Never"));
+}
+
+/// Nodes kube-scheduler never offers to gpugate for the pod (here, by its
+/// nodeSelector) are named as such, and not judged.
+#[test]
+fn nodes_kube_scheduler_leaves_out() {
+    let e = explained("ml/pinned");
+    let a10 = e.nodes.iter().find(|n| n.node == "a10-1").unwrap();
+    assert_eq!(
+        a10.excluded.as_deref(),
+        Some(
+            "the pod's nodeSelector kubernetes.io/hostname=shared-1 does not match the node's labels"
+        )
+    );
+    assert!(a10.refusal.is_none() && !a10.fits);
+    assert_eq!(verdict(&e, "shared-1").0, "CardInsufficientMemory");
+    assert_eq!(e.nearest, ["shared-1"]);
+    assert!(
+        e.summary
+            .starts_with("no node can hold it now (9 nodes: 1 CardInsufficientMemory, 8 excluded by kube-scheduler's checks)"),
+        "{}",
+        e.summary
+    );
+}
+
+/// The validating webhook's verdict now, beside the placement's: the
+/// namespace's quota (both say so), and a namespace policy only admission
+/// enforces.
+#[test]
+fn quota_and_namespace_policy() {
+    let e = explained("capped/over");
+    assert_eq!(
+        e.admission.as_deref(),
+        Some(
+            "namespace capped is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem): \
+             GPU memory 8000 MiB requested, 0 MiB of 4000 MiB already used"
+        )
+    );
+    let config = Config::from_yaml(
+        "namespacePolicies:\n  - name: ml-team\n    namespaces: [ml]\n    limits:\n      gpumemPerPod: 4000\n",
+        "test",
+    )
+    .unwrap();
+    let e = explained_with("ml/big", &config);
+    assert_eq!(
+        e.admission.as_deref(),
+        Some(
+            "namespace policy \"ml-team\": the pod holds 8000 MiB of GPU memory at once; at most \
+             4000 MiB per pod"
+        )
+    );
+    assert!(
+        e.to_table()
+            .contains("THE VALIDATING WEBHOOK WOULD REFUSE IT NOW")
+    );
+    assert_eq!(explained("ml/big").admission, None);
+}
+
+/// Pods that are not pending on gpugate's account say so; a pod that is
+/// not there is an error.
+#[test]
+fn pods_that_are_not_pending_here() {
+    let e = explained("batch/low-a");
+    assert_eq!(
+        (e.status.as_str(), e.node.as_deref()),
+        ("bound", Some("shared-1"))
+    );
+    assert!(e.nodes.is_empty());
+    let e = explained("ml/small");
+    assert_eq!(e.status, "pending");
+    assert!(
+        e.summary
+            .starts_with("4 of 9 nodes can hold it now; gpugate ranks"),
+        "{}",
+        e.summary
+    );
+    let err = explain(&snapshot(), "ml", "nope", &Config::default(), now()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pod ml/nope is not in the cluster (give it as NAMESPACE/NAME)"
+    );
+}
+
+/// The command line, as `gpugate` and as the kubectl plugin: JSON for
+/// tools, and a bad pod name refused.
+#[test]
+fn explain_as_gpugate_and_as_a_kubectl_plugin() {
+    let plugin = support::process::KubectlPlugin::new("explain-cli");
+    for bin in plugin.both() {
+        let out = support::process::succeeds(Command::new(&bin).args([
+            "explain",
+            "ml/pair-bound",
+            "--cluster",
+            CLUSTER,
+            "--output",
+            "json",
+        ]));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["pod"], "ml/pair-bound", "{bin:?}");
+        let a10 = json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == "a10-1")
+            .unwrap_or_else(|| panic!("{json}"));
+        assert_eq!(a10["fits"], false);
+        assert_eq!(a10["code"], "NumaNotFit");
+        assert_eq!(a10["reason"], "2/2 NumaNotFit");
+        assert_eq!(
+            a10["missing"],
+            "needs 2 GPUs on one NUMA node (nvidia.com/numa-bind); the GPUs that could hold a \
+             slice are spread over NUMA nodes 0, 1"
+        );
+    }
+    for (pod, said) in [
+        ("pair-bound", "give the pod as NAMESPACE/NAME"),
+        ("ml/nope", "pod ml/nope is not in the cluster"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .args(["explain", pod, "--cluster", CLUSTER])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
+}
