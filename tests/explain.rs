@@ -13,6 +13,7 @@ use gpugate::explain::{Explanation, explain};
 use gpugate::placement::ReasonCode;
 
 mod support {
+    pub mod kubectl_plugin;
     pub mod process;
 }
 
@@ -394,7 +395,7 @@ fn pods_that_are_not_pending_here() {
 /// tools, and a bad pod name refused.
 #[test]
 fn explain_as_gpugate_and_as_a_kubectl_plugin() {
-    let plugin = support::process::KubectlPlugin::new("explain-cli");
+    let plugin = support::kubectl_plugin::KubectlPlugin::new("explain-cli");
     for bin in plugin.both() {
         let out = support::process::succeeds(Command::new(&bin).args([
             "explain",

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 mod support {
+    pub mod kubectl_plugin;
     pub mod process;
 }
 
@@ -11,7 +12,7 @@ const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo/cluster.y
 
 #[test]
 fn top_as_gpugate_and_as_a_kubectl_plugin() {
-    let plugin = support::process::KubectlPlugin::new("top-cli");
+    let plugin = support::kubectl_plugin::KubectlPlugin::new("top-cli");
     for bin in plugin.both() {
         let out = support::process::succeeds(Command::new(&bin).args([
             "top",
