@@ -96,6 +96,13 @@ pub struct Victim {
     pub priority: i32,
     /// What it holds on the node, e.g. `8000 MiB, 30 cores on GPU-0`.
     pub holds: String,
+    /// Its eviction would break a PodDisruptionBudget (chosen only when
+    /// no set of pods that breaks none makes room).
+    #[serde(
+        rename = "breaksDisruptionBudget",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub breaks_budget: bool,
 }
 
 /// Why explain cannot answer at all.
@@ -463,11 +470,16 @@ fn cpus(milli: u64) -> String {
 /// The pods `/preempt` would add on `node` for the pod, as a person reads
 /// them.
 fn victims(view: &ClusterView, plan: &PodPlan, node: &str, below: i32) -> Vec<Victim> {
-    let Some(uids) = gpu_victims(view, plan, node, &[], below) else {
+    let Some(found) = gpu_victims(view, plan, node, &[], below) else {
         return Vec::new();
     };
-    uids.iter()
-        .map(|uid| {
+    let uids: Vec<&str> = found.pods.iter().map(String::as_str).collect();
+    let breaks = view.budget_violations(&uids);
+    found
+        .pods
+        .iter()
+        .zip(breaks)
+        .map(|(uid, breaks_budget)| {
             let holds = view
                 .held_allocation(uid)
                 .map(|a| {
@@ -482,6 +494,7 @@ fn victims(view: &ClusterView, plan: &PodPlan, node: &str, below: i32) -> Vec<Vi
                 pod: view.held_name(uid).unwrap_or_else(|| uid.clone()),
                 priority: view.held_priority(uid).unwrap_or(0),
                 holds,
+                breaks_budget,
             }
         })
         .collect()
@@ -596,7 +609,11 @@ impl Explanation {
                         },
                         v.pod.clone(),
                         v.priority.to_string(),
-                        v.holds.clone(),
+                        if v.breaks_budget {
+                            format!("{} (breaks a PodDisruptionBudget)", v.holds)
+                        } else {
+                            v.holds.clone()
+                        },
                     ]);
                 }
             }

@@ -310,6 +310,47 @@ fn the_nearest_node_and_whom_to_evict() {
     assert!(never.to_table().contains("preemptionPolicy Never"));
 }
 
+/// PodDisruptionBudgets, as `/preempt` weighs them: a pod whose eviction
+/// breaks one is named only where no other set makes room, and flagged.
+#[test]
+fn victims_keep_disruption_budgets_where_they_can() {
+    let mut cluster = snapshot();
+    for (name, pod) in [("a", "low-a"), ("c", "low-c")] {
+        cluster.budgets.push(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "batch"},
+                "spec": {"selector": {"matchLabels": {"app": pod}}},
+                "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+                           "expectedPods": 1},
+            }))
+            .unwrap(),
+        );
+    }
+    for pod in cluster.pods.iter_mut() {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        pod.metadata.labels = Some([("app".to_string(), name)].into());
+    }
+    let e = explain(&cluster, "ml", "big", &Config::default(), now()).unwrap();
+    let victims = |node: &str| -> Vec<(String, bool)> {
+        e.nodes
+            .iter()
+            .find(|n| n.node == node)
+            .unwrap()
+            .preempt
+            .iter()
+            .map(|v| (v.pod.clone(), v.breaks_budget))
+            .collect()
+    };
+    // low-a is cheaper but kept by its budget: low-b instead.
+    assert_eq!(victims("shared-1"), [("batch/low-b".to_string(), false)]);
+    // Only low-c makes room on shared-2: named, and flagged.
+    assert_eq!(victims("shared-2"), [("batch/low-c".to_string(), true)]);
+    assert!(
+        e.to_table()
+            .contains("15000 MiB, 0 cores on GPU-shared-2-0 (breaks a PodDisruptionBudget)")
+    );
+}
+
 /// Nodes kube-scheduler never offers to gpugate for the pod (here, by its
 /// nodeSelector) are named as such, and not judged.
 #[test]

@@ -3,6 +3,7 @@
 //! `gpugate explain` (no call into a running gpugate).
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 
 use super::Snapshot;
@@ -10,7 +11,8 @@ use super::node_topology::{NrtV1Alpha1, NrtV1Alpha2};
 
 /// Nodes and Pods (both required), and what else the placement rules read
 /// when it is served and readable with these rights: Namespaces (policy
-/// selectors), ResourceQuotas (GPU quotas) and NodeResourceTopology. The
+/// selectors), ResourceQuotas (GPU quotas), PodDisruptionBudgets
+/// (preemption victims) and NodeResourceTopology. The
 /// names of what could not be read are returned beside.
 pub async fn read_cluster(client: kube::Client) -> Result<(Snapshot, Vec<String>), kube::Error> {
     let lp = ListParams::default();
@@ -31,6 +33,16 @@ pub async fn read_cluster(client: kube::Client) -> Result<(Snapshot, Vec<String>
             Vec::new()
         }
     };
+    let budgets = match Api::<PodDisruptionBudget>::all(client.clone())
+        .list(&lp)
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            unread.push(format!("poddisruptionbudgets ({e})"));
+            Vec::new()
+        }
+    };
     let topologies = match Api::<NrtV1Alpha2>::all(client.clone()).list(&lp).await {
         Ok(list) => list.items.into_iter().map(|o| o.0).collect(),
         Err(_) => match Api::<NrtV1Alpha1>::all(client).list(&lp).await {
@@ -45,6 +57,7 @@ pub async fn read_cluster(client: kube::Client) -> Result<(Snapshot, Vec<String>
             pods,
             namespaces,
             quotas,
+            budgets,
             topologies,
         },
         unread,

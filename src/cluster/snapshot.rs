@@ -1,5 +1,5 @@
 //! Cluster snapshots: multi-document YAML (or JSON) files of real Kubernetes
-//! `Node`, `Pod`, `Namespace`, `ResourceQuota` and `NodeResourceTopology`
+//! `Node`, `Pod`, `Namespace`, `ResourceQuota`, `PodDisruptionBudget` and `NodeResourceTopology`
 //! objects, as `kubectl get
 //! nodes,pods,namespaces,resourcequotas,noderesourcetopologies -A -o yaml`
 //! writes them (a `List` is unpacked). Used by `gpugate simulate` and by `serve --cluster`
@@ -20,6 +20,7 @@ use std::io::BufRead;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::de::{self, DeserializeSeed, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess};
 use serde_json::Value;
 
@@ -36,6 +37,8 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     pub namespaces: Vec<Namespace>,
     pub quotas: Vec<ResourceQuota>,
+    /// PodDisruptionBudgets (weighed when preemption victims are chosen).
+    pub budgets: Vec<PodDisruptionBudget>,
     /// NodeResourceTopology objects (either version).
     pub topologies: Vec<NrtObject>,
 }
@@ -47,6 +50,7 @@ pub enum Object {
     Pod(Box<Pod>),
     Namespace(Box<Namespace>),
     ResourceQuota(Box<ResourceQuota>),
+    PodDisruptionBudget(Box<PodDisruptionBudget>),
     NodeResourceTopology(Box<NrtObject>),
 }
 
@@ -96,6 +100,7 @@ impl Snapshot {
             Object::Pod(p) => self.pods.push(*p),
             Object::Namespace(n) => self.namespaces.push(*n),
             Object::ResourceQuota(q) => self.quotas.push(*q),
+            Object::PodDisruptionBudget(b) => self.budgets.push(*b),
             Object::NodeResourceTopology(t) => self.topologies.push(*t),
         }
     }
@@ -111,6 +116,9 @@ impl Snapshot {
         }
         for q in &self.quotas {
             view.upsert_quota(q);
+        }
+        for b in &self.budgets {
+            view.upsert_budget(b);
         }
         for node in &self.nodes {
             report.unregistered_nodes.extend(view.upsert_node(node));
@@ -147,6 +155,7 @@ pub fn load_view(path: &Path) -> Result<(ClusterView, StateReport), SnapshotErro
     read_file(path, |object| match object {
         Object::Namespace(ns) => view.upsert_namespace(&ns),
         Object::ResourceQuota(q) => view.upsert_quota(&q),
+        Object::PodDisruptionBudget(b) => view.upsert_budget(&b),
         Object::Node(node) => report.unregistered_nodes.extend(view.upsert_node(&node)),
         Object::NodeResourceTopology(t) => add_topology(&mut view, &mut report, &t),
         Object::Pod(_) => {}
@@ -315,7 +324,8 @@ impl Ctx<'_> {
     }
 }
 
-const ALLOWED: &str = "allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List";
+const ALLOWED: &str =
+    "allowed Node, Pod, Namespace, ResourceQuota, PodDisruptionBudget, NodeResourceTopology, List";
 
 /// One object (or list of objects) of the stream. `item_kind` is the
 /// element kind of a typed list (`NodeList`), whose items may omit
@@ -414,7 +424,12 @@ impl<'de> de::Visitor<'de> for ObjectSeed<'_, '_> {
             }
         };
         let element = match kind.as_str() {
-            "Node" | "Pod" | "Namespace" | "ResourceQuota" | "NodeResourceTopology"
+            "Node"
+            | "Pod"
+            | "Namespace"
+            | "ResourceQuota"
+            | "PodDisruptionBudget"
+            | "NodeResourceTopology"
                 if pending.is_some() =>
             {
                 return Err(self.ctx.fail(format!("{kind}: items is not a field of it")));
@@ -424,6 +439,14 @@ impl<'de> de::Visitor<'de> for ObjectSeed<'_, '_> {
             "Namespace" => return typed(self.ctx, "Namespace", kind_entry(before, &kind), map),
             "ResourceQuota" => {
                 return typed(self.ctx, "ResourceQuota", kind_entry(before, &kind), map);
+            }
+            "PodDisruptionBudget" => {
+                return typed(
+                    self.ctx,
+                    "PodDisruptionBudget",
+                    kind_entry(before, &kind),
+                    map,
+                );
             }
             "NodeResourceTopology" => {
                 return typed(
@@ -438,6 +461,7 @@ impl<'de> de::Visitor<'de> for ObjectSeed<'_, '_> {
             "PodList" => Some("Pod"),
             "NamespaceList" => Some("Namespace"),
             "ResourceQuotaList" => Some("ResourceQuota"),
+            "PodDisruptionBudgetList" => Some("PodDisruptionBudget"),
             "NodeResourceTopologyList" => Some("NodeResourceTopology"),
             "" => return Err(self.ctx.fail(format!("object without kind: {ALLOWED}"))),
             other => {
@@ -495,6 +519,7 @@ fn typed<'de, A: MapAccess<'de>>(
         "Pod" => Object::Pod(de::Deserialize::deserialize(d)?),
         "Namespace" => Object::Namespace(de::Deserialize::deserialize(d)?),
         "NodeResourceTopology" => Object::NodeResourceTopology(de::Deserialize::deserialize(d)?),
+        "PodDisruptionBudget" => Object::PodDisruptionBudget(de::Deserialize::deserialize(d)?),
         _ => Object::ResourceQuota(de::Deserialize::deserialize(d)?),
     };
     ctx.kind = None;
@@ -513,6 +538,7 @@ fn typed_from_value<E: de::Error>(
         "Pod" => serde_json::from_value(v).map(Object::Pod),
         "Namespace" => serde_json::from_value(v).map(Object::Namespace),
         "NodeResourceTopology" => serde_json::from_value(v).map(Object::NodeResourceTopology),
+        "PodDisruptionBudget" => serde_json::from_value(v).map(Object::PodDisruptionBudget),
         _ => serde_json::from_value(v).map(Object::ResourceQuota),
     };
     match object {
@@ -971,12 +997,12 @@ mod tests {
         );
         assert_eq!(
             e,
-            "f.yaml, document 2: kind Secret is not supported: allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List"
+            "f.yaml, document 2: kind Secret is not supported: allowed Node, Pod, Namespace, ResourceQuota, PodDisruptionBudget, NodeResourceTopology, List"
         );
         let e = problem("---\nmetadata: {name: a}\n");
         assert_eq!(
             e,
-            "f.yaml, document 1: object without kind: allowed Node, Pod, Namespace, ResourceQuota, NodeResourceTopology, List"
+            "f.yaml, document 1: object without kind: allowed Node, Pod, Namespace, ResourceQuota, PodDisruptionBudget, NodeResourceTopology, List"
         );
         assert_eq!(
             problem("- a\n- b\n"),

@@ -1,6 +1,7 @@
 //! Feeding the cluster view from the API server: one watcher per kind
-//! (Nodes, Pods, ResourceQuotas, Namespaces when a policy selects by
-//! labels, and PodGroups while the API server serves them). Objects are applied to the view as they arrive and not kept, so
+//! (Nodes, Pods, ResourceQuotas, PodDisruptionBudgets, Namespaces when a
+//! policy selects by labels, and PodGroups and NodeResourceTopology while
+//! the API server serves them). Objects are applied to the view as they arrive and not kept, so
 //! memory is the view's, not a copy of every Pod.
 //!
 //! A watcher's (re)list is applied object by object as its pages arrive
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -324,14 +326,19 @@ async fn feed_pod_groups(
     }
 }
 
+/// `namespace/name`, the key of a namespaced object the view holds by name.
+fn namespaced_key(meta: &kube::api::ObjectMeta) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        meta.namespace.as_deref()?,
+        meta.name.as_deref()?
+    ))
+}
+
 impl Watched for ResourceQuota {
     const KIND: &'static str = "ResourceQuota";
     fn key(&self) -> Option<String> {
-        Some(format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref()?,
-            self.metadata.name.as_deref()?
-        ))
+        namespaced_key(&self.metadata)
     }
     fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
         view.upsert_quota(obj);
@@ -343,6 +350,24 @@ impl Watched for ResourceQuota {
     }
     fn held(view: &ClusterView) -> Vec<String> {
         view.quotas().keys()
+    }
+}
+
+impl Watched for PodDisruptionBudget {
+    const KIND: &'static str = "PodDisruptionBudget";
+    fn key(&self) -> Option<String> {
+        namespaced_key(&self.metadata)
+    }
+    fn apply(view: &mut ClusterView, _: &str, obj: &Self) {
+        view.upsert_budget(obj);
+    }
+    fn delete(view: &mut ClusterView, key: &str) {
+        if let Some((ns, name)) = key.split_once('/') {
+            view.delete_budget(ns, name);
+        }
+    }
+    fn held(view: &ClusterView) -> Vec<String> {
+        view.budgets().keys()
     }
 }
 
@@ -424,6 +449,15 @@ pub async fn run(
         on_first_list.clone(),
         set.resync,
     );
+    // PodDisruptionBudgets (for the victims `/preempt` adds) do not gate
+    // readiness either: without RBAC for them, preemption weighs none.
+    let budgets = feed::<PodDisruptionBudget>(
+        Api::all(client.clone()),
+        shared.clone(),
+        observer.clone(),
+        || {},
+        set.resync,
+    );
     let pod_groups = feed_pod_groups(client.clone(), shared.clone(), observer.clone(), set.resync);
     let topologies =
         feed_node_topologies(client.clone(), shared.clone(), observer.clone(), set.resync);
@@ -439,6 +473,7 @@ pub async fn run(
         _ = nodes => {}
         _ = pods => {}
         _ = quotas => {}
+        _ = budgets => {}
         _ = pod_groups => {}
         _ = topologies => {}
         _ = namespaces => {}

@@ -62,14 +62,25 @@ pub fn preempt(
                 tracing::info!(node, proposed = ?proposed.uids, "preempt: no GPU victims make room; node dropped");
                 continue;
             };
-            tracing::info!(node, proposed = ?proposed.uids, added = ?added, "preempt: victims");
-            uids.extend(added);
+            tracing::info!(node, proposed = ?proposed.uids, added = ?added.pods, budgets_broken = added.violations, "preempt: victims");
+            uids.extend(added.pods);
         }
+        // kube-scheduler counted the budgets its own victims break; add
+        // those broken by the pods gpugate adds (gang partners, GPU
+        // holders), evicted after them.
+        let all: Vec<&str> = uids.iter().map(String::as_str).collect();
+        let added_breaks = view
+            .budget_violations(&all)
+            .into_iter()
+            .zip(&all)
+            .filter(|(breaks, uid)| *breaks && !proposed.uids.iter().any(|p| p == *uid))
+            .count();
+        let violations = proposed.pdb_violations + i64::try_from(added_breaks).unwrap_or(i64::MAX);
         result.node_name_to_meta_victims.insert(
             node.clone(),
             MetaVictims {
                 pods: uids.into_iter().map(|uid| MetaPod { uid }).collect(),
-                num_pdb_violations: proposed.pdb_violations,
+                num_pdb_violations: violations,
             },
         );
     }
@@ -115,6 +126,18 @@ mod tests {
                               crate::engine::gang::GROUP_MIN_AVAILABLE: "2"}),
             None => json!({}),
         };
+        running_labelled(v, name, (node, gpu, mib), priority, labels);
+    }
+
+    /// A running pod `name` with these labels holding `mib` of GPU `gpu`
+    /// of `node`.
+    fn running_labelled(
+        v: &mut ClusterView,
+        name: &str,
+        (node, gpu, mib): (&str, u32, u32),
+        priority: i32,
+        labels: Value,
+    ) {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": labels,
                 "annotations": {
@@ -149,6 +172,12 @@ mod tests {
     /// proposes `proposed` for a pod of 8,000 MiB at priority 100 (`None`:
     /// the node was dropped).
     fn victims(v: &ClusterView, proposed: &[&str]) -> Option<Vec<String>> {
+        answer(v, proposed, 0).map(|(pods, _)| pods)
+    }
+
+    /// The victims and PodDisruptionBudget violations answered for node
+    /// `n` when kube-scheduler proposes `proposed`, counting `violations`.
+    fn answer(v: &ClusterView, proposed: &[&str], violations: i64) -> Option<(Vec<String>, i64)> {
         let pods: Vec<Value> = proposed.iter().map(|u| json!({"UID": u})).collect();
         let body = json!({
             "Pod": {
@@ -156,13 +185,66 @@ mod tests {
                 "spec": {"priority": 100, "containers": [{"name": "c", "resources": {"limits": {
                     "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]},
             },
-            "NodeNameToMetaVictims": {"n": {"Pods": pods, "NumPDBViolations": 0}},
+            "NodeNameToMetaVictims": {"n": {"Pods": pods, "NumPDBViolations": violations}},
         });
         let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
         let out = preempt(v, &Config::default(), &args).unwrap();
-        out.node_name_to_meta_victims
-            .get("n")
-            .map(|m| m.pods.iter().map(|p| p.uid.clone()).collect())
+        out.node_name_to_meta_victims.get("n").map(|m| {
+            (
+                m.pods.iter().map(|p| p.uid.clone()).collect(),
+                m.num_pdb_violations,
+            )
+        })
+    }
+
+    /// As kube-scheduler does for its own victims, pods whose eviction
+    /// breaks a PodDisruptionBudget are chosen only when no other set
+    /// makes room, and the answer counts what the added ones break.
+    #[test]
+    fn disruption_budgets_are_kept_where_they_can_be() {
+        // GPU 0: two 8,000 MiB pods of priority 0 under a budget that
+        // allows no disruption; GPU 1: two of priority 10 under none.
+        let mut v = ClusterView::new();
+        gpu_node(&mut v, "n");
+        for (name, gpu, priority, app) in [
+            ("kept-1", 0, 0, "kept"),
+            ("kept-2", 0, 0, "kept"),
+            ("free-1", 1, 10, "free"),
+            ("free-2", 1, 10, "free"),
+        ] {
+            running_labelled(
+                &mut v,
+                name,
+                ("n", gpu, 8000),
+                priority,
+                json!({"app": app}),
+            );
+        }
+        // Without the budget, the cheapest: one of priority 0.
+        assert_eq!(answer(&v, &[], 0), Some((vec!["kept-1".to_string()], 0)));
+        let budget = |allowed: i32| -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+            serde_json::from_value(json!({
+                "metadata": {"name": "kept", "namespace": "ml"},
+                "spec": {"selector": {"matchLabels": {"app": "kept"}}},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2,
+                           "desiredHealthy": 2, "expectedPods": 2},
+            }))
+            .unwrap()
+        };
+        v.upsert_budget(&budget(0));
+        assert_eq!(answer(&v, &[], 1), Some((vec!["free-1".to_string()], 1)));
+        // Only the budgeted pods help (GPU 1's are above the preemptor):
+        // one is taken, and its violation counted beside kube-scheduler's.
+        let mut w = ClusterView::new();
+        gpu_node(&mut w, "n");
+        running_labelled(&mut w, "kept-1", ("n", 0, 8000), 0, json!({"app": "kept"}));
+        running_labelled(&mut w, "kept-2", ("n", 0, 8000), 0, json!({"app": "kept"}));
+        running_labelled(&mut w, "high-1", ("n", 1, 16000), 500, json!({}));
+        w.upsert_budget(&budget(0));
+        assert_eq!(answer(&w, &[], 2), Some((vec!["kept-1".to_string()], 3)));
+        // A budget that allows one disruption is not broken by one.
+        w.upsert_budget(&budget(1));
+        assert_eq!(answer(&w, &[], 0), Some((vec!["kept-1".to_string()], 0)));
     }
 
     /// 8,000 MiB on one GPU: one 8,000 MiB pod of GPU 1 is enough; adding

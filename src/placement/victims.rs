@@ -8,18 +8,26 @@ use crate::cluster::ClusterView;
 use crate::engine::joint::next_combination;
 use crate::engine::{Allocation, PodPlan};
 
+/// Further victims on a node, and how many PodDisruptionBudgets their
+/// eviction breaks (after the victims already taken).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victims {
+    pub pods: Vec<String>,
+    pub violations: u32,
+}
+
 /// With the pods `taken` gone from `node` (kube-scheduler's victims, each
 /// with its gang group), the fewest further GPU holders there with a
 /// priority below `below` whose going too lets the pod fit, lowest priority
-/// first; empty when `taken` is enough, `None` when even every such holder
-/// is not.
+/// first and breaking no PodDisruptionBudget where that can be; empty when
+/// `taken` is enough, `None` when even every such holder is not.
 pub fn gpu_victims(
     view: &ClusterView,
     plan: &PodPlan,
     node: &str,
     taken: &[String],
     below: i32,
-) -> Option<Vec<String>> {
+) -> Option<Victims> {
     let taken_set: HashSet<&str> = taken.iter().map(String::as_str).collect();
     let removed: Vec<(&str, &Allocation)> = taken
         .iter()
@@ -59,7 +67,7 @@ pub fn gpu_victims(
     extra.sort_by(|x, y| {
         (x.priority, x.pods.len(), &x.pods[0].0).cmp(&(y.priority, y.pods.len(), &y.pods[0].0))
     });
-    fewest_extra(view, plan, node, &removed, &extra)
+    fewest_extra(view, plan, node, (taken, &removed), &extra)
 }
 
 /// Pods evicted together: one pod, or every bound member of a gang group.
@@ -112,20 +120,24 @@ const EXACT_SIZE: usize = 3;
 const EXACT_BUDGET: usize = 20_000;
 
 /// With `removed` gone, the fewest units of `extra` (lowest priority
-/// first) whose removal too lets the pod fit; `None` when even all of them
-/// are not enough. Every set of one, then two, then three units is tried
-/// in order (`extra` is sorted lowest priority first, so the first set
-/// found of a size is among the cheapest); past that size, or past the
-/// budget, units are added in order until the pod fits and every one it
-/// does not need is given back (highest priority first). The answer is
-/// the units' pods.
+/// first) whose removal too lets the pod fit, preferring sets that break
+/// no PodDisruptionBudget as kube-scheduler does (it gives violating pods
+/// back first); `None` when even all of them are not enough.
+///
+/// Every set of one, then two, then three units is tried in order
+/// (`extra` is sorted lowest priority first, so the first set found of a
+/// size is among the cheapest); the first that breaks no budget is the
+/// answer. Past that size, or past the budget, units that break no budget
+/// on their own are added before the others until the pod fits, and every
+/// one it does not need is given back (highest first); the set breaking
+/// fewer budgets wins, the exact search's on a tie.
 fn fewest_extra(
     view: &ClusterView,
     plan: &PodPlan,
     node: &str,
-    removed: &[(&str, &Allocation)],
+    (taken, removed): (&[String], &[(&str, &Allocation)]),
     extra: &[Unit<'_>],
-) -> Option<Vec<String>> {
+) -> Option<Victims> {
     let fits = |added: &[usize]| {
         let mut gone: Vec<(&str, &Allocation)> = removed.to_vec();
         for &i in added {
@@ -143,9 +155,24 @@ fn fewest_extra(
             .flat_map(|&i| extra[i].pods.iter().map(|(uid, _)| uid.clone()))
             .collect()
     };
+    // Budgets broken by the set's pods, evicted after `taken`.
+    let breaks = |set: &[usize]| -> u32 {
+        let mut uids: Vec<&str> = taken.iter().map(String::as_str).collect();
+        let first = uids.len();
+        for &i in set {
+            uids.extend(extra[i].pods.iter().map(|(uid, _)| uid.as_str()));
+        }
+        let v = view.budget_violations(&uids);
+        u32::try_from(v[first..].iter().filter(|b| **b).count()).unwrap_or(u32::MAX)
+    };
+    let answer = |set: &[usize], violations: u32| Victims {
+        pods: pods(set),
+        violations,
+    };
     if fits(&[]) {
-        return Some(Vec::new());
+        return Some(answer(&[], 0));
     }
+    let mut best: Option<(u32, Vec<usize>)> = None;
     let mut tried = 0;
     'exact: for size in 1..=EXACT_SIZE.min(extra.len()) {
         let mut pick: Vec<usize> = (0..size).collect();
@@ -155,15 +182,24 @@ fn fewest_extra(
                 break 'exact;
             }
             if fits(&pick) {
-                return Some(pods(&pick));
+                let v = breaks(&pick);
+                if v == 0 {
+                    return Some(answer(&pick, 0));
+                }
+                if best.as_ref().is_none_or(|(b, _)| v < *b) {
+                    best = Some((v, pick.clone()));
+                }
             }
             if !next_combination(&mut pick, extra.len()) {
                 break;
             }
         }
     }
+    // Units that break no budget on their own first, each group in order.
+    let mut order: Vec<usize> = (0..extra.len()).collect();
+    order.sort_by_key(|&i| breaks(&[i]) > 0);
     let mut taken: Vec<usize> = Vec::new();
-    let mut rest = 0..extra.len();
+    let mut rest = order.into_iter();
     while !fits(&taken) {
         taken.push(rest.next()?);
     }
@@ -180,5 +216,9 @@ fn fewest_extra(
             taken = without;
         }
     }
-    Some(pods(&taken))
+    let greedy = breaks(&taken);
+    match best {
+        Some((v, set)) if v <= greedy => Some(answer(&set, v)),
+        _ => Some(answer(&taken, greedy)),
+    }
 }

@@ -1864,13 +1864,14 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         &[
             gpu_node("pre-1", 2, 10, 16384, T4),
             gpu_node("pre-2", 2, 10, 16384, T4),
+            gpu_node("pre-3", 2, 10, 16384, T4),
         ],
     )
     .await?;
     let client = &ctx.cp.admin;
     let nodes: Api<Node> = Api::all(client.clone());
     let seven = json!({"cpu": "7", "memory": "4Ti", "pods": "500", "nvidia.com/gpu": "20"});
-    for node in ["pre-1", "pre-2"] {
+    for node in ["pre-1", "pre-2", "pre-3"] {
         nodes
             .patch_status(
                 node,
@@ -2114,7 +2115,101 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         pre2["memMiB"][0] == json!(want) && pre2["memMiB"][1] == json!(2 * 16384),
         "gpugate top shows {pre2}, the pods hold {want} MiB"
     );
-    explain_pending(ctx, ns).await
+    explain_pending(ctx, ns).await?;
+    budget_preemption(ctx, ns, now).await
+}
+
+/// PodDisruptionBudgets are kept where they can be, as kube-scheduler keeps
+/// them for its own victims. Node pre-3 (7 CPUs): GPU 0 holds cheap-1 and
+/// cheap-2 (8,000 MiB, priority 50) under a budget that allows no
+/// disruption; GPU 1 holds dear-1 and dear-2 (8,000 MiB, priority 100)
+/// under none; cpu-hog (3 CPUs, no GPU, priority 50) fills the CPUs. A pod
+/// of 8,000 MiB and 2 CPUs at priority 1000: kube-scheduler proposes
+/// cpu-hog (its reprieve keeps the budgeted pods first), and gpugate adds
+/// one dear pod, not the cheaper cheap one whose eviction would break the
+/// budget (with the budget ignored in the code, a cheap one goes and the
+/// scenario fails).
+async fn budget_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Result<()> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let client = &ctx.cp.admin;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "kept"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "kept"}}},
+    }))?;
+    budgets.create(&PostParams::default(), &budget).await?;
+    // No disruption controller runs here: the status it would write.
+    budgets
+        .patch_status(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"disruptionsAllowed": 0, "currentHealthy": 2,
+                "desiredHealthy": 2, "expectedPods": 2, "observedGeneration": 1}}),
+            ),
+        )
+        .await?;
+    for (name, class) in [
+        ("cheap-1", "e2e-lower"),
+        ("cheap-2", "e2e-lower"),
+        ("dear-1", "e2e-low"),
+        ("dear-2", "e2e-low"),
+    ] {
+        let mut p = slice_pod(name, "pre-3", "8000", "1", class);
+        if name.starts_with("cheap") {
+            p["metadata"]["labels"] = json!({"app": "kept"});
+        }
+        create_pod(client, ns, &p).await?;
+        wait_bound(client, ns, name, BIND).await?;
+    }
+    create_pod(
+        client,
+        ns,
+        &json!({
+            "metadata": {"name": "cpu-hog"},
+            "spec": {
+                "nodeName": "pre-3",
+                "priorityClassName": "e2e-lower",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}}}],
+            },
+        }),
+    )
+    .await?;
+    create_pod(
+        client,
+        ns,
+        &slice_pod("urgent-3", "pre-3", "8000", "2", "e2e-high"),
+    )
+    .await?;
+    let urgent = bound_finishing_evictions(&api, "urgent-3", now).await?;
+    let left: BTreeSet<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let dear_left = ["dear-1", "dear-2"]
+        .iter()
+        .filter(|d| left.contains(**d))
+        .count();
+    ensure!(
+        left.contains("cheap-1")
+            && left.contains("cheap-2")
+            && !left.contains("cpu-hog")
+            && dear_left == 1,
+        "want cpu-hog and one dear pod evicted, the budgeted pods kept: left {left:?}"
+    );
+    ensure!(
+        uuids(&urgent)? == ["GPU-pre-3-1"],
+        "urgent-3 on {:?}",
+        uuids(&urgent)?
+    );
+    Ok(())
 }
 
 /// `gpugate explain` against the live API server for a pod left Pending:

@@ -17,6 +17,7 @@
 //! (`gangs.rs`) and the nodes' lock annotations (`seen_locks.rs`) each have
 //! a file.
 
+mod budgets;
 mod gangs;
 mod ledger;
 mod numa;
@@ -36,6 +37,7 @@ use crate::engine::{Allocation, ApplyError, ClusterState, Node, QuotaAmount};
 
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 
+pub use budgets::{BudgetedPod, Budgets};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use seen_locks::{SeenLock, SeenLocks};
@@ -49,6 +51,8 @@ struct HeldPod {
     name: String,
     /// `spec.priority`, for choosing preemption victims.
     priority: i32,
+    /// The pod's labels, for the PodDisruptionBudgets that select it.
+    labels: BTreeMap<String, String>,
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
@@ -91,6 +95,7 @@ impl HeldPod {
             namespace: pod_namespace(pod).to_string(),
             name: pod_own_name(pod).into_owned(),
             priority: pod_priority(pod),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
             started: pod_started(pod),
             amount: allocation
                 .as_ref()
@@ -124,6 +129,7 @@ pub struct ClusterView {
     node_sources: HashMap<String, SourcesDigest>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     quotas: Quotas,
+    budgets: Budgets,
     gangs: Gangs,
     /// Pods whose allocation gpugate reserved and the watch does not show
     /// yet (bind in flight, or bound a moment ago), by UID: their node.
@@ -344,6 +350,39 @@ impl ClusterView {
 
     pub fn delete_quota(&mut self, namespace: &str, name: &str) {
         self.quotas.delete(namespace, name);
+    }
+
+    /// The PodDisruptionBudgets known.
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    pub fn upsert_budget(&mut self, pdb: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        self.budgets.upsert(pdb);
+    }
+
+    pub fn delete_budget(&mut self, namespace: &str, name: &str) {
+        self.budgets.delete(namespace, name);
+    }
+
+    /// For pods evicted together, in order, whether each violates a
+    /// PodDisruptionBudget (kube-scheduler's count). Pods the view does not
+    /// hold are counted as not violating.
+    pub fn budget_violations(&self, uids: &[&str]) -> Vec<bool> {
+        let none = BTreeMap::new();
+        self.budgets
+            .violations(uids.iter().map(|uid| match self.pods.get(*uid) {
+                Some(p) => BudgetedPod {
+                    namespace: &p.namespace,
+                    name: &p.name,
+                    labels: &p.labels,
+                },
+                None => BudgetedPod {
+                    namespace: "",
+                    name: uid,
+                    labels: &none,
+                },
+            }))
     }
 
     /// The known unfinished members of a group, by UID.
