@@ -6,8 +6,6 @@
 //! to holding the pod with what they lack, and the lower-priority pods
 //! whose eviction would make room.
 
-mod scheduler_checks;
-
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
@@ -21,6 +19,8 @@ use crate::config::Config;
 use crate::engine::checks::check_gpu;
 use crate::engine::request::{GpuRequest, Memory};
 use crate::engine::{Node, PodPlan, Reason, Rejection};
+use crate::placement::preemption::capacity_shortage;
+use crate::placement::scheduler_checks;
 use crate::placement::victims::gpu_victims;
 use crate::placement::words::in_words;
 use crate::placement::{self, NodeReason, Verdict};
@@ -226,7 +226,7 @@ pub fn explain_pod(
             .node(node)
             .map(|n| shortfall(view, n, &plan, reason))
             .unwrap_or_default();
-        let preempt = if preempts && !reason.is_unresolvable() && is_capacity(reason) {
+        let preempt = if preempts && capacity_shortage(reason) {
             victims(view, &plan, node, priority)
         } else {
             Vec::new()
@@ -261,14 +261,6 @@ fn refusal(reason: &NodeReason) -> Refusal {
         reason: reason.to_string(),
         words: in_words(reason),
     }
-}
-
-/// Reasons that freeing GPUs (or NUMA zones) on the node can cure.
-fn is_capacity(reason: &NodeReason) -> bool {
-    matches!(
-        reason,
-        NodeReason::Engine(Rejection::Devices { .. } | Rejection::NumaZones { .. })
-    )
 }
 
 /// The validating webhook's refusal of the pod as it is now, if any.
@@ -619,7 +611,7 @@ impl Explanation {
             }
             let _ = writeln!(
                 out,
-                "\nPREEMPT (lower-priority pods whose eviction makes room; kube-scheduler asks gpugate only when its own checks need a victim on the node too)"
+                "\nPREEMPT (lower-priority pods whose eviction makes room: kube-scheduler preempts through gpugate where its own checks need a victim too; where only GPU is short, gpugate evicts them itself, scheduler.preemption)"
             );
             out.push_str(&render(&rows));
         }

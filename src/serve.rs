@@ -302,6 +302,11 @@ where
         bind_mode,
         lifecycle.shutting_down.clone(),
     );
+    if let (Some(extender), Some(cluster)) = (&state.extender, &state.cluster)
+        && let Some((preemptor, binder)) = extender.gpu_preemptor()
+    {
+        tokio::spawn(preemptor.run(cluster.clone(), binder, state.config.clone(), stopped()));
+    }
     if let Some(file) = config_file {
         state.metrics.config.in_force(&file.stamp());
         let reporter = state.clone();

@@ -32,10 +32,12 @@ pub enum Validation {
 }
 
 /// Prefixes of the annotations only the scheduler and the device plugin write.
-const ALLOCATION_PREFIXES: [&str; 3] = [
+const ALLOCATION_PREFIXES: [&str; 5] = [
     "hami.io/vgpu-",
     "hami.io/bind-",
     crate::cluster::convert::NUMA_ZONES,
+    crate::cluster::convert::PREEMPTION,
+    crate::cluster::convert::GPUS_FREED,
 ];
 
 /// Validates a Pod given as a parsed JSON value (tests and tools; the

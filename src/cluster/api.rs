@@ -238,6 +238,27 @@ impl ApiCalls {
         .await
     }
 
+    /// `POST pods/NAME/eviction` of this UID only: the API server refuses
+    /// (429) an eviction that would break a PodDisruptionBudget.
+    pub async fn evict_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {
+        let params = kube::api::EvictParams {
+            delete_options: Some(kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            }),
+            post_options: PostParams::default(),
+        };
+        self.call(
+            || format!("POST pod {namespace}/{name} eviction"),
+            self.pods(namespace).evict(name, &params),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `POST pods/NAME/binding`: assigns the pod (only this UID) to `node`.
     /// The API server copies the Binding's annotations onto the pod in the
     /// same write, and its labels too from Kubernetes 1.35 (feature gate

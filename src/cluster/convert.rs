@@ -230,6 +230,14 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
     Ok(Some(allocation))
 }
 
+/// gpugate's own preemption's claim on a pod: `<node>,<unix seconds>`
+/// (`extender::gpu_preempt`).
+pub const PREEMPTION: &str = "gpugate.io/preemption";
+
+/// Label set on a pod when the GPUs freed for it are held: a pod update,
+/// which makes kube-scheduler try the pod again.
+pub const GPUS_FREED: &str = "gpugate.io/gpus-freed";
+
 /// gpugate's record, on a pod it aligned, of each container's NUMA zone in
 /// pod order (init containers first; `-` for a container not aligned):
 /// `0,0,-`. Written at bind with HAMi's annotations, read back so that

@@ -88,6 +88,36 @@ pub struct SchedulerConfig {
     pub gang: GangConfig,
     /// NUMA alignment on nodes with a NodeResourceTopology object.
     pub numa: NumaConfig,
+    /// gpugate's own preemption, for pods short only of GPU.
+    pub preemption: PreemptionConfig,
+}
+
+/// gpugate's own preemption (docs/operations.md, "Preemption"):
+/// kube-scheduler does not preempt for a pod whose only shortage is GPU,
+/// so gpugate evicts the fewest lower-priority GPU holders itself.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PreemptionConfig {
+    /// Off: such pods stay pending with their reasons, as before.
+    pub enabled: bool,
+    /// How long after a `/filter` that left the pod no node gpugate waits
+    /// for kube-scheduler's own preemption (`/preempt`, or a nominated
+    /// node) before it preempts itself.
+    pub grace_seconds: f64,
+    /// How long the GPUs freed for a pod stay held for it (from the
+    /// eviction): its victims' termination and its next scheduling cycle
+    /// must fit in this.
+    pub hold_seconds: u64,
+}
+
+impl Default for PreemptionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            grace_seconds: 5.0,
+            hold_seconds: 120,
+        }
+    }
 }
 
 /// How feasible nodes are ranked by their NUMA zones, for Guaranteed pods
@@ -193,6 +223,7 @@ impl Default for SchedulerConfig {
             bind_timeout_seconds: 25.0,
             assume_seconds: 5.0,
             gang: GangConfig::default(),
+            preemption: PreemptionConfig::default(),
         }
     }
 }
@@ -301,6 +332,19 @@ impl Config {
             return Err(format!(
                 "scheduler.gang.holdSeconds is {}, allowed 1 to 3600",
                 self.scheduler.gang.hold_seconds
+            ));
+        }
+        let p = &self.scheduler.preemption;
+        if !(p.grace_seconds.is_finite() && (1.0..=300.0).contains(&p.grace_seconds)) {
+            return Err(format!(
+                "scheduler.preemption.graceSeconds is {}, allowed 1 to 300",
+                p.grace_seconds
+            ));
+        }
+        if !(10..=3600).contains(&p.hold_seconds) {
+            return Err(format!(
+                "scheduler.preemption.holdSeconds is {}, allowed 10 to 3600",
+                p.hold_seconds
             ));
         }
         if self.scheduler.numa.weight > 100 {

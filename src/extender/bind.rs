@@ -131,6 +131,11 @@ impl ApiBinder {
         self.running.wait_idle(within).await
     }
 
+    /// The API calls, rate-limited with the binds.
+    pub fn api(&self) -> &ApiCalls {
+        &self.api
+    }
+
     pub fn events(&self) -> &EventSink {
         &self.events
     }

@@ -8,6 +8,7 @@ pub mod bind;
 pub mod bind_outcome;
 pub mod error;
 pub mod filter;
+pub mod gpu_preempt;
 pub mod metrics;
 pub mod preempt;
 pub mod recent;
@@ -47,14 +48,27 @@ pub struct Extender {
     cluster: Arc<SharedCluster>,
     recent: RecentPods,
     bind_mode: BindMode,
+    /// gpugate's own preemption (with an API server only).
+    preemptor: Option<Arc<gpu_preempt::GpuPreemptor>>,
 }
 
 impl Extender {
     pub fn new(cluster: Arc<SharedCluster>, bind_mode: BindMode) -> Self {
+        let preemptor = matches!(bind_mode, BindMode::Api(_)).then(Arc::default);
         Self {
             cluster,
             recent: RecentPods::default(),
             bind_mode,
+            preemptor,
+        }
+    }
+
+    /// gpugate's own preemption and the binder it works through, when
+    /// binding through an API server (its loop is started by `serve`).
+    pub fn gpu_preemptor(&self) -> Option<(Arc<gpu_preempt::GpuPreemptor>, Arc<ApiBinder>)> {
+        match (&self.preemptor, &self.bind_mode) {
+            (Some(p), BindMode::Api(b)) => Some((p.clone(), b.clone())),
+            _ => None,
         }
     }
 
@@ -134,6 +148,18 @@ impl Extender {
                     .events()
                     .emit(PodEvent::new(&args.pod, true, "FilteringFailed", note));
             }
+            // kube-scheduler may preempt for it; if it does not, gpugate
+            // does (see gpu_preempt).
+            if config.scheduler.preemption.enabled
+                && let Some(p) = &self.preemptor
+            {
+                let shortage = result
+                    .rejected
+                    .iter()
+                    .filter(|(_, r)| placement::preemption::capacity_shortage(r))
+                    .map(|(n, _)| n.clone());
+                p.unplaced(&args.pod, shortage);
+            }
         }
         result
     }
@@ -186,6 +212,13 @@ impl Extender {
                         .await;
                     if result.is_ok() {
                         self.recent.forget(&args.pod_uid);
+                        if let Some(p) = &self.preemptor {
+                            p.handled(&args.pod_uid);
+                        }
+                        let mut view = self.cluster.write();
+                        if view.nomination(&args.pod_uid).is_some() {
+                            view.drop_nomination(&args.pod_uid);
+                        }
                     }
                     result
                 }
@@ -257,6 +290,10 @@ impl Extender {
     pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, ExtenderError> {
         let args = PreemptionArgs::parse(body)?;
         record_pod(&args.pod);
+        // kube-scheduler preempts for this pod: gpugate does not.
+        if let (Some(p), Some(uid)) = (&self.preemptor, args.pod.metadata.uid.as_deref()) {
+            p.handled(uid);
+        }
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }

@@ -10,9 +10,11 @@
 //! - [`reserve`]: the GPUs on the chosen node, held under the pod's UID.
 
 pub mod gang;
+pub mod preemption;
 pub mod quota;
 pub mod reason;
 pub mod reserve;
+pub mod scheduler_checks;
 pub mod steering;
 pub mod victims;
 pub mod words;

@@ -2115,7 +2115,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         pre2["memMiB"][0] == json!(want) && pre2["memMiB"][1] == json!(2 * 16384),
         "gpugate top shows {pre2}, the pods hold {want} MiB"
     );
-    explain_pending(ctx, ns).await?;
+    explain_pending(ctx, ns, now).await?;
     budget_preemption(ctx, ns, now).await
 }
 
@@ -2212,14 +2212,20 @@ async fn budget_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::R
     Ok(())
 }
 
-/// `gpugate explain` against the live API server for a pod left Pending:
-/// 9,000 MiB at priority 1000 on pre-2, where GPU 0 has 8,384 MiB free
-/// beside urgent-2 (priority 1000) and GPU 1 384 MiB beside the four
+/// A pod short only of GPU, explained, then preempted for by gpugate
+/// itself: 9,000 MiB at priority 1000 on pre-2, where GPU 0 has 8,384 MiB
+/// free beside urgent-2 (priority 1000) and GPU 1 384 MiB beside the four
 /// 4,000 MiB pods of priority 100. CPU is not short, so kube-scheduler
-/// does not preempt (docs/operations.md, "Preemption"); explain names the
-/// node's reason, what it lacks, and the three pods whose eviction would
-/// make room; every other node is left out by the pod's nodeSelector.
-async fn explain_pending(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+/// does not preempt (docs/operations.md, "Preemption").
+///
+/// `gpugate explain` against the live API server names the node's
+/// reason, what it lacks, and the three pods whose eviction makes room;
+/// every other node is left out by the pod's nodeSelector. Then gpugate
+/// evicts exactly those three (the fewest: two free 8,384 MiB), the pod
+/// is tried again once they are gone and binds on GPU 1; nothing is
+/// over-committed. (With `scheduler.preemption.enabled: false` the pod
+/// stays pending and the scenario fails.)
+async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Result<()> {
     let client = &ctx.cp.admin;
     create_pod(
         client,
@@ -2290,6 +2296,47 @@ async fn explain_pending(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
                 .is_some_and(|x| x.contains("nodeSelector"))),
         "nodes not left out by the nodeSelector: {e:#}"
     );
+    let named: BTreeSet<String> = victims.iter().map(|(p, _)| p.to_string()).collect();
+
+    // gpugate preempts: the same three go, and the pod binds on GPU 1.
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let waiting = bound_finishing_evictions(&api, "waiting", now).await?;
+    let pods = api.list(&ListParams::default()).await?.items;
+    let left: BTreeSet<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let evicted: BTreeSet<String> = ["single-1", "single-2", "single-3", "single-4"]
+        .iter()
+        .filter(|s| !left.contains(**s))
+        .map(|s| format!("{ns}/{s}"))
+        .collect();
+    ensure!(
+        evicted == named,
+        "gpugate evicted {evicted:?}; explain named {named:?}"
+    );
+    ensure!(
+        uuids(&waiting)? == ["GPU-pre-2-1"],
+        "waiting on {:?}",
+        uuids(&waiting)?
+    );
+    let claimed = waiting
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("gpugate.io/preemption"))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(claimed.starts_with("pre-2,"), "claim {claimed:?}");
+    let bound: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
+        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
+    }
+    wait_event(client, ns, "waiting", "Preempting", "pre-2", BIND).await?;
     Ok(())
 }
 

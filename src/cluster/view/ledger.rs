@@ -145,6 +145,7 @@ impl ClusterView {
         };
         self.state.remove(key);
         self.quotas.release_used(&old.namespace, old.amount);
+        self.victim_freed(key);
     }
 
     /// The ledger's allocations that are not counted on any node, with why.

@@ -20,6 +20,7 @@
 mod budgets;
 mod gangs;
 mod ledger;
+mod nominations;
 mod numa;
 mod quotas;
 mod reservations;
@@ -135,6 +136,8 @@ pub struct ClusterView {
     /// yet (bind in flight, or bound a moment ago), by UID: their node.
     unsettled: HashMap<String, String>,
     seen_locks: SeenLocks,
+    /// Pods gpugate preempts for, and the victims they wait for.
+    nominations: nominations::Nominations,
     /// When each node's NodeResourceTopology was last written by its
     /// exporter, by node name; `None` while the API server does not serve
     /// the kind. The engine's state holds the topologies themselves (see
