@@ -1909,12 +1909,6 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
             "{name} not on {want}"
         );
     }
-    let standing = |pods: &[Pod]| -> BTreeSet<String> {
-        pods.iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.metadata.name.clone())
-            .collect()
-    };
 
     // preemptionPolicy Never: pending, nobody evicted.
     create_pod(
@@ -1985,11 +1979,25 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         .into_iter()
         .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
-    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
-        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
-    }
+    not_over_committed(&bound)?;
     ledger_matches(ctx.metrics_port(), ns, &bound, Duration::from_secs(30)).await?;
     gang_preemption(ctx, ns, &now).await
+}
+
+/// Names of the pods not being deleted.
+fn standing(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+/// No GPU of the preemption nodes (16,384 MiB each) holds more than it has.
+fn not_over_committed(bound: &[Pod]) -> anyhow::Result<()> {
+    for (gpu, (_, mib, _)) in usage_by_gpu(bound)? {
+        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
+    }
+    Ok(())
 }
 
 /// Waits until pod `name` is bound, meanwhile finishing the evictions a
@@ -2067,11 +2075,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     .await?;
     let urgent = bound_finishing_evictions(&api, "urgent-2", now).await?;
     let pods = api.list(&ListParams::default()).await?.items;
-    let left: BTreeSet<String> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let left = standing(&pods);
     ensure!(
         members.iter().all(|m| !left.contains(*m)) && singles.iter().all(|s| left.contains(*s)),
         "want the whole gang evicted and no single pod: left {left:?}"
@@ -2085,9 +2089,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         .into_iter()
         .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
-    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
-        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
-    }
+    not_over_committed(&bound)?;
     // `gpugate top` against the live API server with the admin's
     // kubeconfig: what it shows for pre-2 is what the pods there hold.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
@@ -2185,14 +2187,7 @@ async fn budget_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::R
     )
     .await?;
     let urgent = bound_finishing_evictions(&api, "urgent-3", now).await?;
-    let left: BTreeSet<String> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let left = standing(&api.list(&ListParams::default()).await?.items);
     let dear_left = ["dear-1", "dear-2"]
         .iter()
         .filter(|d| left.contains(**d))
@@ -2302,11 +2297,7 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let waiting = bound_finishing_evictions(&api, "waiting", now).await?;
     let pods = api.list(&ListParams::default()).await?.items;
-    let left: BTreeSet<String> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let left = standing(&pods);
     let evicted: BTreeSet<String> = ["single-1", "single-2", "single-3", "single-4"]
         .iter()
         .filter(|s| !left.contains(**s))
@@ -2333,9 +2324,7 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         .into_iter()
         .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
-    for (gpu, (_, mib, _)) in usage_by_gpu(&bound)? {
-        ensure!(mib <= 16384, "{gpu} over-committed: {mib} MiB");
-    }
+    not_over_committed(&bound)?;
     wait_event(client, ns, "waiting", "Preempting", "pre-2", BIND).await?;
     Ok(())
 }
