@@ -32,7 +32,7 @@ use serde_json::json;
 use crate::cluster::events::PodEvent;
 use crate::cluster::{SharedCluster, pod_namespace};
 use crate::config::Config;
-use crate::placement::preemption::candidates;
+use crate::placement::preemption::{candidates, gang_plan};
 
 use super::bind::ApiBinder;
 
@@ -253,25 +253,18 @@ async fn preempt_for(
     {
         return Outcome::Handled;
     }
-    let Ok(plan) = crate::cluster::convert::pod_plan(&pod, config) else {
+    let Some(decision) = decide(cluster, config, &pod, &w.nodes) else {
+        tracing::info!(pod = %who, "preemption: no node where evicting lower-priority pods makes room (for a gang: for every member still needed); nothing evicted");
         return Outcome::Nowhere;
     };
-    let ranked = candidates(
-        &cluster.read(),
-        config,
-        &pod,
-        &plan,
-        &w.nodes,
-        Timestamp::now(),
-    );
-    let Some(c) = ranked.into_iter().next() else {
-        tracing::info!(pod = %who, "preemption: no node where evicting lower-priority pods makes room");
-        return Outcome::Nowhere;
-    };
+    if decision.victims.is_empty() {
+        // It fits now (a gang: its members fit together again).
+        return Outcome::Handled;
+    }
     // The claim: only on the pod as read, so one replica preempts.
     let claim = json!({"metadata": {
         "resourceVersion": pod.metadata.resource_version,
-        "annotations": {PREEMPTION: format!("{},{}", c.node, Timestamp::now().as_second())},
+        "annotations": {PREEMPTION: format!("{},{}", decision.nodes, Timestamp::now().as_second())},
     }});
     if let Err(e) = api.merge_patch_pod(&w.namespace, &w.name, &claim).await {
         if !e.is_conflict() {
@@ -287,24 +280,31 @@ async fn preempt_for(
     let until = Timestamp::now().as_millisecond() + i64::try_from(hold * 1000).unwrap_or(i64::MAX);
     let victims: Vec<(String, String)> = {
         let mut view = cluster.write();
-        view.nominate(uid, &pod, &plan, &c.node, &c.victims.pods, until);
-        c.victims
-            .pods
+        for n in &decision.nominations {
+            view.nominate(&n.uid, &n.pod, &n.plan, &n.node, &n.victims, until);
+        }
+        decision
+            .victims
             .iter()
             .map(|v| (v.clone(), view.held_name(v).unwrap_or_default()))
             .collect()
     };
     let names: Vec<&str> = victims.iter().map(|(_, n)| n.as_str()).collect();
     let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-    tracing::info!(pod = %who, node = %c.node, victims = ?names, budgets_broken = c.victims.violations, "preemption: evicting");
+    tracing::info!(pod = %who, nodes = %decision.nodes, victims = ?names, "preemption: evicting");
     binder.events().emit(PodEvent::new(
         &pod,
         false,
         "Preempting",
         format!(
-            "evicting {} on node {} to free GPU for this pod (priority {priority}); kube-scheduler does not preempt for GPU alone",
+            "evicting {} on node {} to free GPU for this pod{} (priority {priority}); kube-scheduler does not preempt for GPU alone",
             names.join(", "),
-            c.node
+            decision.nodes,
+            if decision.nominations.len() > 1 {
+                " and its gang group"
+            } else {
+                ""
+            },
         ),
     ));
     for (victim_uid, victim) in &victims {
@@ -318,7 +318,7 @@ async fn preempt_for(
                     &stub_pod(ns, name, victim_uid),
                     false,
                     "Preempted",
-                    format!("by {who} (priority {priority}) on node {}", c.node),
+                    format!("by {who} (priority {priority}) on node {}", decision.nodes),
                 ));
             }
             Err(e) if e.is_not_found() => {}
@@ -328,14 +328,89 @@ async fn preempt_for(
                     &pod,
                     true,
                     "PreemptionFailed",
-                    format!("evicting {victim} on node {}: {e}", c.node),
+                    format!("evicting {victim} on node {}: {e}", decision.nodes),
                 ));
-                cluster.write().drop_nomination(uid);
+                let mut view = cluster.write();
+                for n in &decision.nominations {
+                    view.drop_nomination(&n.uid);
+                }
                 return Outcome::Failed;
             }
         }
     }
     Outcome::Evicted
+}
+
+/// What one preemption evicts, and for whom the freed GPUs are held.
+struct Decision {
+    /// The node (or, for a gang, the nodes joined by `+`).
+    nodes: String,
+    victims: Vec<String>,
+    nominations: Vec<Nominee>,
+}
+
+struct Nominee {
+    uid: String,
+    pod: Pod,
+    plan: crate::engine::PodPlan,
+    node: String,
+    victims: Vec<String>,
+}
+
+/// The preemption for `pod` among `nodes`: the best candidate node for a
+/// pod in no group; for a gang member, all or none for its group (see
+/// `placement::preemption::gang_plan`).
+fn decide(
+    cluster: &SharedCluster,
+    config: &Config,
+    pod: &Pod,
+    nodes: &[String],
+) -> Option<Decision> {
+    let view = cluster.read();
+    let plan = crate::cluster::convert::pod_plan(pod, config).ok()?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let Ok(Some(label)) = crate::placement::gang::label_of(&view, pod) else {
+        let c = candidates(&view, config, pod, &plan, nodes, Timestamp::now())
+            .into_iter()
+            .next()?;
+        return Some(Decision {
+            nodes: c.node.clone(),
+            victims: c.victims.pods.clone(),
+            nominations: vec![Nominee {
+                uid,
+                pod: pod.clone(),
+                plan,
+                node: c.node,
+                victims: c.victims.pods,
+            }],
+        });
+    };
+    let g = gang_plan(&view, config, pod, Some(nodes))?;
+    let members = view.gang_members(&label.key)?;
+    let nominations = g
+        .members
+        .iter()
+        .filter_map(|(member, node)| {
+            let pod = members.get(member)?.clone();
+            let plan = crate::cluster::convert::pod_plan(&pod, config).ok()?;
+            Some(Nominee {
+                uid: member.clone(),
+                pod,
+                plan,
+                node: node.clone(),
+                victims: g
+                    .victims
+                    .get(node)
+                    .map(|v| v.pods.clone())
+                    .unwrap_or_default(),
+            })
+        })
+        .collect();
+    Some(Decision {
+        nodes: g.victims.keys().cloned().collect::<Vec<_>>().join("+"),
+        victims: g.victims.values().flat_map(|v| v.pods.clone()).collect(),
+        nominations,
+    })
 }
 
 /// A pod reference for an event on a victim.

@@ -156,7 +156,7 @@ impl Extender {
                 let shortage = result
                     .rejected
                     .iter()
-                    .filter(|(_, r)| placement::preemption::capacity_shortage(r))
+                    .filter(|(_, r)| placement::preemption::preemption_may_help(r))
                     .map(|(n, _)| n.clone());
                 p.unplaced(&args.pod, shortage);
             }

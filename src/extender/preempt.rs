@@ -12,9 +12,13 @@
 //! member of a gang group goes only with its whole group (a proposed member
 //! brings the rest, or the node is dropped; a group is added as one unit).
 //!
+//! A pending gang member preempts only when its whole group can then run
+//! (`placement::preemption::gang_plan`): otherwise nothing is evicted.
+//!
 //! kube-scheduler asks only about nodes where its own filters need a
-//! victim: a pod short of GPU alone is never offered here
-//! (docs/operations.md, "Preemption").
+//! victim: a pod short of GPU alone is never offered here; gpugate
+//! preempts for it itself (`gpu_preempt`, docs/operations.md,
+//! "Preemption").
 
 use crate::cluster::{ClusterView, pod_name};
 use crate::config::Config;
@@ -36,6 +40,19 @@ pub fn preempt(
     })?;
     let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     let mut result = PreemptionResult::default();
+    // A member of a gang group still short of min-available: its group
+    // preempts all or none. When even evicting every lower-priority GPU
+    // holder does not let enough members run together, nothing is evicted
+    // for this one.
+    if let Ok(Some(label)) = crate::placement::gang::label_of(view, &args.pod) {
+        let (placed, _) = crate::placement::gang::members(view, config, &label, "");
+        if placed < label.min_members()
+            && crate::placement::preemption::gang_plan(view, config, &args.pod, None).is_none()
+        {
+            tracing::info!(group = %label.key, "preempt: the pod's gang group cannot run even with preemption; nothing evicted");
+            return Ok(result);
+        }
+    }
     for (node, proposed) in &args.victims {
         // kube-scheduler's victims, each with the rest of its gang group:
         // a member goes only with its whole group.
@@ -195,6 +212,43 @@ mod tests {
                 m.num_pdb_violations,
             )
         })
+    }
+
+    /// A pending gang member preempts only if its whole group can then
+    /// run: with the other GPU's holder above the gang's priority, the
+    /// second member could not, so nothing is evicted for the first.
+    #[test]
+    fn a_pending_gang_preempts_all_or_nothing() {
+        let answer_for = |other_priority: i32| {
+            let mut v = ClusterView::new();
+            gpu_node(&mut v, "n");
+            running(&mut v, "x", "n", 0, 12000, 0, None);
+            running(&mut v, "y", "n", 1, 12000, other_priority, None);
+            let member = |name: &str| -> Value {
+                json!({
+                    "metadata": {"name": name, "namespace": "ml", "uid": name, "labels": {
+                        crate::engine::gang::GROUP_NAME: "g",
+                        crate::engine::gang::GROUP_MIN_AVAILABLE: "2"}},
+                    "spec": {"priority": 100, "containers": [{"name": "c", "resources": {
+                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "9000"}}}]},
+                })
+            };
+            for name in ["m-1", "m-2"] {
+                let p: Pod = serde_json::from_value(member(name)).unwrap();
+                v.upsert_pod(name, &p);
+            }
+            let body = json!({
+                "Pod": member("m-1"),
+                "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
+            });
+            let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
+            let out = preempt(&v, &Config::default(), &args).unwrap();
+            out.node_name_to_meta_victims
+                .get("n")
+                .map(|m| m.pods.iter().map(|p| p.uid.clone()).collect::<Vec<_>>())
+        };
+        assert_eq!(answer_for(50), Some(vec!["x".to_string()]));
+        assert_eq!(answer_for(500), None);
     }
 
     /// As kube-scheduler does for its own victims, pods whose eviction

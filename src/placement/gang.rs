@@ -105,7 +105,7 @@ pub fn judge<'v>(
 
 /// Members placed (holding GPUs in the ledger), and the plans of the known
 /// members that are not, by UID, `except` left out.
-fn members(
+pub(crate) fn members(
     view: &ClusterView,
     config: &Config,
     label: &GangLabel,

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use crate::cluster::ClusterView;
 use crate::engine::joint::next_combination;
-use crate::engine::{Allocation, PodPlan};
+use crate::engine::{Allocation, ClusterState, PodPlan};
 
 /// Further victims on a node, and how many PodDisruptionBudgets their
 /// eviction breaks (after the victims already taken).
@@ -28,19 +28,37 @@ pub fn gpu_victims(
     taken: &[String],
     below: i32,
 ) -> Option<Victims> {
+    gpu_victims_on(view, view.state(), plan, node, taken, below)
+}
+
+/// [`gpu_victims`] on `state`, the view's state as a plan of several
+/// evictions and placements has changed it (the pods it holds are the
+/// holders there; the view says who they are).
+pub fn gpu_victims_on(
+    view: &ClusterView,
+    state: &ClusterState,
+    plan: &PodPlan,
+    node: &str,
+    taken: &[String],
+    below: i32,
+) -> Option<Victims> {
     let taken_set: HashSet<&str> = taken.iter().map(String::as_str).collect();
     let removed: Vec<(&str, &Allocation)> = taken
         .iter()
-        .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(view, uid, node)?)))
+        .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(state, uid, node)?)))
         .collect();
     // Further GPU holders on the node that the preemptor may evict, a gang
-    // group as one unit with all its members.
+    // group as one unit with all its members: pods the view holds, settled
+    // (not a plan's own placements, nor a bind or assumption in flight:
+    // such a pod may not be bound yet).
     let mut extra: Vec<Unit> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
-    for uid in view.held_pods() {
+    for (uid, _) in state.allocations() {
         if taken_set.contains(uid)
             || seen.contains(uid)
-            || gpu_allocation_on(view, uid, node).is_none()
+            || view.held_allocation(uid).is_none()
+            || view.is_reserved(uid)
+            || gpu_allocation_on(state, uid, node).is_none()
         {
             continue;
         }
@@ -56,7 +74,7 @@ pub fn gpu_victims(
         let pods: Vec<(String, Option<&Allocation>)> = members
             .into_iter()
             .map(|m| {
-                let a = gpu_allocation_on(view, &m, node);
+                let a = gpu_allocation_on(state, &m, node);
                 (m, a)
             })
             .collect();
@@ -67,7 +85,7 @@ pub fn gpu_victims(
     extra.sort_by(|x, y| {
         (x.priority, x.pods.len(), &x.pods[0].0).cmp(&(y.priority, y.pods.len(), &y.pods[0].0))
     });
-    fewest_extra(view, plan, node, (taken, &removed), &extra)
+    fewest_extra(view, state, plan, node, (taken, &removed), &extra)
 }
 
 /// Pods evicted together: one pod, or every bound member of a gang group.
@@ -108,9 +126,11 @@ pub fn victim_unit(view: &ClusterView, uid: &str, node: &str, below: i32) -> Opt
     Some(unit)
 }
 
-/// The pod's allocation when it holds at least one GPU on `node`.
-fn gpu_allocation_on<'v>(view: &'v ClusterView, uid: &str, node: &str) -> Option<&'v Allocation> {
-    view.held_allocation(uid)
+/// The pod's allocation in `state` when it holds at least one GPU on
+/// `node`.
+fn gpu_allocation_on<'s>(state: &'s ClusterState, uid: &str, node: &str) -> Option<&'s Allocation> {
+    state
+        .allocation(uid)
         .filter(|a| a.node == node && a.grant_count() > 0)
 }
 
@@ -133,6 +153,7 @@ const EXACT_BUDGET: usize = 20_000;
 /// fewer budgets wins, the exact search's on a tie.
 fn fewest_extra(
     view: &ClusterView,
+    state: &ClusterState,
     plan: &PodPlan,
     node: &str,
     (taken, removed): (&[String], &[(&str, &Allocation)]),
@@ -148,7 +169,7 @@ fn fewest_extra(
                     .filter_map(|(uid, a)| Some((uid.as_str(), (*a)?))),
             );
         }
-        view.state().fit_without(plan, node, &gone).is_ok()
+        state.fit_without(plan, node, &gone).is_ok()
     };
     let pods = |set: &[usize]| -> Vec<String> {
         set.iter()

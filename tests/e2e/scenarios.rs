@@ -1865,13 +1865,14 @@ async fn preemption(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
             gpu_node("pre-1", 2, 10, 16384, T4),
             gpu_node("pre-2", 2, 10, 16384, T4),
             gpu_node("pre-3", 2, 10, 16384, T4),
+            gpu_node("pre-4", 2, 10, 16384, T4),
         ],
     )
     .await?;
     let client = &ctx.cp.admin;
     let nodes: Api<Node> = Api::all(client.clone());
     let seven = json!({"cpu": "7", "memory": "4Ti", "pods": "500", "nvidia.com/gpu": "20"});
-    for node in ["pre-1", "pre-2", "pre-3"] {
+    for node in ["pre-1", "pre-2", "pre-3", "pre-4"] {
         nodes
             .patch_status(
                 node,
@@ -2118,7 +2119,90 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         "gpugate top shows {pre2}, the pods hold {want} MiB"
     );
     explain_pending(ctx, ns, now).await?;
-    budget_preemption(ctx, ns, now).await
+    budget_preemption(ctx, ns, now).await?;
+    gang_gpu_preemption(ctx, ns, now).await
+}
+
+/// A pending gang group gets preemption for all its members or none, from
+/// gpugate's own preemption (only GPU is short). Node pre-4: one 12,000
+/// MiB pod of priority 50 on each GPU. First a group of three 9,000 MiB
+/// members at priority 1000 (min-available 3): even with both pods gone,
+/// only two members fit, so nothing is evicted. Then a group of two: both
+/// pods go and both members bind, one per GPU.
+async fn gang_gpu_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Result<()> {
+    let client = &ctx.cp.admin;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for name in ["holder-1", "holder-2"] {
+        create_pod(
+            client,
+            ns,
+            &slice_pod(name, "pre-4", "12000", "1", "e2e-lower"),
+        )
+        .await?;
+        wait_bound(client, ns, name, BIND).await?;
+    }
+    let member = |name: &str, group: &str, min: &str| {
+        let mut p = slice_pod(name, "pre-4", "9000", "1", "e2e-high");
+        p["metadata"]["labels"] = json!({GROUP_NAME: group, GROUP_MIN_AVAILABLE: min});
+        p
+    };
+    let three = ["three-1", "three-2", "three-3"];
+    for name in three {
+        create_pod(client, ns, &member(name, "three", "3")).await?;
+    }
+    // The last one created is the first judged with the whole group.
+    wait_event(
+        client,
+        ns,
+        "three-3",
+        "FailedScheduling",
+        "GangNotFit",
+        BIND,
+    )
+    .await?;
+    // Past the grace (5 s) and an attempt: nobody evicted.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let pods = api.list(&ListParams::default()).await?.items;
+    let left = standing(&pods);
+    ensure!(
+        left.contains("holder-1") && left.contains("holder-2"),
+        "a group that cannot run evicted: left {left:?}"
+    );
+    ensure!(
+        three.iter().all(|m| pods
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(*m) && !is_bound(p))),
+        "a member of the group of three was placed"
+    );
+    for name in three {
+        api.delete(name, now).await?;
+    }
+    let two = ["two-1", "two-2"];
+    for name in two {
+        create_pod(client, ns, &member(name, "two", "2")).await?;
+    }
+    // two-1 may be judged before two-2 exists (GangIncomplete, which
+    // kube-scheduler parks); gpugate's nudge of both members once the
+    // freed GPUs are held brings it back.
+    let first = bound_finishing_evictions(&api, "two-1", now).await?;
+    let second = bound_finishing_evictions(&api, "two-2", now).await?;
+    let pods = api.list(&ListParams::default()).await?.items;
+    let left = standing(&pods);
+    ensure!(
+        !left.contains("holder-1") && !left.contains("holder-2"),
+        "want both holders evicted: left {left:?}"
+    );
+    let mut gpus = [uuids(&first)?, uuids(&second)?].concat();
+    gpus.sort();
+    ensure!(
+        gpus == ["GPU-pre-4-0", "GPU-pre-4-1"],
+        "members on {gpus:?}"
+    );
+    let bound: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| is_bound(p) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+    not_over_committed(&bound)
 }
 
 /// PodDisruptionBudgets are kept where they can be, as kube-scheduler keeps
