@@ -2292,20 +2292,36 @@ async fn budget_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::R
 }
 
 /// A pod short only of GPU, explained, then preempted for by gpugate
-/// itself: 9,000 MiB at priority 1000 on pre-2, where GPU 0 has 8,384 MiB
-/// free beside urgent-2 (priority 1000) and GPU 1 384 MiB beside the four
-/// 4,000 MiB pods of priority 100. CPU is not short, so kube-scheduler
-/// does not preempt (docs/operations.md, "Preemption").
+/// itself: 9,000 MiB at priority 1000 on pre-2, where GPU 0 has 4,384 MiB
+/// free beside urgent-2 (priority 1000) and a 4,000 MiB bystander
+/// (priority 50), and GPU 1 384 MiB beside the four 4,000 MiB pods of
+/// priority 100. CPU is not short, so kube-scheduler does not preempt
+/// (docs/operations.md, "Preemption").
 ///
 /// `gpugate explain` against the live API server names the node's
 /// reason, what it lacks, and the three pods whose eviction makes room;
 /// every other node is left out by the pod's nodeSelector. Then gpugate
-/// evicts exactly those three (the fewest: two free 8,384 MiB), the pod
+/// evicts exactly those three (the fewest: two free 8,384 MiB), not the
+/// cheaper bystander whose GPU would not help, the pod
 /// is tried again once they are gone and binds on GPU 1; nothing is
 /// over-committed. (With `scheduler.preemption.enabled: false` the pod
 /// stays pending and the scenario fails.)
 async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Result<()> {
     let client = &ctx.cp.admin;
+    // The cheapest pod of the node, whose GPU cannot help: evicting it
+    // leaves GPU 0 at 8,384 MiB free, short of 9,000.
+    create_pod(
+        client,
+        ns,
+        &slice_pod("bystander", "pre-2", "4000", "0", "e2e-lower"),
+    )
+    .await?;
+    wait_bound(client, ns, "bystander", BIND).await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    ensure!(
+        uuids(&api.get("bystander").await?)? == ["GPU-pre-2-0"],
+        "bystander not on GPU 0"
+    );
     create_pod(
         client,
         ns,
@@ -2344,7 +2360,7 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     );
     ensure!(
         pre2["missing"].as_str().is_some_and(|m| m
-            .starts_with("needs 9000 MiB and 0 cores free on one GPU; the freest has 8384 MiB")),
+            .starts_with("needs 9000 MiB and 0 cores free on one GPU; the freest has 4384 MiB")),
         "pre-2 lacks: {pre2:#}"
     );
     let victims: Vec<(&str, i64)> = pre2["preempt"]
@@ -2377,8 +2393,8 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     );
     let named: BTreeSet<String> = victims.iter().map(|(p, _)| p.to_string()).collect();
 
-    // gpugate preempts: the same three go, and the pod binds on GPU 1.
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // gpugate preempts: the same three go (not the cheaper bystander,
+    // whose GPU would not help), and the pod binds on GPU 1.
     let waiting = bound_finishing_evictions(&api, "waiting", now).await?;
     let pods = api.list(&ListParams::default()).await?.items;
     let left = standing(&pods);
@@ -2388,8 +2404,9 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         .map(|s| format!("{ns}/{s}"))
         .collect();
     ensure!(
-        evicted == named,
-        "gpugate evicted {evicted:?}; explain named {named:?}"
+        evicted == named && left.contains("bystander"),
+        "gpugate evicted {evicted:?} (bystander standing: {}); explain named {named:?}",
+        left.contains("bystander")
     );
     ensure!(
         uuids(&waiting)? == ["GPU-pre-2-1"],
