@@ -165,6 +165,15 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                 ],
             );
             metadata.uid = Some(format!("00000000-0000-4000-8000-{p:012}"));
+            // What a Deployment's or Job's pods carry.
+            metadata.labels = Some(BTreeMap::from([
+                ("app".to_string(), format!("train-{}", p % 500)),
+                (
+                    "pod-template-hash".to_string(),
+                    format!("{:010x}", (p % 500) * 2_654_435_761 % 0xff_ffff_ffff),
+                ),
+                ("team".to_string(), format!("team-{}", p % 20)),
+            ]));
             Pod {
                 metadata,
                 spec: Some(PodSpec {

@@ -406,6 +406,39 @@ mod tests {
         assert!(e.contains("scheduler.numa.weight is 101"), "{e}");
     }
 
+    /// gpugate's own preemption: on by default, its times bounded.
+    #[test]
+    fn preemption_settings() {
+        let c = Config::default();
+        assert!(c.scheduler.preemption.enabled);
+        let c = Config::from_yaml(
+            "scheduler: {preemption: {enabled: false, graceSeconds: 2, holdSeconds: 30}}",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(
+            c.scheduler.preemption,
+            PreemptionConfig {
+                enabled: false,
+                grace_seconds: 2.0,
+                hold_seconds: 30
+            }
+        );
+        for (yaml, said) in [
+            (
+                "{graceSeconds: 0.5}",
+                "scheduler.preemption.graceSeconds is 0.5",
+            ),
+            ("{holdSeconds: 5}", "scheduler.preemption.holdSeconds is 5"),
+            ("{grace: 5}", "unknown field `grace`"),
+        ] {
+            let e = Config::from_yaml(&format!("scheduler: {{preemption: {yaml}}}"), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said), "{e}");
+        }
+    }
+
     /// HAMi v2.10's chains are accepted as the default GPU policy and in a
     /// namespace policy; an unknown word is refused with the key's path.
     #[test]

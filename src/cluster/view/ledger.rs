@@ -132,6 +132,7 @@ impl ClusterView {
     /// Forgets a deleted pod: its GPUs, quota, group membership and the
     /// capacity held for it.
     pub fn delete_pod(&mut self, key: &str) {
+        self.drop_nomination(key);
         self.forget_allocation(key);
         self.gangs.untrack(key);
         self.release_gang_hold(key);
