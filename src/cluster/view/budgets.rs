@@ -25,6 +25,40 @@ pub struct Budgets {
     by_namespace: HashMap<String, BTreeMap<String, Budget>>,
 }
 
+/// A pod's labels packed in one allocation (`key=value` lines), kept for
+/// every pod that holds GPUs and read only when a budget of its namespace
+/// is weighed: a map per pod cost about 0.8 KiB at three labels (32 MiB
+/// at 40,000 pods), this a tenth of it. Label keys hold no `=`, and no
+/// key or value holds a newline (a pair that does is left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackedLabels(Box<str>);
+
+impl PackedLabels {
+    pub fn pack(labels: Option<&BTreeMap<String, String>>) -> Self {
+        let mut out = String::new();
+        for (k, v) in labels.into_iter().flatten() {
+            if k.contains(['=', '\n']) || v.contains('\n') {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(k);
+            out.push('=');
+            out.push_str(v);
+        }
+        PackedLabels(out.into_boxed_str())
+    }
+
+    pub fn unpack(&self) -> BTreeMap<String, String> {
+        self.0
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
 /// A pod as budgets see it.
 #[derive(Debug, Clone, Copy)]
 pub struct BudgetedPod<'p> {
@@ -73,7 +107,7 @@ impl Budgets {
             .collect()
     }
 
-    /// Whether any budget covers the namespace (a cheap test before
+    /// Whether any budget is in the namespace (a cheap test before
     /// counting).
     pub fn any_in(&self, namespace: &str) -> bool {
         self.by_namespace.contains_key(namespace)
@@ -172,6 +206,20 @@ mod tests {
     /// The budget is shared by the pods evicted together, in order; other
     /// namespaces, unselected pods, pods counted as disrupted and empty
     /// selectors take nothing from it.
+    #[test]
+    fn labels_pack_and_unpack() {
+        let labels = BTreeMap::from([
+            ("app".to_string(), "web".to_string()),
+            ("example.com/tier".to_string(), "a=b".to_string()),
+            ("bad\nkey".to_string(), "x".to_string()),
+        ]);
+        let packed = PackedLabels::pack(Some(&labels));
+        let mut want = labels.clone();
+        want.remove("bad\nkey");
+        assert_eq!(packed.unpack(), want);
+        assert_eq!(PackedLabels::pack(None).unpack(), BTreeMap::new());
+    }
+
     #[test]
     fn pods_evicted_together_share_the_budget() {
         let mut b = Budgets::default();

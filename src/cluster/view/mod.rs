@@ -38,7 +38,7 @@ use crate::engine::{Allocation, ApplyError, ClusterState, Node, QuotaAmount};
 
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 
-pub use budgets::{BudgetedPod, Budgets};
+pub use budgets::{BudgetedPod, Budgets, PackedLabels};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use seen_locks::{SeenLock, SeenLocks};
@@ -53,7 +53,7 @@ struct HeldPod {
     /// `spec.priority`, for choosing preemption victims.
     priority: i32,
     /// The pod's labels, for the PodDisruptionBudgets that select it.
-    labels: BTreeMap<String, String>,
+    labels: PackedLabels,
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
@@ -96,7 +96,7 @@ impl HeldPod {
             namespace: pod_namespace(pod).to_string(),
             name: pod_own_name(pod).into_owned(),
             priority: pod_priority(pod),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            labels: PackedLabels::pack(pod.metadata.labels.as_ref()),
             started: pod_started(pod),
             amount: allocation
                 .as_ref()
@@ -372,19 +372,22 @@ impl ClusterView {
     /// PodDisruptionBudget (kube-scheduler's count). Pods the view does not
     /// hold are counted as not violating.
     pub fn budget_violations(&self, uids: &[&str]) -> Vec<bool> {
-        let none = BTreeMap::new();
+        // Labels are unpacked only where a budget may select them.
+        let pods: Vec<(&str, &str, BTreeMap<String, String>)> = uids
+            .iter()
+            .map(|uid| match self.pods.get(*uid) {
+                Some(p) if self.budgets.any_in(&p.namespace) => {
+                    (p.namespace.as_str(), p.name.as_str(), p.labels.unpack())
+                }
+                Some(p) => (p.namespace.as_str(), p.name.as_str(), BTreeMap::new()),
+                None => ("", *uid, BTreeMap::new()),
+            })
+            .collect();
         self.budgets
-            .violations(uids.iter().map(|uid| match self.pods.get(*uid) {
-                Some(p) => BudgetedPod {
-                    namespace: &p.namespace,
-                    name: &p.name,
-                    labels: &p.labels,
-                },
-                None => BudgetedPod {
-                    namespace: "",
-                    name: uid,
-                    labels: &none,
-                },
+            .violations(pods.iter().map(|(namespace, name, labels)| BudgetedPod {
+                namespace,
+                name,
+                labels,
             }))
     }
 
