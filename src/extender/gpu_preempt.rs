@@ -40,8 +40,10 @@ use crate::cluster::convert::{GPUS_FREED, PREEMPTION};
 
 /// Pods noted at most; more wait for their next `/filter`.
 const CAPACITY: usize = 256;
-/// Nodes kept per pod at most (those refused for capacity, in name order).
-const NODES_KEPT: usize = 256;
+/// Nodes kept per pod at most (those refused for capacity, in name order):
+/// each is searched for victims under the view's read lock. kube-scheduler
+/// itself tries at least 100 candidates, or 10% of the nodes.
+const NODES_KEPT: usize = 64;
 
 /// What a preemption attempt came to, for `gpugate_preemptions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,9 +97,12 @@ impl GpuPreemptor {
         let Some(uid) = pod.metadata.uid.clone().filter(|u| !u.is_empty()) else {
             return;
         };
-        if pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0) <= 0 {
-            // Nothing is below it that it may evict (priorities below 0 are
-            // not used in practice).
+        let spec = pod.spec.as_ref();
+        if spec.and_then(|s| s.priority).unwrap_or(0) <= 0
+            || spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never")
+        {
+            // It may not preempt, or nothing is below it that it may evict
+            // (priorities below 0 are not used in practice).
             return;
         }
         let nodes: Vec<String> = nodes.take(NODES_KEPT).collect();
@@ -179,28 +184,33 @@ impl GpuPreemptor {
         }
     }
 
-    /// Labels each nominated pod whose freed GPUs are now held, once.
+    /// Labels each nominated pod whose freed GPUs are now held (with those
+    /// of every pod of the same preemption), once.
     async fn nudge(&self, cluster: &SharedCluster, binder: &ApiBinder) {
         let ready: Vec<(String, String)> = {
             let view = cluster.read();
             let nudged = self.nudged.lock().unwrap_or_else(|e| e.into_inner());
-            view.nominated_pods()
-                .filter(|(uid, held)| *held && !nudged.contains(*uid))
-                .filter_map(|(uid, _)| Some((uid.to_string(), view.nominated_name(uid)?)))
+            view.nominated_ready()
+                .into_iter()
+                .filter(|uid| !nudged.contains(*uid))
+                .filter_map(|uid| Some((uid.to_string(), view.nominated_name(uid)?)))
                 .collect()
         };
         for (uid, who) in ready {
-            self.nudged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uid.clone());
             let Some((ns, name)) = who.split_once('/') else {
                 continue;
             };
             let patch = json!({"metadata": {"labels": {
                 GPUS_FREED: Timestamp::now().as_second().to_string()}}});
             match binder.api().merge_patch_pod(ns, name, &patch).await {
-                Ok(_) => tracing::info!(pod = %who, "preemption: freed GPUs held; pod nudged"),
+                Ok(_) => {
+                    tracing::info!(pod = %who, "preemption: freed GPUs held; pod nudged");
+                    self.nudged
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(uid);
+                }
+                // Tried again on the next tick.
                 Err(e) => tracing::warn!(pod = %who, "preemption: nudge failed: {e}"),
             }
         }
@@ -267,21 +277,26 @@ async fn preempt_for(
         "annotations": {PREEMPTION: format!("{},{}", decision.nodes, Timestamp::now().as_second())},
     }});
     if let Err(e) = api.merge_patch_pod(&w.namespace, &w.name, &claim).await {
-        if !e.is_conflict() {
-            tracing::warn!(pod = %who, "preemption: claim failed: {e}");
+        // Changed since read: claimed by another replica, or only updated
+        // (then tried again after its next failed /filter).
+        let claimed = e.is_conflict()
+            && api.get_pod(&w.namespace, &w.name).await.is_ok_and(|p| {
+                p.metadata
+                    .annotations
+                    .is_some_and(|a| a.contains_key(PREEMPTION))
+            });
+        if claimed {
+            return Outcome::Handled;
         }
-        return if e.is_conflict() {
-            Outcome::Handled
-        } else {
-            Outcome::Failed
-        };
+        tracing::warn!(pod = %who, "preemption: claim failed: {e}");
+        return Outcome::Failed;
     }
     let hold = config.scheduler.preemption.hold_seconds;
     let until = Timestamp::now().as_millisecond() + i64::try_from(hold * 1000).unwrap_or(i64::MAX);
     let victims: Vec<(String, String)> = {
         let mut view = cluster.write();
         for n in &decision.nominations {
-            view.nominate(&n.uid, &n.pod, &n.plan, &n.node, &n.victims, until);
+            view.nominate(&n.uid, uid, &n.pod, &n.plan, &n.node, &n.victims, until);
         }
         decision
             .victims
@@ -330,10 +345,7 @@ async fn preempt_for(
                     "PreemptionFailed",
                     format!("evicting {victim} on node {}: {e}", decision.nodes),
                 ));
-                let mut view = cluster.write();
-                for n in &decision.nominations {
-                    view.drop_nomination(&n.uid);
-                }
+                cluster.write().abandon_nominations(uid);
                 return Outcome::Failed;
             }
         }
@@ -370,9 +382,11 @@ fn decide(
     let plan = crate::cluster::convert::pod_plan(pod, config).ok()?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let Ok(Some(label)) = crate::placement::gang::label_of(&view, pod) else {
+        // The Eviction API refuses what breaks a budget, after evicting the
+        // victims before it: only sets that break none are taken.
         let c = candidates(&view, config, pod, &plan, nodes, Timestamp::now())
             .into_iter()
-            .next()?;
+            .find(|c| c.victims.violations == 0)?;
         return Some(Decision {
             nodes: c.node.clone(),
             victims: c.victims.pods.clone(),
@@ -386,6 +400,16 @@ fn decide(
         });
     };
     let g = gang_plan(&view, config, pod, Some(nodes))?;
+    // Counted over all of them: a budget may select victims on several
+    // nodes.
+    let all: Vec<&str> = g
+        .victims
+        .values()
+        .flat_map(|v| v.pods.iter().map(String::as_str))
+        .collect();
+    if view.budget_violations(&all).contains(&true) {
+        return None;
+    }
     let members = view.gang_members(&label.key)?;
     let nominations = g
         .members

@@ -290,14 +290,18 @@ impl Extender {
     pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, ExtenderError> {
         let args = PreemptionArgs::parse(body)?;
         record_pod(&args.pod);
-        // kube-scheduler preempts for this pod: gpugate does not.
-        if let (Some(p), Some(uid)) = (&self.preemptor, args.pod.metadata.uid.as_deref()) {
-            p.handled(uid);
-        }
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }
-        preempt::preempt(&self.cluster.read(), config, &args)
+        let result = preempt::preempt(&self.cluster.read(), config, &args)?;
+        // kube-scheduler preempts for this pod on a node gpugate kept:
+        // gpugate does not. (With no node kept, it may still, elsewhere.)
+        if !result.node_name_to_meta_victims.is_empty()
+            && let (Some(p), Some(uid)) = (&self.preemptor, args.pod.metadata.uid.as_deref())
+        {
+            p.handled(uid);
+        }
+        Ok(result)
     }
 }
 

@@ -214,6 +214,36 @@ mod tests {
         })
     }
 
+    /// Of the smallest sets that make room, the one of the lowest
+    /// priorities: two priority-10 pods of one GPU, not a priority-0 and a
+    /// priority-50 pod of the other, though that pair is found first.
+    #[test]
+    fn the_lowest_priorities_among_the_fewest_victims() {
+        let mut v = ClusterView::new();
+        gpu_node(&mut v, "n");
+        running(&mut v, "a", "n", 0, 6000, 0, None);
+        running(&mut v, "d", "n", 0, 6000, 50, None);
+        running(&mut v, "b", "n", 1, 6000, 10, None);
+        running(&mut v, "c", "n", 1, 6000, 10, None);
+        let body = json!({
+            "Pod": {
+                "metadata": {"name": "urgent", "namespace": "ml", "uid": "u"},
+                "spec": {"priority": 100, "containers": [{"name": "c", "resources": {"limits": {
+                    "nvidia.com/gpu": "1", "nvidia.com/gpumem": "12000"}}}]},
+            },
+            "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
+        });
+        let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
+        let out = preempt(&v, &Config::default(), &args).unwrap();
+        let mut got: Vec<String> = out.node_name_to_meta_victims["n"]
+            .pods
+            .iter()
+            .map(|p| p.uid.clone())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["b", "c"]);
+    }
+
     /// A pending gang member preempts only if its whole group can then
     /// run: with the other GPU's holder above the gang's priority, the
     /// second member could not, so nothing is evicted for the first.

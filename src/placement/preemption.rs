@@ -84,8 +84,8 @@ pub struct Candidate {
 /// PodDisruptionBudgets broken, then the lowest highest victim priority,
 /// the lowest sum of priorities, the fewest victims, and the node's name.
 /// Empty when the pod fits somewhere, may not preempt
-/// (`preemptionPolicy: Never`), belongs to a gang group (gangs preempt
-/// through kube-scheduler only), or no eviction helps.
+/// (`preemptionPolicy: Never`), belongs to a gang group (its group is
+/// preempted for as a whole: [`gang_plan`]), or no eviction helps.
 pub fn candidates(
     view: &ClusterView,
     config: &Config,
@@ -248,7 +248,7 @@ mod tests {
             ]
         );
         // Never preempts; a pod that fits somewhere needs no eviction; a
-        // gang member is left to kube-scheduler.
+        // gang member's group is planned whole (gang_plan).
         assert!(choose(&snapshot, "never").is_empty());
         assert!(choose(&snapshot, "small").is_empty());
         assert!(choose(&snapshot, "gang-huge-0").is_empty());

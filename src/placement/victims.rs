@@ -48,9 +48,11 @@ pub fn gpu_victims_on(
         .filter_map(|uid| Some((uid.as_str(), gpu_allocation_on(state, uid, node)?)))
         .collect();
     // Further GPU holders on the node that the preemptor may evict, a gang
-    // group as one unit with all its members: pods the view holds, settled
-    // (not a plan's own placements, nor a bind or assumption in flight:
-    // such a pod may not be bound yet).
+    // group as one unit with all its members: pods the view holds, bound
+    // and settled (not a plan's own placements, nor a bind or assumption
+    // in flight, nor a pending pod with annotations a failed bind left),
+    // and not evicted already for a pod gpugate preempted for (their GPUs
+    // are promised).
     let mut extra: Vec<Unit> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     for (uid, _) in state.allocations() {
@@ -58,6 +60,8 @@ pub fn gpu_victims_on(
             || seen.contains(uid)
             || view.held_allocation(uid).is_none()
             || view.is_reserved(uid)
+            || !view.held_bound(uid)
+            || view.is_nominated_victim(uid)
             || gpu_allocation_on(state, uid, node).is_none()
         {
             continue;
@@ -144,10 +148,9 @@ const EXACT_BUDGET: usize = 20_000;
 /// no PodDisruptionBudget as kube-scheduler does (it gives violating pods
 /// back first); `None` when even all of them are not enough.
 ///
-/// Every set of one, then two, then three units is tried in order
-/// (`extra` is sorted lowest priority first, so the first set found of a
-/// size is among the cheapest); the first that breaks no budget is the
-/// answer. Past that size, or past the budget, units that break no budget
+/// Every set of one, then two, then three units is tried; of the smallest
+/// size where some set fits and breaks no budget, the set with the lowest
+/// highest priority, then the lowest sum of priorities, is the answer. Past that size, or past the budget, units that break no budget
 /// on their own are added before the others until the pod fits, and every
 /// one it does not need is given back (highest first); the set breaking
 /// fewer budgets wins, the exact search's on a tie.
@@ -193,27 +196,48 @@ fn fewest_extra(
     if fits(&[]) {
         return Some(answer(&[], 0));
     }
+    // Among the sets of one size that fit: fewest budgets broken, then the
+    // lowest highest priority, then the lowest sum (kube-scheduler's order
+    // of candidates), then the first found.
+    let rank = |set: &[usize], v: u32| -> (u32, i32, i64) {
+        (
+            v,
+            set.iter().map(|&i| extra[i].priority).max().unwrap_or(0),
+            set.iter().map(|&i| i64::from(extra[i].priority)).sum(),
+        )
+    };
     let mut best: Option<(u32, Vec<usize>)> = None;
     let mut tried = 0;
-    'exact: for size in 1..=EXACT_SIZE.min(extra.len()) {
+    for size in 1..=EXACT_SIZE.min(extra.len()) {
+        let mut of_size: Option<((u32, i32, i64), Vec<usize>)> = None;
+        let mut out_of_budget = false;
         let mut pick: Vec<usize> = (0..size).collect();
         loop {
             tried += 1;
             if tried > EXACT_BUDGET {
-                break 'exact;
+                out_of_budget = true;
+                break;
             }
             if fits(&pick) {
-                let v = breaks(&pick);
-                if v == 0 {
-                    return Some(answer(&pick, 0));
-                }
-                if best.as_ref().is_none_or(|(b, _)| v < *b) {
-                    best = Some((v, pick.clone()));
+                let r = rank(&pick, breaks(&pick));
+                if of_size.as_ref().is_none_or(|(b, _)| r < *b) {
+                    of_size = Some((r, pick.clone()));
                 }
             }
             if !next_combination(&mut pick, extra.len()) {
                 break;
             }
+        }
+        if let Some(((v, ..), set)) = of_size {
+            if v == 0 {
+                return Some(answer(&set, 0));
+            }
+            if best.as_ref().is_none_or(|(b, _)| v < *b) {
+                best = Some((v, set));
+            }
+        }
+        if out_of_budget {
+            break;
         }
     }
     // Units that break no budget on their own first, each group in order.

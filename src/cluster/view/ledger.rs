@@ -45,6 +45,8 @@ impl ClusterView {
                         held.reservation = Reservation::Settled;
                         self.unsettled.remove(key);
                     }
+                    held.labels = super::PackedLabels::pack(pod.metadata.labels.as_ref());
+                    held.bound = bound;
                     let unaccounted = held.unaccounted.clone();
                     if held.started.is_none() {
                         held.started = super::pod_started(pod);
@@ -122,6 +124,12 @@ impl ClusterView {
         {
             self.forget_allocation(key);
         }
+    }
+
+    /// Whether a held pod is bound to a node (a pending pod may carry
+    /// allocation annotations left by a failed bind).
+    pub fn held_bound(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|p| p.bound)
     }
 
     /// The priority of a held pod (0 when unknown).

@@ -54,6 +54,8 @@ struct HeldPod {
     priority: i32,
     /// The pod's labels, for the PodDisruptionBudgets that select it.
     labels: PackedLabels,
+    /// `spec.nodeName` is set: only such pods can be preemption victims.
+    bound: bool,
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
@@ -97,6 +99,7 @@ impl HeldPod {
             name: pod_own_name(pod).into_owned(),
             priority: pod_priority(pod),
             labels: PackedLabels::pack(pod.metadata.labels.as_ref()),
+            bound: pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()),
             started: pod_started(pod),
             amount: allocation
                 .as_ref()

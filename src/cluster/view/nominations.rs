@@ -25,6 +25,9 @@ pub struct Nomination {
     until_ms: i64,
     /// The freed GPUs are assumed for the pod.
     held: bool,
+    /// The pod whose preemption this is part of (a gang's members share
+    /// it).
+    group: String,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -34,10 +37,13 @@ pub struct Nominations {
 
 impl ClusterView {
     /// Keeps what `victims` free on `node` for the pod `uid` until
-    /// `until_ms`, once they are all gone.
+    /// `until_ms`, once they are all gone; `group` names the preemption it
+    /// is part of (the pod it was made for).
+    #[allow(clippy::too_many_arguments)]
     pub fn nominate(
         &mut self,
         uid: &str,
+        group: &str,
         pod: &Pod,
         plan: &PodPlan,
         node: &str,
@@ -59,11 +65,20 @@ impl ClusterView {
                 victims,
                 until_ms,
                 held: false,
+                group: group.to_string(),
             },
         );
         if empty {
             self.hold_freed(uid);
         }
+    }
+
+    /// Whether the pod `key` is a victim some nominated pod waits for.
+    pub fn is_nominated_victim(&self, key: &str) -> bool {
+        self.nominations
+            .by_pod
+            .values()
+            .any(|n| n.victims.contains(key))
     }
 
     /// Whether the pod `uid` is nominated, and whether its victims' GPUs
@@ -88,12 +103,38 @@ impl ClusterView {
         before - self.nominations.by_pod.len()
     }
 
-    /// Every nominated pod's UID, and whether the freed GPUs are held.
-    pub fn nominated_pods(&self) -> impl Iterator<Item = (&str, bool)> {
+    /// Nominated pods whose GPUs are held, as are those of every pod of
+    /// the same preemption (a gang's members are tried again together).
+    pub fn nominated_ready(&self) -> Vec<&str> {
+        let waiting: std::collections::HashSet<&str> = self
+            .nominations
+            .by_pod
+            .values()
+            .filter(|n| !n.held)
+            .map(|n| n.group.as_str())
+            .collect();
         self.nominations
             .by_pod
             .iter()
-            .map(|(uid, n)| (uid.as_str(), n.held))
+            .filter(|(_, n)| n.held && !waiting.contains(n.group.as_str()))
+            .map(|(uid, _)| uid.as_str())
+            .collect()
+    }
+
+    /// Forgets the nominations of the preemption `group`, and gives back
+    /// the GPUs held for them (the preemption failed).
+    pub fn abandon_nominations(&mut self, group: &str) {
+        let uids: Vec<String> = self
+            .nominations
+            .by_pod
+            .iter()
+            .filter(|(_, n)| n.group == group)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.nominations.by_pod.remove(&uid);
+            self.drop_assumed(&uid);
+        }
     }
 
     /// `namespace/name` of a nominated pod.
@@ -192,12 +233,15 @@ mod tests {
         let plan = crate::cluster::convert::pod_plan(&urgent, &config).unwrap();
         v.nominate(
             "urgent",
+            "urgent",
             &urgent,
             &plan,
             "n",
             &["a".into(), "b".into()],
             i64::MAX,
         );
+        assert!(v.is_nominated_victim("a") && !v.is_nominated_victim("urgent"));
+        assert!(v.nominated_ready().is_empty());
         assert_eq!(v.nomination("urgent"), Some(("n", false)));
         v.delete_pod("a");
         assert!(!v.is_assumed("urgent"));
@@ -208,12 +252,16 @@ mod tests {
         v.delete_pod("b");
         assert!(v.is_assumed("urgent"));
         assert_eq!(v.nomination("urgent"), Some(("n", true)));
+        assert_eq!(v.nominated_ready(), ["urgent"]);
         // 12,000 of 16,000 MiB held for urgent: 4,000 left, not 4,001.
         let big = pod("big", 4001, None);
         let big_plan = crate::cluster::convert::pod_plan(&big, &config).unwrap();
         assert!(v.state().assign(&big_plan, "n").is_err());
         assert_eq!(v.expire_nominations(i64::MAX - 1), 0);
-        v.drop_nomination("urgent");
+        // A failed preemption gives the held GPUs back.
+        v.abandon_nominations("urgent");
         assert_eq!(v.nomination_count(), 0);
+        assert!(!v.is_assumed("urgent"));
+        assert!(v.state().assign(&big_plan, "n").is_ok());
     }
 }
