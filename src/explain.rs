@@ -177,12 +177,6 @@ pub fn explain_pod(
         out.summary = format!("the pod is bound to node {node}; it is not pending");
         return out;
     }
-    if !plan.request.has_gpus() {
-        out.status = "not a GPU pod".into();
-        out.summary =
-            "the pod asks for no GPU: gpugate does not place it; kube-scheduler's own events say why it is pending".into();
-        return out;
-    }
     out.admission = admission_refusal(view, pod, config);
     let mut candidates: Vec<String> = Vec::new();
     for node in nodes {
@@ -200,7 +194,14 @@ pub fn explain_pod(
         }
     }
     let verdicts = match placement::judge(view, config, pod, &plan, Some(&candidates), now) {
-        Verdict::NoGpus => unreachable_no_gpus(),
+        Verdict::NoGpus => {
+            out.nodes.clear();
+            out.admission = None;
+            out.status = "not a GPU pod".into();
+            out.summary =
+                "the pod asks for no GPU: gpugate does not place it; kube-scheduler's own events say why it is pending".into();
+            return out;
+        }
         Verdict::Everywhere(reason) => {
             out.nodes.clear();
             out.summary = format!("no node can hold it: {}", in_words(&reason));
@@ -248,11 +249,6 @@ pub fn explain_pod(
     out.nearest = nearness.into_iter().take(NEAREST).map(|(_, n)| n).collect();
     out.summary = summary(&out, verdicts.best().map(|b| b.node.as_str()));
     out
-}
-
-/// `judge` answers `NoGpus` only for pods without GPUs, handled before.
-fn unreachable_no_gpus() -> crate::placement::NodeVerdicts {
-    unreachable!("judge answers NoGpus only for pods asking for no GPU")
 }
 
 fn refusal(reason: &NodeReason) -> Refusal {
