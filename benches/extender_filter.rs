@@ -24,6 +24,7 @@ use gpugate::config::{Config, FilterMode};
 use gpugate::engine::ClusterState;
 use gpugate::extender::filter;
 use gpugate::extender::wire::ExtenderArgs;
+use gpugate::placement::PodToPlace;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::{AppState, webhook_router};
 use gpugate::server::tls;
@@ -238,16 +239,20 @@ fn handler_alone(state: &AppState, cluster: &SharedCluster, config: &Config, bod
         .collect();
     whole.sort();
     let args = ExtenderArgs::parse(body).expect("args");
+    let pod = PodToPlace::read(args.pod.clone(), config, &cluster.read()).expect("plan");
     let now = jiff::Timestamp::now();
-    let result = filter::filter(&cluster.read(), config, &args, now).answer;
+    let result = filter::filter(&cluster.read(), config, &pod, &args.candidates, now).answer;
     Alone {
         whole_p50: tls_load::pct(&whole, 0.5),
         whole_p99: tls_load::pct(&whole, 0.99),
         parse: median(
             (0..HANDLER_CALLS)
                 .map(|_| {
+                    // The args, and the pod read into a plan.
                     let t = Instant::now();
-                    std::hint::black_box(ExtenderArgs::parse(body).expect("args"));
+                    let args = ExtenderArgs::parse(body).expect("args");
+                    let pod = PodToPlace::read(args.pod, config, &cluster.read());
+                    std::hint::black_box((args.candidates, pod.expect("plan")));
                     t.elapsed()
                 })
                 .collect(),
@@ -256,7 +261,13 @@ fn handler_alone(state: &AppState, cluster: &SharedCluster, config: &Config, bod
             (0..HANDLER_CALLS)
                 .map(|_| {
                     let t = Instant::now();
-                    std::hint::black_box(filter::filter(&cluster.read(), config, &args, now));
+                    std::hint::black_box(filter::filter(
+                        &cluster.read(),
+                        config,
+                        &pod,
+                        &args.candidates,
+                        now,
+                    ));
                     t.elapsed()
                 })
                 .collect(),

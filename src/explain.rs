@@ -17,13 +17,14 @@ use crate::cluster::convert::{pod_name, pod_namespace, pod_own_name};
 use crate::cluster::{ClusterView, Snapshot};
 use crate::config::Config;
 use crate::engine::checks::check_gpu;
+use crate::engine::reason::ZoneSubject;
 use crate::engine::request::{GpuRequest, Memory};
 use crate::engine::{Node, PodPlan, Reason, Rejection};
 use crate::placement::preemption::capacity_shortage;
 use crate::placement::scheduler_checks;
 use crate::placement::victims::gpu_victims;
 use crate::placement::words::in_words;
-use crate::placement::{self, NodeReason, Verdict};
+use crate::placement::{self, NodeReason, PodToPlace, Verdict};
 use crate::simulate::render;
 
 /// Nodes listed under "nearest", at most.
@@ -158,15 +159,16 @@ pub fn explain_pod(
         nearest: Vec::new(),
         summary: String::new(),
     };
-    let plan = match crate::cluster::convert::pod_plan(pod, config) {
-        Ok(plan) => plan,
+    let placing = match PodToPlace::read(pod.clone(), config, view) {
+        Ok(p) => p,
         Err(e) => {
             out.summary = format!("the pod's GPU request cannot be read: {e}");
             out.invalid = Some(e.to_string());
             return out;
         }
     };
-    out.asks = asks(&plan);
+    let plan = &placing.plan;
+    out.asks = asks(plan);
     if crate::cluster::convert::pod_finished(pod) {
         out.status = "finished".into();
         out.summary = "the pod has finished; it holds no GPUs".into();
@@ -193,7 +195,7 @@ pub fn explain_pod(
             None => candidates.push(name),
         }
     }
-    let verdicts = match placement::judge(view, config, pod, &plan, Some(&candidates), now) {
+    let verdicts = match placement::judge(view, config, &placing, Some(&candidates), now) {
         Verdict::NoGpus => {
             out.nodes.clear();
             out.admission = None;
@@ -225,10 +227,10 @@ pub fn explain_pod(
         let (missing, short) = view
             .state()
             .node(node)
-            .map(|n| shortfall(view, n, &plan, reason))
+            .map(|n| shortfall(view, n, plan, reason))
             .unwrap_or_default();
         let preempt = if preempts && capacity_shortage(reason) {
-            victims(view, &plan, node, priority)
+            victims(view, plan, node, priority)
         } else {
             Vec::new()
         };
@@ -350,8 +352,8 @@ fn shortfall(
             let (text, short) = gpu_shortfall(node, plan, &g);
             (Some(text), short)
         }
-        NodeReason::Engine(Rejection::NumaZones { container, .. }) => {
-            (zone_words(view, node, plan, container), None)
+        NodeReason::Engine(Rejection::NumaZones { subject, .. }) => {
+            (zone_words(view, node, plan, subject), None)
         }
         _ => (None, None),
     }
@@ -418,7 +420,12 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
 
 /// What each NUMA zone of the node has free, beside what the container
 /// needs there.
-fn zone_words(view: &ClusterView, node: &Node, plan: &PodPlan, container: &str) -> Option<String> {
+fn zone_words(
+    view: &ClusterView,
+    node: &Node,
+    plan: &PodPlan,
+    subject: &ZoneSubject,
+) -> Option<String> {
     let topology = view.state().topology(&node.name)?;
     let zones: Vec<String> = topology
         .zones
@@ -432,9 +439,14 @@ fn zone_words(view: &ClusterView, node: &Node, plan: &PodPlan, container: &str) 
             )
         })
         .collect();
-    let need = container
-        .strip_prefix("container ")
-        .and_then(|name| plan.request.containers.iter().position(|c| c.name == name))
+    let ZoneSubject::Container(name) = subject else {
+        return Some(format!("free by zone: {}", zones.join("; ")));
+    };
+    let need = plan
+        .request
+        .containers
+        .iter()
+        .position(|c| &c.name == name)
         .and_then(|i| plan.numa.containers.get(i))
         .map(|c| {
             format!(

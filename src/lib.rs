@@ -7,9 +7,11 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod bind;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod controllers;
 pub mod engine;
 pub mod explain;
 pub mod extender;

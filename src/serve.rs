@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::bind::ApiBinder;
 use crate::cli::ServeArgs;
 use crate::cluster::api::ApiCalls;
 use crate::cluster::client::{self, ApiSource};
@@ -17,8 +18,8 @@ use crate::cluster::events::EventSink;
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
 use crate::cluster::{SharedCluster, snapshot};
 use crate::config::Config;
+use crate::controllers::preemption::Preemptor;
 use crate::extender::BindMode;
-use crate::extender::bind::ApiBinder;
 
 use crate::server::config_reload::ConfigFile;
 
@@ -260,7 +261,7 @@ where
     let resync = config.load().api.resync_seconds;
     let cluster = cluster_view(args, resync, client.clone(), &metrics, stopped())?;
     if let Some(cluster) = &cluster {
-        tokio::spawn(expire_holds(
+        tokio::spawn(crate::controllers::expiry::run(
             cluster.clone(),
             metrics.bind.assumed_expired.clone(),
             stopped(),
@@ -280,33 +281,45 @@ where
             stopped(),
         ));
     }
-    let bind_mode = match (&args.cluster.cluster, &client) {
+    // Binds, and gpugate's own preemption, go through the API server
+    // each with its own handle (its own rate limit) and one event sink.
+    let (bind_mode, preemptor) = match (&args.cluster.cluster, &client) {
         (None, Some(client)) => {
             let api_limits = config.load().api.clone();
             let scheduler = config.load().scheduler.name.clone();
             let instance = std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .ok();
-            BindMode::Api(Arc::new(ApiBinder::new(
+            let events =
+                EventSink::spawn(client.clone(), &scheduler, instance, metrics.events.clone());
+            let preemptor = Arc::new(Preemptor::new(
                 ApiCalls::new(client.clone(), &api_limits),
-                EventSink::spawn(client.clone(), &scheduler, instance, metrics.events.clone()),
+                events.clone(),
+                metrics.preemption.clone(),
+            ));
+            let binder = ApiBinder::new(
+                ApiCalls::new(client.clone(), &api_limits),
+                events,
                 metrics.bind.clone(),
-            )))
+            );
+            (BindMode::Api(Arc::new(binder)), Some(preemptor))
         }
-        _ => BindMode::Ledger,
+        _ => (BindMode::Ledger, None),
     };
+    if let (Some(preemptor), Some(cluster)) = (&preemptor, &cluster) {
+        tokio::spawn(
+            preemptor
+                .clone()
+                .run(cluster.clone(), config.clone(), stopped()),
+        );
+    }
     let state = AppState::assemble(
         config,
         metrics,
         cluster,
-        bind_mode,
+        (bind_mode, preemptor),
         lifecycle.shutting_down.clone(),
     );
-    if let (Some(extender), Some(cluster)) = (&state.extender, &state.cluster)
-        && let Some((preemptor, binder)) = extender.gpu_preemptor()
-    {
-        tokio::spawn(preemptor.run(cluster.clone(), binder, state.config.clone(), stopped()));
-    }
     if let Some(file) = config_file {
         state.metrics.config.in_force(&file.stamp());
         let reporter = state.clone();
@@ -520,37 +533,6 @@ fn cluster_view(
         stop,
     ));
     Ok(Some(shared))
-}
-
-/// Ends gang holds whose time is up (scheduler.gang.holdSeconds), so that
-/// capacity held for a group that never completes is given back, and
-/// assumed allocations no bind came for (scheduler.assumeSeconds).
-async fn expire_holds(
-    cluster: Arc<SharedCluster>,
-    assumed_expired: prometheus_client::metrics::counter::Counter,
-    stop: impl std::future::Future<Output = ()>,
-) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = tick.tick() => {
-                let now = jiff::Timestamp::now().as_millisecond();
-                if cluster.read().has_assumed() {
-                    let dropped = cluster.write().expire_assumed(now);
-                    assumed_expired.inc_by(dropped as u64);
-                }
-                if cluster.read().gang_hold_count() == 0 {
-                    continue;
-                }
-                let ended = cluster.write().expire_gang_holds(now);
-                if ended > 0 {
-                    tracing::info!(members = ended, "gang: held capacity released (hold ended)");
-                }
-            }
-        }
-    }
 }
 
 /// How often self-made certificate files are re-checked at most.

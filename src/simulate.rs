@@ -13,8 +13,8 @@ use crate::cluster::convert::pod_name;
 use crate::cluster::snapshot::snapshot_pod_key;
 use crate::cluster::{ClusterView, Snapshot, StateReport};
 use crate::config::Config;
-use crate::engine::{Allocation, ClusterState, PodPlan};
-use crate::placement::{self, Verdict};
+use crate::engine::{Allocation, ClusterState};
+use crate::placement::{self, PodToPlace, Verdict};
 
 /// The outcome of a simulation, in the shape `--output json` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -108,8 +108,8 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
     }
     for (i, pod) in pods.iter().enumerate() {
         let name = pod_name(pod);
-        let plan = match crate::cluster::convert::pod_plan(pod, config) {
-            Ok(plan) => plan,
+        let pod = match PodToPlace::read(pod.clone(), config, &view) {
+            Ok(pod) => pod,
             Err(e) => {
                 report.unschedulable.push(Unschedulable {
                     pod: name,
@@ -119,10 +119,11 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
                 continue;
             }
         };
-        let key = snapshot_pod_key(pod, "pods", i);
-        match place_one(&mut view, config, pod, &plan, &key, now) {
+        let key = snapshot_pod_key(pod.pod(), "pods", i);
+        match place_one(&mut view, config, &pod, &key, now) {
             Placed::NoGpus => report.skipped.push(name),
             Placed::On(node, score, allocation) => {
+                let plan = &pod.plan;
                 let devices = plan
                     .request
                     .containers
@@ -173,12 +174,11 @@ enum Placed {
 fn place_one(
     view: &mut ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
+    pod: &PodToPlace,
     key: &str,
     now: Timestamp,
 ) -> Placed {
-    let verdicts = match placement::judge(view, config, pod, plan, None, now) {
+    let verdicts = match placement::judge(view, config, pod, None, now) {
         Verdict::NoGpus => return Placed::NoGpus,
         Verdict::Everywhere(reason) => {
             let text = reason.to_string();
@@ -201,9 +201,9 @@ fn place_one(
         );
     };
     let (node, score) = (best.node.clone(), best.score);
-    match placement::reserve(view, config, pod, plan, key, &node, now) {
-        Ok(allocation) => {
-            view.settle(key);
+    match placement::reserve(view, config, pod, key, &node, now) {
+        Ok((allocation, reservation)) => {
+            reservation.settle(view);
             Placed::On(node, score, allocation)
         }
         Err(e) => Placed::Nowhere(BTreeMap::from([(node, e.to_string())])),

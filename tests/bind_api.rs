@@ -10,12 +10,12 @@ mod support {
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpugate::bind::{ApiBinder, BindMetrics};
 use gpugate::cluster::api::ApiCalls;
 use gpugate::cluster::events::{EventSink, PodEvent};
 use gpugate::cluster::{ClusterView, SharedCluster, pod_allocation};
 use gpugate::config::Config;
 use gpugate::config::api::ApiLimits;
-use gpugate::extender::bind::{ApiBinder, BindMetrics};
 use gpugate::extender::{BindMode, Extender};
 use http::Method;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -1013,8 +1013,7 @@ async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
             let k: Pod = serde_json::from_value(p.clone()).unwrap();
             let plan = gpugate::cluster::convert::pod_plan(&k, &rig.config).unwrap();
             let alloc = view.state().assign(&plan, n).unwrap();
-            view.reserve(uid, &k, alloc).unwrap();
-            view.settle(uid);
+            view.reserve(uid, &k, alloc).unwrap().settle(&mut view);
         }
     }
     let new = pod("ml", "d", "u-d", 1000, 0);

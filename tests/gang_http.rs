@@ -169,8 +169,8 @@ async fn held_capacity_is_released_when_the_hold_ends() {
     let out = filter(&s, &outsider).await;
     assert_eq!(out["NodeNames"], json!([]), "{out}");
     let now = jiff::Timestamp::now().as_millisecond();
-    assert_eq!(cluster.write().expire_gang_holds(now), 0);
-    assert_eq!(cluster.write().expire_gang_holds(now + 61_000), 2);
+    assert_eq!(cluster.write().expire(now).gang_holds, 0);
+    assert_eq!(cluster.write().expire(now + 61_000).gang_holds, 2);
     assert_eq!(cluster.read().gang_hold_count(), 0);
     place(&s, &outsider).await.unwrap();
 }

@@ -35,9 +35,9 @@ pub enum Validation {
 const ALLOCATION_PREFIXES: [&str; 5] = [
     "hami.io/vgpu-",
     "hami.io/bind-",
-    crate::cluster::convert::NUMA_ZONES,
-    crate::cluster::convert::PREEMPTION,
-    crate::cluster::convert::GPUS_FREED,
+    crate::cluster::pod_annotations::NUMA_ZONES,
+    crate::controllers::preemption::CLAIM,
+    crate::controllers::preemption::GPUS_FREED,
 ];
 
 /// Validates a Pod given as a parsed JSON value (tests and tools; the

@@ -10,6 +10,7 @@ pub mod events;
 pub mod lock;
 pub mod metrics;
 pub mod node_topology;
+pub mod pod_annotations;
 pub mod pod_group;
 pub mod read_once;
 pub mod shared;
@@ -18,9 +19,8 @@ pub mod view;
 pub mod watch;
 pub mod webhook_scope;
 
-pub use convert::{
-    NodeError, PodAllocationError, node_from_k8s, pod_allocation, pod_name, pod_namespace,
-};
+pub use convert::{NodeError, node_from_k8s, pod_name, pod_namespace};
+pub use pod_annotations::{PodAllocationError, pod_allocation};
 pub use shared::SharedCluster;
 pub use snapshot::{Snapshot, SnapshotError, StateReport};
 pub use view::{ClusterView, ViewCounts};

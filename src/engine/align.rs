@@ -29,7 +29,7 @@ use super::numa::{
     CpuMemory, NodeTopology, NumaGrant, TopologyPolicy, TopologyScope, ZoneResource,
 };
 use super::plan::PodPlan;
-use super::reason::{Reason, ReasonCounts, Rejection};
+use super::reason::{Reason, ReasonCounts, Rejection, ZoneSubject};
 
 /// Whether the kubelet of a node of `topology` aligns `plan`'s pod.
 pub fn applies(topology: &NodeTopology, plan: &PodPlan) -> bool {
@@ -102,12 +102,14 @@ pub fn align(
             }
         }
         if !found {
-            let container = match topology.scope {
-                TopologyScope::Pod => "the pod".to_string(),
-                TopologyScope::Container => format!("container {}", containers[group[0]].name),
+            let subject = match topology.scope {
+                TopologyScope::Pod => ZoneSubject::Pod,
+                TopologyScope::Container => {
+                    ZoneSubject::Container(containers[group[0]].name.clone())
+                }
             };
             return Err(Rejection::NumaZones {
-                container,
+                subject,
                 zones: u32::try_from(topology.zones.len()).unwrap_or(u32::MAX),
                 counts,
             });

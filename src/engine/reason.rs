@@ -103,6 +103,25 @@ impl ReasonCounts {
     }
 }
 
+/// What a NUMA-aligned node must fit in one zone: one container (the
+/// Topology Manager's `container` scope) or the whole pod (`pod` scope).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZoneSubject {
+    Pod,
+    /// The container's name.
+    Container(String),
+}
+
+/// `the pod`, `container c0`.
+impl fmt::Display for ZoneSubject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZoneSubject::Pod => f.write_str("the pod"),
+            ZoneSubject::Container(name) => write!(f, "container {name}"),
+        }
+    }
+}
+
 /// Why a node was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
@@ -122,10 +141,10 @@ pub enum Rejection {
     },
     /// The node's kubelet aligns the pod on one NUMA zone (Topology
     /// Manager `single-numa-node` or `restricted`) and no zone can hold
-    /// `container` (`container c0`, or `the pod` under the pod scope)
+    /// `subject` (a container, or the whole pod under the pod scope)
     /// beside what the zones give already: one reason per zone.
     NumaZones {
-        container: String,
+        subject: ZoneSubject,
         zones: u32,
         counts: ReasonCounts,
     },
@@ -176,12 +195,12 @@ impl fmt::Display for Rejection {
                 "NodeInsufficientDevice ({requested} GPUs requested, {available} on the node)"
             ),
             Rejection::NumaZones {
-                container,
+                subject,
                 zones,
                 counts,
             } => {
                 render_counts(f, *zones, counts)?;
-                write!(f, " (one NUMA zone for {container})")
+                write!(f, " (one NUMA zone for {subject})")
             }
             Rejection::Devices { gpus, counts, .. } => render_counts(f, *gpus, counts),
         }

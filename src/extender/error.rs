@@ -4,8 +4,8 @@
 
 use crate::engine::PlanError;
 
-use super::bind_outcome::BindFailure;
 use super::wire::WireError;
+use crate::bind::BindFailure;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ExtenderError {

@@ -1,73 +1,90 @@
-//! `/filter` and `/prioritize`: the engine's verdict on the candidate nodes,
-//! read from the cluster view. No side effects: nothing is reserved until
-//! bind.
+//! `/filter` and `/prioritize`: the placement verdict on the candidate
+//! nodes, read from the cluster view and translated into kube-scheduler's
+//! answers. Nothing here changes anything: what should follow an answer
+//! (events, a note for gpugate's own preemption, `/prioritize`'s
+//! assumption) is returned as a value for the caller to carry out.
 
 use std::collections::HashSet;
 
 use jiff::Timestamp;
 
-use crate::cluster::{ClusterView, pod_name};
+use crate::cluster::ClusterView;
 use crate::config::{Config, FilterMode};
-use crate::engine::PodPlan;
-use crate::placement::{self, NodeReason, Verdict};
+use crate::engine::gang::POD_GROUP_LABEL;
+use crate::placement::{self, NodeReason, PodToPlace, Verdict};
 
 use super::error::ExtenderError;
-use super::wire::{Candidates, ExtenderArgs, FilterResult, HostPriority, NodeList, node_name};
+use super::wire::{Candidates, FilterResult, HostPriority, NodeList, node_name};
 
-/// `/filter`'s answer, and the typed reason of every node it turns down
-/// (for events and metrics).
+/// `/filter`'s answer, the typed reason of every node it turns down (for
+/// metrics), and what should follow it.
 #[derive(Debug, Default)]
 pub struct Filtered {
     pub answer: FilterResult,
     pub rejected: Vec<(String, NodeReason)>,
+    pub effects: Vec<Effect>,
+}
+
+impl Filtered {
+    /// An answer that is only an error.
+    pub fn failed(e: &ExtenderError) -> Self {
+        Filtered {
+            answer: FilterResult::error(e.to_string()),
+            ..Filtered::default()
+        }
+    }
+}
+
+/// What should follow a `/filter` answer, carried out by the caller where
+/// it can (events and preemption need an API server).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// An event on the pod.
+    Event {
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    },
+    /// No node can hold the pod; these were refused for want of capacity,
+    /// where evicting lower-priority pods may make room (gpugate's own
+    /// preemption, when kube-scheduler does not preempt).
+    Unplaced { shortage: Vec<String> },
 }
 
 /// Which candidates can hold the pod, and why the others cannot.
 pub fn filter(
     view: &ClusterView,
     config: &Config,
-    args: &ExtenderArgs,
+    pod: &PodToPlace,
+    candidates: &Candidates,
     now: Timestamp,
 ) -> Filtered {
-    let names = args.candidates.name_list();
-    let plan = match crate::cluster::convert::pod_plan(&args.pod, config) {
-        Ok(plan) => plan,
-        Err(source) => {
-            let e = ExtenderError::Plan {
-                pod: pod_name(&args.pod),
-                source,
+    let names = candidates.name_list();
+    let plan = &pod.plan;
+    let (feasible, rejected) = match placement::judge(view, config, pod, Some(&names), now) {
+        // Not a GPU pod: nothing for gpugate to judge.
+        Verdict::NoGpus => (names.to_vec(), Vec::new()),
+        Verdict::Everywhere(reason) => (
+            Vec::new(),
+            names.iter().map(|n| (n.clone(), reason.clone())).collect(),
+        ),
+        Verdict::Nodes(mut verdicts) => {
+            let best = match config.scheduler.filter_mode {
+                FilterMode::All => None,
+                FilterMode::Best => Some(verdicts.best().map(|b| b.node.clone())),
             };
-            return Filtered {
-                answer: FilterResult::error(e.to_string()),
-                rejected: Vec::new(),
-            };
+            let mut feasible = Vec::with_capacity(verdicts.feasible.len());
+            for f in std::mem::take(&mut verdicts.feasible) {
+                match &best {
+                    Some(best) if best.as_ref() != Some(&f.node) => verdicts
+                        .rejected
+                        .push((f.node, NodeReason::NotBestNode(plan.node_policy))),
+                    _ => feasible.push(f.node),
+                }
+            }
+            (feasible, verdicts.rejected)
         }
     };
-    let (feasible, rejected) =
-        match placement::judge(view, config, &args.pod, &plan, Some(&names), now) {
-            // Not a GPU pod: nothing for gpugate to judge.
-            Verdict::NoGpus => (names.to_vec(), Vec::new()),
-            Verdict::Everywhere(reason) => (
-                Vec::new(),
-                names.iter().map(|n| (n.clone(), reason.clone())).collect(),
-            ),
-            Verdict::Nodes(mut verdicts) => {
-                let best = match config.scheduler.filter_mode {
-                    FilterMode::All => None,
-                    FilterMode::Best => Some(verdicts.best().map(|b| b.node.clone())),
-                };
-                let mut feasible = Vec::with_capacity(verdicts.feasible.len());
-                for f in std::mem::take(&mut verdicts.feasible) {
-                    match &best {
-                        Some(best) if best.as_ref() != Some(&f.node) => verdicts
-                            .rejected
-                            .push((f.node, NodeReason::NotBestNode(plan.node_policy))),
-                        _ => feasible.push(f.node),
-                    }
-                }
-                (feasible, verdicts.rejected)
-            }
-        };
     let mut answer = FilterResult::default();
     // Many nodes often share one reason (the quota, the group, not the
     // best): its text is made once.
@@ -86,9 +103,37 @@ pub fn filter(
         target.insert(node.clone(), text.clone());
         last = Some((reason, text));
     }
+    let mut effects = Vec::new();
+    if let Some(group) = pod.unserved_group() {
+        effects.push(Effect::Event {
+            warning: true,
+            reason: "PodGroupNotServed",
+            note: format!(
+                "label {POD_GROUP_LABEL}={group}: the API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1; install the CRD), so this pod is placed on its own, not as a gang"
+            ),
+        });
+    }
+    if feasible.is_empty() && answer.error.is_empty() && pod.has_gpus() {
+        let refused = rejected.iter().map(|(n, r)| (n.as_str(), r));
+        for note in placement::failure_notes(refused) {
+            effects.push(Effect::Event {
+                warning: true,
+                reason: "FilteringFailed",
+                note,
+            });
+        }
+        effects.push(Effect::Unplaced {
+            shortage: rejected
+                .iter()
+                .filter(|(_, r)| placement::preemption::preemption_may_help(r))
+                .map(|(n, _)| n.clone())
+                .collect(),
+        });
+    }
     Filtered {
-        answer: finish(answer, &args.candidates, feasible),
+        answer: finish(answer, candidates, feasible),
         rejected,
+        effects,
     }
 }
 
@@ -115,11 +160,12 @@ fn finish(
 }
 
 /// What `/prioritize` answers, and the node kube-scheduler will most
-/// likely choose (the first of those ranked highest), with the pod's plan.
+/// likely choose (the first of those ranked highest): the caller may hold
+/// the pod's GPUs there until its bind (`placement::assume`).
 #[derive(Debug)]
 pub struct Prioritized {
     pub scores: Vec<HostPriority>,
-    pub likely: Option<(String, PodPlan)>,
+    pub likely: Option<String>,
 }
 
 /// 0..=10 per candidate, in the order given: the node policy's priority for
@@ -129,27 +175,20 @@ pub struct Prioritized {
 pub fn prioritize(
     view: &ClusterView,
     config: &Config,
-    args: &ExtenderArgs,
+    pod: &PodToPlace,
+    candidates: &Candidates,
     now: Timestamp,
-) -> Result<Prioritized, ExtenderError> {
-    let names = args.candidates.names();
-    let plan = crate::cluster::convert::pod_plan(&args.pod, config).map_err(|source| {
-        ExtenderError::Plan {
-            pod: pod_name(&args.pod),
-            source,
-        }
-    })?;
+) -> Prioritized {
+    let names = candidates.names();
     // A pod that no node can take gets no preference.
-    let Verdict::Nodes(verdicts) =
-        placement::judge(view, config, &args.pod, &plan, Some(&names), now)
-    else {
-        return Ok(Prioritized {
+    let Verdict::Nodes(verdicts) = placement::judge(view, config, pod, Some(&names), now) else {
+        return Prioritized {
             scores: names
                 .into_iter()
                 .map(|host| HostPriority { host, score: 0 })
                 .collect(),
             likely: None,
-        });
+        };
     };
     let priority: std::collections::HashMap<&str, u8> = verdicts.priorities().collect();
     let scores = names
@@ -159,6 +198,6 @@ pub fn prioritize(
             score: priority.get(host.as_str()).map_or(0, |p| i64::from(*p)),
         })
         .collect();
-    let likely = verdicts.best().map(|b| (b.node.clone(), plan));
-    Ok(Prioritized { scores, likely })
+    let likely = verdicts.best().map(|b| b.node.clone());
+    Prioritized { scores, likely }
 }

@@ -1,6 +1,6 @@
 //! The extender's metrics: calls answered by verb and result, the time to
 //! answer, and `/filter`'s decisions and the reason codes of the nodes it
-//! turned down. (Bind's own outcomes are in `bind_outcome.rs`.)
+//! turned down. (Bind's own outcomes are in `crate::bind::outcome`.)
 
 use std::time::Duration;
 

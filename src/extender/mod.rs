@@ -1,36 +1,41 @@
 //! kube-scheduler's extender: `/filter`, `/prioritize`, `/bind` and
-//! `/preempt`, answered from the cluster view by the placement engine.
+//! `/preempt`, answered from the cluster view by the placement rules.
+//!
+//! Each verb reads its arguments, reads the pod once into a
+//! [`PodToPlace`], asks the translation in `filter.rs` / `preempt.rs` (or
+//! the committer in `crate::bind`) and carries out what the answer says
+//! should follow: events, a note for gpugate's own preemption
+//! (`crate::controllers::preemption`), `/prioritize`'s assumption.
 //!
 //! Every answer is HTTP 200 with problems in the `Error` field, as
 //! kube-scheduler expects; a body that cannot be read is such a problem.
 
-pub mod bind;
-pub mod bind_outcome;
 pub mod error;
 pub mod filter;
-pub mod gpu_preempt;
 pub mod metrics;
 pub mod preempt;
 pub mod recent;
+pub mod span;
 pub mod wire;
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 
+use crate::bind::{self, ApiBinder, BindError, Target};
 use crate::cluster::events::PodEvent;
 use crate::cluster::{SharedCluster, pod_name, pod_namespace};
 use crate::config::Config;
-use crate::engine::gang;
-use crate::placement;
+use crate::controllers::preemption::Preemptor;
+use crate::placement::{self, PodToPlace};
 
-use bind::ApiBinder;
-use bind_outcome::{BindCode, BindFailure};
 pub use error::ExtenderError;
+use filter::{Effect, Filtered};
 use recent::RecentPods;
+use span::{record_binding, record_pod};
 use wire::{
-    BindingArgs, BindingResult, ExtenderArgs, FilterResult, HostPriority, PreemptionArgs,
-    PreemptionResult,
+    BindingArgs, BindingResult, ExtenderArgs, HostPriority, PreemptionArgs, PreemptionResult,
 };
 
 /// How `/bind` commits.
@@ -38,7 +43,7 @@ use wire::{
 pub enum BindMode {
     /// Standalone (`--cluster`): the ledger is the whole truth.
     Ledger,
-    /// With an API server: the transaction of [`bind`].
+    /// With an API server: the transaction of [`crate::bind`].
     Api(Arc<ApiBinder>),
 }
 
@@ -48,28 +53,25 @@ pub struct Extender {
     cluster: Arc<SharedCluster>,
     recent: RecentPods,
     bind_mode: BindMode,
-    /// gpugate's own preemption (with an API server only).
-    preemptor: Option<Arc<gpu_preempt::GpuPreemptor>>,
+    /// gpugate's own preemption (with an API server only), told of pods
+    /// left without a node and of pods handled.
+    preemptor: Option<Arc<Preemptor>>,
 }
 
 impl Extender {
     pub fn new(cluster: Arc<SharedCluster>, bind_mode: BindMode) -> Self {
-        let preemptor = matches!(bind_mode, BindMode::Api(_)).then(Arc::default);
         Self {
             cluster,
             recent: RecentPods::default(),
             bind_mode,
-            preemptor,
+            preemptor: None,
         }
     }
 
-    /// gpugate's own preemption and the binder it works through, when
-    /// binding through an API server (its loop is started by `serve`).
-    pub fn gpu_preemptor(&self) -> Option<(Arc<gpu_preempt::GpuPreemptor>, Arc<ApiBinder>)> {
-        match (&self.preemptor, &self.bind_mode) {
-            (Some(p), BindMode::Api(b)) => Some((p.clone(), b.clone())),
-            _ => None,
-        }
+    /// Tells `preemptor` of the pods `/filter` leaves without a node.
+    pub fn with_preemptor(mut self, preemptor: Option<Arc<Preemptor>>) -> Self {
+        self.preemptor = preemptor;
+        self
     }
 
     /// The API-server binder, when binding through one.
@@ -84,18 +86,21 @@ impl Extender {
         &self.cluster
     }
 
-    pub fn filter(&self, config: &Config, body: &[u8]) -> filter::Filtered {
-        let failed = |e: ExtenderError| filter::Filtered {
-            answer: FilterResult::error(e.to_string()),
-            rejected: Vec::new(),
-        };
+    /// The pod of a call, read once against the view.
+    fn read_pod(&self, pod: Pod, config: &Config) -> Result<PodToPlace, ExtenderError> {
+        let who = pod_name(&pod);
+        PodToPlace::read(pod, config, &self.cluster.read())
+            .map_err(|source| ExtenderError::Plan { pod: who, source })
+    }
+
+    pub fn filter(&self, config: &Config, body: &[u8]) -> Filtered {
         let args = match ExtenderArgs::parse(body) {
             Ok(a) => a,
-            Err(e) => return failed(e.into()),
+            Err(e) => return Filtered::failed(&e.into()),
         };
         record_pod(&args.pod);
         if !self.cluster.is_synced() {
-            return failed(ExtenderError::NotSynced);
+            return Filtered::failed(&ExtenderError::NotSynced);
         }
         // A new scheduling cycle of the pod: what its last /prioritize
         // assumed is not its choice any more.
@@ -110,58 +115,48 @@ impl Extender {
         // every pod out.
         let weight = serde_json::to_vec(&args.pod).map_or(body.len(), |v| v.len());
         self.recent.remember(&args.pod, weight);
-        let view = self.cluster.read();
-        let result = filter::filter(&view, config, &args, Timestamp::now());
-        let unserved_group = args
-            .pod
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| gang::pod_group_unserved(l, view.pod_groups()));
-        drop(view);
-        if unserved_group && let Some(binder) = self.api_binder() {
-            let group = args
-                .pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(gang::POD_GROUP_LABEL))
-                .cloned()
-                .unwrap_or_default();
-            binder.events().emit(PodEvent::new(
-                &args.pod,
-                true,
-                "PodGroupNotServed",
-                format!(
-                    "label {}={group}: the API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1; install the CRD), so this pod is placed on its own, not as a gang",
-                    gang::POD_GROUP_LABEL
-                ),
-            ));
-        }
-        if let Some(binder) = self.api_binder()
-            && result.answer.feasible_count() == 0
-            && result.answer.error.is_empty()
-        {
-            let rejected = result.rejected.iter().map(|(n, r)| (n.as_str(), r));
-            for note in placement::failure_notes(rejected) {
-                binder
-                    .events()
-                    .emit(PodEvent::new(&args.pod, true, "FilteringFailed", note));
-            }
-            // kube-scheduler may preempt for it; if it does not, gpugate
-            // does (see gpu_preempt).
-            if config.scheduler.preemption.enabled
-                && let Some(p) = &self.preemptor
-            {
-                let shortage = result
-                    .rejected
-                    .iter()
-                    .filter(|(_, r)| placement::preemption::preemption_may_help(r))
-                    .map(|(n, _)| n.clone());
-                p.unplaced(&args.pod, shortage);
-            }
-        }
+        let ExtenderArgs { pod, candidates } = args;
+        let pod = match self.read_pod(pod, config) {
+            Ok(p) => p,
+            Err(e) => return Filtered::failed(&e),
+        };
+        let mut result = filter::filter(
+            &self.cluster.read(),
+            config,
+            &pod,
+            &candidates,
+            Timestamp::now(),
+        );
+        self.carry_out(config, &pod, std::mem::take(&mut result.effects));
         result
+    }
+
+    /// What `/filter` says should follow its answer, where this extender
+    /// can: events and preemption need an API server.
+    fn carry_out(&self, config: &Config, pod: &PodToPlace, effects: Vec<Effect>) {
+        let Some(binder) = self.api_binder() else {
+            return;
+        };
+        for effect in effects {
+            match effect {
+                Effect::Event {
+                    warning,
+                    reason,
+                    note,
+                } => binder
+                    .events()
+                    .emit(PodEvent::new(pod.pod(), warning, reason, note)),
+                // kube-scheduler may preempt for it; if it does not,
+                // gpugate does.
+                Effect::Unplaced { shortage } => {
+                    if config.scheduler.preemption.enabled
+                        && let Some(p) = &self.preemptor
+                    {
+                        p.unplaced(pod, shortage);
+                    }
+                }
+            }
+        }
     }
 
     pub fn prioritize(
@@ -174,20 +169,15 @@ impl Extender {
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }
+        let ExtenderArgs { pod, candidates } = args;
+        let pod = self.read_pod(pod, config)?;
         let now = Timestamp::now();
-        let prioritized = filter::prioritize(&self.cluster.read(), config, &args, now)?;
+        let prioritized = filter::prioritize(&self.cluster.read(), config, &pod, &candidates, now);
         // Held from here until the bind arrives (see placement::assume);
         // only when binding through an API server, where binds wait for
         // their node.
-        if let (Some(binder), Some((node, plan))) = (self.api_binder(), &prioritized.likely)
-            && placement::assume(
-                &mut self.cluster.write(),
-                config,
-                &args.pod,
-                plan,
-                node,
-                now,
-            )
+        if let (Some(binder), Some(node)) = (self.api_binder(), &prioritized.likely)
+            && placement::assume(&mut self.cluster.write(), config, &pod, node, now)
         {
             binder.metrics.assumed.inc();
         }
@@ -195,7 +185,7 @@ impl Extender {
     }
 
     /// Commits kube-scheduler's choice of node: through the API server (see
-    /// [`bind`]), or, standalone, into the ledger only.
+    /// [`crate::bind`]), or, standalone, into the ledger only.
     pub async fn bind(&self, config: Arc<Config>, body: &[u8]) -> BindingResult {
         let parsed = BindingArgs::parse(body);
         if let Ok(args) = &parsed {
@@ -204,86 +194,76 @@ impl Extender {
         let result = match parsed {
             Err(e) => Err(ExtenderError::from(e)),
             Ok(_) if !self.cluster.is_synced() => Err(ExtenderError::NotSynced),
-            Ok(args) => match &self.bind_mode {
-                BindMode::Api(binder) => {
-                    let known = self.recent.get(&args.pod_uid);
-                    let result = binder
-                        .bind(&self.cluster, config, args.clone(), known)
-                        .await;
-                    if result.is_ok() {
-                        self.recent.forget(&args.pod_uid);
-                        if let Some(p) = &self.preemptor {
-                            p.handled(&args.pod_uid);
-                        }
-                        let mut view = self.cluster.write();
-                        if view.nomination(&args.pod_uid).is_some() {
-                            view.drop_nomination(&args.pod_uid);
-                        }
-                    }
-                    result
+            Ok(args) => {
+                let target = Target {
+                    namespace: args.pod_namespace,
+                    name: args.pod_name,
+                    uid: args.pod_uid,
+                    node: args.node,
+                };
+                match &self.bind_mode {
+                    BindMode::Api(binder) => self.bind_api(binder, config, target).await,
+                    BindMode::Ledger => self.bind_in_ledger(&config, &target),
                 }
-                BindMode::Ledger => self.bind_in_ledger(&config, &args),
-            },
+            }
         };
         BindingResult {
             error: result.err().map(|e| e.to_string()).unwrap_or_default(),
         }
     }
 
-    /// Standalone bind: the GPUs are chosen on the node kube-scheduler
-    /// picked, against the current ledger, and recorded there under the
-    /// pod's UID. The pod is the one the latest `/filter` call with that UID
+    async fn bind_api(
+        &self,
+        binder: &Arc<ApiBinder>,
+        config: Arc<Config>,
+        target: Target,
+    ) -> Result<(), ExtenderError> {
+        let known = self.recent.get(&target.uid);
+        let uid = target.uid.clone();
+        binder
+            .bind(&self.cluster, config, target, known)
+            .await
+            .map_err(|e| match e {
+                BindError::Failed(f) => ExtenderError::Bind(f),
+                BindError::Task(e) => ExtenderError::BindTask(e),
+            })?;
+        self.recent.forget(&uid);
+        if let Some(p) = &self.preemptor {
+            p.handled(&uid);
+        }
+        let mut view = self.cluster.write();
+        if view.nomination(&uid).is_some() {
+            view.drop_nomination(&uid);
+        }
+        Ok(())
+    }
+
+    /// Standalone bind of the pod the latest `/filter` call with that UID
     /// carried.
-    fn bind_in_ledger(&self, config: &Config, args: &BindingArgs) -> Result<(), ExtenderError> {
-        let who = format!("{}/{}", args.pod_namespace, args.pod_name);
-        if let Some(answer) = already_bound(&self.cluster.read(), args, &who) {
-            return answer;
+    fn bind_in_ledger(&self, config: &Config, target: &Target) -> Result<(), ExtenderError> {
+        let who = target.who();
+        if let Some(answer) = bind::ledger::already_bound(&self.cluster.read(), target) {
+            return answer.map_err(ExtenderError::Bind);
         }
         let pod = self
             .recent
-            .get(&args.pod_uid)
+            .get(&target.uid)
             .ok_or_else(|| ExtenderError::NotFiltered {
                 pod: who.clone(),
-                uid: args.pod_uid.clone(),
+                uid: target.uid.clone(),
             })?;
-        if pod.metadata.name.as_deref() != Some(&args.pod_name)
-            || pod_namespace(&pod) != args.pod_namespace
+        if pod.metadata.name.as_deref() != Some(&target.name)
+            || pod_namespace(&pod) != target.namespace
         {
             return Err(ExtenderError::UidMismatch {
                 pod: who,
-                uid: args.pod_uid.clone(),
+                uid: target.uid.clone(),
                 owner: pod_name(&pod),
             });
         }
-        let plan = crate::cluster::convert::pod_plan(&pod, config).map_err(|source| {
-            ExtenderError::Plan {
-                pod: who.clone(),
-                source,
-            }
-        })?;
-        if !plan.request.has_gpus() {
-            // Nothing for the ledger to hold.
-            self.recent.forget(&args.pod_uid);
-            return Ok(());
-        }
-        let mut view = self.cluster.write();
-        // A concurrent bind of the same pod may have won meanwhile.
-        if let Some(answer) = already_bound(&view, args, &who) {
-            return answer;
-        }
-        placement::reserve(
-            &mut view,
-            config,
-            &pod,
-            &plan,
-            &args.pod_uid,
-            &args.node,
-            Timestamp::now(),
-        )
-        .map_err(|e| ExtenderError::Bind(bind::reserve_failure(&e, &who)))?;
-        view.settle(&args.pod_uid);
-        self.recent.forget(&args.pod_uid);
-        tracing::info!(pod = %who, node = %args.node, "bound (ledger)");
+        let pod = self.read_pod(pod, config)?;
+        bind::ledger::bind(&self.cluster, config, &pod, target).map_err(ExtenderError::Bind)?;
+        self.recent.forget(&target.uid);
         Ok(())
     }
 
@@ -293,56 +273,16 @@ impl Extender {
         if !self.cluster.is_synced() {
             return Err(ExtenderError::NotSynced);
         }
-        let result = preempt::preempt(&self.cluster.read(), config, &args)?;
+        let pod = self.read_pod(args.pod.clone(), config)?;
+        let result = preempt::preempt(&self.cluster.read(), config, &pod, &args);
         // kube-scheduler preempts for this pod on a node gpugate kept:
         // gpugate does not. (With no node kept, it may still, elsewhere.)
         if !result.node_name_to_meta_victims.is_empty()
-            && let (Some(p), Some(uid)) = (&self.preemptor, args.pod.metadata.uid.as_deref())
+            && let Some(p) = &self.preemptor
+            && !pod.uid().is_empty()
         {
-            p.handled(uid);
+            p.handled(pod.uid());
         }
         Ok(result)
     }
-}
-
-/// Names the pod in the current span (the extender call's).
-fn record_pod(pod: &k8s_openapi::api::core::v1::Pod) {
-    let span = tracing::Span::current();
-    span.record("namespace", pod_namespace(pod));
-    if let Some(name) = pod.metadata.name.as_deref() {
-        span.record("pod", name);
-    }
-    if let Some(uid) = pod.metadata.uid.as_deref() {
-        span.record("uid", uid);
-    }
-}
-
-/// Names the pod and node of a bind in the current span.
-fn record_binding(args: &BindingArgs) {
-    let span = tracing::Span::current();
-    span.record("namespace", args.pod_namespace.as_str());
-    span.record("pod", args.pod_name.as_str());
-    span.record("uid", args.pod_uid.as_str());
-    span.record("node", args.node.as_str());
-}
-
-/// The answer to a bind of a pod the ledger already holds: kube-scheduler
-/// retries a bind whose answer it did not get, so the same node is success.
-fn already_bound(
-    view: &crate::cluster::ClusterView,
-    args: &BindingArgs,
-    who: &str,
-) -> Option<Result<(), ExtenderError>> {
-    let held = view.held_allocation(&args.pod_uid)?;
-    Some(if held.node == args.node {
-        Ok(())
-    } else {
-        Err(ExtenderError::Bind(BindFailure::new(
-            BindCode::BoundElsewhere,
-            format!(
-                "pod {who}: already bound to node {}, not {}",
-                held.node, args.node
-            ),
-        )))
-    })
 }

@@ -17,40 +17,38 @@
 //!
 //! kube-scheduler asks only about nodes where its own filters need a
 //! victim: a pod short of GPU alone is never offered here; gpugate
-//! preempts for it itself (`gpu_preempt`, docs/operations.md,
+//! preempts for it itself (`controllers::preemption`, docs/operations.md,
 //! "Preemption").
 
-use crate::cluster::{ClusterView, pod_name};
+use crate::cluster::ClusterView;
 use crate::config::Config;
+use crate::placement::PodToPlace;
 use crate::placement::victims::{gpu_victims, victim_unit};
 
-use super::error::ExtenderError;
 use super::wire::{MetaPod, MetaVictims, PreemptionArgs, PreemptionResult};
 
+/// kube-scheduler's victims for `pod` (read from `args.pod`), with what
+/// gpugate adds or drops, per node of `args`.
 pub fn preempt(
     view: &ClusterView,
     config: &Config,
+    pod: &PodToPlace,
     args: &PreemptionArgs,
-) -> Result<PreemptionResult, ExtenderError> {
-    let plan = crate::cluster::convert::pod_plan(&args.pod, config).map_err(|source| {
-        ExtenderError::Plan {
-            pod: pod_name(&args.pod),
-            source,
-        }
-    })?;
-    let preemptor_priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+) -> PreemptionResult {
+    let plan = &pod.plan;
+    let preemptor_priority = pod.priority;
     let mut result = PreemptionResult::default();
     // A member of a gang group still short of min-available: its group
     // preempts all or none. When even evicting every lower-priority GPU
     // holder does not let enough members run together, nothing is evicted
     // for this one.
-    if let Ok(Some(label)) = crate::placement::gang::label_of(view, &args.pod) {
-        let (placed, _) = crate::placement::gang::members(view, config, &label, "");
+    if let Ok(Some(label)) = pod.gang() {
+        let (placed, _) = crate::placement::gang::members(view, config, label, "");
         if placed < label.min_members()
-            && crate::placement::preemption::gang_plan(view, config, &args.pod, None).is_none()
+            && crate::placement::preemption::gang_plan(view, config, pod, None).is_none()
         {
             tracing::info!(group = %label.key, "preempt: the pod's gang group cannot run even with preemption; nothing evicted");
-            return Ok(result);
+            return result;
         }
     }
     for (node, proposed) in &args.victims {
@@ -75,7 +73,7 @@ pub fn preempt(
             continue;
         }
         if plan.request.has_gpus() {
-            let Some(added) = gpu_victims(view, &plan, node, &uids, preemptor_priority) else {
+            let Some(added) = gpu_victims(view, plan, node, &uids, preemptor_priority) else {
                 tracing::info!(node, proposed = ?proposed.uids, "preempt: no GPU victims make room; node dropped");
                 continue;
             };
@@ -101,7 +99,7 @@ pub fn preempt(
             },
         );
     }
-    Ok(result)
+    result
 }
 
 #[cfg(test)]
@@ -110,6 +108,13 @@ mod tests {
     use crate::hami::keys;
     use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
     use serde_json::{Value, json};
+
+    /// `/preempt`'s answer for the pod of `args`.
+    fn answer_of(v: &ClusterView, args: &PreemptionArgs) -> PreemptionResult {
+        let config = Config::default();
+        let pod = PodToPlace::read(args.pod.clone(), &config, v).unwrap();
+        preempt(v, &config, &pod, args)
+    }
 
     /// A node of two 16,384 MiB GPUs.
     fn gpu_node(v: &mut ClusterView, name: &str) {
@@ -205,7 +210,7 @@ mod tests {
             "NodeNameToMetaVictims": {"n": {"Pods": pods, "NumPDBViolations": violations}},
         });
         let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
-        let out = preempt(v, &Config::default(), &args).unwrap();
+        let out = answer_of(v, &args);
         out.node_name_to_meta_victims.get("n").map(|m| {
             (
                 m.pods.iter().map(|p| p.uid.clone()).collect(),
@@ -234,7 +239,7 @@ mod tests {
             "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
         });
         let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
-        let out = preempt(&v, &Config::default(), &args).unwrap();
+        let out = answer_of(&v, &args);
         let mut got: Vec<String> = out.node_name_to_meta_victims["n"]
             .pods
             .iter()
@@ -272,7 +277,7 @@ mod tests {
                 "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": 0}},
             });
             let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
-            let out = preempt(&v, &Config::default(), &args).unwrap();
+            let out = answer_of(&v, &args);
             out.node_name_to_meta_victims
                 .get("n")
                 .map(|m| m.pods.iter().map(|p| p.uid.clone()).collect::<Vec<_>>())

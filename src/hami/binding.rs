@@ -9,22 +9,20 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::keys;
-use super::pod_devices::{PodDevices, encode_pod_devices};
 
 /// Label values are at most 63 characters; longer node names get only the
 /// annotation (HAMi's device plugin reads the annotation).
 const LABEL_VALUE_MAX: usize = 63;
 
-/// The allocation of `devices` on `node` at `now_unix`, under
-/// `"metadata"`.
-pub fn binding_metadata(node: &str, devices: &PodDevices, now_unix: i64) -> Value {
-    let devices = encode_pod_devices(devices);
+/// The Binding's `metadata` for the allocation of `devices` (the device
+/// list, encoded by the caller once) on `node` at `now_unix`.
+pub fn binding_metadata(node: &str, devices: &str, now_unix: i64) -> Value {
     let now = now_unix.to_string();
     let mut labels = BTreeMap::new();
     if node.len() <= LABEL_VALUE_MAX {
         labels.insert(keys::VGPU_NODE, json!(node));
     }
-    json!({"metadata": {
+    json!({
         "annotations": {
             keys::VGPU_NODE: node,
             keys::VGPU_TIME: now,
@@ -34,13 +32,14 @@ pub fn binding_metadata(node: &str, devices: &PodDevices, now_unix: i64) -> Valu
             keys::BIND_TIME: now,
         },
         "labels": labels,
-    }})
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hami::ContainerDevice;
+    use crate::hami::pod_devices::{PodDevices, encode_pod_devices};
 
     #[test]
     fn the_patch_writes_what_hamis_device_plugin_reads() {
@@ -55,8 +54,8 @@ mod tests {
                 }],
             ],
         };
-        let p = binding_metadata("gpu-1", &devices, 1_700_000_000);
-        let ann = &p["metadata"]["annotations"];
+        let p = binding_metadata("gpu-1", &encode_pod_devices(&devices), 1_700_000_000);
+        let ann = &p["annotations"];
         assert_eq!(ann["hami.io/vgpu-node"], "gpu-1");
         assert_eq!(
             ann["hami.io/vgpu-devices-allocated"],
@@ -69,16 +68,13 @@ mod tests {
         assert_eq!(ann["hami.io/bind-phase"], "allocating");
         assert_eq!(ann["hami.io/bind-time"], "1700000000");
         assert_eq!(ann["hami.io/vgpu-time"], "1700000000");
-        assert_eq!(p["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-1");
+        assert_eq!(p["labels"]["hami.io/vgpu-node"], "gpu-1");
     }
 
     #[test]
     fn a_node_name_too_long_for_a_label_is_only_annotated() {
-        let p = binding_metadata(&"n".repeat(64), &PodDevices::default(), 0);
-        assert_eq!(p["metadata"]["labels"], json!({}));
-        assert_eq!(
-            p["metadata"]["annotations"]["hami.io/vgpu-node"],
-            "n".repeat(64)
-        );
+        let p = binding_metadata(&"n".repeat(64), "", 0);
+        assert_eq!(p["labels"], json!({}));
+        assert_eq!(p["annotations"]["hami.io/vgpu-node"], "n".repeat(64));
     }
 }

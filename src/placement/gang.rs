@@ -16,23 +16,13 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::Pod;
-
-use crate::cluster::{ClusterView, pod_namespace};
+use crate::cluster::ClusterView;
 use crate::config::Config;
-use crate::engine::gang::{GangLabel, GangShortfall, gang_label, place_gang};
+use crate::engine::gang::{GangLabel, GangShortfall, place_gang};
 use crate::engine::{ClusterState, PodPlan};
 
+use super::pod::{PodToPlace, plan_of};
 use super::reason::NodeReason;
-
-/// The pod's group, if it has one (its PodGroup from the view); or why
-/// its group cannot be read.
-pub fn label_of(view: &ClusterView, pod: &Pod) -> Result<Option<GangLabel>, String> {
-    match &pod.metadata.labels {
-        Some(labels) => gang_label(pod_namespace(pod), labels, view.pod_groups()),
-        None => Ok(None),
-    }
-}
 
 /// The hold for a group's members: `scheduler.gang.holdSeconds`, or its
 /// PodGroup's `scheduleTimeoutSeconds` when that is shorter.
@@ -61,15 +51,17 @@ pub struct Judged<'v> {
 pub fn judge<'v>(
     view: &'v ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
+    pod: &PodToPlace,
     candidates: Option<&[String]>,
 ) -> Result<Judged<'v>, NodeReason> {
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let uid = pod.uid();
     // kube-scheduler filters unbound pods: what the ledger holds for this
     // one (annotations left by a failed bind, HAMi's filter) is on no node.
     let leftover = !uid.is_empty() && view.held_allocation(uid).is_some() && !view.is_reserved(uid);
-    let Some(label) = label_of(view, pod).map_err(NodeReason::GangInvalid)? else {
+    let Some(label) = pod
+        .gang()
+        .map_err(|e| NodeReason::GangInvalid(e.to_string()))?
+    else {
         let state = if leftover {
             let mut s = view.state().clone();
             s.remove(uid);
@@ -83,16 +75,16 @@ pub fn judge<'v>(
     if leftover {
         state.remove(uid);
     }
-    let (placed, mut pending) = members(view, config, &label, uid);
+    let (placed, mut pending) = members(view, config, label, uid);
     if placed >= label.min_members() {
         return Ok(Judged {
             state: Cow::Owned(state),
             node: None,
         });
     }
-    pending.insert(0, (uid.to_string(), plan.clone()));
+    pending.insert(0, (uid.to_string(), pod.plan.clone()));
     let placements =
-        place_gang(&mut state, &label, placed, &pending, candidates).map_err(NodeReason::Gang)?;
+        place_gang(&mut state, label, placed, &pending, candidates).map_err(NodeReason::Gang)?;
     let node = placements
         .iter()
         .find(|(k, _)| k == uid)
@@ -119,7 +111,7 @@ pub(crate) fn members(
         }
         if view.held_allocation(member).is_some() {
             placed += 1;
-        } else if let Ok(p) = crate::cluster::convert::pod_plan(pod, config) {
+        } else if let Ok(p) = plan_of(pod, config) {
             pending.push((member.clone(), p));
         }
     }

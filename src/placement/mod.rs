@@ -10,6 +10,7 @@
 //! - [`reserve`]: the GPUs on the chosen node, held under the pod's UID.
 
 pub mod gang;
+pub mod pod;
 pub mod preemption;
 pub mod quota;
 pub mod reason;
@@ -20,14 +21,14 @@ pub mod victims;
 pub mod words;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::{ClusterView, pod_namespace};
+use crate::cluster::ClusterView;
 use crate::config::Config;
+use crate::engine::NodePolicy;
 use crate::engine::numa::NumaGrant;
 use crate::engine::state::ranks_before;
-use crate::engine::{NodePolicy, PodPlan};
 
+pub use pod::PodToPlace;
 pub use reason::{NodeReason, QuotaRefusal, ReasonCode, failure_notes};
 pub use reserve::{ReserveError, assume, reserve};
 
@@ -109,21 +110,21 @@ impl NodeVerdicts {
 pub fn judge(
     view: &ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
+    pod: &PodToPlace,
     candidates: Option<&[String]>,
     now: Timestamp,
 ) -> Verdict {
+    let plan = &pod.plan;
     if !plan.request.has_gpus() {
         return Verdict::NoGpus;
     }
     if plan.numa.guaranteed && view.node_topologies_listing() {
         return Verdict::Everywhere(NodeReason::NumaTopologiesListing);
     }
-    let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
+    let (namespace_quota, _) = view.quotas().quota(pod.namespace(), &config.nvidia);
     let judged = match quota::check_request(&namespace_quota, plan)
         .map_err(NodeReason::Quota)
-        .and_then(|()| gang::judge(view, config, pod, plan, candidates))
+        .and_then(|()| gang::judge(view, config, pod, candidates))
     {
         Ok(judged) => judged,
         Err(reason) => return Verdict::Everywhere(reason),
@@ -176,6 +177,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn pod(cpu_request: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -197,8 +199,8 @@ mod tests {
         view.set_node_topologies_served(true);
         let now = Timestamp::now();
         let verdict = |view: &ClusterView, p: &Pod| {
-            let plan = crate::cluster::convert::pod_plan(p, &config).unwrap();
-            judge(view, &config, p, &plan, None, now)
+            let p = PodToPlace::read(p.clone(), &config, view).unwrap();
+            judge(view, &config, &p, None, now)
         };
         let guaranteed = pod("4");
         assert_eq!(

@@ -5,15 +5,15 @@
 //! kube-scheduler's order of preemption candidates.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
 use std::collections::BTreeMap;
 
 use crate::cluster::ClusterView;
 use crate::config::Config;
 use crate::engine::gang::GangShortfall;
-use crate::engine::{ClusterState, PodPlan, Rejection};
+use crate::engine::{ClusterState, Rejection};
 
+use super::pod::PodToPlace;
 use super::victims::{Victims, gpu_victims_on};
 use super::{NodeReason, Verdict, gang, judge};
 
@@ -89,19 +89,15 @@ pub struct Candidate {
 pub fn candidates(
     view: &ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
+    pod: &PodToPlace,
     nodes: &[String],
     now: Timestamp,
 ) -> Vec<Candidate> {
-    let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never")
-        || !matches!(gang::label_of(view, pod), Ok(None))
-    {
+    if !pod.preempts || !matches!(pod.gang(), Ok(None)) {
         return Vec::new();
     }
-    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-    let Verdict::Nodes(verdicts) = judge(view, config, pod, plan, Some(nodes), now) else {
+    let (plan, priority) = (&pod.plan, pod.priority);
+    let Verdict::Nodes(verdicts) = judge(view, config, pod, Some(nodes), now) else {
         return Vec::new();
     };
     if !verdicts.feasible.is_empty() {
@@ -141,16 +137,15 @@ pub struct GangPreemption {
 pub fn gang_plan(
     view: &ClusterView,
     config: &Config,
-    pod: &Pod,
+    pod: &PodToPlace,
     nodes: Option<&[String]>,
 ) -> Option<GangPreemption> {
-    let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
+    if !pod.preempts {
         return None;
     }
-    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-    let label = gang::label_of(view, pod).ok()??;
-    let (placed, pending) = gang::members(view, config, &label, "");
+    let priority = pod.priority;
+    let label = pod.gang().ok()??;
+    let (placed, pending) = gang::members(view, config, label, "");
     let min = label.min_members();
     if placed + pending.len() < min {
         return None;
@@ -222,10 +217,10 @@ mod tests {
             .find(|p| p.metadata.name.as_deref() == Some(pod))
             .unwrap();
         let config = Config::default();
-        let plan = crate::cluster::convert::pod_plan(pod, &config).unwrap();
+        let pod = PodToPlace::read(pod.clone(), &config, &view).unwrap();
         let now: Timestamp = "2026-11-25T12:00:30Z".parse().unwrap();
         let nodes: Vec<String> = view.state().nodes().map(|n| n.name.clone()).collect();
-        candidates(&view, &config, pod, &plan, &nodes, now)
+        candidates(&view, &config, &pod, &nodes, now)
             .into_iter()
             .map(|c| (c.node, c.victims.pods))
             .collect()
@@ -298,6 +293,7 @@ mod tests {
                 .find(|p| p.metadata.name.as_deref() == Some("m-1"))
                 .unwrap()
                 .clone();
+            let pod = PodToPlace::read(pod, &config, &view).unwrap();
             gang_plan(&view, &config, &pod, None)
         };
         let all = plan_of(&gang_cluster(10)).expect("both members placed");

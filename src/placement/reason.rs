@@ -256,7 +256,7 @@ mod tests {
             devices(&[(Reason::CardInsufficientMemory, 2)]),
             NodeReason::Engine(Rejection::NodeUnregistered),
             NodeReason::Engine(Rejection::NumaZones {
-                container: "container c".into(),
+                subject: crate::engine::reason::ZoneSubject::Container("c".into()),
                 zones: 2,
                 counts: {
                     let mut c = crate::engine::reason::ReasonCounts::default();

@@ -4,14 +4,15 @@
 //! `/prioritize` makes for the node kube-scheduler will most likely choose.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::{ClusterView, pod_namespace};
+use crate::cluster::ClusterView;
+use crate::cluster::view::Reservation;
 use crate::config::Config;
 use crate::engine::gang::GangShortfall;
-use crate::engine::{Allocation, ApplyError, PodPlan, Rejection};
+use crate::engine::{Allocation, ApplyError, Rejection};
 
 use super::gang;
+use super::pod::PodToPlace;
 use super::quota;
 use super::reason::QuotaRefusal;
 
@@ -64,35 +65,37 @@ impl ReserveError {
 }
 
 /// Chooses the pod's GPUs on `node` against the view (its gang group's
-/// holds set aside), checks the namespace quota, reserves them under `uid`,
-/// and for a gang member checks that the members still needed fit and
-/// holds their capacity until `now` plus `scheduler.gang.holdSeconds`. On
-/// failure the view is as it was. The caller holds the view's write lock.
+/// holds set aside), checks the namespace quota, reserves them under `key`
+/// (its UID), and for a gang member checks that the members still needed
+/// fit and holds their capacity until `now` plus
+/// `scheduler.gang.holdSeconds`. On failure the view is as it was. The
+/// caller holds the view's write lock; the reservation it gets back is
+/// bound, settled or released by it.
 pub fn reserve(
     view: &mut ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
-    uid: &str,
+    pod: &PodToPlace,
+    key: &str,
     node: &str,
     now: Timestamp,
-) -> Result<Allocation, ReserveError> {
+) -> Result<(Allocation, Reservation), ReserveError> {
     // Gang holds are not quota use: one read serves both checks.
-    let (namespace_quota, _) = view.quotas().quota(pod_namespace(pod), &config.nvidia);
-    quota::check_request(&namespace_quota, plan).map_err(ReserveError::Quota)?;
-    let label = gang::label_of(view, pod).map_err(ReserveError::GangInvalid)?;
+    let (namespace_quota, _) = view.quotas().quota(pod.namespace(), &config.nvidia);
+    quota::check_request(&namespace_quota, &pod.plan).map_err(ReserveError::Quota)?;
+    let label = pod
+        .gang()
+        .map_err(|e| ReserveError::GangInvalid(e.to_string()))?;
     // Members are placed on the state without their group's holds; the
     // holds are recomputed below, or put back on failure.
     let taken = label
-        .as_ref()
         .map(|l| view.take_gang_holds(&l.key))
         .unwrap_or_default();
     let restore = |view: &mut ClusterView, taken| {
-        if let Some(l) = &label {
+        if let Some(l) = label {
             view.restore_gang_holds(&l.key, taken);
         }
     };
-    let allocation = match view.state().assign(plan, node) {
+    let allocation = match view.state().assign(&pod.plan, node) {
         Ok(a) => a,
         Err(rejection) => {
             restore(view, taken);
@@ -106,18 +109,21 @@ pub fn reserve(
         restore(view, taken);
         return Err(ReserveError::Quota(q));
     }
-    if let Err(e) = view.reserve(uid, pod, allocation.clone()) {
-        restore(view, taken);
-        return Err(ReserveError::Ledger(e));
-    }
-    if let Some(l) = &label {
-        match gang::hold_for_rest(view, config, l, uid, now.as_millisecond()) {
+    let reservation = match view.reserve(key, pod.pod(), allocation.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            restore(view, taken);
+            return Err(ReserveError::Ledger(e));
+        }
+    };
+    if let Some(l) = label {
+        match gang::hold_for_rest(view, config, l, key, now.as_millisecond()) {
             Ok(0) => {}
             Ok(held) => {
-                tracing::info!(pod = %crate::cluster::pod_name(pod), members = held, "gang: capacity held for the rest of the group");
+                tracing::info!(pod = %pod.who(), members = held, "gang: capacity held for the rest of the group");
             }
             Err(shortfall) => {
-                view.release_reservation(uid);
+                let _ = reservation.release(view);
                 restore(view, taken);
                 return Err(ReserveError::GangNotFit {
                     node: node.to_string(),
@@ -126,14 +132,20 @@ pub fn reserve(
             }
         }
     }
-    Ok(allocation)
+    Ok((allocation, reservation))
 }
 
 /// After a reservation is dropped (a failed bind): holds the capacity of
 /// the pod's gang group's members again, if it has a group.
-pub fn rehold_gang(view: &mut ClusterView, config: &Config, pod: &Pod, uid: &str, now: Timestamp) {
-    if let Ok(Some(label)) = gang::label_of(view, pod)
-        && let Err(e) = gang::hold_for_rest(view, config, &label, uid, now.as_millisecond())
+pub fn rehold_gang(
+    view: &mut ClusterView,
+    config: &Config,
+    pod: &PodToPlace,
+    key: &str,
+    now: Timestamp,
+) {
+    if let Ok(Some(label)) = pod.gang()
+        && let Err(e) = gang::hold_for_rest(view, config, label, key, now.as_millisecond())
     {
         tracing::info!(group = %label.key, "gang: no capacity held after a failed bind: {e}");
     }
@@ -150,24 +162,21 @@ pub fn rehold_gang(view: &mut ClusterView, config: &Config, pod: &Pod, uid: &str
 pub fn assume(
     view: &mut ClusterView,
     config: &Config,
-    pod: &Pod,
-    plan: &PodPlan,
+    pod: &PodToPlace,
     node: &str,
     now: Timestamp,
 ) -> bool {
-    let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
-        return false;
-    };
+    let uid = pod.uid();
     let seconds = config.scheduler.assume_seconds;
-    if seconds <= 0.0 || matches!(gang::label_of(view, pod), Ok(Some(_)) | Err(_)) {
+    if uid.is_empty() || seconds <= 0.0 || !matches!(pod.gang(), Ok(None)) {
         return false;
     }
     if view.held_allocation(uid).is_some() {
         return false;
     }
-    let Ok(allocation) = view.state().assign(plan, node) else {
+    let Ok(allocation) = view.state().assign(&pod.plan, node) else {
         return false;
     };
     let until = now.as_millisecond() + (seconds * 1000.0) as i64;
-    view.assume(uid, pod, allocation, until)
+    view.assume(uid, pod.pod(), allocation, until)
 }

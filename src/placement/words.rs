@@ -116,11 +116,11 @@ fn rejection_words(r: &Rejection) -> String {
             counted(*gpus, "GPUs", counts)
         ),
         Rejection::NumaZones {
-            container,
+            subject,
             zones,
             counts,
         } => format!(
-            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, and for {container}, {}",
+            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, and for {subject}, {}",
             counted(*zones, "zones", counts)
         ),
     }

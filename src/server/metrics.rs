@@ -11,12 +11,13 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::registry::Registry;
 
 use crate::admission::metrics::AdmissionMetrics;
+use crate::bind::BindMetrics;
 use crate::cluster::SharedCluster;
 use crate::cluster::events::EventMetrics;
 use crate::cluster::metrics::{ViewGauges, WatchMetrics};
 use crate::cluster::webhook_scope::WebhookScopeMetrics;
 use crate::config::Config;
-use crate::extender::bind::BindMetrics;
+use crate::controllers::preemption::PreemptionMetrics;
 use crate::extender::metrics::ExtenderMetrics;
 
 use super::config_reload::ConfigMetrics;
@@ -38,6 +39,7 @@ pub struct Metrics {
     pub watch: WatchMetrics,
     /// Handed to the API-server binder.
     pub bind: BindMetrics,
+    pub preemption: PreemptionMetrics,
     /// Handed to the event sink.
     pub events: EventMetrics,
     view: ViewGauges,
@@ -65,6 +67,7 @@ impl Metrics {
             cert: CertMetrics::new(cert),
             watch: WatchMetrics::default(),
             bind: BindMetrics::default(),
+            preemption: PreemptionMetrics::default(),
             events: EventMetrics::default(),
             view: ViewGauges::default(),
             webhook_scope: WebhookScopeMetrics::default(),
@@ -78,6 +81,7 @@ impl Metrics {
         m.extender.register(&mut registry);
         m.watch.register(&mut registry);
         m.bind.register(&mut registry);
+        m.preemption.register(&mut registry);
         m.events.register(&mut registry);
         m.view.register(&mut registry);
         m.webhook_scope.register(&mut registry);

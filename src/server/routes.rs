@@ -23,6 +23,7 @@ use crate::admission::handler::{Decision, mutate_review, respond, validate_revie
 use crate::admission::review::ReviewRequest;
 use crate::cluster::{ClusterView, SharedCluster};
 use crate::config::Config;
+use crate::controllers::preemption::Preemptor;
 use crate::extender::wire::{BindingResult, FilterResult, HostPriority, PreemptionResult};
 use crate::extender::{BindMode, Extender};
 
@@ -60,25 +61,28 @@ impl AppState {
             Arc::new(ArcSwap::from_pointee(config)),
             metrics,
             cluster,
-            BindMode::Ledger,
+            (BindMode::Ledger, None),
             Arc::default(),
         )
     }
 
     /// A state sharing `config` with its reloader; the extender, if there
-    /// is a cluster view, binds in `bind_mode`; readiness turns false when
+    /// is a cluster view, binds in `bind_mode` and tells `preemptor` of
+    /// pods it leaves without a node; readiness turns false when
     /// `shutting_down` is set.
     pub fn assemble(
         config: Arc<ArcSwap<Config>>,
         metrics: Metrics,
         cluster: Option<Arc<SharedCluster>>,
-        bind_mode: BindMode,
+        (bind_mode, preemptor): (BindMode, Option<Arc<Preemptor>>),
         shutting_down: Arc<AtomicBool>,
     ) -> Arc<Self> {
         Arc::new(AppState {
             config,
             metrics,
-            extender: cluster.clone().map(|c| Extender::new(c, bind_mode)),
+            extender: cluster
+                .clone()
+                .map(|c| Extender::new(c, bind_mode).with_preemptor(preemptor)),
             cluster,
             shutting_down,
         })
@@ -194,7 +198,7 @@ fn extender_call<T: serde::Serialize>(
     without_cluster: impl FnOnce(&str) -> T,
 ) -> Response {
     let start = Instant::now();
-    let span = extender_span(verb);
+    let span = crate::extender::span::call_span(verb);
     let _entered = span.enter();
     let (answer, error) = match &state.extender {
         Some(extender) => call(extender, &state.config.load()),
@@ -204,32 +208,12 @@ fn extender_call<T: serde::Serialize>(
     axum::Json(answer).into_response()
 }
 
-/// The span of one extender call: the verb, and the pod once its
-/// arguments are read (`extender::record_pod`).
-fn extender_span(verb: &'static str) -> tracing::Span {
-    tracing::info_span!(
-        "extender",
-        verb,
-        uid = Empty,
-        namespace = Empty,
-        pod = Empty,
-        node = Empty,
-        outcome = Empty,
-    )
-}
-
 /// Records an extender call's outcome in its span, the log and metrics.
 fn extender_done(state: &AppState, verb: &'static str, error: Option<&str>, start: Instant) {
-    let span = tracing::Span::current();
+    crate::extender::span::record_outcome(error.is_none());
     match error {
-        Some(e) => {
-            span.record("outcome", "error");
-            tracing::warn!(error = %e, "extender call failed");
-        }
-        None => {
-            span.record("outcome", "ok");
-            tracing::debug!("extender call answered");
-        }
+        Some(e) => tracing::warn!(error = %e, "extender call failed"),
+        None => tracing::debug!("extender call answered"),
     }
     state
         .metrics
@@ -267,7 +251,7 @@ async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 }
 
 async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let span = extender_span("bind");
+    let span = crate::extender::span::call_span("bind");
     async {
         let start = Instant::now();
         let result = match &state.extender {

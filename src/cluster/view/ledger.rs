@@ -5,10 +5,11 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_allocation, pod_finished, pod_name};
+use crate::cluster::convert::{pod_finished, pod_name};
+use crate::cluster::pod_annotations::pod_allocation;
 use crate::engine::Allocation;
 
-use super::{ClusterView, HeldPod, Reservation};
+use super::{ClusterView, HeldPod, Stage};
 
 impl ClusterView {
     /// Records a pod under `key` (its UID). Returns the problem when its
@@ -25,7 +26,7 @@ impl ClusterView {
             && self
                 .pods
                 .get(key)
-                .is_some_and(|p| p.reservation != Reservation::Settled);
+                .is_some_and(|p| p.stage != Stage::Settled);
         match pod_allocation(pod) {
             Ok(None) if reserved => None,
             Ok(None) => {
@@ -42,7 +43,7 @@ impl ClusterView {
                     // whether the kubelet has admitted it. A reservation of
                     // a bound pod is now carried by the pod.
                     if !reserved {
-                        held.reservation = Reservation::Settled;
+                        held.stage = Stage::Settled;
                         self.unsettled.remove(key);
                     }
                     held.labels = super::PackedLabels::pack(pod.metadata.labels.as_ref());
@@ -65,7 +66,7 @@ impl ClusterView {
                     .err()
                     .map(|e| format!("pod {}: {e}", pod_name(pod)));
                 let node = allocation.node.clone();
-                let held = HeldPod::of(pod, Some(allocation), unaccounted, Reservation::Settled);
+                let held = HeldPod::of(pod, Some(allocation), unaccounted, Stage::Settled);
                 let unaccounted = self.hold(key, held);
                 self.settle_if_shown(key, &node);
                 unaccounted
@@ -76,7 +77,7 @@ impl ClusterView {
                 // Unreadable: nothing to place on a node, but the pod is
                 // reported and its namespace is not told it has room it may
                 // not have.
-                let held = HeldPod::of(pod, None, Some(e.to_string()), Reservation::Settled);
+                let held = HeldPod::of(pod, None, Some(e.to_string()), Stage::Settled);
                 self.hold(key, held)
             }
         }
@@ -120,7 +121,7 @@ impl ClusterView {
         if !self
             .pods
             .get(key)
-            .is_some_and(|p| p.reservation != Reservation::Settled)
+            .is_some_and(|p| p.stage != Stage::Settled)
         {
             self.forget_allocation(key);
         }
@@ -147,7 +148,7 @@ impl ClusterView {
     }
 
     /// Frees what a pod holds (GPUs and quota); the pod itself may live on.
-    pub fn forget_allocation(&mut self, key: &str) {
+    pub(super) fn forget_allocation(&mut self, key: &str) {
         self.unsettled.remove(key);
         let Some(old) = self.pods.remove(key) else {
             return;

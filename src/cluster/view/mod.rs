@@ -41,6 +41,7 @@ use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 pub use budgets::{BudgetedPod, Budgets, PackedLabels};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
+pub use reservations::{BindInProgress, Expired, Reservation};
 pub use seen_locks::{SeenLock, SeenLocks};
 use served::Served;
 
@@ -63,7 +64,10 @@ struct HeldPod {
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
     allocation: Option<Allocation>,
-    reservation: Reservation,
+    stage: Stage,
+    /// The [`Reservation`] that made it (0 for anything else): only that
+    /// handle changes it.
+    ticket: u64,
 }
 
 /// Where a bind of the pod stands. A reserved allocation is gpugate's own
@@ -71,7 +75,7 @@ struct HeldPod {
 /// yet (the pod as it was before the patch, a re-list without it) must not
 /// drop it, or a second bind could take the same GPUs meanwhile.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-enum Reservation {
+enum Stage {
     /// Read from the pod's annotations: the pod is the truth.
     #[default]
     Settled,
@@ -92,7 +96,7 @@ impl HeldPod {
         pod: &Pod,
         allocation: Option<Allocation>,
         unaccounted: Option<String>,
-        reservation: Reservation,
+        stage: Stage,
     ) -> Self {
         HeldPod {
             namespace: pod_namespace(pod).to_string(),
@@ -107,7 +111,8 @@ impl HeldPod {
                 .unwrap_or_default(),
             unaccounted,
             allocation,
-            reservation,
+            stage,
+            ticket: 0,
         }
     }
 
@@ -146,6 +151,8 @@ pub struct ClusterView {
     /// the kind. The engine's state holds the topologies themselves (see
     /// `numa.rs`).
     topologies: Served<String, Option<jiff::Timestamp>>,
+    /// The last [`Reservation`]'s ticket.
+    next_ticket: u64,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -478,7 +485,7 @@ impl ClusterView {
     }
 
     /// Drops holds that ended at or before `now_ms`; returns how many.
-    pub fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
+    fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
         self.gangs.expire(&mut self.state, now_ms)
     }
 

@@ -97,7 +97,7 @@ impl ClusterView {
 
     /// Ends nominations whose time is up; returns how many. (What they
     /// assumed ends with the assumption's own time.)
-    pub fn expire_nominations(&mut self, now_ms: i64) -> usize {
+    pub(super) fn expire_nominations(&mut self, now_ms: i64) -> usize {
         let before = self.nominations.by_pod.len();
         self.nominations.by_pod.retain(|_, n| n.until_ms > now_ms);
         before - self.nominations.by_pod.len()

@@ -4,6 +4,13 @@
 //! Watch events that do not show them yet must not drop them, or a second
 //! bind could take the same GPUs meanwhile. Nodes with such binds are
 //! busy: a new bind there would wait.
+//!
+//! This module owns their life. A bind's reservation is changed only
+//! through the [`Reservation`] that [`ClusterView::reserve`] returns
+//! (bound, settled, released); an assumption has no holder and ends by
+//! its time ([`ClusterView::expire`]), by its pod's next scheduling cycle
+//! ([`ClusterView::drop_assumed`]) or when its bind reserves. The
+//! transitions themselves are private to the view.
 
 use std::collections::HashMap;
 
@@ -11,22 +18,108 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::engine::{Allocation, ApplyError};
 
-use super::{ClusterView, HeldPod, Reservation};
+use super::{ClusterView, HeldPod, Stage};
+
+/// A bind's reservation of a pod's GPUs, made by
+/// [`ClusterView::reserve`]: the only way to change it. Each transition
+/// consumes it, and acts only on the reservation it was made for (not on
+/// one a later bind of the same pod made).
+#[derive(Debug)]
+#[must_use = "a reservation is bound, settled or released"]
+pub struct Reservation {
+    uid: String,
+    ticket: u64,
+}
+
+impl Reservation {
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    /// The Binding is written: the allocation stays held until the watch
+    /// shows the pod carrying it.
+    pub fn bound(self, view: &mut ClusterView) {
+        view.mark_bound(&self.uid, self.ticket);
+    }
+
+    /// The reservation is the truth from now on (standalone mode, where no
+    /// watch will show the pod).
+    pub fn settle(self, view: &mut ClusterView) {
+        view.settle(&self.uid, self.ticket);
+    }
+
+    /// The bind failed: the GPUs are free again. Whether the reservation
+    /// was still in flight (a watch event may have settled or dropped it
+    /// meanwhile).
+    pub fn release(self, view: &mut ClusterView) -> bool {
+        view.release_reservation(&self.uid, self.ticket)
+    }
+}
+
+/// What [`ClusterView::expire`] ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// `/prioritize`'s assumptions no bind came for.
+    pub assumed: usize,
+    /// Capacity held for gang members.
+    pub gang_holds: usize,
+    /// Pods gpugate's preemption had freed GPUs for.
+    pub nominations: usize,
+}
+
+/// Another bind of the pod holds a reservation in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindInProgress;
 
 impl ClusterView {
     /// Records an allocation that gpugate chose (bind) for a pod that does
     /// not carry it yet, replacing whatever the pod held before. Refused when
     /// the node or a GPU is unknown; the caller chose it against this view,
-    /// under the same lock. Until [`ClusterView::mark_bound`] or
-    /// [`ClusterView::release_reservation`], watch events of the pod that do
-    /// not show it are ignored.
+    /// under the same lock. Until the returned reservation is bound,
+    /// settled or released, watch events of the pod that do not show it
+    /// are ignored.
     pub fn reserve(
         &mut self,
         key: &str,
         pod: &Pod,
         allocation: Allocation,
-    ) -> Result<(), ApplyError> {
-        self.place(key, pod, allocation, Reservation::InFlight)
+    ) -> Result<Reservation, ApplyError> {
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.place(key, pod, allocation, Stage::InFlight, ticket)?;
+        Ok(Reservation {
+            uid: key.to_string(),
+            ticket,
+        })
+    }
+
+    /// A bind of the pod, read unbound, begins: refused while another
+    /// holds a reservation in flight; otherwise whatever the ledger holds
+    /// for the pod (annotations of a bind that failed, HAMi's filter, an
+    /// assumption) is on no node and is forgotten.
+    pub fn begin_bind(&mut self, key: &str) -> Result<(), BindInProgress> {
+        if self.is_binding(key) {
+            return Err(BindInProgress);
+        }
+        self.forget_allocation(key);
+        Ok(())
+    }
+
+    /// Ends what is due at `now_ms` (Unix ms): assumptions, gang holds and
+    /// preemption nominations whose time is up.
+    pub fn expire(&mut self, now_ms: i64) -> Expired {
+        Expired {
+            assumed: self.expire_assumed(now_ms),
+            gang_holds: self.expire_gang_holds(now_ms),
+            nominations: self.expire_nominations(now_ms),
+        }
+    }
+
+    /// Whether anything may be due: assumptions, gang holds or
+    /// nominations (cheap: a sweep is skipped when nothing is held).
+    pub fn has_expiring(&self) -> bool {
+        self.has_assumed() || self.gang_hold_count() > 0 || self.nomination_count() > 0
     }
 
     /// Holds an allocation on the node kube-scheduler is likely to choose
@@ -37,7 +130,7 @@ impl ClusterView {
         if self.pods.contains_key(key) {
             return false;
         }
-        self.place(key, pod, allocation, Reservation::Assumed { until_ms })
+        self.place(key, pod, allocation, Stage::Assumed { until_ms }, 0)
             .is_ok()
     }
 
@@ -51,7 +144,7 @@ impl ClusterView {
     pub fn is_assumed(&self, key: &str) -> bool {
         self.pods
             .get(key)
-            .is_some_and(|p| matches!(p.reservation, Reservation::Assumed { .. }))
+            .is_some_and(|p| matches!(p.stage, Stage::Assumed { .. }))
     }
 
     /// Drops the pod's assumed allocation (a new scheduling cycle of the
@@ -66,14 +159,14 @@ impl ClusterView {
 
     /// Drops assumed allocations whose time is up: no bind confirmed them.
     /// Returns how many.
-    pub fn expire_assumed(&mut self, now_ms: i64) -> usize {
+    pub(super) fn expire_assumed(&mut self, now_ms: i64) -> usize {
         let ended: Vec<String> = self
             .unsettled
             .keys()
             .filter(|k| {
-                self.pods.get(*k).is_some_and(|p| {
-                    matches!(p.reservation, Reservation::Assumed { until_ms } if until_ms <= now_ms)
-                })
+                self.pods.get(*k).is_some_and(
+                    |p| matches!(p.stage, Stage::Assumed { until_ms } if until_ms <= now_ms),
+                )
             })
             .cloned()
             .collect();
@@ -83,14 +176,16 @@ impl ClusterView {
         ended.len()
     }
 
-    /// Holds `allocation` for the pod under `key` with the given
-    /// reservation, replacing whatever it held.
+    /// Holds `allocation` for the pod under `key` at the given stage
+    /// (under `ticket`, for a bind's reservation), replacing whatever it
+    /// held.
     fn place(
         &mut self,
         key: &str,
         pod: &Pod,
         allocation: Allocation,
-        reservation: Reservation,
+        stage: Stage,
+        ticket: u64,
     ) -> Result<(), ApplyError> {
         let old = self.pods.remove(key);
         if let Some(old) = &old {
@@ -105,7 +200,7 @@ impl ClusterView {
                 if let Some(a) = old.allocation.clone() {
                     let _ = self.state.apply(key, a);
                 }
-                if old.reservation != Reservation::Settled
+                if old.stage != Stage::Settled
                     && let Some(a) = &old.allocation
                 {
                     self.unsettled.insert(key.to_string(), a.node.clone());
@@ -114,39 +209,40 @@ impl ClusterView {
             }
             return Err(e);
         }
-        self.hold(key, HeldPod::of(pod, Some(allocation), None, reservation));
+        let mut held = HeldPod::of(pod, Some(allocation), None, stage);
+        held.ticket = ticket;
+        self.hold(key, held);
         self.unsettled.insert(key.to_string(), node);
         Ok(())
     }
 
-    /// The pod of a reservation is bound: the allocation stays held until
-    /// the watch shows the pod carrying it.
-    pub fn mark_bound(&mut self, key: &str) {
+    /// The reservation `ticket` of the pod is bound: the allocation stays
+    /// held until the watch shows the pod carrying it.
+    fn mark_bound(&mut self, key: &str, ticket: u64) {
         if let Some(p) = self
             .pods
             .get_mut(key)
-            .filter(|p| p.reservation == Reservation::InFlight)
+            .filter(|p| p.stage == Stage::InFlight && p.ticket == ticket)
         {
-            p.reservation = Reservation::Bound;
+            p.stage = Stage::Bound;
         }
     }
 
-    /// The reservation is the truth from now on (standalone mode, where no
-    /// watch will show the pod).
-    pub fn settle(&mut self, key: &str) {
-        if let Some(p) = self.pods.get_mut(key) {
-            p.reservation = Reservation::Settled;
+    /// The reservation `ticket` of the pod is the truth from now on.
+    fn settle(&mut self, key: &str, ticket: u64) {
+        if let Some(p) = self.pods.get_mut(key).filter(|p| p.ticket == ticket) {
+            p.stage = Stage::Settled;
+            self.unsettled.remove(key);
         }
-        self.unsettled.remove(key);
     }
 
-    /// Undoes a reservation whose bind failed. Returns whether there was
-    /// one in flight.
-    pub fn release_reservation(&mut self, key: &str) -> bool {
+    /// Undoes the reservation `ticket` of the pod, whose bind failed.
+    /// Returns whether it was in flight.
+    fn release_reservation(&mut self, key: &str, ticket: u64) -> bool {
         let in_flight = self
             .pods
             .get(key)
-            .is_some_and(|p| p.reservation == Reservation::InFlight);
+            .is_some_and(|p| p.stage == Stage::InFlight && p.ticket == ticket);
         if in_flight {
             self.forget_allocation(key);
         }
@@ -157,7 +253,7 @@ impl ClusterView {
     pub fn is_binding(&self, key: &str) -> bool {
         self.pods
             .get(key)
-            .is_some_and(|p| p.reservation == Reservation::InFlight)
+            .is_some_and(|p| p.stage == Stage::InFlight)
     }
 
     /// Whether gpugate reserved the pod's allocation (in flight, or bound
@@ -165,7 +261,7 @@ impl ClusterView {
     pub fn is_reserved(&self, key: &str) -> bool {
         self.pods
             .get(key)
-            .is_some_and(|p| p.reservation != Reservation::Settled)
+            .is_some_and(|p| p.stage != Stage::Settled)
     }
 
     /// How many of gpugate's binds to each node are unsettled (running, or

@@ -240,18 +240,18 @@ fn a_reservation_survives_events_that_do_not_show_it_yet() {
     let allocation = crate::cluster::pod_allocation(&p).unwrap().unwrap();
     let before = p.clone();
     p.metadata.annotations = None;
-    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    let r = view.reserve("uid-p", &p, allocation.clone()).unwrap();
     // The pod as it was before the patch, and a re-list without it.
     assert_eq!(view.upsert_pod("uid-p", &p), None);
     view.pod_holds_nothing("uid-p");
     view.pod_missing_from_list("uid-p");
     assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
     // Bound: still held until the pod shows it, then settled.
-    view.mark_bound("uid-p");
+    r.bound(&mut view);
     view.pod_missing_from_list("uid-p");
     assert!(view.held_allocation("uid-p").is_none());
-    view.reserve("uid-p", &p, allocation.clone()).unwrap();
-    view.mark_bound("uid-p");
+    let r = view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    r.bound(&mut view);
     view.upsert_pod("uid-p", &p);
     assert_eq!(view.held_allocation("uid-p"), Some(&allocation));
     // The pod shows the annotations, unbound: still ours. Bound: settled,
@@ -268,25 +268,31 @@ fn a_reservation_survives_events_that_do_not_show_it_yet() {
         view.held_allocation("uid-p").is_none(),
         "settled: the pod is the truth"
     );
-    // A failed bind releases only an in-flight reservation.
-    view.reserve("uid-p", &p, allocation.clone()).unwrap();
-    assert!(view.release_reservation("uid-p"));
-    assert!(!view.release_reservation("uid-p"));
+    // A failed bind releases only an in-flight reservation, and only its
+    // own: a stale handle cannot undo a later bind's reservation.
+    let r = view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    assert!(r.release(&mut view));
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
+    let stale = view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    let current = view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    assert!(!stale.release(&mut view));
+    assert!(view.is_binding("uid-p"));
+    assert!(current.release(&mut view));
     // Bound, then the pod fails before the watch showed it bound: freed.
-    view.reserve("uid-p", &p, allocation.clone()).unwrap();
-    view.mark_bound("uid-p");
+    let r = view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    r.bound(&mut view);
     let mut failed = before.clone();
     failed.status.as_mut().unwrap().phase = Some("Failed".into());
     view.upsert_pod("uid-p", &failed);
     assert!(view.held_allocation("uid-p").is_none());
     // In flight, and the pod shows up bound: the pod is the truth.
-    view.reserve("uid-p", &p, allocation.clone()).unwrap();
+    let r = view.reserve("uid-p", &p, allocation.clone()).unwrap();
     let mut bound = p.clone();
     bound.spec.as_mut().unwrap().node_name = Some("n1".into());
     view.upsert_pod("uid-p", &bound);
     assert!(view.held_allocation("uid-p").is_none());
     assert!(!view.is_reserved("uid-p"));
+    assert!(!r.release(&mut view), "not in flight any more");
 }
 
 #[test]
@@ -327,12 +333,12 @@ fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
     let mut on_n2 = on_n1.clone();
     on_n2.node = "n2".into();
-    view.reserve("uid-p", &p, on_n2.clone()).unwrap();
+    let r = view.reserve("uid-p", &p, on_n2.clone()).unwrap();
     assert!(!view.is_assumed("uid-p"));
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
     assert_eq!(view.unsettled_binds().get("n2"), Some(&1));
     assert_eq!(view.expire_assumed(i64::MAX), 0, "a bind is not assumed");
-    view.settle("uid-p");
+    r.settle(&mut view);
     assert!(view.unsettled_binds().is_empty());
 
     // A new cycle of the pod drops what its last prioritize assumed.
@@ -456,7 +462,7 @@ fn aligned_pod(name: &str, node: &str, started: Option<&str>) -> Pod {
                 "GPU-0,NVIDIA,1000,0:;".to_string(),
             ),
             (
-                crate::cluster::convert::NUMA_ZONES.to_string(),
+                crate::cluster::pod_annotations::NUMA_ZONES.to_string(),
                 "0".to_string(),
             ),
         ]

@@ -113,16 +113,6 @@ pub struct BindMetrics {
     pub assumed: Counter,
     /// Of those, the ones no bind came for in time (dropped).
     pub assumed_expired: Counter,
-    /// gpugate's own preemption attempts, by outcome.
-    pub preemption_attempts: Family<PreemptionLabels, Counter>,
-    /// Pods evicted by gpugate's own preemption.
-    pub preemption_victims: Counter,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PreemptionLabels {
-    /// `evicted`, `nowhere`, `handled` or `failed`.
-    pub outcome: &'static str,
 }
 
 impl Default for BindMetrics {
@@ -134,8 +124,6 @@ impl Default for BindMetrics {
             rollback_failures: Counter::default(),
             assumed: Counter::default(),
             assumed_expired: Counter::default(),
-            preemption_attempts: Family::default(),
-            preemption_victims: Counter::default(),
         }
     }
 }
@@ -155,26 +143,7 @@ impl BindMetrics {
             .inc();
     }
 
-    /// Counts one preemption attempt of gpugate's own, by its outcome
-    /// (`gpu_preempt::Outcome::as_str`).
-    pub fn preemptions(&self, outcome: &'static str) {
-        self.preemption_attempts
-            .get_or_create(&PreemptionLabels { outcome })
-            .inc();
-    }
-
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "gpugate_preemptions",
-            "gpugate's own preemption attempts for pods short only of GPU, by outcome \
-             (evicted, nowhere, handled: kube-scheduler or another replica did, failed)",
-            self.preemption_attempts.clone(),
-        );
-        registry.register(
-            "gpugate_preemption_victims",
-            "Pods evicted by gpugate's own preemption",
-            self.preemption_victims.clone(),
-        );
         registry.register(
             "gpugate_bind",
             "Binds through the API server, by result and code (bound, already_bound, \

@@ -1,0 +1,191 @@
+//! What a bind writes on a pod and the ledger reads back: HAMi's
+//! allocation annotations and label (`hami::binding`), and gpugate's own
+//! `gpugate.io/numa-zones`. Built and encoded once per bind
+//! ([`BindingAnnotations::of`]); read back by [`pod_allocation`] when the
+//! watch (or a snapshot) shows the pod.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::engine::numa::{NumaGrant, NumaRequest};
+use crate::engine::{Allocation, ContainerKind};
+use crate::hami::binding::binding_metadata;
+use crate::hami::pod_devices::{decode_pod_devices, encode_pod_devices};
+use crate::hami::{DecodeError, keys};
+
+use super::convert::{pod_finished, pod_name};
+
+/// The annotations of one bind, encoded once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingAnnotations {
+    node: String,
+    /// `hami.io/vgpu-devices-allocated` (and `-to-allocate`).
+    devices: String,
+    /// [`NUMA_ZONES`], for an aligned pod.
+    numa_zones: Option<String>,
+}
+
+impl BindingAnnotations {
+    pub fn of(allocation: &Allocation) -> Self {
+        BindingAnnotations {
+            node: allocation.node.clone(),
+            devices: encode_pod_devices(&allocation.to_pod_devices()),
+            numa_zones: allocation.numa.as_ref().map(encode_numa_zones),
+        }
+    }
+
+    /// The device list the pod carries once bound
+    /// (`hami.io/vgpu-devices-allocated`).
+    pub fn devices(&self) -> &str {
+        &self.devices
+    }
+
+    /// The Binding's `metadata` (annotations and labels) at `now_unix`:
+    /// kube-apiserver copies them onto the pod as it assigns the node.
+    pub fn metadata(&self, now_unix: i64) -> Value {
+        let mut metadata = binding_metadata(&self.node, &self.devices, now_unix);
+        if let Some(zones) = &self.numa_zones {
+            metadata["annotations"][NUMA_ZONES] = Value::String(zones.clone());
+        }
+        metadata
+    }
+}
+
+/// A pod whose allocation annotations cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {pod}: {source}")]
+pub struct PodAllocationError {
+    pub pod: String,
+    pub source: DecodeError,
+}
+
+/// The GPUs a pod holds, from `hami.io/vgpu-node` and
+/// `hami.io/vgpu-devices-allocated`. `None` for pods that hold none: no
+/// allocation annotations, or finished (Succeeded / Failed). Terminating pods
+/// still hold their GPUs.
+pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationError> {
+    if pod_finished(pod) {
+        return Ok(None);
+    }
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let (Some(node), Some(devices)) = (get(keys::VGPU_NODE), get(keys::VGPU_DEVICES_ALLOCATED))
+    else {
+        return Ok(None);
+    };
+    let devices = decode_pod_devices(keys::VGPU_DEVICES_ALLOCATED, devices).map_err(|source| {
+        PodAllocationError {
+            pod: pod_name(pod),
+            source,
+        }
+    })?;
+    let kinds = container_kinds(pod);
+    // gpugate writes one entry per container, so entry i is container i.
+    // HAMi writes entries only for containers with GPUs; then which entries
+    // are init containers is unknown, and all are counted as app containers:
+    // their sum is never less than the real usage, so nothing is over-committed.
+    let kinds = if devices.containers.len() == kinds.len() {
+        kinds
+    } else {
+        Vec::new()
+    };
+    let mut allocation = Allocation::from_pod_devices(node, &devices, &kinds);
+    allocation.numa = pod_numa_grant(pod);
+    Ok(Some(allocation))
+}
+
+/// gpugate's record, on a pod it aligned, of each container's NUMA zone in
+/// pod order (init containers first; `-` for a container not aligned):
+/// `0,0,-`. Written at bind with HAMi's annotations, read back so that
+/// what the pod takes of its zones counts after a restart too.
+pub const NUMA_ZONES: &str = "gpugate.io/numa-zones";
+
+/// The value of [`NUMA_ZONES`] for `grant`.
+fn encode_numa_zones(grant: &NumaGrant) -> String {
+    grant
+        .zones
+        .iter()
+        .map(|z| z.map_or_else(|| "-".to_string(), |z| z.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The NUMA zones the pod's [`NUMA_ZONES`] annotation records, with what
+/// its containers take of them (from its spec). `None` without the
+/// annotation, or when it does not name one zone per container (the
+/// pod's GPUs still count; only its zone take is not known).
+fn pod_numa_grant(pod: &Pod) -> Option<NumaGrant> {
+    let text = pod.metadata.annotations.as_ref()?.get(NUMA_ZONES)?;
+    let spec = pod.spec.as_ref()?;
+    let zones: Vec<Option<i32>> = text
+        .split(',')
+        .map(|z| match z.trim() {
+            "-" => Ok(None),
+            z => z.parse::<i32>().map(Some),
+        })
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let need =
+        NumaRequest::from_containers(spec.init_containers.iter().flatten(), &spec.containers);
+    if zones.len() != need.containers.len() {
+        return None;
+    }
+    Some(NumaGrant::new(
+        zones,
+        &container_kinds(pod),
+        &need.containers,
+    ))
+}
+
+/// The kind of each container of a pod, init containers first.
+fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ContainerKind::of(true, c.restart_policy.as_deref()));
+    let app = spec.containers.iter().map(|_| ContainerKind::App);
+    init.chain(app).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The zones annotation round-trips, and what cannot be read (not one
+    /// zone per container, not numbers) leaves the take unknown while the
+    /// pod's GPUs still count.
+    #[test]
+    fn numa_zones_annotation() {
+        let pod = |zones: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": {
+                    "hami.io/vgpu-node": "n1",
+                    "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,1000,0:;;",
+                    NUMA_ZONES: zones}},
+                "spec": {"initContainers": [{"name": "setup", "resources": {
+                            "limits": {"cpu": "1", "memory": "1Gi"}}}],
+                         "containers": [{"name": "train", "resources": {
+                            "limits": {"cpu": "8", "memory": "2Gi"}}}]},
+            }))
+            .unwrap()
+        };
+        let a = pod_allocation(&pod("1,1")).unwrap().unwrap();
+        let grant = a.numa.unwrap();
+        assert_eq!(grant.zones, [Some(1), Some(1)]);
+        assert_eq!(encode_numa_zones(&grant), "1,1");
+        // The init container's CPU is free again for the app container.
+        assert_eq!(grant.takes[0].1.cpu_milli, 8000);
+        let a = pod_allocation(&pod("-,0")).unwrap().unwrap();
+        assert_eq!(a.numa.as_ref().unwrap().zones, [None, Some(0)]);
+        assert_eq!(encode_numa_zones(a.numa.as_ref().unwrap()), "-,0");
+        for garbage in ["0", "0,1,2", "a,b", ""] {
+            let a = pod_allocation(&pod(garbage)).unwrap().unwrap();
+            assert_eq!(a.numa, None, "{garbage:?}");
+            assert_eq!(a.grant_count(), 1, "the allocation itself is read");
+        }
+    }
+}
