@@ -575,7 +575,7 @@ async fn populate(client: &kube::Client, concurrency: usize) {
                 }
                 create(&pods, &pp, &p).await;
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 5000 == 0 {
+                if n.is_multiple_of(5000) {
                     eprintln!("  {n} pods ({:.0} s)", t.elapsed().as_secs_f64());
                 }
             }

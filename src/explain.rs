@@ -460,7 +460,7 @@ fn zone_words(
 }
 
 fn cpus(milli: u64) -> String {
-    if milli % 1000 == 0 {
+    if milli.is_multiple_of(1000) {
         (milli / 1000).to_string()
     } else {
         format!("{:.1}", milli as f64 / 1000.0)

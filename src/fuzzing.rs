@@ -21,6 +21,10 @@ pub const TARGETS: &[(&str, Check)] = &[
         "admission_review",
         crate::admission::fuzzing::check_admission_review,
     ),
+    (
+        "extender_args",
+        crate::extender::fuzzing::check_extender_args,
+    ),
 ];
 
 /// The check of the named target; `None` for an unknown name.

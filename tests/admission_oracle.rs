@@ -94,7 +94,9 @@ mod oracle {
                         && res.percentage.is_none()
                         && nv.default_memory > 0
                         && final_cores != Some(100)
-                        && nv.default_memory % u64::from(nv.memory_factor) == 0
+                        && nv
+                            .default_memory
+                            .is_multiple_of(u64::from(nv.memory_factor))
                     {
                         let units = nv.default_memory / u64::from(nv.memory_factor);
                         set_limit(target, &nv.resource_memory_name, units.to_string());

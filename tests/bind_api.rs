@@ -1025,3 +1025,49 @@ async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
     // The pod is assumed on the node ranked best.
     assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
 }
+
+/// Each verb reads the pod once: `/filter`, `/prioritize` and `/bind`
+/// (through the API server, and standalone) each make one plan per call
+/// for a pod in no gang group. (Counted on this thread: a
+/// current-thread runtime runs the bind's own task here too.)
+#[tokio::test]
+async fn each_verb_plans_the_pod_once_per_call() {
+    use gpugate::placement::pod::plans_made_on_this_thread as plans;
+    let rig = Rig::new(&[node("gpu-1", 2)], &[], config(1.0));
+    let p = pod("ml", "p", "u-p", 1000, 10);
+    rig.api.put(&pod_path("ml", "p"), p.clone());
+    let before = plans();
+    let answer = rig.filter(&p, &["gpu-1"]);
+    assert_eq!(
+        answer.node_names.as_deref(),
+        Some(&["gpu-1".to_string()][..])
+    );
+    assert_eq!(plans() - before, 1, "/filter");
+    let before = plans();
+    let scores = rig.prioritize(&p, &["gpu-1"]);
+    assert_eq!(scores.len(), 1);
+    assert_eq!(plans() - before, 1, "/prioritize");
+    let before = plans();
+    assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");
+    assert_eq!(plans() - before, 1, "/bind through the API server");
+
+    // Standalone: the ledger is the truth.
+    let view = ClusterView::new();
+    let cluster = Arc::new(SharedCluster::new(view, true));
+    cluster
+        .write()
+        .upsert_node(&serde_json::from_value::<Node>(node("gpu-1", 2)).unwrap());
+    let extender = Extender::new(cluster.clone(), BindMode::Ledger);
+    let q = pod("ml", "q", "u-q", 1000, 10);
+    let body = json!({"Pod": q, "NodeNames": ["gpu-1"]});
+    let filtered = extender.filter(&rig.config, body.to_string().as_bytes());
+    assert_eq!(filtered.answer.error, "");
+    let before = plans();
+    let body = json!({"PodName": "q", "PodNamespace": "ml", "PodUID": "u-q", "Node": "gpu-1"});
+    let bound = extender
+        .bind(Arc::new(rig.config.clone()), body.to_string().as_bytes())
+        .await;
+    assert_eq!(bound.error, "");
+    assert_eq!(plans() - before, 1, "standalone /bind");
+    assert_eq!(cluster.read().held_allocation("u-q").unwrap().node, "gpu-1");
+}

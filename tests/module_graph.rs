@@ -627,3 +627,50 @@ fn the_reader_finds_uses_and_circles() {
         vec![vec!["a".to_string(), "b".into(), "c".into()]]
     );
 }
+
+/// Who may do what: a pod is planned only by `placement::pod` (so a call
+/// that reads its pod once plans it once), and a bind's reservation
+/// changes only through its handle: the view's transitions are private
+/// to `cluster::view::reservations`, so no other module can even name
+/// them.
+#[test]
+fn owners_alone_plan_pods_and_change_reservations() {
+    let planners: Vec<String> = modules()
+        .into_iter()
+        .filter(|m| m.path != "placement::pod" && m.path != "cluster::convert")
+        // Test modules in files of their own (`mod tests;`).
+        .filter(|m| !m.path.ends_with("::tests"))
+        .filter(|m| tokenize(&m.code).iter().any(|t| t == "pod_plan"))
+        .map(|m| m.path)
+        .collect();
+    assert!(
+        planners.is_empty(),
+        "plan pods without placement::pod::plan_of: {planners:?}"
+    );
+    let owner = strip_comments_and_strings(
+        &std::fs::read_to_string("src/cluster/view/reservations.rs").expect("read"),
+    );
+    let tokens = tokenize(&owner);
+    for mutator in [
+        "mark_bound",
+        "settle_reservation",
+        "release_reservation",
+        "place",
+    ] {
+        let declared: Vec<usize> = tokens
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[0] == "fn" && w[1] == mutator)
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!declared.is_empty(), "{mutator} is not declared there");
+        for i in declared {
+            // `pub fn`, `pub(crate) fn`, `pub(super) fn`: visible beyond.
+            let visibility = &tokens[i.saturating_sub(4)..i];
+            assert!(
+                !visibility.iter().any(|t| t == "pub"),
+                "ClusterView::{mutator} must stay private to the reservations module"
+            );
+        }
+    }
+}

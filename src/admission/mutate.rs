@@ -159,7 +159,9 @@ fn container_edits<'c>(
             && res.percentage.is_none()
             && nv.default_memory > 0
             && final_cores != Some(100)
-            && nv.default_memory % u64::from(nv.memory_factor) == 0
+            && nv
+                .default_memory
+                .is_multiple_of(u64::from(nv.memory_factor))
         {
             let units = nv.default_memory / u64::from(nv.memory_factor);
             target.set_limit(&nv.resource_memory_name, units.to_string());

@@ -121,15 +121,16 @@ impl QuotaLimits {
         add: QuotaAmount,
         memory_factor: u64,
     ) -> Result<(), QuotaExceeded> {
-        if let Some(limit) = self.memory_limit_mib(memory_factor) {
-            if add.mem_mib > 0 && used.mem_mib.saturating_add(add.mem_mib) > limit {
-                return Err(QuotaExceeded {
-                    resource: QuotaResource::Memory,
-                    used: used.mem_mib,
-                    requested: add.mem_mib,
-                    limit,
-                });
-            }
+        if let Some(limit) = self.memory_limit_mib(memory_factor)
+            && add.mem_mib > 0
+            && used.mem_mib.saturating_add(add.mem_mib) > limit
+        {
+            return Err(QuotaExceeded {
+                resource: QuotaResource::Memory,
+                used: used.mem_mib,
+                requested: add.mem_mib,
+                limit,
+            });
         }
         if let Some(limit) = self.cores
             && add.cores > 0

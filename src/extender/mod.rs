@@ -12,6 +12,7 @@
 
 pub mod error;
 pub mod filter;
+pub mod fuzzing;
 pub mod metrics;
 pub mod preempt;
 pub mod recent;

@@ -46,7 +46,7 @@ impl Reservation {
     /// The reservation is the truth from now on (standalone mode, where no
     /// watch will show the pod).
     pub fn settle(self, view: &mut ClusterView) {
-        view.settle(&self.uid, self.ticket);
+        view.settle_reservation(&self.uid, self.ticket);
     }
 
     /// The bind failed: the GPUs are free again. Whether the reservation
@@ -229,7 +229,7 @@ impl ClusterView {
     }
 
     /// The reservation `ticket` of the pod is the truth from now on.
-    fn settle(&mut self, key: &str, ticket: u64) {
+    fn settle_reservation(&mut self, key: &str, ticket: u64) {
         if let Some(p) = self.pods.get_mut(key).filter(|p| p.ticket == ticket) {
             p.stage = Stage::Settled;
             self.unsettled.remove(key);
