@@ -70,6 +70,13 @@ enum Read {
     Done(BindCode),
 }
 
+/// Why step 5 did not bind the pod.
+enum NotWritten {
+    /// Whether the Binding landed is unknown (why).
+    Unknown(String),
+    Failed(BindFailure),
+}
+
 /// What a failed `POST binding` left.
 enum BindingOutcome {
     Bound,
@@ -109,7 +116,7 @@ impl Transaction<'_> {
         let annotations = BindingAnnotations::of(&allocation);
         match self.write_binding(&pod, &annotations).await {
             Ok(()) => undo.bound(),
-            Err(BindingOutcome::Unknown(why)) => {
+            Err(NotWritten::Unknown(why)) => {
                 // Undoing a Binding that may have landed would leave a
                 // bound pod without its GPUs: keep everything, and let
                 // the watch show the truth.
@@ -120,13 +127,7 @@ impl Transaction<'_> {
                 );
                 return Err(self.binder.failed(pod.pod(), f));
             }
-            Err(BindingOutcome::NotBound(f)) => {
-                let f = f.unwrap_or_else(|| {
-                    BindFailure::new(BindCode::ApiError, format!("pod {who}: the Binding failed"))
-                });
-                return Err(undo.run(f).await);
-            }
-            Err(BindingOutcome::Bound) => undo.bound(),
+            Err(NotWritten::Failed(f)) => return Err(undo.run(f).await),
         }
         self.write_label(&annotations).await;
         tracing::info!(pod = %who, node = %self.target.node, devices = %annotations.devices(), "bound");
@@ -247,10 +248,11 @@ impl Transaction<'_> {
         // of it is still running): whatever the ledger holds for it is on
         // no node.
         view.begin_bind(&t.uid).map_err(|_| {
-            BindFailure::new(
+            let f = BindFailure::new(
                 BindCode::BindInProgress,
                 format!("pod {who}: another bind of this pod is in progress"),
-            )
+            );
+            self.binder.failed(pod.pod(), f)
         })?;
         let (allocation, reservation) = placement::reserve(
             &mut view,
@@ -327,7 +329,7 @@ impl Transaction<'_> {
         &self,
         pod: &PodToPlace,
         annotations: &BindingAnnotations,
-    ) -> Result<(), BindingOutcome> {
+    ) -> Result<(), NotWritten> {
         let t = self.target;
         let metadata = annotations.metadata(Timestamp::now().as_second());
         let Err(e) = self
@@ -338,21 +340,18 @@ impl Transaction<'_> {
         else {
             return Ok(());
         };
-        let who = t.who();
-        Err(
-            match self
-                .binding_outcome(pod.pod(), Some(annotations.devices()), &e)
-                .await
-            {
-                BindingOutcome::Bound => return Ok(()),
-                BindingOutcome::Unknown(why) => BindingOutcome::Unknown(format!(
-                    "{e}; whether the Binding landed is unknown ({why})"
-                )),
-                BindingOutcome::NotBound(f) => {
-                    BindingOutcome::NotBound(Some(f.unwrap_or_else(|| BindFailure::api(&who, &e))))
-                }
-            },
-        )
+        match self
+            .binding_outcome(pod.pod(), Some(annotations.devices()), &e)
+            .await
+        {
+            BindingOutcome::Bound => Ok(()),
+            BindingOutcome::Unknown(why) => Err(NotWritten::Unknown(format!(
+                "{e}; whether the Binding landed is unknown ({why})"
+            ))),
+            BindingOutcome::NotBound(f) => Err(NotWritten::Failed(
+                f.unwrap_or_else(|| BindFailure::api(&t.who(), &e)),
+            )),
+        }
     }
 
     /// An API server before 1.35 drops a Binding's labels: HAMi's

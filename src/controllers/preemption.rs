@@ -302,12 +302,10 @@ impl Preemptor {
         {
             return Outcome::Handled;
         }
-        let pod = match PodToPlace::read(pod, config, &cluster.read()) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(pod = %who, "preemption: {e}");
-                return Outcome::Failed;
-            }
+        // A pod that cannot be planned was never left without a node by
+        // /filter for want of capacity: nothing to preempt for.
+        let Ok(pod) = PodToPlace::read(pod, config, &cluster.read()) else {
+            return Outcome::Nowhere;
         };
         let Some(decision) = decide(cluster, config, &pod, &w.nodes) else {
             tracing::info!(pod = %who, "preemption: no node where evicting lower-priority pods makes room (for a gang: for every member still needed); nothing evicted");
