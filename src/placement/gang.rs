@@ -146,16 +146,7 @@ pub fn hold_for_rest(
     let mut trial = view.state().clone();
     let holds = place_gang(&mut trial, label, placed, &pending, None)?;
     let until = now_ms.saturating_add(hold_ms(config, label));
-    let mut held = 0;
-    for (key, allocation) in holds {
-        if view
-            .hold_for_gang(&key, &label.key, allocation, until)
-            .is_ok()
-        {
-            held += 1;
-        }
-    }
-    Ok(held)
+    Ok(view.replace_gang_holds(&label.key, holds, until))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
-use crate::cluster::view::Reservation;
+use crate::cluster::view::{Reservation, TakenHolds};
 use crate::config::Config;
 use crate::engine::gang::GangShortfall;
 use crate::engine::{Allocation, ApplyError, Rejection};
@@ -87,12 +87,10 @@ pub fn reserve(
         .map_err(|e| ReserveError::GangInvalid(e.to_string()))?;
     // Members are placed on the state without their group's holds; the
     // holds are recomputed below, or put back on failure.
-    let taken = label
-        .map(|l| view.take_gang_holds(&l.key))
-        .unwrap_or_default();
-    let restore = |view: &mut ClusterView, taken| {
-        if let Some(l) = label {
-            view.restore_gang_holds(&l.key, taken);
+    let taken = label.map(|l| view.take_gang_holds(&l.key));
+    let restore = |view: &mut ClusterView, taken: Option<TakenHolds>| {
+        if let Some(taken) = taken {
+            taken.restore(view);
         }
     };
     let allocation = match view.state().assign(&pod.plan, node) {
@@ -116,7 +114,8 @@ pub fn reserve(
             return Err(ReserveError::Ledger(e));
         }
     };
-    if let Some(l) = label {
+    // A member's group's holds are recomputed here (or put back on failure).
+    if let (Some(l), Some(taken)) = (label, taken) {
         match gang::hold_for_rest(view, config, l, key, now.as_millisecond()) {
             Ok(0) => {}
             Ok(held) => {
@@ -124,7 +123,7 @@ pub fn reserve(
             }
             Err(shortfall) => {
                 let _ = reservation.release(view);
-                restore(view, taken);
+                taken.restore(view);
                 return Err(ReserveError::GangNotFit {
                     node: node.to_string(),
                     shortfall,

@@ -34,14 +34,14 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
 
 use crate::engine::gang::GangKey;
-use crate::engine::{Allocation, ApplyError, ClusterState, Node, QuotaAmount};
+use crate::engine::{Allocation, ClusterState, Node, QuotaAmount};
 
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 
 pub use budgets::{BudgetedPod, Budgets, PackedLabels};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
-pub use reservations::{BindInProgress, Expired, Reservation};
+pub use reservations::{BindInProgress, Expired, Reservation, TakenHolds};
 pub use seen_locks::{SeenLock, SeenLocks};
 use served::Served;
 
@@ -441,38 +441,6 @@ impl ClusterView {
         self.gangs.members(group)
     }
 
-    /// Holds capacity for a member that is not bound yet, until `until_ms`
-    /// (Unix ms). Other pods see it as used; members of the group do not.
-    pub fn hold_for_gang(
-        &mut self,
-        key: &str,
-        group: &GangKey,
-        allocation: Allocation,
-        until_ms: i64,
-    ) -> Result<(), ApplyError> {
-        self.gangs
-            .hold(&mut self.state, key, group, allocation, until_ms)
-    }
-
-    /// Drops the capacity held for a member (it is being bound, or gone).
-    pub fn release_gang_hold(&mut self, key: &str) {
-        self.gangs.release(&mut self.state, key);
-    }
-
-    /// The holds of `group`, taken out of the state (to be put back with
-    /// [`ClusterView::restore_gang_holds`] if what replaces them fails).
-    pub fn take_gang_holds(&mut self, group: &GangKey) -> Vec<GangHold> {
-        self.gangs.take(&mut self.state, group)
-    }
-
-    /// Puts back holds taken with [`ClusterView::take_gang_holds`] (those
-    /// that still fit).
-    pub fn restore_gang_holds(&mut self, group: &GangKey, holds: Vec<GangHold>) {
-        for (k, a, until) in holds {
-            let _ = self.hold_for_gang(&k, group, a, until);
-        }
-    }
-
     /// The engine state without the holds of `group`: what its members are
     /// judged on.
     pub fn state_without_gang_holds(&self, group: &GangKey) -> ClusterState {
@@ -482,11 +450,6 @@ impl ClusterView {
     /// Whether `group` has holds.
     pub fn has_gang_holds(&self, group: &GangKey) -> bool {
         self.gangs.has_holds(group)
-    }
-
-    /// Drops holds that ended at or before `now_ms`; returns how many.
-    fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
-        self.gangs.expire(&mut self.state, now_ms)
     }
 
     /// Number of members capacity is held for.

@@ -5,20 +5,24 @@
 //! bind could take the same GPUs meanwhile. Nodes with such binds are
 //! busy: a new bind there would wait.
 //!
-//! This module owns their life. A bind's reservation is changed only
-//! through the [`Reservation`] that [`ClusterView::reserve`] returns
-//! (bound, settled, released); an assumption has no holder and ends by
-//! its time ([`ClusterView::expire`]), by its pod's next scheduling cycle
-//! ([`ClusterView::drop_assumed`]) or when its bind reserves. The
-//! transitions themselves are private to the view.
+//! This module owns their life, and that of the capacity held for gang
+//! members. A bind's reservation is changed only through the
+//! [`Reservation`] that [`ClusterView::reserve`] returns (bound, settled,
+//! released); an assumption has no holder and ends by its time
+//! ([`ClusterView::expire`]), by its pod's next scheduling cycle
+//! ([`ClusterView::drop_assumed`]) or when its bind reserves. A gang
+//! group's holds are replaced whole ([`ClusterView::replace_gang_holds`])
+//! or taken out while a member is placed and put back if that fails
+//! ([`TakenHolds`]). The transitions themselves are private to the view.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::engine::gang::GangKey;
 use crate::engine::{Allocation, ApplyError};
 
-use super::{ClusterView, HeldPod, Stage};
+use super::{ClusterView, GangHold, HeldPod, Stage};
 
 /// A bind's reservation of a pod's GPUs, made by
 /// [`ClusterView::reserve`]: the only way to change it. Each transition
@@ -54,6 +58,25 @@ impl Reservation {
     /// meanwhile).
     pub fn release(self, view: &mut ClusterView) -> bool {
         view.release_reservation(&self.uid, self.ticket)
+    }
+}
+
+/// A gang group's holds, taken out of the state while one of its members
+/// is placed: put back with [`TakenHolds::restore`] if that fails, or
+/// dropped once [`ClusterView::replace_gang_holds`] has recomputed them.
+#[derive(Debug)]
+#[must_use = "taken holds are restored, or dropped once replaced"]
+pub struct TakenHolds {
+    group: GangKey,
+    holds: Vec<GangHold>,
+}
+
+impl TakenHolds {
+    /// Puts the holds back (those that still fit).
+    pub fn restore(self, view: &mut ClusterView) {
+        for (key, allocation, until) in self.holds {
+            let _ = view.hold_for_gang(&key, &self.group, allocation, until);
+        }
     }
 }
 
@@ -114,6 +137,57 @@ impl ClusterView {
             gang_holds: self.expire_gang_holds(now_ms),
             nominations: self.expire_nominations(now_ms),
         }
+    }
+
+    /// The holds of `group`, taken out of the state: its members are placed
+    /// without them.
+    pub fn take_gang_holds(&mut self, group: &GangKey) -> TakenHolds {
+        TakenHolds {
+            group: group.clone(),
+            holds: self.gangs.take(&mut self.state, group),
+        }
+    }
+
+    /// Replaces the holds of `group` with `holds` (member UID and
+    /// allocation), each until `until_ms` (Unix ms). Returns how many were
+    /// made (an allocation the state refuses is left out).
+    pub fn replace_gang_holds(
+        &mut self,
+        group: &GangKey,
+        holds: Vec<(String, Allocation)>,
+        until_ms: i64,
+    ) -> usize {
+        let _ = self.gangs.take(&mut self.state, group);
+        holds
+            .into_iter()
+            .filter(|(key, allocation)| {
+                self.hold_for_gang(key, group, allocation.clone(), until_ms)
+                    .is_ok()
+            })
+            .count()
+    }
+
+    /// Holds capacity for a member that is not bound yet, until `until_ms`
+    /// (Unix ms). Other pods see it as used; members of the group do not.
+    pub(super) fn hold_for_gang(
+        &mut self,
+        key: &str,
+        group: &GangKey,
+        allocation: Allocation,
+        until_ms: i64,
+    ) -> Result<(), ApplyError> {
+        self.gangs
+            .hold(&mut self.state, key, group, allocation, until_ms)
+    }
+
+    /// Drops the capacity held for a member (it is being bound, or gone).
+    pub(super) fn release_gang_hold(&mut self, key: &str) {
+        self.gangs.release(&mut self.state, key);
+    }
+
+    /// Drops holds that ended at or before `now_ms`; returns how many.
+    pub(super) fn expire_gang_holds(&mut self, now_ms: i64) -> usize {
+        self.gangs.expire(&mut self.state, now_ms)
     }
 
     /// Whether anything may be due: assumptions, gang holds or
