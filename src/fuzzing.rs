@@ -17,6 +17,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("node_lock", hami::check_node_lock),
     ("handshake", hami::check_handshake),
     ("device_cordon", hami::check_device_cordon),
+    ("mig_allocations", hami::check_mig_allocations),
     (
         "admission_review",
         crate::admission::fuzzing::check_admission_review,

@@ -7,6 +7,7 @@ use gpugate::fuzzing;
 use gpugate::hami::cordon::{DeviceCordon, decode_device_cordon, encode_device_cordon};
 use gpugate::hami::handshake::{Handshake, decode_handshake, encode_handshake};
 use gpugate::hami::keys::VGPU_DEVICES_TO_ALLOCATE;
+use gpugate::hami::mig::{MigPlacement, MigProfile};
 use gpugate::hami::node_lock::{NodeLock, decode_node_lock, encode_node_lock};
 use gpugate::hami::pair_scores::{PairScores, decode_pair_scores, encode_pair_scores};
 use gpugate::hami::pod_devices::{
@@ -56,6 +57,7 @@ fn device_info(
         health,
         index,
         mode,
+        mig_profiles: Vec::new(),
     }
 }
 
@@ -207,6 +209,45 @@ proptest! {
         prop_assert_eq!(decode_node_devices(&text), Ok(d.clone()));
         // The hand-written encoder agrees with serde.
         prop_assert_eq!(Some(text), serde_json::to_string(&d).ok());
+    }
+
+    /// A MIG GPU's profiles (HAMi v2.10) survive the JSON form, whatever
+    /// their names, numbers and placements.
+    #[test]
+    fn register_mig_profiles_round_trip(
+        profiles in btree_map(
+            "[0-9]g\\.[0-9]{1,3}gb(\\+me)?",
+            (int32_u32(), 0..=100u32, 1..=8u32,
+             vec((0..8u32, 1..=8u32), 0..8)),
+            1..6,
+        )
+    ) {
+        let mig_profiles: Vec<MigProfile> = profiles
+            .into_iter()
+            .map(|(name, (memory_mib, cores, slice_count, placements))| MigProfile {
+                name,
+                memory_mib,
+                cores,
+                slice_count,
+                placements: placements
+                    .into_iter()
+                    .map(|(start, size)| MigPlacement { start, size })
+                    .collect(),
+            })
+            .collect();
+        let d = vec![DeviceInfo {
+            id: "GPU-a".into(),
+            count: 7,
+            devmem: 40960,
+            devcore: 100,
+            device_type: "NVIDIA A100-SXM4-40GB".into(),
+            mode: "mig".into(),
+            health: true,
+            mig_profiles,
+            ..DeviceInfo::default()
+        }];
+        let text = encode_node_devices_json(&d);
+        prop_assert_eq!(decode_node_devices(&text), Ok(d));
     }
 
     #[test]

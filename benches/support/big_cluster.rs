@@ -120,6 +120,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                     health: true,
                     index: i,
                     mode: "hami-core".to_string(),
+                    mig_profiles: Vec::new(),
                 })
                 .collect();
             // Both directions, as HAMi's device plugin writes them.

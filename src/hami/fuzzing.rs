@@ -9,7 +9,7 @@
 use jiff::Timestamp;
 
 use super::keys::VGPU_DEVICES_ALLOCATED;
-use super::{cordon, handshake, node_lock, pair_scores, pod_devices, register};
+use super::{cordon, handshake, mig, node_lock, pair_scores, pod_devices, register};
 
 fn text(data: &[u8]) -> Option<&str> {
     std::str::from_utf8(data).ok()
@@ -29,9 +29,10 @@ pub fn check_node_register(data: &[u8]) {
     );
     let legacy = register::encode_node_devices_legacy(&devices);
     let representable = devices.iter().all(|d| {
-        [&d.id, &d.device_type, &d.mode]
-            .iter()
-            .all(|s| !s.contains([',', ':']))
+        d.mig_profiles.is_empty()
+            && [&d.id, &d.device_type, &d.mode]
+                .iter()
+                .all(|s| !s.contains([',', ':']))
     }) && legacy.trim() == legacy
         && !legacy.starts_with(['[', '{']);
     if representable {
@@ -41,6 +42,25 @@ pub fn check_node_register(data: &[u8]) {
             "legacy {legacy:?}"
         );
     }
+}
+
+/// `hami.io/vgpu-mig-allocations`: what decodes encodes to the same
+/// entries, and no two entries name one (container, device) pair.
+pub fn check_mig_allocations(data: &[u8]) {
+    let Some(Ok(entries)) = text(data).map(mig::decode_mig_allocations) else {
+        return;
+    };
+    let encoded = mig::encode_mig_allocations(&entries);
+    assert_eq!(
+        mig::decode_mig_allocations(&encoded).as_ref(),
+        Ok(&entries),
+        "{encoded:?}"
+    );
+    let pairs: std::collections::BTreeSet<(u32, u32)> = entries
+        .iter()
+        .map(|e| (e.container_index, e.device_index))
+        .collect();
+    assert_eq!(pairs.len(), entries.len());
 }
 
 /// `hami.io/node-nvidia-score`.

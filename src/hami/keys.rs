@@ -19,6 +19,9 @@ pub const VGPU_TIME: &str = "hami.io/vgpu-time";
 pub const VGPU_DEVICES_TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
 /// Pod: devices allocated; never changed after bind. The ledger reads this.
 pub const VGPU_DEVICES_ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
+/// Pod: the MIG instance of each MIG grant (JSON, HAMi v2.10); the device
+/// plugin adds the instance's runtime ids.
+pub const VGPU_MIG_ALLOCATIONS: &str = "hami.io/vgpu-mig-allocations";
 /// Pod: `allocating`, then `success` or `failed` (device plugin).
 pub const BIND_PHASE: &str = "hami.io/bind-phase";
 /// Pod: Unix seconds of the bind.
@@ -37,6 +40,11 @@ pub const NOUSE_GPU_TYPE: &str = "nvidia.com/nouse-gputype";
 pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
 /// Pod: GPU UUIDs to avoid (comma list).
 pub const NOUSE_GPU_UUID: &str = "nvidia.com/nouse-gpuuuid";
+/// Pod: only GPUs whose device mode contains this value (`hami-core`,
+/// `mig`, `mps`; HAMi's substring rule).
+pub const VGPU_MODE: &str = "nvidia.com/vgpu-mode";
+/// Pod: weights of HAMi's device score, `slot=…,core=…,memory=…`.
+pub const DEVICE_SCORING_WEIGHTS: &str = "hami.io/device-scoring-weights";
 /// Pod: `"true"` puts all GPUs of a container on one NUMA node.
 pub const NUMA_BIND: &str = "nvidia.com/numa-bind";
 

@@ -11,6 +11,7 @@ pub mod cordon;
 pub mod fuzzing;
 pub mod handshake;
 pub mod keys;
+pub mod mig;
 pub mod node_lock;
 pub mod pair_scores;
 pub mod pod_devices;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::DecodeError;
 use super::keys::NODE_NVIDIA_REGISTER;
+use super::mig::{MigProfile, decode_mig_profiles, mig_profiles_json};
 
 /// One GPU as HAMi's device plugin registers it.
 ///
@@ -44,6 +45,10 @@ pub struct DeviceInfo {
     /// `hami-core`, `mig` or `mps`; empty when the plugin did not say.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub mode: String,
+    /// A MIG GPU's allowed profiles with their placements (HAMi v2.10);
+    /// read and written by hand ([`super::mig`]).
+    #[serde(skip)]
+    pub mig_profiles: Vec<MigProfile>,
 }
 
 /// The mode HAMi assumes for devices registered in the 7-field text form.
@@ -111,6 +116,12 @@ pub fn encode_node_devices_json(devices: &[DeviceInfo]) -> String {
         if !d.mode.is_empty() {
             out.push_str(&format!(",\"mode\":{}", json_string(&d.mode)));
         }
+        if !d.mig_profiles.is_empty() {
+            out.push_str(&format!(
+                ",\"migProfiles\":{}",
+                mig_profiles_json(&d.mig_profiles)
+            ));
+        }
         out.push('}');
     }
     out.push(']');
@@ -168,8 +179,9 @@ fn decode_json(value: &str) -> Result<Vec<DeviceInfo>, DecodeError> {
 }
 
 /// One device of the JSON form. Absent and `null` fields take their zero
-/// value (Go's `omitempty` leaves zero values out); unknown fields such as
-/// `migProfiles`, `devicevendor` and `custominfo` are ignored.
+/// value (Go's `omitempty` leaves zero values out); `migProfiles` is read
+/// as HAMi v2.10 writes it ([`super::mig`]); unknown fields such as
+/// `devicevendor` and `custominfo` are ignored.
 fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeError> {
     let id = json_str(i, "", obj, "id")?;
     let u32_field = |field: &'static str, max: u32| -> Result<u32, DecodeError> {
@@ -197,6 +209,7 @@ fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeE
     Ok(DeviceInfo {
         device_type: json_str(i, &id, obj, "type")?,
         mode: json_str(i, &id, obj, "mode")?,
+        mig_profiles: decode_mig_profiles(obj.get("migProfiles"), &format!("device {i} ({id:?})"))?,
         id,
         count,
         devmem,
@@ -330,6 +343,8 @@ fn legacy_device(i: usize, piece: &str) -> Result<DeviceInfo, DecodeError> {
         })?,
         index,
         mode,
+        // The text form predates MIG profiles.
+        mig_profiles: Vec::new(),
     })
 }
 
@@ -357,6 +372,7 @@ mod tests {
             health: true,
             index,
             mode: "hami-core".to_string(),
+            mig_profiles: Vec::new(),
         }
     }
 
@@ -380,12 +396,15 @@ mod tests {
                 health: true,
                 index: 0,
                 mode: String::new(),
+                mig_profiles: Vec::new(),
             }]
         );
         // HAMi's example has no mode, so encoding gives back the same bytes.
         assert_eq!(encode_node_devices_json(&d), v);
     }
 
+    /// `migProfiles` (HAMi v2.10) is read; fields HAMi's plugin never
+    /// writes are ignored.
     #[test]
     fn json_absent_null_and_unknown_fields() {
         let v = r#" [{"id":"GPU-1","type":null,"migProfiles":[{"name":"1g.10gb","memoryMB":10240}],
@@ -398,6 +417,13 @@ mod tests {
                 index: 3,
                 numa: -1,
                 mode: "mig".into(),
+                mig_profiles: vec![crate::hami::mig::MigProfile {
+                    name: "1g.10gb".into(),
+                    memory_mib: 10240,
+                    cores: 0,
+                    slice_count: 0,
+                    placements: Vec::new(),
+                }],
                 ..DeviceInfo::default()
             }]
         );
