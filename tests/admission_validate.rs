@@ -235,3 +235,57 @@ fn variables_that_bypass_the_vgpu_limits_are_denied() {
         "{w:?}"
     );
 }
+
+/// HAMi v2.10's newer pod annotations: `nvidia.com/vgpu-mode` (a part of a
+/// device mode: `hami-core`, `mig`, `mps`) and
+/// `hami.io/device-scoring-weights` (exactly `slot`, `core` and `memory`,
+/// whole numbers, not all 0) are admitted when HAMi would read them, and
+/// refused with what is wrong at admission rather than failing the
+/// extender's filter call later.
+#[test]
+fn vgpu_mode_and_scoring_weights_are_checked_at_admission() {
+    let with = |key: &str, value: &str| {
+        let mut pod = fixture("slice.yaml");
+        pod["metadata"]["annotations"][key] = json!(value);
+        validate_pod(&pod, &Config::default(), None)
+    };
+    for (key, value) in [
+        ("nvidia.com/vgpu-mode", "hami-core"),
+        ("nvidia.com/vgpu-mode", "mig"),
+        ("nvidia.com/vgpu-mode", "core"),
+        ("hami.io/device-scoring-weights", "slot=1,core=2,memory=3"),
+        ("hami.io/device-scoring-weights", "memory=1,slot=0,core=0"),
+    ] {
+        assert!(
+            matches!(with(key, value), Validation::Allow { .. }),
+            "{key}={value}"
+        );
+    }
+    for (key, value, says) in [
+        ("nvidia.com/vgpu-mode", "cuda", "part of no device mode"),
+        (
+            "hami.io/device-scoring-weights",
+            "slot=1,core=2",
+            "exactly slot=N,core=N,memory=N",
+        ),
+        (
+            "hami.io/device-scoring-weights",
+            "slot=0,core=0,memory=0",
+            "all 0",
+        ),
+        (
+            "hami.io/device-scoring-weights",
+            "slot=1,core=1,gpu=1",
+            "unknown key \"gpu\"",
+        ),
+    ] {
+        match with(key, value) {
+            Validation::Deny(d) => assert!(
+                d.message.contains(key) && d.message.contains(says),
+                "{key}={value}: {}",
+                d.message
+            ),
+            other => panic!("{key}={value}: expected a denial, got {other:?}"),
+        }
+    }
+}

@@ -74,6 +74,7 @@ impl DenyReason {
             crate::engine::PlanError::Request(_) => DenyReason::InvalidRequest,
             crate::engine::PlanError::Selection(_) => DenyReason::InvalidAnnotation,
             crate::engine::PlanError::Policy { .. } => DenyReason::UnknownPolicy,
+            crate::engine::PlanError::Weights(_) => DenyReason::InvalidAnnotation,
         }
     }
 }

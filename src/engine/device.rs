@@ -124,6 +124,15 @@ impl Gpu {
         &self.mode
     }
 
+    /// The mode, `hami-core` when the device plugin registered none.
+    pub fn mode_or_default(&self) -> &str {
+        if self.mode.is_empty() {
+            "hami-core"
+        } else {
+            &self.mode
+        }
+    }
+
     /// Sets the mode and whether gpugate can share the GPU under it.
     pub fn set_mode(&mut self, mode: impl Into<String>) {
         self.mode = mode.into();

@@ -7,7 +7,7 @@ use super::device::{Node, Usage};
 use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
-use super::policy::{GpuPolicy, device_score};
+use super::policy::{GpuPolicy, ScoringWeights, device_score};
 use super::reason::{Reason, ReasonCounts, Rejection};
 use super::request::GpuRequest;
 use super::topology;
@@ -145,12 +145,20 @@ fn fit_container(
     }
     s.chosen.clear();
     let ok = if plan.selection.numa_bind {
-        choose_numa_bound(node, usage, n, plan.gpu_policy, s)
+        choose_numa_bound(node, usage, n, (plan.gpu_policy, plan.scoring_weights), s)
     } else {
         let mut pool = std::mem::take(&mut s.pool);
         pool.clear();
         pool.extend(0..s.candidates.len());
-        let chosen = choose_among(node, usage, &pool, n, plan.gpu_policy, s).is_some();
+        let chosen = choose_among(
+            node,
+            usage,
+            &pool,
+            n,
+            (plan.gpu_policy, plan.scoring_weights),
+            s,
+        )
+        .is_some();
         s.pool = pool;
         chosen
     };
@@ -176,7 +184,7 @@ fn choose_among(
     usage: &[Usage],
     pool: &[usize],
     n: usize,
-    policy: GpuPolicy,
+    (policy, weights): (GpuPolicy, ScoringWeights),
     s: &mut Scratch,
 ) -> Option<f64> {
     if pool.len() < n {
@@ -192,7 +200,10 @@ fn choose_among(
                 .map(|&c| {
                     let (pos, take) = s.candidates[c];
                     let used = usage.get(pos).copied().unwrap_or_default();
-                    (device_score(&node.gpus[pos].capacity, &used, &take), pos)
+                    (
+                        device_score(&node.gpus[pos].capacity, &used, &take, weights),
+                        pos,
+                    )
                 })
                 .collect();
             ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -222,7 +233,7 @@ fn choose_among(
                 let gpu = &node.gpus[pos];
                 let used = usage.get(pos).copied().unwrap_or_default();
                 let key = ChainCandidate {
-                    score: device_score(&gpu.capacity, &used, &take),
+                    score: device_score(&gpu.capacity, &used, &take, weights),
                     numa: gpu.numa,
                     index: gpu.index,
                 };
@@ -240,7 +251,7 @@ fn choose_among(
             for &c in pool {
                 let (pos, take) = s.candidates[c];
                 let used = usage.get(pos).copied().unwrap_or_default();
-                let score = device_score(&node.gpus[pos].capacity, &used, &take);
+                let score = device_score(&node.gpus[pos].capacity, &used, &take, weights);
                 // Binpack tries the fullest GPU first, spread the emptiest.
                 let key = if policy == GpuPolicy::Binpack {
                     -score
@@ -270,7 +281,7 @@ fn choose_numa_bound(
     node: &Node,
     usage: &[Usage],
     n: usize,
-    policy: GpuPolicy,
+    policy: (GpuPolicy, ScoringWeights),
     s: &mut Scratch,
 ) -> bool {
     let mut numas: Vec<i32> = s
@@ -280,7 +291,7 @@ fn choose_numa_bound(
         .collect();
     numas.sort_unstable();
     numas.dedup();
-    if matches!(policy, GpuPolicy::Chain(_)) && !policy.is_topology() {
+    if matches!(policy.0, GpuPolicy::Chain(_)) && !policy.0.is_topology() {
         return numas.iter().rev().any(|&numa| {
             let pool: Vec<usize> = (0..s.candidates.len())
                 .filter(|&c| node.gpus[s.candidates[c].0].numa == numa)

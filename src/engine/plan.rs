@@ -6,7 +6,7 @@ use crate::hami::keys;
 use super::annotations::Annotations;
 use super::numa::NumaRequest;
 use super::numa_score::NumaScoring;
-use super::policy::{GpuPolicy, NodePolicy, UnknownPolicy};
+use super::policy::{GpuPolicy, NodePolicy, ScoringWeights, UnknownPolicy};
 use super::request::{PodRequest, RequestError};
 use super::selection::{Selection, SelectionError};
 
@@ -22,6 +22,8 @@ pub struct PodPlan {
     pub numa: NumaRequest,
     /// How nodes are ranked by their NUMA zones (config `scheduler.numa`).
     pub numa_scoring: NumaScoring,
+    /// The device score's weights (`hami.io/device-scoring-weights`).
+    pub scoring_weights: ScoringWeights,
 }
 
 /// Why a pod cannot be planned.
@@ -36,6 +38,8 @@ pub enum PlanError {
         annotation: &'static str,
         source: UnknownPolicy,
     },
+    #[error("annotation hami.io/device-scoring-weights: {0}")]
+    Weights(String),
 }
 
 /// The policies of a pod whose annotations name none (config `scheduler`).
@@ -60,6 +64,10 @@ impl PodPlan {
             gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
             numa: NumaRequest::default(),
             numa_scoring: NumaScoring::default(),
+            scoring_weights: match annotations.annotation(keys::DEVICE_SCORING_WEIGHTS) {
+                None => ScoringWeights::default(),
+                Some(v) => v.parse().map_err(PlanError::Weights)?,
+            },
         })
     }
 
@@ -72,6 +80,7 @@ impl PodPlan {
             gpu_policy,
             numa: NumaRequest::default(),
             numa_scoring: NumaScoring::default(),
+            scoring_weights: ScoringWeights::default(),
         }
     }
 }

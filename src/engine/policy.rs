@@ -219,22 +219,139 @@ pub fn node_better(policy: NodePolicy, a: f64, b: f64) -> bool {
     }
 }
 
-/// HAMi's device score, `10 × ((req+Used)/Count + (cores+Usedcores)/Totalcore
-/// plus (mem+Usedmem)/Totalmem)`, 0 when any denominator is 0. `request` is
-/// the container's demand on this GPU (one slot, its MiB and cores) or zero.
-pub fn device_score(capacity: &Usage, used: &Usage, request: &Usage) -> f64 {
+/// The weights of the device score's three terms, from a pod's
+/// `hami.io/device-scoring-weights` (HAMi v2.10): `slot=…,core=…,memory=…`,
+/// exactly those three keys in any order, whole numbers of at least 0, not
+/// all 0. Without the annotation each is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScoringWeights {
+    pub slot: u32,
+    pub core: u32,
+    pub memory: u32,
+}
+
+impl Default for ScoringWeights {
+    fn default() -> Self {
+        ScoringWeights {
+            slot: 1,
+            core: 1,
+            memory: 1,
+        }
+    }
+}
+
+impl std::str::FromStr for ScoringWeights {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        const FORM: &str = "expected exactly slot=N,core=N,memory=N (whole numbers, not all 0)";
+        let mut got: [Option<u32>; 3] = [None; 3];
+        let entries: Vec<&str> = value.split(',').map(str::trim).collect();
+        if entries.len() != 3 {
+            return Err(format!("{value:?}: {FORM}"));
+        }
+        for entry in entries {
+            let Some((key, n)) = entry.split_once('=') else {
+                return Err(format!("{entry:?} is not key=N: {FORM}"));
+            };
+            let slot = match key.trim() {
+                "slot" => 0,
+                "core" => 1,
+                "memory" => 2,
+                other => return Err(format!("unknown key {other:?}: {FORM}")),
+            };
+            let n: u32 = n
+                .trim()
+                .parse()
+                .map_err(|_| format!("{entry:?}: {n:?} is not a whole number of at least 0"))?;
+            if got[slot].replace(n).is_some() {
+                return Err(format!("{:?} is given twice: {FORM}", key.trim()));
+            }
+        }
+        let [Some(slot), Some(core), Some(memory)] = got else {
+            return Err(format!("{value:?}: {FORM}"));
+        };
+        if slot == 0 && core == 0 && memory == 0 {
+            return Err(format!("{value:?}: the weights are all 0"));
+        }
+        Ok(ScoringWeights { slot, core, memory })
+    }
+}
+
+/// HAMi's device score, `10 × (wSlot·(req+Used)/Count +
+/// wCore·(cores+Usedcores)/Totalcore + wMem·(mem+Usedmem)/Totalmem)`, 0
+/// when any denominator is 0. `request` is the container's demand on this
+/// GPU (one slot, its MiB and cores) or zero.
+pub fn device_score(capacity: &Usage, used: &Usage, request: &Usage, w: ScoringWeights) -> f64 {
     if capacity.slots == 0 || capacity.cores == 0 || capacity.mem_mib == 0 {
         return 0.0;
     }
     WEIGHT
-        * ((request.slots as f64 + used.slots as f64) / capacity.slots as f64
-            + (request.cores as f64 + used.cores as f64) / capacity.cores as f64
-            + (request.mem_mib as f64 + used.mem_mib as f64) / capacity.mem_mib as f64)
+        * (f64::from(w.slot) * (request.slots as f64 + used.slots as f64) / capacity.slots as f64
+            + f64::from(w.core) * (request.cores as f64 + used.cores as f64)
+                / capacity.cores as f64
+            + f64::from(w.memory) * (request.mem_mib as f64 + used.mem_mib as f64)
+                / capacity.mem_mib as f64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const W: ScoringWeights = ScoringWeights {
+        slot: 1,
+        core: 1,
+        memory: 1,
+    };
+
+    /// hami.io/device-scoring-weights as HAMi v2.10 reads it: exactly the
+    /// three keys, any order, whole numbers, not all zero.
+    #[test]
+    fn scoring_weights_follow_hamis_rule() {
+        let w = |s: &str| s.parse::<ScoringWeights>();
+        assert_eq!(
+            w("slot=0,core=2,memory=5"),
+            Ok(ScoringWeights {
+                slot: 0,
+                core: 2,
+                memory: 5
+            })
+        );
+        assert_eq!(
+            w("memory=1, slot=3 ,core=0"),
+            Ok(ScoringWeights {
+                slot: 3,
+                core: 0,
+                memory: 1
+            })
+        );
+        for bad in [
+            "",
+            "slot=1,core=1",
+            "slot=1,core=1,memory=1,slot=1",
+            "slot=1,core=1,mem=1",
+            "slot=1,slot=1,memory=1",
+            "slot=-1,core=1,memory=1",
+            "slot=1.5,core=1,memory=1",
+            "slot=0,core=0,memory=0",
+            "slot,core=1,memory=1",
+        ] {
+            assert!(w(bad).is_err(), "{bad:?}");
+        }
+        // Weights scale their term: only memory counts here.
+        let only_memory = ScoringWeights {
+            slot: 0,
+            core: 0,
+            memory: 1,
+        };
+        let s = device_score(
+            &u(10, 8192, 100),
+            &u(5, 2048, 50),
+            &Usage::default(),
+            only_memory,
+        );
+        assert!((s - 2.5).abs() < 1e-9, "{s}");
+    }
 
     fn u(slots: u32, mem_mib: u64, cores: u32) -> Usage {
         Usage {
@@ -247,7 +364,7 @@ mod tests {
     #[test]
     fn device_score_matches_hami_reference() {
         // hami-compat.md 6: Count 10 / Used 2, cores 1/4, memory 2048/8192 -> 7.0
-        let s = device_score(&u(10, 8192, 4), &u(2, 2048, 1), &Usage::default());
+        let s = device_score(&u(10, 8192, 4), &u(2, 2048, 1), &Usage::default(), W);
         assert!((s - 7.0).abs() < 1e-9, "{s}");
     }
 
@@ -257,15 +374,18 @@ mod tests {
         // (1000+2000)/8000 = 6.75 and GPU2 (20+70)/100 + (1000+6000)/8000 = 17.75
         // (x10); with the slot term both gain the same (1+0)/10 here.
         let req = u(1, 1000, 20);
-        let g1 = device_score(&u(10, 8000, 100), &u(0, 2000, 10), &req);
-        let g2 = device_score(&u(10, 8000, 100), &u(0, 6000, 70), &req);
+        let g1 = device_score(&u(10, 8000, 100), &u(0, 2000, 10), &req, W);
+        let g2 = device_score(&u(10, 8000, 100), &u(0, 6000, 70), &req, W);
         assert!((g1 - (6.75 + 1.0)).abs() < 1e-9, "{g1}");
         assert!((g2 - (17.75 + 1.0)).abs() < 1e-9, "{g2}");
     }
 
     #[test]
     fn zero_denominators_give_zero() {
-        assert_eq!(device_score(&u(0, 10, 10), &u(1, 1, 1), &u(1, 1, 1)), 0.0);
+        assert_eq!(
+            device_score(&u(0, 10, 10), &u(1, 1, 1), &u(1, 1, 1), W),
+            0.0
+        );
         assert_eq!(node_score(&NodeTotals::default()), 0.0);
     }
 

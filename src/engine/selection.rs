@@ -75,7 +75,14 @@ pub struct Selection {
     pub avoid_uuids: Vec<String>,
     /// All GPUs of a container on one NUMA node.
     pub numa_bind: bool,
+    /// `nvidia.com/vgpu-mode`: only GPUs whose device mode contains it
+    /// (HAMi's substring rule; a GPU registered without a mode is
+    /// `hami-core`).
+    pub mode: Option<String>,
 }
+
+/// The device modes HAMi's device plugin registers.
+pub const DEVICE_MODES: [&str; 3] = ["hami-core", "mig", "mps"];
 
 /// An annotation value that cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,7 +118,21 @@ impl Selection {
                 });
             }
         };
+        let mode = match annotations.annotation(keys::VGPU_MODE).map(str::trim) {
+            None | Some("") => None,
+            Some(v) if DEVICE_MODES.iter().any(|m| m.contains(v)) => Some(v.to_string()),
+            Some(v) => {
+                return Err(SelectionError {
+                    annotation: keys::VGPU_MODE,
+                    problem: format!(
+                        "{v:?} is part of no device mode: allowed {} (or a part of one)",
+                        DEVICE_MODES.join(", ")
+                    ),
+                });
+            }
+        };
         Ok(Selection {
+            mode,
             use_models: models(keys::USE_GPU_TYPE),
             avoid_models: models(keys::NOUSE_GPU_TYPE),
             use_uuids: uuids(keys::USE_GPU_UUID),
@@ -123,6 +144,10 @@ impl Selection {
     /// The model (and mode) check: `CardTypeMismatch` when false.
     pub fn accepts_model(&self, gpu: &Gpu) -> bool {
         gpu.is_shareable_mode()
+            && self
+                .mode
+                .as_deref()
+                .is_none_or(|m| gpu.mode_or_default().contains(m))
             && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
             && !self.avoid_models.iter().any(|p| p.matches(gpu))
     }
@@ -138,6 +163,39 @@ impl Selection {
 mod tests {
     use super::*;
     use crate::engine::device::Usage;
+
+    /// HAMi v2.10's mode filter: `nvidia.com/vgpu-mode` must be a part of
+    /// the device's mode; without the annotation any mode gpugate shares
+    /// fits (`mps` behaves as `hami-core`; a GPU registered without a mode
+    /// is `hami-core`).
+    #[test]
+    fn vgpu_mode_is_hamis_substring_rule() {
+        let gpu = |mode: &str| {
+            let mut g = Gpu::new("GPU-0", 0, "NVIDIA A100", Usage::default());
+            g.set_mode(mode);
+            g
+        };
+        let selection = |mode: Option<&str>| {
+            let annotations: std::collections::BTreeMap<String, String> = mode
+                .map(|m| (keys::VGPU_MODE.to_string(), m.to_string()))
+                .into_iter()
+                .collect();
+            Selection::from_annotations(&annotations).unwrap()
+        };
+        let fits = |mode: Option<&str>, device: &str| selection(mode).accepts_model(&gpu(device));
+        for device in ["hami-core", "", "mps"] {
+            assert!(fits(None, device), "no annotation, {device:?}");
+        }
+        assert!(fits(Some("hami-core"), "hami-core") && fits(Some("hami-core"), ""));
+        assert!(fits(Some("core"), "hami-core") && !fits(Some("core"), "mps"));
+        assert!(fits(Some("mps"), "mps") && !fits(Some("mps"), "hami-core"));
+        // MIG GPUs are not shared yet: a pod asking for mig fits nowhere.
+        assert!(!fits(Some("mig"), "hami-core") && !fits(Some("mig"), "mig"));
+        assert!(!fits(None, "mig"));
+        let bad: std::collections::BTreeMap<String, String> =
+            [(keys::VGPU_MODE.to_string(), "cuda".to_string())].into();
+        assert!(Selection::from_annotations(&bad).is_err());
+    }
     use std::collections::BTreeMap;
 
     fn gpu(model: &str) -> Gpu {
