@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Node as K8sNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::Config;
+use crate::engine::gang::Membership;
 use crate::engine::numa::NumaRequest;
 use crate::engine::request::{ContainerSpec, RequestError};
 use crate::engine::{Gpu, Node, PlanError, PodPlan, PodRequest, Usage};
@@ -64,6 +65,19 @@ impl ContainerSpec for Container {
 
 fn quantity_in<'a>(map: &'a BTreeMap<String, Quantity>, resource: &str) -> Option<&'a str> {
     map.get(resource).map(|q| q.0.as_str())
+}
+
+/// What names the pod's gang group: its labels, and
+/// `spec.schedulingGroup.podGroupName`.
+pub fn membership(pod: &Pod) -> Membership<'_> {
+    Membership {
+        labels: pod.metadata.labels.as_ref(),
+        pod_group_name: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.as_deref()),
+    }
 }
 
 /// A node whose GPUs cannot be read.

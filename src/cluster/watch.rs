@@ -111,6 +111,11 @@ impl Watched for Pod {
                 l.contains_key(crate::engine::gang::GROUP_NAME)
                     || l.contains_key(crate::engine::gang::POD_GROUP_LABEL)
             })
+            || self
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_group.as_ref())
+                .is_some_and(|g| g.pod_group_name.is_some())
     }
 }
 

@@ -2,9 +2,11 @@
 //! lives in the pod's namespace and is named either
 //!
 //! - by the label `scheduling.x-k8s.io/pod-group` (scheduler-plugins'
-//!   Coscheduling, as HAMi v2.10 reads it), with `minMember` and
-//!   `scheduleTimeoutSeconds` from the PodGroup object of that name
-//!   (`scheduling.x-k8s.io/v1alpha1`); or
+//!   Coscheduling, as HAMi v2.10 reads it), or, without it, by
+//!   `spec.schedulingGroup.podGroupName` (Kubernetes 1.36, alpha; HAMi
+//!   v2.10 reads it too), with `minMember` and `scheduleTimeoutSeconds`
+//!   from the PodGroup object of that name (`scheduling.x-k8s.io/v1alpha1`);
+//!   or
 //! - by the older lightweight-coscheduling labels
 //!   `pod-group.scheduling.sigs.k8s.io/name` and `.../min-available`,
 //!   which win when a pod carries both.
@@ -78,25 +80,70 @@ impl GangLabel {
     }
 }
 
-/// The group a pod's labels name, whichever labels name it (membership;
-/// how many members the group needs is [`gang_label`]'s).
-pub fn group_key(namespace: &str, labels: &BTreeMap<String, String>) -> Option<GangKey> {
-    [GROUP_NAME, POD_GROUP_LABEL]
-        .iter()
-        .find_map(|k| labels.get(*k).filter(|n| !n.is_empty()))
+/// What names a pod's group: its labels, and its
+/// `spec.schedulingGroup.podGroupName`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Membership<'a> {
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    /// `spec.schedulingGroup.podGroupName` (Kubernetes 1.36, alpha).
+    pub pod_group_name: Option<&'a str>,
+}
+
+impl<'a> From<&'a BTreeMap<String, String>> for Membership<'a> {
+    fn from(labels: &'a BTreeMap<String, String>) -> Self {
+        Membership {
+            labels: Some(labels),
+            pod_group_name: None,
+        }
+    }
+}
+
+impl<'a> Membership<'a> {
+    fn label(&self, key: &str) -> Option<&'a str> {
+        self.labels?
+            .get(key)
+            .map(String::as_str)
+            .filter(|n| !n.is_empty())
+    }
+
+    /// The PodGroup the pod names, and how it names it (for messages):
+    /// the label, or else the field.
+    fn pod_group(&self) -> Option<(&'a str, String)> {
+        match self.label(POD_GROUP_LABEL) {
+            Some(name) => Some((name, format!("label {POD_GROUP_LABEL}={name}"))),
+            None => self
+                .pod_group_name
+                .filter(|n| !n.is_empty())
+                .map(|name| (name, format!("spec.schedulingGroup.podGroupName={name}"))),
+        }
+    }
+}
+
+/// The group a pod names, whichever way it names it (membership; how many
+/// members the group needs is [`gang_label`]'s).
+pub fn group_key<'a>(namespace: &str, names: impl Into<Membership<'a>>) -> Option<GangKey> {
+    let m = names.into();
+    m.label(GROUP_NAME)
+        .or_else(|| m.pod_group().map(|(name, _)| name))
         .map(|name| GangKey {
             namespace: namespace.to_string(),
-            name: name.clone(),
+            name: name.to_string(),
         })
 }
 
 /// Whether the pod names a PodGroup that cannot be enforced because the
 /// PodGroup kind is not served: it is then placed on its own (and the
-/// extender says so in a warning event).
-pub fn pod_group_unserved(labels: &BTreeMap<String, String>, groups: PodGroups<'_>) -> bool {
-    matches!(groups, PodGroups::NotServed)
-        && labels.get(GROUP_NAME).is_none_or(|n| n.is_empty())
-        && labels.get(POD_GROUP_LABEL).is_some_and(|n| !n.is_empty())
+/// extender says so in a warning event). The naming, e.g.
+/// `label scheduling.x-k8s.io/pod-group=train`, when it does.
+pub fn pod_group_unserved<'a>(
+    names: impl Into<Membership<'a>>,
+    groups: PodGroups<'_>,
+) -> Option<String> {
+    let m = names.into();
+    if !matches!(groups, PodGroups::NotServed) || m.label(GROUP_NAME).is_some() {
+        return None;
+    }
+    m.pod_group().map(|(_, named)| named)
 }
 
 /// Reads a pod's group. No group label: `Ok(None)`. The old labels with a
@@ -104,15 +151,16 @@ pub fn pod_group_unserved(labels: &BTreeMap<String, String>, groups: PodGroups<'
 /// cannot be placed as its author meant), and so is a PodGroup label whose
 /// PodGroup does not exist or has no `minMember` (or is not listed yet). A
 /// PodGroup label while PodGroups are not served is no group.
-pub fn gang_label(
+pub fn gang_label<'a>(
     namespace: &str,
-    labels: &BTreeMap<String, String>,
+    names: impl Into<Membership<'a>>,
     groups: PodGroups<'_>,
 ) -> Result<Option<GangLabel>, String> {
-    let Some(name) = labels.get(GROUP_NAME).filter(|n| !n.is_empty()) else {
-        return pod_group_label(namespace, labels, groups);
+    let m = names.into();
+    let Some(name) = m.label(GROUP_NAME) else {
+        return pod_group_label(namespace, m, groups);
     };
-    let min_available = match labels.get(GROUP_MIN_AVAILABLE) {
+    let min_available = match m.labels.and_then(|l| l.get(GROUP_MIN_AVAILABLE)) {
         None => {
             return Err(format!(
                 "label {GROUP_NAME}={name} needs {GROUP_MIN_AVAILABLE} (how many members must run together)"
@@ -130,7 +178,7 @@ pub fn gang_label(
     Ok(Some(GangLabel {
         key: GangKey {
             namespace: namespace.to_string(),
-            name: name.clone(),
+            name: name.to_string(),
         },
         min_available,
         hold_limit_seconds: None,
@@ -139,28 +187,33 @@ pub fn gang_label(
 
 fn pod_group_label(
     namespace: &str,
-    labels: &BTreeMap<String, String>,
+    m: Membership<'_>,
     groups: PodGroups<'_>,
 ) -> Result<Option<GangLabel>, String> {
-    let Some(name) = labels.get(POD_GROUP_LABEL).filter(|n| !n.is_empty()) else {
+    let Some((name, named)) = m.pod_group() else {
         return Ok(None);
     };
     let key = GangKey {
         namespace: namespace.to_string(),
-        name: name.clone(),
+        name: name.to_string(),
     };
     let groups = match groups {
         PodGroups::NotServed => return Ok(None),
         PodGroups::Listing => {
             return Err(format!(
-                "label {POD_GROUP_LABEL}={name}: PodGroups are still being listed; PodGroup {key} is read once they are"
+                "{named}: PodGroups are still being listed; PodGroup {key} is read once they are"
             ));
         }
         PodGroups::Listed(groups) => groups,
     };
     let Some(spec) = groups.get(&key) else {
+        let remove = if m.label(POD_GROUP_LABEL).is_some() {
+            "the label"
+        } else {
+            "the field"
+        };
         return Err(format!(
-            "label {POD_GROUP_LABEL}={name}: PodGroup {key} does not exist; create it (scheduling.x-k8s.io/v1alpha1, spec.minMember) or remove the label"
+            "{named}: PodGroup {key} does not exist; create it (scheduling.x-k8s.io/v1alpha1, spec.minMember) or remove {remove}"
         ));
     };
     if spec.min_member == 0 {
@@ -304,6 +357,56 @@ mod tests {
     /// scheduler-plugins' Coscheduling: the label names a PodGroup, whose
     /// minMember and scheduleTimeoutSeconds count; the old labels win when
     /// a pod carries both.
+    /// `spec.schedulingGroup.podGroupName` (Kubernetes 1.36) names a
+    /// PodGroup as the label does, as HAMi v2.10 reads it; the label wins
+    /// when a pod carries both, and messages say which one named it.
+    #[test]
+    fn the_scheduling_group_field_names_a_pod_group() {
+        let groups: std::collections::HashMap<GangKey, PodGroupSpec> = [(
+            GangKey {
+                namespace: "ns".into(),
+                name: "train".into(),
+            },
+            PodGroupSpec {
+                min_member: 2,
+                schedule_timeout_seconds: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let none = labels(&[]);
+        let field = |name: &'static str| Membership {
+            labels: Some(&none),
+            pod_group_name: Some(name),
+        };
+        let g = gang_label("ns", field("train"), PodGroups::Listed(&groups))
+            .unwrap()
+            .unwrap();
+        assert_eq!((g.key.name.as_str(), g.min_available), ("train", 2));
+        assert_eq!(group_key("ns", field("train")).unwrap().name, "train");
+        let e = gang_label("ns", field("nope"), PodGroups::Listed(&groups)).unwrap_err();
+        assert!(
+            e.starts_with(
+                "spec.schedulingGroup.podGroupName=nope: PodGroup ns/nope does not exist"
+            ) && e.ends_with("remove the field"),
+            "{e}"
+        );
+        assert_eq!(
+            pod_group_unserved(field("train"), PodGroups::NotServed).as_deref(),
+            Some("spec.schedulingGroup.podGroupName=train")
+        );
+        assert_eq!(
+            gang_label("ns", field(""), PodGroups::Listed(&groups)),
+            Ok(None)
+        );
+        let label = labels(&[(POD_GROUP_LABEL, "other")]);
+        let both = Membership {
+            labels: Some(&label),
+            pod_group_name: Some("train"),
+        };
+        assert_eq!(group_key("ns", both).unwrap().name, "other");
+    }
+
     #[test]
     fn pod_group_label_reads_the_pod_group() {
         let key = |n: &str| GangKey {
@@ -339,12 +442,15 @@ mod tests {
         assert_eq!(group_key("ns", &pg), Some(key("train")));
         // Without the PodGroup kind served: no gang, and the caller warns.
         assert_eq!(gang_label("ns", &pg, PodGroups::NotServed), Ok(None));
-        assert!(pod_group_unserved(&pg, PodGroups::NotServed));
+        assert_eq!(
+            pod_group_unserved(&pg, PodGroups::NotServed).as_deref(),
+            Some("label scheduling.x-k8s.io/pod-group=train")
+        );
         // Served but not listed yet: the member waits, with that reason.
         let e = gang_label("ns", &pg, PodGroups::Listing).unwrap_err();
         assert!(e.contains("still being listed"), "{e}");
-        assert!(!pod_group_unserved(&pg, PodGroups::Listing));
-        assert!(!pod_group_unserved(&pg, PodGroups::Listed(&groups)));
+        assert_eq!(pod_group_unserved(&pg, PodGroups::Listing), None);
+        assert_eq!(pod_group_unserved(&pg, PodGroups::Listed(&groups)), None);
         // A PodGroup that does not exist, or has no minMember.
         let e = gang_label(
             "ns",
@@ -370,7 +476,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((g.key.name.as_str(), g.min_available), ("old", 2));
-        assert!(!pod_group_unserved(&both, PodGroups::NotServed));
+        assert_eq!(pod_group_unserved(&both, PodGroups::NotServed), None);
     }
 
     fn state(nodes: usize, gpus: u32) -> ClusterState {

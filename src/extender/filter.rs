@@ -10,7 +10,6 @@ use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, FilterMode};
-use crate::engine::gang::POD_GROUP_LABEL;
 use crate::placement::{self, NodeReason, PodToPlace, Verdict};
 
 use super::error::ExtenderError;
@@ -104,12 +103,12 @@ pub fn filter(
         last = Some((reason, text));
     }
     let mut effects = Vec::new();
-    if let Some(group) = pod.unserved_group() {
+    if let Some(named) = pod.unserved_group() {
         effects.push(Effect::Event {
             warning: true,
             reason: "PodGroupNotServed",
             note: format!(
-                "label {POD_GROUP_LABEL}={group}: the API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1; install the CRD), so this pod is placed on its own, not as a gang"
+                "{named}: the API server does not serve PodGroups (scheduling.x-k8s.io/v1alpha1; install the CRD), so this pod is placed on its own, not as a gang"
             ),
         });
     }

@@ -9,10 +9,10 @@ use std::cell::Cell;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::pod_plan;
+use crate::cluster::convert::{membership, pod_plan};
 use crate::cluster::{ClusterView, pod_name, pod_namespace};
 use crate::config::Config;
-use crate::engine::gang::{GangLabel, POD_GROUP_LABEL, PodGroups, gang_label, pod_group_unserved};
+use crate::engine::gang::{GangLabel, PodGroups, gang_label, pod_group_unserved};
 use crate::engine::{PlanError, PodPlan};
 
 thread_local! {
@@ -46,8 +46,9 @@ pub struct PodToPlace {
     pub preempts: bool,
     /// Its gang group, or why its group labels cannot be read.
     gang: Result<Option<GangLabel>, String>,
-    /// The PodGroup its label names while the API server does not serve
-    /// PodGroups (it is then placed on its own).
+    /// How it names a PodGroup (`label scheduling.x-k8s.io/pod-group=g`,
+    /// `spec.schedulingGroup.podGroupName=g`) while the API server does
+    /// not serve PodGroups (it is then placed on its own).
     unserved_group: Option<String>,
 }
 
@@ -68,15 +69,9 @@ impl PodToPlace {
         let spec = pod.spec.as_ref();
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         let preempts = spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never");
-        let (gang, unserved_group) = match &pod.metadata.labels {
-            Some(labels) => (
-                gang_label(pod_namespace(&pod), labels, groups),
-                pod_group_unserved(labels, groups)
-                    .then(|| labels.get(POD_GROUP_LABEL).cloned())
-                    .flatten(),
-            ),
-            None => (Ok(None), None),
-        };
+        let names = membership(&pod);
+        let gang = gang_label(pod_namespace(&pod), names, groups);
+        let unserved_group = pod_group_unserved(names, groups);
         Ok(PodToPlace {
             who: pod_name(&pod),
             pod,
@@ -116,7 +111,7 @@ impl PodToPlace {
         }
     }
 
-    /// The PodGroup its label names while PodGroups are not served.
+    /// How it names a PodGroup while PodGroups are not served.
     pub fn unserved_group(&self) -> Option<&str> {
         self.unserved_group.as_deref()
     }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::convert::{pod_finished, pod_namespace};
+use crate::cluster::convert::{membership, pod_finished, pod_namespace};
 use crate::engine::gang::{GangKey, PodGroupSpec, PodGroups, group_key};
 
 use super::served::Served;
@@ -34,11 +34,7 @@ impl Gangs {
     /// and labelled with a readable group (see [`crate::engine::gang`]).
     pub fn track(&mut self, key: &str, pod: &Pod) {
         let finished = pod_finished(pod);
-        let group = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| group_key(pod_namespace(pod), l));
+        let group = group_key(pod_namespace(pod), membership(pod));
         match group.filter(|_| !finished) {
             Some(group) => {
                 if self.member_of.get(key) != Some(&group) {

@@ -390,6 +390,41 @@ fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
     assert!(view.seen_lock("n1").is_none());
 }
 
+/// A pod named into a group only by `spec.schedulingGroup.podGroupName`
+/// (Kubernetes 1.36) is a member like one with the label, and its group's
+/// PodGroup gives the count.
+#[test]
+fn the_scheduling_group_field_makes_a_member() {
+    let mut view = ClusterView::new();
+    view.set_pod_groups_served(true);
+    view.pod_groups_listed();
+    let group = GangKey {
+        namespace: "ns".into(),
+        name: "train".into(),
+    };
+    view.upsert_pod_group(
+        group.clone(),
+        crate::engine::gang::PodGroupSpec {
+            min_member: 2,
+            schedule_timeout_seconds: None,
+        },
+    );
+    let mut p = pod("ns", "a", "n1", "", "Pending");
+    p.metadata.annotations = None;
+    p.spec.as_mut().unwrap().scheduling_group =
+        Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some("train".into()),
+        });
+    view.upsert_pod("uid-a", &p);
+    assert_eq!(view.gang_of("uid-a"), Some(&group));
+    let label = crate::engine::gang::gang_label(
+        "ns",
+        crate::cluster::convert::membership(&p),
+        view.pod_groups(),
+    );
+    assert_eq!(label.unwrap().unwrap().min_available, 2);
+}
+
 #[test]
 fn gang_members_and_holds_follow_their_pods() {
     let mut view = ClusterView::new();
