@@ -22,6 +22,8 @@ fn arb_gpu(node: usize, index: u32) -> impl Strategy<Value = Gpu> {
                 index,
                 "NVIDIA A100-SXM4-40GB",
                 Usage {
+                    slices: 0,
+                    unreserved: 0,
                     slots,
                     mem_mib,
                     cores,
@@ -158,6 +160,8 @@ fn phases(a: &Allocation) -> Vec<BTreeMap<String, Usage>> {
         for &i in containers {
             for d in &a.containers[i] {
                 m.entry(d.uuid.clone()).or_default().add(&Usage {
+                    slices: 0,
+                    unreserved: 0,
                     slots: 1,
                     mem_mib: d.mem_mib,
                     cores: d.cores,

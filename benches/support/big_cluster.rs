@@ -25,6 +25,8 @@ pub const NODES: usize = 5_000;
 pub const RUNNING_PODS: usize = 40_000;
 const MODEL: &str = "NVIDIA A100-SXM4-40GB";
 const CAPACITY: Usage = Usage {
+    slices: 0,
+    unreserved: 0,
     slots: 10,
     mem_mib: 40960,
     cores: 100,
@@ -79,6 +81,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 uuid: gpu_uuid(n, gpu),
                 mem_mib,
                 cores,
+                mig: None,
             }]],
             kinds: vec![],
             numa: None,

@@ -141,6 +141,8 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                 d.index,
                 d.device_type,
                 Usage {
+                    slices: 0,
+                    unreserved: 0,
                     slots: d.count,
                     mem_mib: u64::from(d.devmem),
                     cores: d.devcore,
@@ -148,7 +150,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
             );
             g.numa = d.numa;
             g.healthy = d.health;
-            g.set_mode(d.mode);
+            g.set_mode(d.mode, d.mig_profiles);
             g.cordoned = cordon.as_ref().map_or(true, |c| c.contains(&g.uuid));
             g
         })

@@ -1,5 +1,6 @@
 //! What a bind writes on a pod and the ledger reads back: HAMi's
-//! allocation annotations and label (`hami::binding`), and gpugate's own
+//! allocation annotations and label (`hami::binding`), the MIG instances
+//! (`hami.io/vgpu-mig-allocations`), and gpugate's own
 //! `gpugate.io/numa-zones`. Built and encoded once per bind
 //! ([`BindingAnnotations::of`]); read back by [`pod_allocation`] when the
 //! watch (or a snapshot) shows the pod.
@@ -8,8 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::engine::numa::{NumaGrant, NumaRequest};
-use crate::engine::{Allocation, ContainerKind};
+use crate::engine::{Allocation, ContainerKind, MigInstance};
 use crate::hami::binding::binding_metadata;
+use crate::hami::mig::{MigAllocation, decode_mig_allocations, encode_mig_allocations};
 use crate::hami::pod_devices::{decode_pod_devices, encode_pod_devices};
 use crate::hami::{DecodeError, keys};
 
@@ -21,15 +23,19 @@ pub struct BindingAnnotations {
     node: String,
     /// `hami.io/vgpu-devices-allocated` (and `-to-allocate`).
     devices: String,
+    /// `hami.io/vgpu-mig-allocations`, for a pod given MIG instances.
+    mig: Option<String>,
     /// [`NUMA_ZONES`], for an aligned pod.
     numa_zones: Option<String>,
 }
 
 impl BindingAnnotations {
     pub fn of(allocation: &Allocation) -> Self {
+        let mig = mig_allocations(allocation);
         BindingAnnotations {
             node: allocation.node.clone(),
             devices: encode_pod_devices(&allocation.to_pod_devices()),
+            mig: (!mig.is_empty()).then(|| encode_mig_allocations(&mig)),
             numa_zones: allocation.numa.as_ref().map(encode_numa_zones),
         }
     }
@@ -44,11 +50,71 @@ impl BindingAnnotations {
     /// kube-apiserver copies them onto the pod as it assigns the node.
     pub fn metadata(&self, now_unix: i64) -> Value {
         let mut metadata = binding_metadata(&self.node, &self.devices, now_unix);
+        if let Some(mig) = &self.mig {
+            metadata["annotations"][keys::VGPU_MIG_ALLOCATIONS] = Value::String(mig.clone());
+        }
         if let Some(zones) = &self.numa_zones {
             metadata["annotations"][NUMA_ZONES] = Value::String(zones.clone());
         }
         metadata
     }
+}
+
+/// HAMi's MIG entries of an allocation: each MIG grant by its container
+/// entry (the device list's, init containers first) and its place in it.
+fn mig_allocations(allocation: &Allocation) -> Vec<MigAllocation> {
+    let mut out = Vec::new();
+    for (ci, grants) in allocation.containers.iter().enumerate() {
+        for (di, grant) in grants.iter().enumerate() {
+            if let Some(mig) = &grant.mig {
+                out.push(MigAllocation {
+                    container_index: u32::try_from(ci).unwrap_or(u32::MAX),
+                    device_index: u32::try_from(di).unwrap_or(u32::MAX),
+                    gpu_uuid: grant.uuid.clone(),
+                    profile: mig.profile.clone(),
+                    placement: mig.placement,
+                    runtime: None,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Puts each MIG entry's instance on the grant it names (written by
+/// gpugate or by HAMi, with or without the device plugin's runtime ids).
+/// An entry that names no grant of the device list, or another GPU than
+/// the grant's, makes the allocation unreadable.
+fn attach_mig(allocation: &mut Allocation, value: &str) -> Result<(), DecodeError> {
+    for entry in decode_mig_allocations(value)? {
+        let grant = usize::try_from(entry.container_index)
+            .ok()
+            .and_then(|ci| allocation.containers.get_mut(ci))
+            .and_then(|c| {
+                usize::try_from(entry.device_index)
+                    .ok()
+                    .and_then(|di| c.get_mut(di))
+            });
+        match grant {
+            Some(g) if g.uuid == entry.gpu_uuid => {
+                g.mig = Some(MigInstance {
+                    profile: entry.profile,
+                    placement: entry.placement,
+                });
+            }
+            _ => {
+                return Err(DecodeError::new(
+                    keys::VGPU_MIG_ALLOCATIONS,
+                    value,
+                    format!(
+                        "container {}, device {}: the device list has no grant of {} there",
+                        entry.container_index, entry.device_index, entry.gpu_uuid
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A pod whose allocation annotations cannot be read.
@@ -90,6 +156,12 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
         Vec::new()
     };
     let mut allocation = Allocation::from_pod_devices(node, &devices, &kinds);
+    if let Some(mig) = get(keys::VGPU_MIG_ALLOCATIONS).filter(|v| !v.trim().is_empty()) {
+        attach_mig(&mut allocation, mig).map_err(|source| PodAllocationError {
+            pod: pod_name(pod),
+            source,
+        })?;
+    }
     allocation.numa = pod_numa_grant(pod);
     Ok(Some(allocation))
 }

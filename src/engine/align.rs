@@ -195,6 +195,8 @@ mod tests {
                     i as u32,
                     "NVIDIA A100",
                     Usage {
+                        slices: 0,
+                        unreserved: 0,
                         slots: 10,
                         mem_mib: 40960,
                         cores: 100,
@@ -248,6 +250,8 @@ mod tests {
         n.add_usage(
             1,
             &Usage {
+                slices: 0,
+                unreserved: 0,
                 slots: 1,
                 mem_mib: 40960,
                 cores: 0,
@@ -520,7 +524,8 @@ mod tests {
             let mut n = node(&numas);
             for (i, g) in gpus.iter().enumerate() {
                 if g.1 > 0 {
-                    n.add_usage(i, &Usage { slots: g.2.max(1), mem_mib: g.1, cores: 0 });
+                    n.add_usage(i, &Usage { slices: 0,
+            unreserved: 0, slots: g.2.max(1), mem_mib: g.1, cores: 0 });
                 }
             }
             let t = topology(

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::hami::keys::NVIDIA_VENDOR;
 use crate::hami::{ContainerDevice, PodDevices};
 
-use super::device::Usage;
+use super::device::{MigInstance, Usage, slice_mask};
 use super::lifecycle::{ContainerKind, pod_peak};
 use super::numa::NumaGrant;
 
@@ -16,6 +16,27 @@ pub struct DeviceGrant {
     pub uuid: String,
     pub mem_mib: u64,
     pub cores: u32,
+    /// On a MIG GPU, the instance granted (HAMi's
+    /// `hami.io/vgpu-mig-allocations` entry).
+    pub mig: Option<MigInstance>,
+}
+
+impl DeviceGrant {
+    /// What the grant takes of its GPU: one slot, its memory and cores,
+    /// and a MIG instance's slices.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            slots: 1,
+            mem_mib: self.mem_mib,
+            cores: self.cores,
+            slices: self
+                .mig
+                .as_ref()
+                .and_then(|m| slice_mask(&m.placement))
+                .unwrap_or(0),
+            unreserved: 0,
+        }
+    }
 }
 
 /// The GPUs of one pod on one node: one entry per container, init
@@ -60,11 +81,7 @@ impl Allocation {
                     let on_this_gpu = devices.iter().filter(|d| d.uuid == uuid).fold(
                         Usage::default(),
                         |mut sum, d| {
-                            sum.add(&Usage {
-                                slots: 1,
-                                mem_mib: d.mem_mib,
-                                cores: d.cores,
-                            });
+                            sum.add(&d.usage());
                             sum
                         },
                     );
@@ -116,6 +133,7 @@ impl Allocation {
                             uuid: d.uuid.clone(),
                             mem_mib: u64::from(d.mem_mib),
                             cores: d.cores,
+                            mig: None,
                         })
                         .collect()
                 })
@@ -144,6 +162,7 @@ mod tests {
             uuid: uuid.into(),
             mem_mib: mem,
             cores,
+            mig: None,
         }
     }
 
@@ -169,6 +188,8 @@ mod tests {
                 (
                     "GPU-A",
                     Usage {
+                        slices: 0,
+                        unreserved: 0,
                         slots: 2,
                         mem_mib: 800,
                         cores: 20
@@ -177,6 +198,8 @@ mod tests {
                 (
                     "GPU-B",
                     Usage {
+                        slices: 0,
+                        unreserved: 0,
                         slots: 1,
                         mem_mib: 100,
                         cores: 0

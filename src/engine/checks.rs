@@ -51,11 +51,42 @@ pub fn check_gpu(
     if cap.cores != 0 && used.cores >= cap.cores && req.cores == 0 {
         return Err(Reason::CardComputeUnitsExhausted);
     }
+    if gpu.is_mig() {
+        return mig_take(gpu, used, mem).ok_or(Reason::CardMigTopologyInfeasible);
+    }
     Ok(Usage {
+        slices: 0,
+        unreserved: 0,
         slots: 1,
         mem_mib: mem,
         cores: req.cores,
     })
+}
+
+/// A MIG GPU's share for `mem` MiB, as HAMi v2.10 chooses it: the first
+/// profile in its order (least memory, then fewest slices) whose memory
+/// holds the request and that has a placement free of the instances
+/// `used` shows, in its placement order; it takes one slot, the profile's
+/// memory and cores, and the placement's slices.
+fn mig_take(gpu: &Gpu, used: &Usage, mem: u64) -> Option<Usage> {
+    if used.unreserved > 0 {
+        return None;
+    }
+    gpu.mig_profiles()
+        .iter()
+        .filter(|(p, _)| u64::from(p.memory_mib) >= mem)
+        .find_map(|(p, masks)| {
+            masks
+                .iter()
+                .find(|mask| *mask & used.slices == 0)
+                .map(|&mask| Usage {
+                    slots: 1,
+                    mem_mib: u64::from(p.memory_mib),
+                    cores: p.cores,
+                    slices: mask,
+                    unreserved: 0,
+                })
+        })
 }
 
 /// Which GPUs of the node a container may take: NUMA alignment

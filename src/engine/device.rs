@@ -1,5 +1,7 @@
 //! GPUs, their capacity and their usage, and the nodes that hold them.
 
+use crate::hami::mig::{MigPlacement, MigProfile};
+
 /// Lower-case words of a model name.
 pub fn model_words(model: &str) -> Vec<String> {
     model
@@ -32,6 +34,15 @@ pub struct Usage {
     /// Compute in percent of the GPU's SMs (100 per whole GPU; HAMi's
     /// `devcore` may be higher with core scaling).
     pub cores: u32,
+    /// On a MIG GPU, the memory slices its instances occupy, one bit per
+    /// slice (bit `i` is slice `i`); 0 elsewhere. Instances never overlap,
+    /// so adding is a union and taking away clears the bits.
+    pub slices: u32,
+    /// On a MIG GPU, instances of pods whose placement is not known (a
+    /// pod placed without its `hami.io/vgpu-mig-allocations` entry): while
+    /// there is one, no placement of the GPU counts as free (HAMi marks
+    /// such a GPU unhealthy).
+    pub unreserved: u16,
 }
 
 impl Usage {
@@ -39,20 +50,27 @@ impl Usage {
         self.slots = self.slots.saturating_add(other.slots);
         self.mem_mib = self.mem_mib.saturating_add(other.mem_mib);
         self.cores = self.cores.saturating_add(other.cores);
+        self.slices |= other.slices;
+        self.unreserved = self.unreserved.saturating_add(other.unreserved);
     }
 
     pub fn sub(&mut self, other: &Usage) {
         self.slots = self.slots.saturating_sub(other.slots);
         self.mem_mib = self.mem_mib.saturating_sub(other.mem_mib);
         self.cores = self.cores.saturating_sub(other.cores);
+        self.slices &= !other.slices;
+        self.unreserved = self.unreserved.saturating_sub(other.unreserved);
     }
 
-    /// Element-wise maximum (an init container's peak against the app's sum).
+    /// Element-wise maximum (an init container's peak against the app's
+    /// sum); MIG slices of both.
     pub fn max(&self, other: &Usage) -> Usage {
         Usage {
             slots: self.slots.max(other.slots),
             mem_mib: self.mem_mib.max(other.mem_mib),
             cores: self.cores.max(other.cores),
+            slices: self.slices | other.slices,
+            unreserved: self.unreserved.max(other.unreserved),
         }
     }
 
@@ -93,6 +111,12 @@ pub struct Gpu {
     shareable: bool,
     /// Slots (split count), memory (MiB) and cores the GPU offers.
     pub capacity: Usage,
+    /// A MIG GPU's allowed profiles (HAMi v2.10's `migProfiles`) in the
+    /// order HAMi tries them (least memory, then fewest slices, then as
+    /// registered), each with its placements' slice masks in the order
+    /// HAMi tries them; empty for a GPU shared by HAMi-core. Precomputed:
+    /// the choice runs for every MIG GPU of every candidate node.
+    mig_profiles: Vec<(MigProfile, Vec<u32>)>,
     /// Lower-case words of `model`, precomputed for type selection.
     pub(crate) model_words: Vec<String>,
 }
@@ -116,6 +140,7 @@ impl Gpu {
             mode: String::new(),
             shareable: true,
             capacity,
+            mig_profiles: Vec::new(),
         }
     }
 
@@ -133,16 +158,108 @@ impl Gpu {
         }
     }
 
-    /// Sets the mode and whether gpugate can share the GPU under it.
-    pub fn set_mode(&mut self, mode: impl Into<String>) {
+    /// Sets the mode, the MIG profiles of a GPU in `mig` mode, and whether
+    /// gpugate can share the GPU: HAMi-core and MPS GPUs by slices, MIG
+    /// GPUs by instances of their profiles (one without a usable profile
+    /// not at all).
+    pub fn set_mode(&mut self, mode: impl Into<String>, mig_profiles: Vec<MigProfile>) {
         self.mode = mode.into();
-        self.shareable = matches!(self.mode.as_str(), "" | "hami-core" | "mps");
+        self.mig_profiles = if self.mode == "mig" {
+            let mut profiles: Vec<(MigProfile, Vec<u32>)> = mig_profiles
+                .into_iter()
+                .map(|p| {
+                    let masks = mig_placement_order(&p)
+                        .iter()
+                        .filter_map(slice_mask)
+                        .collect();
+                    (p, masks)
+                })
+                .filter(|(_, masks): &(MigProfile, Vec<u32>)| !masks.is_empty())
+                .collect();
+            profiles.sort_by_key(|(p, _)| (p.memory_mib, p.slice_count));
+            profiles
+        } else {
+            Vec::new()
+        };
+        self.shareable = match self.mode.as_str() {
+            "" | "hami-core" | "mps" => true,
+            "mig" => !self.mig_profiles.is_empty(),
+            _ => false,
+        };
     }
 
-    /// Whether gpugate can hand out slices of this GPU (MIG is not supported).
+    /// Whether gpugate can hand out shares of this GPU.
     pub fn is_shareable_mode(&self) -> bool {
         self.shareable
     }
+
+    /// The MIG profiles of a GPU in `mig` mode in the order HAMi v2.10
+    /// tries them, each with its placements' slice masks in the order it
+    /// tries them (empty for other GPUs).
+    pub fn mig_profiles(&self) -> &[(MigProfile, Vec<u32>)] {
+        &self.mig_profiles
+    }
+
+    /// Whether pods take MIG instances of this GPU.
+    pub fn is_mig(&self) -> bool {
+        !self.mig_profiles.is_empty()
+    }
+
+    /// The MIG instance a share of this GPU stands for: the profile and
+    /// placement of `take` (a share [`super::checks::check_gpu`] gave),
+    /// the first profile in choice order with that memory and placement,
+    /// which is the one the choice took.
+    pub fn mig_instance(&self, take: &Usage) -> Option<MigInstance> {
+        if take.slices == 0 {
+            return None;
+        }
+        self.mig_profiles
+            .iter()
+            .find(|(p, masks)| {
+                u64::from(p.memory_mib) == take.mem_mib && masks.contains(&take.slices)
+            })
+            .map(|(p, _)| MigInstance {
+                profile: p.name.clone(),
+                placement: MigPlacement {
+                    start: take.slices.trailing_zeros(),
+                    size: take.slices.count_ones(),
+                },
+            })
+    }
+}
+
+/// One MIG instance: its profile and where it sits on its GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MigInstance {
+    pub profile: String,
+    pub placement: MigPlacement,
+}
+
+/// The slices a placement occupies, one bit per slice; `None` past the
+/// 32 slices a mask holds (no GPU has that many).
+pub fn slice_mask(p: &MigPlacement) -> Option<u32> {
+    let end = p.start.checked_add(p.size)?;
+    if p.size == 0 || end > 32 {
+        return None;
+    }
+    let bits = if p.size == 32 {
+        u32::MAX
+    } else {
+        (1u32 << p.size) - 1
+    };
+    Some(bits << p.start)
+}
+
+/// The placements of `profile` in the order HAMi v2.10 tries them: the
+/// highest start first for `1g.*` and `3g.*` profiles, the lowest first
+/// for the others.
+pub fn mig_placement_order(profile: &MigProfile) -> Vec<MigPlacement> {
+    let mut order = profile.placements.clone();
+    order.sort();
+    if profile.name.starts_with("1g.") || profile.name.starts_with("3g.") {
+        order.reverse();
+    }
+    order
 }
 
 /// A node's GPUs, their current usage and their pairwise topology scores.
@@ -206,8 +323,19 @@ impl Node {
         &self.totals
     }
 
+    /// What a pod's `delta` on GPU `pos` counts there: on a MIG GPU, a
+    /// share without a known instance is an unreserved instance.
+    fn on_gpu(&self, pos: usize, delta: &Usage) -> Usage {
+        let mut d = *delta;
+        if d.slices == 0 && self.gpus.get(pos).is_some_and(Gpu::is_mig) {
+            d.unreserved = d.unreserved.max(1);
+        }
+        d
+    }
+
     /// Adds `delta` to the usage of GPU `pos`.
     pub(crate) fn add_usage(&mut self, pos: usize, delta: &Usage) {
+        let delta = &self.on_gpu(pos, delta);
         if let Some(u) = self.usage.get_mut(pos) {
             u.add(delta);
             self.totals.slots_used += u64::from(delta.slots);
@@ -218,6 +346,7 @@ impl Node {
 
     /// Removes `delta` from the usage of GPU `pos`.
     pub(crate) fn sub_usage(&mut self, pos: usize, delta: &Usage) {
+        let delta = &self.on_gpu(pos, delta);
         if let Some(u) = self.usage.get_mut(pos) {
             let before = *u;
             u.sub(delta);
@@ -235,6 +364,8 @@ mod tests {
     #[test]
     fn node_keeps_totals_in_step() {
         let cap = Usage {
+            slices: 0,
+            unreserved: 0,
             slots: 10,
             mem_mib: 8192,
             cores: 100,
@@ -249,6 +380,8 @@ mod tests {
         assert_eq!(n.gpus[0].uuid, "a");
         assert_eq!(n.totals().mem_mib, 16384);
         let d = Usage {
+            slices: 0,
+            unreserved: 0,
             slots: 1,
             mem_mib: 1000,
             cores: 30,
@@ -273,7 +406,7 @@ mod tests {
             ("mig", false),
             ("", true),
         ] {
-            g.set_mode(mode);
+            g.set_mode(mode, Vec::new());
             assert_eq!(g.mode(), mode);
             assert_eq!(g.is_shareable_mode(), shareable, "{mode}");
         }

@@ -332,6 +332,8 @@ mod tests {
 
     fn cap(mem_mib: u64) -> Usage {
         Usage {
+            slices: 0,
+            unreserved: 0,
             slots: 10,
             mem_mib,
             cores: 100,
@@ -344,6 +346,8 @@ mod tests {
 
     fn used(slots: u32, mem_mib: u64, cores: u32) -> Usage {
         Usage {
+            slices: 0,
+            unreserved: 0,
             slots,
             mem_mib,
             cores,
@@ -388,7 +392,7 @@ mod tests {
             Err(Reason::CardTypeMismatch)
         );
         let mut mig = gpu(0);
-        mig.set_mode("mig");
+        mig.set_mode("mig", Vec::new());
         assert_eq!(
             check(&mig, free, req(1, 1, 0)),
             Err(Reason::CardTypeMismatch)

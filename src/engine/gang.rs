@@ -492,6 +492,8 @@ mod tests {
                             i,
                             "NVIDIA A100",
                             Usage {
+                                slices: 0,
+                                unreserved: 0,
                                 slots: 10,
                                 mem_mib: 40960,
                                 cores: 100,

@@ -215,6 +215,8 @@ mod tests {
 
     fn node(gpus: u32) -> Node {
         let cap = Usage {
+            slices: 0,
+            unreserved: 0,
             slots: 10,
             mem_mib: 40960,
             cores: 100,

@@ -32,7 +32,7 @@ pub mod state;
 pub mod topology;
 
 pub use allocation::{Allocation, DeviceGrant};
-pub use device::{Gpu, Node, Usage};
+pub use device::{Gpu, MigInstance, Node, Usage};
 pub use lifecycle::{ContainerKind, pod_peak};
 pub use plan::{DefaultPolicies, PlanError, PodPlan};
 pub use policy::{GpuPolicy, NodePolicy};

@@ -355,6 +355,8 @@ mod tests {
 
     fn u(slots: u32, mem_mib: u64, cores: u32) -> Usage {
         Usage {
+            slices: 0,
+            unreserved: 0,
             slots,
             mem_mib,
             cores,

@@ -282,6 +282,7 @@ mod tests {
             uuid: uuid.into(),
             mem_mib,
             cores,
+            mig: None,
         };
         let a = Allocation {
             node: "n".into(),

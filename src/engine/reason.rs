@@ -16,6 +16,9 @@ pub enum Reason {
     CardInsufficientMemory,
     CardInsufficientCore,
     CardComputeUnitsExhausted,
+    /// A MIG GPU: no allowed profile that holds the request has a
+    /// placement free of the instances already on it.
+    CardMigTopologyInfeasible,
     NumaNotFit,
     AllocatedCardsInsufficientRequest,
     /// A NUMA zone lacks the CPUs a container (or the pod) needs there.
@@ -28,7 +31,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -38,6 +41,7 @@ impl Reason {
         Reason::CardInsufficientMemory,
         Reason::CardInsufficientCore,
         Reason::CardComputeUnitsExhausted,
+        Reason::CardMigTopologyInfeasible,
         Reason::NumaNotFit,
         Reason::AllocatedCardsInsufficientRequest,
         Reason::NumaZoneInsufficientCPU,
@@ -56,6 +60,7 @@ impl Reason {
             Reason::CardInsufficientMemory => "CardInsufficientMemory",
             Reason::CardInsufficientCore => "CardInsufficientCore",
             Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
+            Reason::CardMigTopologyInfeasible => "CardMigTopologyInfeasible",
             Reason::NumaNotFit => "NumaNotFit",
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
             Reason::NumaZoneInsufficientCPU => "NumaZoneInsufficientCPU",

@@ -172,7 +172,7 @@ mod tests {
     fn vgpu_mode_is_hamis_substring_rule() {
         let gpu = |mode: &str| {
             let mut g = Gpu::new("GPU-0", 0, "NVIDIA A100", Usage::default());
-            g.set_mode(mode);
+            g.set_mode(mode, Vec::new());
             g
         };
         let selection = |mode: Option<&str>| {
@@ -264,7 +264,7 @@ mod tests {
         let mut g = gpu("NVIDIA A100");
         g.uuid = "GPU-2".into();
         assert!(!s.accepts_uuid(&g));
-        g.set_mode("mig");
+        g.set_mode("mig", Vec::new());
         assert!(!s.accepts_model(&g));
 
         for (v, want) in [

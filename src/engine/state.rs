@@ -385,6 +385,7 @@ impl ClusterState {
                     uuid: gpu.uuid.clone(),
                     mem_mib: take.mem_mib,
                     cores: take.cores,
+                    mig: gpu.mig_instance(&take),
                 });
             }
         }
@@ -641,6 +642,8 @@ mod tests {
                         i,
                         "NVIDIA A100-SXM4-40GB",
                         Usage {
+                            slices: 0,
+                            unreserved: 0,
                             slots: 10,
                             mem_mib: 40960,
                             cores: 100,
@@ -780,6 +783,7 @@ mod tests {
             uuid: "GPU-gone".into(),
             mem_mib: 1,
             cores: 0,
+            mig: None,
         });
         assert_eq!(
             s.apply("u", a.clone()),

@@ -229,6 +229,10 @@ pub struct MigAllocation {
 /// Decodes `hami.io/vgpu-mig-allocations`: a JSON array; the runtime ids
 /// all three or none; each (container, device) pair once.
 pub fn decode_mig_allocations(value: &str) -> Result<Vec<MigAllocation>, DecodeError> {
+    // HAMi reads an empty value as no entries.
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
     let parsed: Value = serde_json::from_str(value.trim())
         .map_err(|e| allocations_err(value, format!("not valid JSON: {e}")))?;
     let Value::Array(items) = parsed else {

@@ -14,7 +14,7 @@ fn card_words(reason: Reason) -> &'static str {
         Reason::CardNotHealth => "are reported unhealthy by the device plugin",
         Reason::CardCordoned => "are cordoned (hami.io/device-cordon on the node)",
         Reason::CardTypeMismatch => {
-            "are of a model the pod excludes or does not name (nvidia.com/use-gputype, nvidia.com/nouse-gputype)"
+            "are of a model or mode the pod excludes or does not name (nvidia.com/use-gputype, nvidia.com/nouse-gputype, nvidia.com/vgpu-mode), or in MIG mode without a usable profile"
         }
         Reason::CardUuidMismatch => {
             "are excluded by UUID (nvidia.com/use-gpuuuid, nvidia.com/nouse-gpuuuid)"
@@ -29,6 +29,9 @@ fn card_words(reason: Reason) -> &'static str {
         Reason::CardInsufficientCore => "have too few free cores (nvidia.com/gpucores)",
         Reason::CardComputeUnitsExhausted => {
             "have all their cores given out, so a pod asking for no cores cannot share them"
+        }
+        Reason::CardMigTopologyInfeasible => {
+            "are in MIG mode with no free instance that holds the request (no allowed profile is that large, or every placement of those that are overlaps an instance already there)"
         }
         Reason::NumaNotFit => {
             "could hold a slice, but not enough of them sit on one NUMA node (nvidia.com/numa-bind)"
@@ -143,6 +146,18 @@ mod tests {
         assert_eq!(
             in_words(&NodeReason::NumaTopologiesListing),
             "gpugate is still reading the nodes' NodeResourceTopology objects; a Guaranteed pod is placed once it has them (a second or so)"
+        );
+        let mut counts = crate::engine::reason::ReasonCounts::default();
+        counts.add(Reason::CardMigTopologyInfeasible, 1);
+        let mig = NodeReason::Engine(Rejection::Devices {
+            container: "main".into(),
+            gpus: 1,
+            counts,
+        });
+        assert_eq!(mig.to_string(), "1/1 CardMigTopologyInfeasible");
+        assert_eq!(
+            in_words(&mig),
+            "for container main, 1 of 1 GPUs are in MIG mode with no free instance that holds the request (no allowed profile is that large, or every placement of those that are overlaps an instance already there)"
         );
     }
 }

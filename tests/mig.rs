@@ -1,0 +1,402 @@
+//! MIG GPUs as HAMi v2.10 places pods on them (shared/hami-compat.md,
+//! "MIG in v2.10"): the profile choice against a brute-force oracle, HAMi's
+//! documented rules one by one, and the annotations a bind writes read
+//! back as HAMi's device plugin completes them.
+
+use gpugate::cluster::pod_allocation;
+use gpugate::cluster::pod_annotations::BindingAnnotations;
+use gpugate::engine::request::ContainerRequest;
+use gpugate::engine::{
+    ClusterState, ContainerKind, Gpu, GpuPolicy, GpuRequest, Memory, Node, NodePolicy, PodPlan,
+    PodRequest, Usage,
+};
+use gpugate::hami::mig::{MigPlacement, MigProfile};
+use k8s_openapi::api::core::v1::Pod;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// A profile with its placements (`start`s of `size` slices).
+fn profile(name: &str, memory_mib: u32, cores: u32, size: u32, starts: &[u32]) -> MigProfile {
+    MigProfile {
+        name: name.into(),
+        memory_mib,
+        cores,
+        slice_count: size,
+        placements: starts
+            .iter()
+            .map(|&start| MigPlacement { start, size })
+            .collect(),
+    }
+}
+
+/// An A100-40GB's profiles as the driver reports them (NVIDIA's MIG user
+/// guide: memory in MiB, placements in memory slices of 8), in the order
+/// HAMi's device plugin lists them.
+fn a100_40gb() -> Vec<MigProfile> {
+    vec![
+        profile("1g.5gb", 4864, 15, 1, &[0, 1, 2, 3, 4, 5, 6]),
+        profile("1g.10gb", 9856, 15, 2, &[0, 2, 4, 6]),
+        profile("2g.10gb", 9984, 29, 2, &[0, 2, 4]),
+        profile("3g.20gb", 19968, 43, 4, &[0, 4]),
+        profile("4g.20gb", 19968, 58, 4, &[0]),
+        profile("7g.40gb", 40192, 100, 8, &[0]),
+    ]
+}
+
+/// An H100-80GB's profiles.
+fn h100_80gb() -> Vec<MigProfile> {
+    vec![
+        profile("1g.10gb", 9856, 15, 1, &[0, 1, 2, 3, 4, 5, 6]),
+        profile("1g.20gb", 19968, 15, 2, &[0, 2, 4, 6]),
+        profile("2g.20gb", 20096, 29, 2, &[0, 2, 4]),
+        profile("3g.40gb", 40192, 43, 4, &[0, 4]),
+        profile("4g.40gb", 40192, 58, 4, &[0]),
+        profile("7g.80gb", 80384, 100, 8, &[0]),
+    ]
+}
+
+fn mig_gpu(uuid: &str, devmem: u64, profiles: Vec<MigProfile>) -> Gpu {
+    let count = u32::try_from(
+        profiles
+            .iter()
+            .map(|p| p.placements.len())
+            .max()
+            .unwrap_or(0),
+    )
+    .unwrap();
+    let mut g = Gpu::new(
+        uuid,
+        0,
+        "NVIDIA A100-SXM4-40GB",
+        Usage {
+            slots: count,
+            mem_mib: devmem,
+            cores: 100,
+            ..Usage::default()
+        },
+    );
+    g.set_mode("mig", profiles);
+    g
+}
+
+fn plan(mem: u64, count: u32) -> PodPlan {
+    PodPlan::new(
+        PodRequest {
+            containers: vec![ContainerRequest {
+                name: "main".into(),
+                kind: ContainerKind::App,
+                gpu: Some(GpuRequest {
+                    count,
+                    memory: Memory::Mib(mem),
+                    cores: 0,
+                }),
+            }],
+        },
+        NodePolicy::Binpack,
+        GpuPolicy::Binpack,
+    )
+}
+
+/// One node `n` with one MIG GPU `GPU-a`, and pods already holding the
+/// given instances (profile index, start).
+fn state(profiles: &[MigProfile], devmem: u64, held: &[(usize, u32)]) -> ClusterState {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new(
+        "n",
+        vec![mig_gpu("GPU-a", devmem, profiles.to_vec())],
+    ));
+    for (i, &(p, start)) in held.iter().enumerate() {
+        let pr = &profiles[p];
+        let allocation = gpugate::engine::Allocation {
+            node: "n".into(),
+            containers: vec![vec![gpugate::engine::DeviceGrant {
+                uuid: "GPU-a".into(),
+                mem_mib: u64::from(pr.memory_mib),
+                cores: pr.cores,
+                mig: Some(gpugate::engine::MigInstance {
+                    profile: pr.name.clone(),
+                    placement: MigPlacement {
+                        start,
+                        size: pr.slice_count,
+                    },
+                }),
+            }]],
+            kinds: vec![],
+            numa: None,
+        };
+        s.apply(&format!("held-{i}"), allocation).unwrap();
+    }
+    s
+}
+
+/// The oracle: every (profile, placement) that holds `mem` and overlaps
+/// none of `held`, the smallest by (memory, slices, list order), any
+/// placement of it.
+fn oracle(profiles: &[MigProfile], held: &[MigPlacement], mem: u64) -> Option<(usize, Vec<u32>)> {
+    let mut fits: Vec<(u32, u32, usize, u32)> = Vec::new();
+    for (i, p) in profiles.iter().enumerate() {
+        if u64::from(p.memory_mib) < mem {
+            continue;
+        }
+        for pl in &p.placements {
+            if held.iter().all(|h| !h.overlaps(pl)) {
+                fits.push((p.memory_mib, p.slice_count, i, pl.start));
+            }
+        }
+    }
+    let best = fits.iter().map(|f| (f.0, f.1, f.2)).min()?;
+    let starts = fits
+        .iter()
+        .filter(|f| (f.0, f.1, f.2) == best)
+        .map(|f| f.3)
+        .collect();
+    Some((best.2, starts))
+}
+
+/// Instances that do not overlap, drawn from a profile table.
+fn held_instances(profiles: Vec<MigProfile>) -> impl Strategy<Value = Vec<(usize, u32)>> {
+    let options: Vec<(usize, u32)> = profiles
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.placements.iter().map(move |pl| (i, pl.start)))
+        .collect();
+    proptest::sample::subsequence(options.clone(), 0..=options.len()).prop_map(move |picked| {
+        let mut taken: Vec<MigPlacement> = Vec::new();
+        let mut out = Vec::new();
+        for (i, start) in picked {
+            let pl = MigPlacement {
+                start,
+                size: profiles[i].slice_count,
+            };
+            if taken.iter().all(|t| !t.overlaps(&pl)) {
+                taken.push(pl);
+                out.push((i, start));
+            }
+        }
+        out
+    })
+}
+
+fn check_against_oracle(
+    profiles: &[MigProfile],
+    devmem: u64,
+    held: &[(usize, u32)],
+    mem: u64,
+) -> Result<(), TestCaseError> {
+    let s = state(profiles, devmem, held);
+    let placements: Vec<MigPlacement> = held
+        .iter()
+        .map(|&(p, start)| MigPlacement {
+            start,
+            size: profiles[p].slice_count,
+        })
+        .collect();
+    let want = oracle(profiles, &placements, mem);
+    let got = s.assign(&plan(mem, 1), "n");
+    match (want, got) {
+        (None, Err(_)) => {}
+        (None, Ok(a)) => prop_assert!(false, "placed where nothing holds it: {a:?}"),
+        (Some(w), Err(e)) => prop_assert!(false, "refused ({e}) though {w:?} fits"),
+        (Some((p, starts)), Ok(a)) => {
+            let grant = &a.containers[0][0];
+            let mig = grant.mig.as_ref().expect("a MIG grant");
+            prop_assert_eq!(&mig.profile, &profiles[p].name, "the smallest that holds");
+            prop_assert!(starts.contains(&mig.placement.start), "a free placement");
+            prop_assert!(placements.iter().all(|h| !h.overlaps(&mig.placement)));
+            prop_assert_eq!(grant.mem_mib, u64::from(profiles[p].memory_mib));
+            prop_assert_eq!(grant.cores, profiles[p].cores);
+            // Applied, the GPU's slices are the old ones and the new one.
+            let mut s = s.clone();
+            s.apply("new", a.clone()).unwrap();
+            let used = s.node("n").unwrap().usage[0];
+            let mask = |pl: &MigPlacement| ((1u32 << pl.size) - 1) << pl.start;
+            let want_mask = placements
+                .iter()
+                .fold(mask(&mig.placement), |m, h| m | mask(h));
+            prop_assert_eq!(used.slices, want_mask);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn a100_choice_is_the_oracles(held in held_instances(a100_40gb()), mem in 0u64..45_000) {
+        check_against_oracle(&a100_40gb(), 40960, &held, mem)?;
+    }
+
+    #[test]
+    fn h100_choice_is_the_oracles(held in held_instances(h100_80gb()), mem in 0u64..85_000) {
+        check_against_oracle(&h100_80gb(), 81920, &held, mem)?;
+    }
+}
+
+/// HAMi's rules, one by one, on an idle A100-40GB.
+#[test]
+fn hamis_documented_choices() {
+    let s = state(&a100_40gb(), 40960, &[]);
+    let chosen = |s: &ClusterState, mem| {
+        s.assign(&plan(mem, 1), "n")
+            .ok()
+            .and_then(|a| a.containers[0][0].mig.clone())
+            .map(|m| (m.profile, m.placement.start))
+    };
+    // 8,000 MiB: 1g.5gb is too small; 1g.10gb (9,856 MiB) is the smallest
+    // that holds it; 1g.* placements are tried from the highest start.
+    assert_eq!(chosen(&s, 8000), Some(("1g.10gb".to_string(), 6)));
+    // Ties in memory go to fewer slices: 3g.20gb and 4g.20gb both have
+    // 19,968 MiB; 3g.20gb, highest start first.
+    assert_eq!(chosen(&s, 15000), Some(("3g.20gb".to_string(), 4)));
+    // Other profiles are tried from the lowest start.
+    let two_g = vec![profile("2g.10gb", 9984, 29, 2, &[0, 2, 4])];
+    let s2 = state(&two_g, 40960, &[]);
+    assert_eq!(chosen(&s2, 9000), Some(("2g.10gb".to_string(), 0)));
+    // Every placement of the profiles that hold 9,900 MiB overlaps an
+    // instance (3g.20gb on slices 0-3, 1g.5gb on slice 5), though memory
+    // is free: CardMigTopologyInfeasible. With the split count used up,
+    // HAMi's earlier check answers first.
+    let busy = state(&a100_40gb(), 40960, &[(3, 0), (0, 5)]);
+    let e = busy.assign(&plan(9900, 1), "n").unwrap_err().to_string();
+    assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
+    let full = state(&two_g, 40960, &[(0, 0), (0, 2), (0, 4)]);
+    let e = full.assign(&plan(9000, 1), "n").unwrap_err().to_string();
+    assert!(e.contains("CardTimeSlicingExhausted"), "{e}");
+    // A request of the whole GPU's memory (no gpumem: the default is all
+    // of it) fits no profile: 7g.40gb has 40,192 of 40,960 MiB.
+    assert_eq!(chosen(&s, 40960), None);
+    // A percentage is of devmem: 50% of 40,960 MiB is 20,480 MiB, more
+    // than 3g.20gb's 19,968, so 7g.40gb.
+    let half = PodPlan::new(
+        PodRequest {
+            containers: vec![ContainerRequest {
+                name: "main".into(),
+                kind: ContainerKind::App,
+                gpu: Some(GpuRequest {
+                    count: 1,
+                    memory: Memory::Percent(50),
+                    cores: 0,
+                }),
+            }],
+        },
+        NodePolicy::Binpack,
+        GpuPolicy::Binpack,
+    );
+    let a = s.assign(&half, "n").unwrap();
+    assert_eq!(a.containers[0][0].mig.as_ref().unwrap().profile, "7g.40gb");
+}
+
+/// A GPU in MIG mode without a usable profile is not shared; a GPU whose
+/// pod holds a MIG share without its instance (a HAMi pod without its
+/// `hami.io/vgpu-mig-allocations`) takes no new instance until that pod
+/// is gone, as HAMi marks such a GPU unhealthy.
+#[test]
+fn unusable_and_inconsistent_mig_gpus_take_nothing() {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new("n", vec![mig_gpu("GPU-a", 40960, Vec::new())]));
+    let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
+    assert!(e.contains("CardTypeMismatch"), "{e}");
+    let mut s = state(&a100_40gb(), 40960, &[]);
+    let unknown = gpugate::engine::Allocation {
+        node: "n".into(),
+        containers: vec![vec![gpugate::engine::DeviceGrant {
+            uuid: "GPU-a".into(),
+            mem_mib: 4864,
+            cores: 15,
+            mig: None,
+        }]],
+        kinds: vec![],
+        numa: None,
+    };
+    s.apply("hami-pod", unknown).unwrap();
+    let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
+    assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
+    s.remove("hami-pod");
+    assert!(s.assign(&plan(1000, 1), "n").is_ok());
+}
+
+/// Two containers of one pod each get an instance of the same GPU, side
+/// by side.
+#[test]
+fn containers_of_one_pod_get_separate_instances() {
+    let s = state(&a100_40gb(), 40960, &[]);
+    let mut p = plan(4000, 1);
+    let second = p.request.containers[0].clone();
+    p.request.containers.push(ContainerRequest {
+        name: "second".into(),
+        ..second
+    });
+    let a = s.assign(&p, "n").unwrap();
+    let first = a.containers[0][0].mig.clone().unwrap();
+    let other = a.containers[1][0].mig.clone().unwrap();
+    assert_eq!(
+        (first.profile.as_str(), other.profile.as_str()),
+        ("1g.5gb", "1g.5gb")
+    );
+    assert!(!first.placement.overlaps(&other.placement));
+}
+
+/// What a bind writes for a MIG pod is what HAMi's device plugin reads
+/// (`GPU-a,NVIDIA,<profile memory>,<profile cores>:;` and the instance
+/// entry), and the pod read back after the plugin filled in the runtime
+/// ids holds the same instance: a restart counts it right.
+#[test]
+fn bind_annotations_round_trip_through_the_device_plugins_completion() {
+    let s = state(&a100_40gb(), 40960, &[(0, 6)]);
+    let a = s.assign(&plan(8000, 1), "n").unwrap();
+    let metadata = BindingAnnotations::of(&a).metadata(1_700_000_000);
+    let ann = &metadata["annotations"];
+    assert_eq!(
+        ann["hami.io/vgpu-devices-allocated"],
+        "GPU-a,NVIDIA,9856,15:;"
+    );
+    let mig: Value =
+        serde_json::from_str(ann["hami.io/vgpu-mig-allocations"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        mig,
+        json!([{"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-a",
+                "profile": "1g.10gb", "placement": {"start": 4, "size": 2}}])
+    );
+    // The device plugin completes the entry (all three ids).
+    let mut completed = mig.clone();
+    completed[0]["migUUID"] = json!("MIG-1234");
+    completed[0]["gpuInstanceID"] = json!(3);
+    completed[0]["computeInstanceID"] = json!(0);
+    for entry in [mig, completed] {
+        let mut annotations = ann.as_object().unwrap().clone();
+        annotations.insert(
+            "hami.io/vgpu-mig-allocations".into(),
+            json!(entry.to_string()),
+        );
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ml", "uid": "u", "annotations": annotations},
+            "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
+        let read = pod_allocation(&pod).unwrap().unwrap();
+        assert_eq!(read.containers, a.containers);
+        let mut restarted = state(&a100_40gb(), 40960, &[(0, 6)]);
+        restarted.apply("u", read).unwrap();
+        let mut live = s.clone();
+        live.apply("u", a.clone()).unwrap();
+        assert_eq!(
+            restarted.node("n").unwrap().usage,
+            live.node("n").unwrap().usage
+        );
+    }
+    // An entry naming a grant the device list does not have is refused.
+    let mut annotations = ann.as_object().unwrap().clone();
+    annotations.insert(
+        "hami.io/vgpu-mig-allocations".into(),
+        json!(r#"[{"containerIndex":0,"deviceIndex":1,"gpuUUID":"GPU-a","profile":"1g.5gb","placement":{"start":0,"size":1}}]"#),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+        "spec": {"containers": [{"name": "main"}]},
+    }))
+    .unwrap();
+    let e = pod_allocation(&pod).unwrap_err().to_string();
+    assert!(e.contains("no grant of GPU-a"), "{e}");
+}
