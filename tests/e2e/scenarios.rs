@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 16] = [
+pub const SCENARIOS: [(&str, &str, &str); 17] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -142,6 +142,11 @@ pub const SCENARIOS: [(&str, &str, &str); 16] = [
         "e2e-preempt",
         "preempt",
     ),
+    (
+        "MIG instances beside hami-core slices (HAMi v2.10)",
+        "e2e-mig",
+        "mig",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -169,6 +174,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         13 => node_topologies(ctx).await,
         14 => numa_alignment(ctx, ns, scenario).await,
         15 => preemption(ctx, ns, scenario).await,
+        16 => mig(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -2459,4 +2465,171 @@ async fn install_crd(
         },
     )
     .await
+}
+
+// 17 ------------------------------------------------------------------------
+
+/// A node with one A100 in MIG mode (1g.5gb, 2g.10gb and 3g.20gb allowed,
+/// as HAMi v2.10's device plugin registers them) beside a node with one
+/// hami-core T4. `nvidia.com/vgpu-mode` steers pods to one or the other;
+/// a MIG pod gets the smallest profile that holds it on a free placement,
+/// and HAMi's MIG annotation beside the device list in the same Binding.
+/// The test then does what the device plugin does once the instance
+/// exists (adds its runtime ids to the annotation): the instance still
+/// counts. Deleting a pod frees its instance; no two instances overlap.
+async fn mig(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let placements = |size: u32, starts: &[u32]| -> Vec<Value> {
+        starts
+            .iter()
+            .map(|s| json!({"start": s, "size": size}))
+            .collect()
+    };
+    let register = json!([{"id": "GPU-mig-1-0", "index": 0, "count": 7, "devmem": 40960,
+        "devcore": 100, "type": "NVIDIA A100-SXM4-40GB", "numa": 0, "health": true,
+        "mode": "mig", "migProfiles": [
+            {"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
+             "placements": placements(1, &[0, 1, 2, 3, 4, 5, 6])},
+            {"name": "2g.10gb", "memoryMB": 9984, "core": 29, "sliceCount": 2,
+             "placements": placements(2, &[0, 2, 4])},
+            {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 4,
+             "placements": placements(4, &[0, 4])}]}]);
+    let mut mig_node = gpu_node("mig-1", 1, 7, 40960, "NVIDIA A100-SXM4-40GB");
+    mig_node["metadata"]["annotations"]["hami.io/node-nvidia-register"] =
+        json!(register.to_string());
+    ctx.nodes(
+        scenario,
+        &[
+            mig_node,
+            gpu_node("core-1", 1, 10, 16384, "NVIDIA Tesla T4"),
+        ],
+    )
+    .await?;
+    let pod = |name: &str, mem: &str, mode: Option<&str>| {
+        let mut p = gpu_pod(name, &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", mem)]);
+        if let Some(mode) = mode {
+            p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": mode});
+        }
+        p
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
+    let instance = |p: &Pod| -> anyhow::Result<(String, u64, u64)> {
+        let raw = annotation(p, "hami.io/vgpu-mig-allocations").ok_or_else(|| {
+            anyhow!(
+                "{}: no hami.io/vgpu-mig-allocations",
+                p.metadata.name.as_deref().unwrap_or("")
+            )
+        })?;
+        let v: Value = serde_json::from_str(raw)?;
+        let e = &v[0];
+        ensure!(
+            v.as_array().map(Vec::len) == Some(1)
+                && e["containerIndex"] == 0
+                && e["deviceIndex"] == 0
+                && e["gpuUUID"] == "GPU-mig-1-0",
+            "one entry for container 0, device 0 of GPU-mig-1-0: {raw}"
+        );
+        Ok((
+            e["profile"].as_str().unwrap_or("").to_string(),
+            e["placement"]["start"].as_u64().unwrap_or(99),
+            e["placement"]["size"].as_u64().unwrap_or(0),
+        ))
+    };
+    // A MIG pod: 8,000 MiB needs 2g.10gb (1g.5gb is too small), at the
+    // lowest free start; its device list carries the profile's memory.
+    create_pod(&ctx.cp.admin, ns, &pod("mig-a", "8000", Some("mig"))).await?;
+    let a = wait_bound(&ctx.cp.admin, ns, "mig-a", BIND).await?;
+    ensure!(node_of(&a) == "mig-1", "mig-a on {}", node_of(&a));
+    ensure!(
+        instance(&a)? == ("2g.10gb".to_string(), 0, 2),
+        "mig-a: {:?}",
+        instance(&a)?
+    );
+    ensure!(
+        annotation(&a, "hami.io/vgpu-devices-allocated") == Some("GPU-mig-1-0,NVIDIA,9984,29:;"),
+        "mig-a device list {:?}",
+        annotation(&a, "hami.io/vgpu-devices-allocated")
+    );
+    // A hami-core pod never lands on the MIG GPU, and gets no MIG entry.
+    create_pod(&ctx.cp.admin, ns, &pod("core-a", "4000", Some("hami-core"))).await?;
+    let c = wait_bound(&ctx.cp.admin, ns, "core-a", BIND).await?;
+    ensure!(node_of(&c) == "core-1", "core-a on {}", node_of(&c));
+    ensure!(
+        annotation(&c, "hami.io/vgpu-mig-allocations").is_none(),
+        "core-a has a MIG entry"
+    );
+    // The device plugin creates the instance and adds its ids (merge
+    // patch guarded by resourceVersion, as HAMi's plugin writes it).
+    let raw = annotation(&a, "hami.io/vgpu-mig-allocations").unwrap_or("[]");
+    let mut entries: Value = serde_json::from_str(raw)?;
+    entries[0]["migUUID"] = json!("MIG-e2e-a");
+    entries[0]["gpuInstanceID"] = json!(3);
+    entries[0]["computeInstanceID"] = json!(0);
+    pods.patch(
+        "mig-a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {
+            "resourceVersion": a.metadata.resource_version,
+            "annotations": {"hami.io/vgpu-mig-allocations": entries.to_string()}}})),
+    )
+    .await?;
+    // The instance still counts: the next 2g.10gb goes to start 2.
+    create_pod(&ctx.cp.admin, ns, &pod("mig-b", "9000", Some("mig"))).await?;
+    let b = wait_bound(&ctx.cp.admin, ns, "mig-b", BIND).await?;
+    ensure!(
+        instance(&b)? == ("2g.10gb".to_string(), 2, 2),
+        "mig-b: {:?}",
+        instance(&b)?
+    );
+    // 1g.5gb profiles go from the highest start: slice 6.
+    create_pod(&ctx.cp.admin, ns, &pod("mig-small", "4000", Some("mig"))).await?;
+    let small = wait_bound(&ctx.cp.admin, ns, "mig-small", BIND).await?;
+    ensure!(
+        instance(&small)? == ("1g.5gb".to_string(), 6, 1),
+        "mig-small: {:?}",
+        instance(&small)?
+    );
+    // Deleting mig-a frees slices 0-1: the next 2g.10gb takes them.
+    pods.delete(
+        "mig-a",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    eventually("mig-a gone", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        async move {
+            match pods.get_opt("mig-a").await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await?;
+    create_pod(&ctx.cp.admin, ns, &pod("mig-c", "9000", Some("mig"))).await?;
+    let c2 = wait_bound(&ctx.cp.admin, ns, "mig-c", BIND).await?;
+    ensure!(
+        instance(&c2)? == ("2g.10gb".to_string(), 0, 2),
+        "mig-c: {:?}",
+        instance(&c2)?
+    );
+    // No two instances on the GPU overlap.
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    for p in pods.list(&ListParams::default()).await?.items {
+        if node_of(&p) != "mig-1" {
+            continue;
+        }
+        let (_, start, size) = instance(&p)?;
+        for (s, z) in &taken {
+            ensure!(
+                !(start < s + z && *s < start + size),
+                "instances overlap: {start}+{size} and {s}+{z}"
+            );
+        }
+        taken.push((start, size));
+    }
+    ensure!(taken.len() == 3, "{} MIG pods on mig-1", taken.len());
+    Ok(())
 }
