@@ -101,6 +101,83 @@ fn numa_plan(guaranteed: bool) -> PodPlan {
     p
 }
 
+/// 5,000 nodes of 8 A100-40GB GPUs in MIG mode, two instances on each
+/// (2g.10gb on slices 0-1, 1g.5gb on slice 6): 80,000 pods' instances.
+fn mig_cluster() -> ClusterState {
+    use gpugate::engine::{Allocation, DeviceGrant, Gpu, MigInstance, Node, Usage};
+    use gpugate::hami::mig::{MigPlacement, MigProfile};
+    let profile = |name: &str, memory_mib, cores, size, starts: &[u32]| MigProfile {
+        name: name.into(),
+        memory_mib,
+        cores,
+        slice_count: size,
+        placements: starts
+            .iter()
+            .map(|&start| MigPlacement { start, size })
+            .collect(),
+    };
+    let profiles = vec![
+        profile("1g.5gb", 4864, 15, 1, &[0, 1, 2, 3, 4, 5, 6]),
+        profile("1g.10gb", 9856, 15, 2, &[0, 2, 4, 6]),
+        profile("2g.10gb", 9984, 29, 2, &[0, 2, 4]),
+        profile("3g.20gb", 19968, 43, 4, &[0, 4]),
+        profile("4g.20gb", 19968, 58, 4, &[0]),
+        profile("7g.40gb", 40192, 100, 8, &[0]),
+    ];
+    let mut state = ClusterState::new();
+    let names: Vec<String> = (0..5000).map(|n| format!("mig-node-{n:05}")).collect();
+    // Nodes first: a node registered after allocations re-reads them all.
+    for name in &names {
+        let gpus = (0..8u32)
+            .map(|i| {
+                let mut g = Gpu::new(
+                    format!("GPU-{name}-{i}"),
+                    i,
+                    "NVIDIA A100-SXM4-40GB",
+                    Usage {
+                        slots: 7,
+                        mem_mib: 40960,
+                        cores: 100,
+                        ..Usage::default()
+                    },
+                );
+                g.numa = i32::from(i >= 4);
+                g.set_mode("mig", profiles.clone());
+                g
+            })
+            .collect();
+        state.upsert_node(Node::new(name.clone(), gpus));
+    }
+    for name in &names {
+        for i in 0..8 {
+            for (k, (p, start)) in [(2usize, 0u32), (0, 6)].into_iter().enumerate() {
+                let pr = &profiles[p];
+                let allocation = Allocation {
+                    node: name.clone(),
+                    containers: vec![vec![DeviceGrant {
+                        uuid: format!("GPU-{name}-{i}"),
+                        mem_mib: u64::from(pr.memory_mib),
+                        cores: pr.cores,
+                        mig: Some(MigInstance {
+                            profile: pr.name.clone(),
+                            placement: MigPlacement {
+                                start,
+                                size: pr.slice_count,
+                            },
+                        }),
+                    }]],
+                    kinds: vec![],
+                    numa: None,
+                };
+                state
+                    .apply(&format!("{name}-{i}-{k}"), allocation)
+                    .expect("the instances fit");
+            }
+        }
+    }
+    state
+}
+
 fn benches(c: &mut Criterion) {
     let state = cluster();
     let names: Vec<String> = state.nodes().map(|n| n.name.clone()).collect();
@@ -170,6 +247,27 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
     drop(numa_state);
+
+    // Every GPU in MIG mode (an A100-40GB's six profiles), each holding a
+    // 2g.10gb instance on slices 0-1 and a 1g.5gb on slice 6: the same
+    // 8,000 MiB pod takes a 1g.10gb or 2g.10gb instance where one is free.
+    let mig = mig_cluster();
+    let mut g = c.benchmark_group("evaluate_5000x8_mig");
+    for (label, p) in [
+        ("1gpu_spread", plan(1, GpuPolicy::Spread)),
+        ("1gpu_binpack", plan(1, GpuPolicy::Binpack)),
+    ] {
+        eprintln!(
+            "mig {label}: {} of {} nodes feasible",
+            mig.evaluate(&p, None).feasible.len(),
+            names.len()
+        );
+        g.bench_function(format!("all_nodes/{label}"), |b| {
+            b.iter(|| black_box(mig.evaluate(black_box(&p), None).feasible.len()))
+        });
+    }
+    g.finish();
+    drop(mig);
 
     let mut g = c.benchmark_group("ledger");
     for count in [1u32, 8] {

@@ -53,6 +53,10 @@ pub struct PlacedDevice {
     #[serde(rename = "memMiB")]
     pub mem_mib: u64,
     pub cores: u32,
+    /// On a MIG GPU, the instance: `2g.10gb@2-3` (profile, then the
+    /// memory slices it occupies).
+    #[serde(rename = "migInstance", skip_serializing_if = "Option::is_none")]
+    pub mig: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,6 +139,10 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
                             uuid: g.uuid.clone(),
                             mem_mib: g.mem_mib,
                             cores: g.cores,
+                            mig: g.mig.as_ref().map(|m| {
+                                let end = m.placement.start + m.placement.size.saturating_sub(1);
+                                format!("{}@{}-{end}", m.profile, m.placement.start)
+                            }),
                         })
                     })
                     .collect();
@@ -260,7 +268,10 @@ impl Report {
                         String::new()
                     },
                     d.container.clone(),
-                    d.uuid.clone(),
+                    match &d.mig {
+                        Some(m) => format!("{} ({m})", d.uuid),
+                        None => d.uuid.clone(),
+                    },
                     d.mem_mib.to_string(),
                     d.cores.to_string(),
                     p.numa_zones

@@ -480,3 +480,47 @@ fn numa_alignment_example() {
     assert_eq!(json["placements"][0]["numaZones"]["trainer"], 1);
     assert!(json["placements"][1].get("numaZones").is_none());
 }
+
+/// examples/mig (docs/policies.md, "MIG"): a mixed fleet of MIG and
+/// hami-core A100s, HAMi v2.10's default policies (node binpack, GPU
+/// spread): each MIG pod gets the smallest profile that holds it on a free
+/// placement of the least used MIG GPU, the hami-core pod its slice, and
+/// a pod that needs a whole 7g.40gb finds no GPU with that much memory
+/// free (HAMi's memory check comes before the MIG placement).
+#[test]
+fn mig_example_places_instances_as_hami_does() {
+    let r = run(
+        "examples/mig/cluster.yaml",
+        "examples/mig/pods.yaml",
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    let instances: Vec<(String, String, Option<String>)> = r
+        .placements
+        .iter()
+        .map(|p| {
+            (
+                p.pod.clone(),
+                p.devices[0].uuid.clone(),
+                p.devices[0].mig.clone(),
+            )
+        })
+        .collect();
+    let i = |pod: &str, gpu: &str, mig: Option<&str>| {
+        (pod.to_string(), gpu.to_string(), mig.map(str::to_string))
+    };
+    assert_eq!(
+        instances,
+        [
+            i("ml/small-mig", "GPU-mig-1-1", Some("1g.5gb@6-6")),
+            i("ml/medium-mig", "GPU-mig-1-1", Some("1g.10gb@4-5")),
+            i("ml/large-mig", "GPU-mig-1-1", Some("3g.20gb@0-3")),
+            i("ml/sliced", "GPU-core-1-0", None),
+        ]
+    );
+    assert_eq!(r.unschedulable.len(), 1);
+    let whole = &r.unschedulable[0];
+    assert_eq!(whole.pod, "ml/whole-a100");
+    assert_eq!(whole.reasons["mig-1"], "2/2 CardInsufficientMemory");
+    assert_eq!(whole.reasons["core-1"], "1/1 CardTypeMismatch");
+}

@@ -67,7 +67,9 @@ pub fn check_gpu(
 /// profile in its order (least memory, then fewest slices) whose memory
 /// holds the request and that has a placement free of the instances
 /// `used` shows, in its placement order; it takes one slot, the profile's
-/// memory and cores, and the placement's slices.
+/// memory and cores, and the placement's slices. Kept out of line, so
+/// that `check_gpu` stays small enough to be inlined for the other GPUs.
+#[inline(never)]
 fn mig_take(gpu: &Gpu, used: &Usage, mem: u64) -> Option<Usage> {
     if used.unreserved > 0 {
         return None;

@@ -109,6 +109,9 @@ pub struct Gpu {
     /// for every GPU of every candidate node, and reading the mode string
     /// there cost a cache miss per GPU (a third of a 5,000-node filter).
     shareable: bool,
+    /// Whether pods take MIG instances of it (`mig` mode with a usable
+    /// profile), precomputed beside `shareable` for the same reason.
+    mig: bool,
     /// Slots (split count), memory (MiB) and cores the GPU offers.
     pub capacity: Usage,
     /// A MIG GPU's allowed profiles (HAMi v2.10's `migProfiles`) in the
@@ -116,7 +119,7 @@ pub struct Gpu {
     /// registered), each with its placements' slice masks in the order
     /// HAMi tries them; empty for a GPU shared by HAMi-core. Precomputed:
     /// the choice runs for every MIG GPU of every candidate node.
-    mig_profiles: Vec<(MigProfile, Vec<u32>)>,
+    mig_profiles: Box<[(MigProfile, Vec<u32>)]>,
     /// Lower-case words of `model`, precomputed for type selection.
     pub(crate) model_words: Vec<String>,
 }
@@ -139,8 +142,9 @@ impl Gpu {
             cordoned: false,
             mode: String::new(),
             shareable: true,
+            mig: false,
             capacity,
-            mig_profiles: Vec::new(),
+            mig_profiles: Box::default(),
         }
     }
 
@@ -177,13 +181,14 @@ impl Gpu {
                 .filter(|(_, masks): &(MigProfile, Vec<u32>)| !masks.is_empty())
                 .collect();
             profiles.sort_by_key(|(p, _)| (p.memory_mib, p.slice_count));
-            profiles
+            profiles.into_boxed_slice()
         } else {
-            Vec::new()
+            Box::default()
         };
+        self.mig = !self.mig_profiles.is_empty();
         self.shareable = match self.mode.as_str() {
             "" | "hami-core" | "mps" => true,
-            "mig" => !self.mig_profiles.is_empty(),
+            "mig" => self.mig,
             _ => false,
         };
     }
@@ -201,8 +206,9 @@ impl Gpu {
     }
 
     /// Whether pods take MIG instances of this GPU.
+    #[inline]
     pub fn is_mig(&self) -> bool {
-        !self.mig_profiles.is_empty()
+        self.mig
     }
 
     /// The MIG instance a share of this GPU stands for: the profile and

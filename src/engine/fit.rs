@@ -17,7 +17,6 @@ use super::topology;
 #[derive(Debug, Default)]
 pub struct Scratch {
     app_usage: Vec<Usage>,
-    init_usage: Vec<Usage>,
     candidates: Vec<(usize, Usage)>,
     ranked: Vec<(f64, usize)>,
     /// Candidates with their sort keys under a policy chain.
@@ -55,35 +54,50 @@ pub fn fit_pod_in(
         return Err(Rejection::NodeUnregistered);
     }
     let available = u32::try_from(node.gpus.len()).unwrap_or(u32::MAX);
-    // The node's usage plus the sidecars and app containers fitted so far.
-    scratch.app_usage.clear();
-    scratch.app_usage.extend_from_slice(&node.usage);
+    // The node's usage plus the sidecars and app containers fitted so far:
+    // copied from the node only once a container's GPUs must count for a
+    // later one (most pods have one GPU container, and the copy of every
+    // node's usage was a sixth of an evaluation).
+    let mut app = std::mem::take(&mut scratch.app_usage);
+    app.clear();
+    let mut copied = false;
     let rule_of = |ci: usize| rules.get(ci).copied().unwrap_or_default();
+    let gpu_container =
+        |i: usize| plan.request.containers[i].gpu.is_some() && rule_of(i) != ZoneRule::Skip;
+    let containers = plan.request.containers.len();
     for (ci, container) in plan.request.containers.iter().enumerate() {
         let rule = rule_of(ci);
         let Some(req) = container.gpu.as_ref().filter(|_| rule != ZoneRule::Skip) else {
             continue;
         };
         if req.count > available {
+            scratch.app_usage = app;
             return Err(Rejection::NodeInsufficientDevice {
                 container: container.name.clone(),
                 requested: req.count,
                 available,
             });
         }
-        let result = if container.kind == ContainerKind::Init {
-            let mut usage = std::mem::take(&mut scratch.init_usage);
-            usage.clear();
-            usage.extend_from_slice(&scratch.app_usage);
-            let r = fit_container(node, &mut usage, (ci, rule), req, plan, scratch);
-            scratch.init_usage = usage;
-            r
-        } else {
-            let mut usage = std::mem::take(&mut scratch.app_usage);
-            let r = fit_container(node, &mut usage, (ci, rule), req, plan, scratch);
-            scratch.app_usage = usage;
-            r
-        };
+        let usage: &[Usage] = if copied { &app } else { &node.usage };
+        let before = scratch.grants.len();
+        let result = fit_container(node, usage, (ci, rule), req, plan, scratch);
+        // An init container's GPUs are its own (init containers run one
+        // after another); an app container's or sidecar's count for the
+        // GPU containers after it.
+        if result.is_ok()
+            && container.kind != ContainerKind::Init
+            && (ci + 1..containers).any(gpu_container)
+        {
+            if !copied {
+                app.extend_from_slice(&node.usage);
+                copied = true;
+            }
+            for &(_, pos, take) in &scratch.grants[before..] {
+                if let Some(u) = app.get_mut(pos) {
+                    u.add(&take);
+                }
+            }
+        }
         if let Err(counts) = result {
             // Containers chosen one by one can miss an assignment that
             // exists when chosen together (see super::joint).
@@ -101,9 +115,11 @@ pub fn fit_pod_in(
                 scratch.joint_spent += spent;
                 if let Some(grants) = found {
                     scratch.grants = grants;
+                    scratch.app_usage = app;
                     return Ok(());
                 }
             }
+            scratch.app_usage = app;
             return Err(Rejection::Devices {
                 container: container.name.clone(),
                 gpus: available,
@@ -111,12 +127,15 @@ pub fn fit_pod_in(
             });
         }
     }
+    scratch.app_usage = app;
     Ok(())
 }
 
+/// Chooses the container's GPUs on `usage` (the node's, with what runs
+/// beside it) into `s.grants`; the caller counts them for what follows.
 fn fit_container(
     node: &Node,
-    usage: &mut [Usage],
+    usage: &[Usage],
     (container, rule): (usize, ZoneRule),
     req: &GpuRequest,
     plan: &PodPlan,
@@ -168,9 +187,6 @@ fn fit_container(
     }
     for i in 0..s.chosen.len() {
         let (pos, take) = s.candidates[s.chosen[i]];
-        if let Some(u) = usage.get_mut(pos) {
-            u.add(&take);
-        }
         s.grants.push((container, pos, take));
     }
     Ok(())
