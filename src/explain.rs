@@ -368,9 +368,10 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
     let mut usable: Vec<(Shortfall, u64, u32, &str)> = Vec::new();
     for (gpu, used) in node.gpus.iter().zip(&node.usage) {
         let cap = &gpu.capacity;
-        let free_mem = cap.mem_mib.saturating_sub(used.mem_mib);
+        let cap_mem = u64::from(cap.mem_mib);
+        let free_mem = u64::from(cap.mem_mib.saturating_sub(used.mem_mib));
         let free_cores = cap.cores.saturating_sub(used.cores);
-        if g.mem_on(cap.mem_mib) > cap.mem_mib || g.cores > cap.cores {
+        if g.mem_on(cap_mem) > cap_mem || g.cores > cap.cores {
             // Too small even empty.
             continue;
         }
@@ -383,10 +384,9 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
                 | Reason::CardUuidMismatch,
             ) => continue,
             Err(Reason::CardInsufficientMemory | Reason::CardInsufficientCore) => {
-                let mem = g.mem_on(cap.mem_mib).saturating_sub(free_mem);
+                let mem = g.mem_on(cap_mem).saturating_sub(free_mem);
                 let cores = g.cores.saturating_sub(free_cores);
-                mem * 1000 / cap.mem_mib.max(1)
-                    + u64::from(cores) * 1000 / u64::from(cap.cores.max(1))
+                mem * 1000 / cap_mem.max(1) + u64::from(cores) * 1000 / u64::from(cap.cores.max(1))
             }
             Err(_) => 1000,
         };

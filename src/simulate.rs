@@ -229,7 +229,7 @@ pub fn gpu_rows(state: &ClusterState) -> Vec<GpuRow> {
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
                 slots: (u.slots, g.capacity.slots),
-                mem_mib: (u.mem_mib, g.capacity.mem_mib),
+                mem_mib: (u64::from(u.mem_mib), u64::from(g.capacity.mem_mib)),
                 cores: (u.cores, g.capacity.cores),
             })
         })

@@ -599,7 +599,7 @@ fn check_consistent(rig: &Rig) {
             assert_eq!(view.held_allocation(uid), Some(&a), "{path}");
             for (uuid, u) in a.usage_by_gpu() {
                 let e = per_gpu.entry(uuid.to_string()).or_default();
-                e.0 += u.mem_mib;
+                e.0 += u64::from(u.mem_mib);
                 e.1 += u.cores;
                 e.2 += u.slots;
             }
@@ -613,11 +613,14 @@ fn check_consistent(rig: &Rig) {
             let (mem, cores, slots) = per_gpu.get(&g.uuid).copied().unwrap_or_default();
             let cap = &g.capacity;
             assert!(
-                mem <= cap.mem_mib && cores <= cap.cores && slots <= cap.slots,
+                mem <= u64::from(cap.mem_mib) && cores <= cap.cores && slots <= cap.slots,
                 "{} over-committed",
                 g.uuid
             );
-            assert_eq!((used.mem_mib, used.cores, used.slots), (mem, cores, slots));
+            assert_eq!(
+                (u64::from(used.mem_mib), used.cores, used.slots),
+                (mem, cores, slots)
+            );
         }
     }
 }

@@ -25,7 +25,7 @@ fn arb_gpu(node: usize, index: u32) -> impl Strategy<Value = Gpu> {
                     slices: 0,
                     unreserved: 0,
                     slots,
-                    mem_mib,
+                    mem_mib: u32::try_from(mem_mib).unwrap(),
                     cores,
                 },
             );
@@ -163,7 +163,7 @@ fn phases(a: &Allocation) -> Vec<BTreeMap<String, Usage>> {
                     slices: 0,
                     unreserved: 0,
                     slots: 1,
-                    mem_mib: d.mem_mib,
+                    mem_mib: u32::try_from(d.mem_mib).unwrap(),
                     cores: d.cores,
                 });
             }

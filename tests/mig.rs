@@ -70,7 +70,7 @@ fn mig_gpu(uuid: &str, devmem: u64, profiles: Vec<MigProfile>) -> Gpu {
         "NVIDIA A100-SXM4-40GB",
         Usage {
             slots: count,
-            mem_mib: devmem,
+            mem_mib: u32::try_from(devmem).unwrap(),
             cores: 100,
             ..Usage::default()
         },
@@ -209,7 +209,7 @@ fn check_against_oracle(
             let mut s = s.clone();
             s.apply("new", a.clone()).unwrap();
             let used = s.node("n").unwrap().usage[0];
-            let mask = |pl: &MigPlacement| ((1u32 << pl.size) - 1) << pl.start;
+            let mask = |pl: &MigPlacement| ((1u16 << pl.size) - 1) << pl.start;
             let want_mask = placements
                 .iter()
                 .fold(mask(&mig.placement), |m, h| m | mask(h));

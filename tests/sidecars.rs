@@ -97,7 +97,7 @@ async fn a_sidecar_and_its_app_container_never_share_a_slot_twice() {
     assert_ne!(sidecar[0].uuid, app[0].uuid);
     // The ledger holds both slices: 20,000 MiB on the node.
     let node = view.state().node("free-pair").unwrap();
-    let used: u64 = node.usage.iter().map(|u| u.mem_mib).sum();
+    let used: u64 = node.usage.iter().map(|u| u64::from(u.mem_mib)).sum();
     assert_eq!(used, 20_000);
     // HAMi's device list: one entry per container, sidecar first, which
     // is the order in which the kubelet asks the device plugin.

@@ -116,7 +116,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                 .map(|i| DeviceInfo {
                     id: gpu_uuid(n, i),
                     count: CAPACITY.slots,
-                    devmem: CAPACITY.mem_mib as u32,
+                    devmem: CAPACITY.mem_mib,
                     devcore: CAPACITY.cores,
                     device_type: MODEL.to_string(),
                     numa: (i / group) as i32,

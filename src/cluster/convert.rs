@@ -144,7 +144,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                     slices: 0,
                     unreserved: 0,
                     slots: d.count,
-                    mem_mib: u64::from(d.devmem),
+                    mem_mib: d.devmem,
                     cores: d.devcore,
                 },
             );

@@ -525,7 +525,7 @@ mod tests {
             for (i, g) in gpus.iter().enumerate() {
                 if g.1 > 0 {
                     n.add_usage(i, &Usage { slices: 0,
-            unreserved: 0, slots: g.2.max(1), mem_mib: g.1, cores: 0 });
+            unreserved: 0, slots: g.2.max(1), mem_mib: u32::try_from(g.1).unwrap(), cores: 0 });
                 }
             }
             let t = topology(

@@ -27,7 +27,7 @@ impl DeviceGrant {
     pub fn usage(&self) -> Usage {
         Usage {
             slots: 1,
-            mem_mib: self.mem_mib,
+            mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
             cores: self.cores,
             slices: self
                 .mig

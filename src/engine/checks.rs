@@ -38,8 +38,8 @@ pub fn check_gpu(
     if policy.is_mutex() && used.slots > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
-    let mem = req.mem_on(cap.mem_mib);
-    if cap.mem_mib.saturating_sub(used.mem_mib) < mem {
+    let mem = req.mem_on(u64::from(cap.mem_mib));
+    if u64::from(cap.mem_mib.saturating_sub(used.mem_mib)) < mem {
         return Err(Reason::CardInsufficientMemory);
     }
     if cap.cores.saturating_sub(used.cores) < req.cores {
@@ -58,7 +58,8 @@ pub fn check_gpu(
         slices: 0,
         unreserved: 0,
         slots: 1,
-        mem_mib: mem,
+        // At most the GPU's own memory, checked above.
+        mem_mib: u32::try_from(mem).unwrap_or(u32::MAX),
         cores: req.cores,
     })
 }
@@ -83,7 +84,7 @@ fn mig_take(gpu: &Gpu, used: &Usage, mem: u64) -> Option<Usage> {
                 .find(|mask| *mask & used.slices == 0)
                 .map(|&mask| Usage {
                     slots: 1,
-                    mem_mib: u64::from(p.memory_mib),
+                    mem_mib: p.memory_mib,
                     cores: p.cores,
                     slices: mask,
                     unreserved: 0,

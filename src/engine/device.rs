@@ -29,21 +29,28 @@ pub struct NodeTotals {
 pub struct Usage {
     /// Concurrent vGPUs (HAMi's split count on the capacity side).
     pub slots: u32,
-    /// Memory in MiB.
-    pub mem_mib: u64,
+    /// Memory in MiB (HAMi's `devmem` is an `int32`; requests are bounded
+    /// the same way), so that a `Usage` stays 16 bytes: the evaluation of
+    /// every node reads every GPU's.
+    pub mem_mib: u32,
     /// Compute in percent of the GPU's SMs (100 per whole GPU; HAMi's
     /// `devcore` may be higher with core scaling).
     pub cores: u32,
     /// On a MIG GPU, the memory slices its instances occupy, one bit per
     /// slice (bit `i` is slice `i`); 0 elsewhere. Instances never overlap,
-    /// so adding is a union and taking away clears the bits.
-    pub slices: u32,
+    /// so adding is a union and taking away clears the bits. 16 slices
+    /// (A100 and H100 have 8).
+    pub slices: u16,
     /// On a MIG GPU, instances of pods whose placement is not known (a
     /// pod placed without its `hami.io/vgpu-mig-allocations` entry): while
     /// there is one, no placement of the GPU counts as free (HAMi marks
     /// such a GPU unhealthy).
     pub unreserved: u16,
 }
+
+// Every evaluation reads the usage and capacity of every GPU of every
+// candidate node: the size is part of its speed (docs/benchmarks.md).
+const _: () = assert!(std::mem::size_of::<Usage>() == 16);
 
 impl Usage {
     pub fn add(&mut self, other: &Usage) {
@@ -119,7 +126,7 @@ pub struct Gpu {
     /// registered), each with its placements' slice masks in the order
     /// HAMi tries them; empty for a GPU shared by HAMi-core. Precomputed:
     /// the choice runs for every MIG GPU of every candidate node.
-    mig_profiles: Box<[(MigProfile, Vec<u32>)]>,
+    mig_profiles: Box<[(MigProfile, Vec<u16>)]>,
     /// Lower-case words of `model`, precomputed for type selection.
     pub(crate) model_words: Vec<String>,
 }
@@ -169,7 +176,7 @@ impl Gpu {
     pub fn set_mode(&mut self, mode: impl Into<String>, mig_profiles: Vec<MigProfile>) {
         self.mode = mode.into();
         self.mig_profiles = if self.mode == "mig" {
-            let mut profiles: Vec<(MigProfile, Vec<u32>)> = mig_profiles
+            let mut profiles: Vec<(MigProfile, Vec<u16>)> = mig_profiles
                 .into_iter()
                 .map(|p| {
                     let masks = mig_placement_order(&p)
@@ -178,7 +185,7 @@ impl Gpu {
                         .collect();
                     (p, masks)
                 })
-                .filter(|(_, masks): &(MigProfile, Vec<u32>)| !masks.is_empty())
+                .filter(|(_, masks): &(MigProfile, Vec<u16>)| !masks.is_empty())
                 .collect();
             profiles.sort_by_key(|(p, _)| (p.memory_mib, p.slice_count));
             profiles.into_boxed_slice()
@@ -201,7 +208,7 @@ impl Gpu {
     /// The MIG profiles of a GPU in `mig` mode in the order HAMi v2.10
     /// tries them, each with its placements' slice masks in the order it
     /// tries them (empty for other GPUs).
-    pub fn mig_profiles(&self) -> &[(MigProfile, Vec<u32>)] {
+    pub fn mig_profiles(&self) -> &[(MigProfile, Vec<u16>)] {
         &self.mig_profiles
     }
 
@@ -221,9 +228,7 @@ impl Gpu {
         }
         self.mig_profiles
             .iter()
-            .find(|(p, masks)| {
-                u64::from(p.memory_mib) == take.mem_mib && masks.contains(&take.slices)
-            })
+            .find(|(p, masks)| p.memory_mib == take.mem_mib && masks.contains(&take.slices))
             .map(|(p, _)| MigInstance {
                 profile: p.name.clone(),
                 placement: MigPlacement {
@@ -242,16 +247,16 @@ pub struct MigInstance {
 }
 
 /// The slices a placement occupies, one bit per slice; `None` past the
-/// 32 slices a mask holds (no GPU has that many).
-pub fn slice_mask(p: &MigPlacement) -> Option<u32> {
+/// 16 slices a mask holds (A100 and H100 have 8).
+pub fn slice_mask(p: &MigPlacement) -> Option<u16> {
     let end = p.start.checked_add(p.size)?;
-    if p.size == 0 || end > 32 {
+    if p.size == 0 || end > 16 {
         return None;
     }
-    let bits = if p.size == 32 {
-        u32::MAX
+    let bits = if p.size == 16 {
+        u16::MAX
     } else {
-        (1u32 << p.size) - 1
+        (1u16 << p.size) - 1
     };
     Some(bits << p.start)
 }
@@ -291,7 +296,7 @@ impl Node {
         for g in &gpus {
             totals.slots += u64::from(g.capacity.slots);
             totals.cores += u64::from(g.capacity.cores);
-            totals.mem_mib += g.capacity.mem_mib;
+            totals.mem_mib += u64::from(g.capacity.mem_mib);
         }
         Node {
             name: name.into(),
@@ -346,7 +351,7 @@ impl Node {
             u.add(delta);
             self.totals.slots_used += u64::from(delta.slots);
             self.totals.cores_used += u64::from(delta.cores);
-            self.totals.mem_used_mib += delta.mem_mib;
+            self.totals.mem_used_mib += u64::from(delta.mem_mib);
         }
     }
 
@@ -358,7 +363,7 @@ impl Node {
             u.sub(delta);
             self.totals.slots_used -= u64::from(before.slots - u.slots);
             self.totals.cores_used -= u64::from(before.cores - u.cores);
-            self.totals.mem_used_mib -= before.mem_mib - u.mem_mib;
+            self.totals.mem_used_mib -= u64::from(before.mem_mib - u.mem_mib);
         }
     }
 }

@@ -351,7 +351,7 @@ mod tests {
             slices: 0,
             unreserved: 0,
             slots: 10,
-            mem_mib,
+            mem_mib: u32::try_from(mem_mib).unwrap(),
             cores: 100,
         }
     }
@@ -365,7 +365,7 @@ mod tests {
             slices: 0,
             unreserved: 0,
             slots,
-            mem_mib,
+            mem_mib: u32::try_from(mem_mib).unwrap(),
             cores,
         }
     }

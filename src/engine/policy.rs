@@ -368,7 +368,7 @@ mod tests {
             slices: 0,
             unreserved: 0,
             slots,
-            mem_mib,
+            mem_mib: u32::try_from(mem_mib).unwrap(),
             cores,
         }
     }

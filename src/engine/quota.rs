@@ -62,7 +62,7 @@ impl QuotaAmount {
             .iter()
             .fold(QuotaAmount::default(), |sum, (_, u)| {
                 sum.saturating_add(QuotaAmount {
-                    mem_mib: u.mem_mib,
+                    mem_mib: u64::from(u.mem_mib),
                     cores: u64::from(u.cores),
                 })
             })

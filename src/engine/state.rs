@@ -383,7 +383,7 @@ impl ClusterState {
             if let (Some(list), Some(gpu)) = (containers.get_mut(ci), n.gpus.get(pos)) {
                 list.push(DeviceGrant {
                     uuid: gpu.uuid.clone(),
-                    mem_mib: take.mem_mib,
+                    mem_mib: u64::from(take.mem_mib),
                     cores: take.cores,
                     mig: gpu.mig_instance(&take),
                 });

@@ -298,7 +298,8 @@ impl HamiGauges {
                 e,
                 "hami_gpu_memory_limit_bytes",
                 "Device memory limit for a certain GPU.",
-                gpus.iter().map(|g| (g.labels(), bytes(g.capacity.mem_mib))),
+                gpus.iter()
+                    .map(|g| (g.labels(), bytes(u64::from(g.capacity.mem_mib)))),
             ),
             1 => gauge_family(
                 e,
@@ -314,7 +315,7 @@ impl HamiGauges {
                     let [node, uuid, index, model] = g.labels();
                     (
                         [node, uuid, index, ("device_cores", &g.total_cores), model],
-                        bytes(g.used.mem_mib),
+                        bytes(u64::from(g.used.mem_mib)),
                     )
                 }),
             ),
@@ -345,7 +346,7 @@ impl HamiGauges {
                             ("device_memory_limit", &g.total_mem_mib),
                             model,
                         ],
-                        bytes(g.used.mem_mib),
+                        bytes(u64::from(g.used.mem_mib)),
                     )
                 }),
             ),
@@ -353,9 +354,12 @@ impl HamiGauges {
                 e,
                 "hami_node_gpu_memory_allocated_ratio",
                 "GPU Memory Allocated Percentage on a certain GPU.",
-                gpus.iter()
-                    .filter(|g| g.capacity.mem_mib > 0)
-                    .map(|g| (g.labels(), ratio(g.used.mem_mib, g.capacity.mem_mib))),
+                gpus.iter().filter(|g| g.capacity.mem_mib > 0).map(|g| {
+                    (
+                        g.labels(),
+                        ratio(u64::from(g.used.mem_mib), u64::from(g.capacity.mem_mib)),
+                    )
+                }),
             ),
             7 => {
                 let limits: Vec<String> = quotas

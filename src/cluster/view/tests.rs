@@ -52,7 +52,7 @@ fn quota(ns: &str, name: &str, hard: &[(&str, &str)]) -> ResourceQuota {
 }
 
 fn used_mem(view: &ClusterView, node: &str, gpu: usize) -> u64 {
-    view.state().node(node).unwrap().usage[gpu].mem_mib
+    u64::from(view.state().node(node).unwrap().usage[gpu].mem_mib)
 }
 
 #[test]
