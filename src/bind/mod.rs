@@ -158,10 +158,12 @@ impl ApiBinder {
                 let result = crate::cluster::api::within(
                     deadline,
                     transaction::Transaction {
-                        binder: &binder,
-                        cluster: &cluster,
-                        config: &config,
-                        target: &target,
+                        bind: undo::Bind {
+                            binder: &binder,
+                            cluster: &cluster,
+                            config: &config,
+                            target: &target,
+                        },
                         asked,
                         deadline,
                     }

@@ -30,18 +30,16 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::cluster::SharedCluster;
 use crate::cluster::api::{self, ApiError};
 use crate::cluster::lock::{LocalTurn, Taken};
 use crate::cluster::pod_annotations::BindingAnnotations;
-use crate::config::Config;
 use crate::engine::Allocation;
 use crate::hami::keys;
 use crate::placement::{self, PodToPlace, ReserveError};
 
+use super::Target;
 use super::outcome::{BindCode, BindFailure};
 use super::undo::{Bind, Undo};
-use super::{ApiBinder, Target};
 
 /// What is kept of a bind's budget for the Binding itself: the node is
 /// waited for until then.
@@ -52,10 +50,7 @@ const OUTCOME_READ_PAUSE: Duration = Duration::from_millis(300);
 
 /// One bind.
 pub(super) struct Transaction<'a> {
-    pub binder: &'a ApiBinder,
-    pub cluster: &'a SharedCluster,
-    pub config: &'a Config,
-    pub target: &'a Target,
+    pub bind: Bind<'a>,
     /// When kube-scheduler asked.
     pub asked: Instant,
     /// The end of the whole budget.
@@ -89,14 +84,14 @@ enum BindingOutcome {
 impl Transaction<'_> {
     /// The steps in order; the answer's code, or what failed.
     pub async fn run(self, known: Option<Pod>) -> Result<BindCode, BindFailure> {
-        let who = self.target.who();
+        let who = self.bind.target.who();
         let node_deadline = self.node_deadline();
         let _pod_turn = self.pod_turn(node_deadline).await?;
         let pod = match self.read_pod(known).await? {
             Read::Done(code) => return Ok(code),
             Read::Unbound(pod) => *pod,
         };
-        let pod = PodToPlace::read(pod, self.config, &self.cluster.read())
+        let pod = PodToPlace::read(pod, self.bind.config, &self.bind.cluster.read())
             .map_err(|e| BindFailure::new(BindCode::InvalidPod, format!("pod {who}: {e}")))?;
         if !pod.has_gpus() {
             return self.bind_without_gpus(&pod).await;
@@ -109,7 +104,8 @@ impl Transaction<'_> {
             Ok(turn) => turn,
             Err(f) => return Err(undo.run(f).await),
         };
-        self.binder
+        self.bind
+            .binder
             .metrics
             .lock_wait
             .observe(self.asked.elapsed().as_secs_f64());
@@ -125,13 +121,14 @@ impl Transaction<'_> {
                     BindCode::BindingUnknown,
                     format!("pod {who}: {why}; the allocation and node lock are kept"),
                 );
-                return Err(self.binder.failed(pod.pod(), f));
+                return Err(self.bind.binder.failed(pod.pod(), f));
             }
             Err(NotWritten::Failed(f)) => return Err(undo.run(f).await),
         }
         self.write_label(&annotations).await;
-        tracing::info!(pod = %who, node = %self.target.node, devices = %annotations.devices(), "bound");
-        self.binder
+        tracing::info!(pod = %who, node = %self.bind.target.node, devices = %annotations.devices(), "bound");
+        self.bind
+            .binder
             .events
             .emit(crate::cluster::events::PodEvent::new(
                 pod.pod(),
@@ -139,7 +136,7 @@ impl Transaction<'_> {
                 "BindingSucceeded",
                 format!(
                     "bound to node {} with GPUs {}",
-                    self.target.node,
+                    self.bind.target.node,
                     gpu_list(&allocation).join(", ")
                 ),
             ));
@@ -148,7 +145,7 @@ impl Transaction<'_> {
 
     /// The node may be waited for until the Binding's own time is left.
     fn node_deadline(&self) -> Instant {
-        let lock = &self.config.scheduler.node_lock;
+        let lock = &self.bind.config.scheduler.node_lock;
         (self.asked + Duration::from_secs_f64(lock.wait_seconds)).min(
             self.deadline
                 .checked_sub(BINDING_TIME)
@@ -159,16 +156,17 @@ impl Transaction<'_> {
     /// Step 1: binds of one pod run one after the other: a retry
     /// (kube-scheduler gave up on the first) sees what the first did.
     async fn pod_turn(&self, until: Instant) -> Result<LocalTurn, BindFailure> {
-        self.binder
+        self.bind
+            .binder
             .locks
-            .local_turn(&format!("pod/{}", self.target.uid), until)
+            .local_turn(&format!("pod/{}", self.bind.target.uid), until)
             .await
             .map_err(|_| {
                 BindFailure::new(
                     BindCode::BindInProgress,
                     format!(
                         "pod {}: another bind of this pod is still running",
-                        self.target.who()
+                        self.bind.target.who()
                     ),
                 )
             })
@@ -182,10 +180,10 @@ impl Transaction<'_> {
     /// says whether it bound (a retry must not take the node lock again for
     /// a pod the device plugin has already set up).
     async fn read_pod(&self, known: Option<Pod>) -> Result<Read, BindFailure> {
-        let t = self.target;
+        let t = self.bind.target;
         let who = t.who();
         let settled = {
-            let view = self.cluster.read();
+            let view = self.bind.cluster.read();
             view.held_allocation(&t.uid).is_some() && !view.is_assumed(&t.uid)
         };
         let pod = match known.filter(|p| {
@@ -196,6 +194,7 @@ impl Transaction<'_> {
         }) {
             Some(pod) => pod,
             None => self
+                .bind
                 .binder
                 .api
                 .get_pod(&t.namespace, &t.name)
@@ -218,9 +217,10 @@ impl Transaction<'_> {
 
     /// A pod that asks for no GPU: the Binding alone.
     async fn bind_without_gpus(&self, pod: &PodToPlace) -> Result<BindCode, BindFailure> {
-        let t = self.target;
+        let t = self.bind.target;
         let who = t.who();
         match self
+            .bind
             .binder
             .api
             .bind_pod(&t.namespace, &t.name, &t.uid, &t.node, None)
@@ -241,9 +241,9 @@ impl Transaction<'_> {
     /// Step 3: the GPUs on the node, reserved under the pod's UID, and the
     /// guard that undoes it.
     fn reserve<'s>(&'s self, pod: &'s PodToPlace) -> Result<(Allocation, Undo<'s>), BindFailure> {
-        let t = self.target;
+        let t = self.bind.target;
         let who = t.who();
-        let mut view = self.cluster.write();
+        let mut view = self.bind.cluster.write();
         // The pod read unbound (under this pod's turn, so no earlier bind
         // of it is still running): whatever the ledger holds for it is on
         // no node.
@@ -252,24 +252,22 @@ impl Transaction<'_> {
                 BindCode::BindInProgress,
                 format!("pod {who}: another bind of this pod is in progress"),
             );
-            self.binder.failed(pod.pod(), f)
+            self.bind.binder.failed(pod.pod(), f)
         })?;
         let (allocation, reservation) = placement::reserve(
             &mut view,
-            self.config,
+            self.bind.config,
             pod,
             &t.uid,
             &t.node,
             Timestamp::now(),
         )
-        .map_err(|e| self.binder.failed(pod.pod(), reserve_failure(&e, &who)))?;
-        let bind = Bind {
-            binder: self.binder,
-            cluster: self.cluster,
-            config: self.config,
-            target: self.target,
-        };
-        Ok((allocation, Undo::new(bind, pod, reservation)))
+        .map_err(|e| {
+            self.bind
+                .binder
+                .failed(pod.pod(), reserve_failure(&e, &who))
+        })?;
+        Ok((allocation, Undo::new(self.bind, pod, reservation)))
     }
 
     /// Step 4: this process's turn on the node, then HAMi's node lock when
@@ -282,15 +280,16 @@ impl Transaction<'_> {
         pod: &PodToPlace,
         undo: &mut Undo<'_>,
     ) -> Result<LocalTurn, BindFailure> {
-        let t = self.target;
+        let t = self.bind.target;
         let who = t.who();
         let turn = self
+            .bind
             .binder
             .locks
             .local_turn(&t.node, until)
             .await
             .map_err(|e| BindFailure::new(e.code().into(), format!("pod {who}: {e}")))?;
-        let lock = &self.config.scheduler.node_lock;
+        let lock = &self.bind.config.scheduler.node_lock;
         let regular_gpus = pod
             .plan
             .request
@@ -300,11 +299,12 @@ impl Transaction<'_> {
         if lock.enabled && regular_gpus {
             let expiry = Duration::from_secs(lock.expiry_seconds);
             let taken = self
+                .bind
                 .binder
                 .locks
                 .acquire(
-                    &self.binder.api,
-                    self.cluster,
+                    &self.bind.binder.api,
+                    self.bind.cluster,
                     &t.node,
                     (&t.namespace, &t.name),
                     expiry,
@@ -330,9 +330,10 @@ impl Transaction<'_> {
         pod: &PodToPlace,
         annotations: &BindingAnnotations,
     ) -> Result<(), NotWritten> {
-        let t = self.target;
+        let t = self.bind.target;
         let metadata = annotations.metadata(Timestamp::now().as_second());
         let Err(e) = self
+            .bind
             .binder
             .api
             .bind_pod(&t.namespace, &t.name, &t.uid, &t.node, Some(&metadata))
@@ -358,7 +359,7 @@ impl Transaction<'_> {
     /// `hami.io/vgpu-node` label is written on its own (the device plugin
     /// reads the annotations; the label is for people).
     async fn write_label(&self, annotations: &BindingAnnotations) {
-        if self.binder.api.binding_copies_labels().await {
+        if self.bind.binder.api.binding_copies_labels().await {
             return;
         }
         let metadata = annotations.metadata(0);
@@ -368,9 +369,9 @@ impl Transaction<'_> {
         else {
             return;
         };
-        let t = self.target;
+        let t = self.bind.target;
         let patch = json!({"metadata": {"labels": labels}});
-        if let Err(e) = api::without_deadline(self.binder.api.merge_patch_pod(
+        if let Err(e) = api::without_deadline(self.bind.binder.api.merge_patch_pod(
             &t.namespace,
             &t.name,
             &patch,
@@ -392,7 +393,7 @@ impl Transaction<'_> {
         devices: Option<&str>,
         error: &ApiError,
     ) -> BindingOutcome {
-        let args = self.target;
+        let args = self.bind.target;
         let who = args.who();
         let open = error.outcome_unknown();
         let attempts = if open { OUTCOME_READS } else { 1 };
@@ -403,7 +404,8 @@ impl Transaction<'_> {
                 tokio::time::sleep(OUTCOME_READ_PAUSE).await;
             }
             let read =
-                api::without_deadline(self.binder.api.get_pod(&args.namespace, &args.name)).await;
+                api::without_deadline(self.bind.binder.api.get_pod(&args.namespace, &args.name))
+                    .await;
             match read {
                 Ok(p) if p.metadata.uid != pod.metadata.uid => {
                     return BindingOutcome::NotBound(Some(replaced(&who, &p, args)));

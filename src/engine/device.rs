@@ -264,7 +264,7 @@ pub fn slice_mask(p: &MigPlacement) -> Option<u16> {
 /// The placements of `profile` in the order HAMi v2.10 tries them: the
 /// highest start first for `1g.*` and `3g.*` profiles, the lowest first
 /// for the others.
-pub fn mig_placement_order(profile: &MigProfile) -> Vec<MigPlacement> {
+fn mig_placement_order(profile: &MigProfile) -> Vec<MigPlacement> {
     let mut order = profile.placements.clone();
     order.sort();
     if profile.name.starts_with("1g.") || profile.name.starts_with("3g.") {

@@ -36,11 +36,6 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The pod's UID.
-    pub fn uid(&self) -> &str {
-        &self.uid
-    }
-
     /// The Binding is written: the allocation stays held until the watch
     /// shows the pod carrying it.
     pub fn bound(self, view: &mut ClusterView) {
