@@ -30,6 +30,7 @@ fn cluster_of(gpus_per_node: u32, group: u32) -> ClusterState {
 fn plan(count: u32, gpu_policy: GpuPolicy) -> PodPlan {
     PodPlan::new(
         PodRequest {
+            device_kind: Default::default(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: gpugate::engine::ContainerKind::App,
@@ -61,6 +62,7 @@ fn two_container_plan() -> PodPlan {
     };
     PodPlan::new(
         PodRequest {
+            device_kind: Default::default(),
             containers: vec![container("small", 8000), container("large", 30000)],
         },
         NodePolicy::Binpack,
@@ -156,6 +158,7 @@ fn mig_cluster() -> ClusterState {
                     node: name.clone(),
                     containers: vec![vec![DeviceGrant {
                         uuid: format!("GPU-{name}-{i}"),
+                        kind: gpugate::devices::KindId::NVIDIA,
                         mem_mib: u64::from(pr.memory_mib),
                         cores: pr.cores,
                         mig: Some(MigInstance {

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod controllers;
+pub mod devices;
 pub mod engine;
 pub mod explain;
 pub mod extender;

@@ -10,7 +10,7 @@ use std::path::Path;
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::admission::{Denial, DenyReason};
 use gpugate::config::namespace_policy::{NamespacePolicy, PolicyDefaults, policy_for};
-use gpugate::config::{Config, NvidiaConfig};
+use gpugate::config::{Config, DeviceConfig};
 use gpugate::engine::request::ContainerResources;
 use gpugate::hami::keys;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -171,7 +171,7 @@ mod oracle {
         res: &mut ContainerResources,
         container: &mut Map<String, Value>,
         defaults: &PolicyDefaults,
-        nv: &NvidiaConfig,
+        nv: &DeviceConfig,
     ) {
         if res.memory.is_none() && res.percentage.is_none() {
             if let Some(m) = defaults.gpumem {
@@ -203,10 +203,16 @@ mod oracle {
             wanted.push((keys::GPU_SCHEDULER_POLICY, p.to_string()));
         }
         if !policy.limits.allowed_models.is_empty() {
-            wanted.push((keys::USE_GPU_TYPE, policy.limits.allowed_models.join(",")));
+            wanted.push((
+                gpugate::devices::nvidia::USE_GPU_TYPE,
+                policy.limits.allowed_models.join(","),
+            ));
         }
         if !policy.limits.denied_models.is_empty() {
-            wanted.push((keys::NOUSE_GPU_TYPE, policy.limits.denied_models.join(",")));
+            wanted.push((
+                gpugate::devices::nvidia::NOUSE_GPU_TYPE,
+                policy.limits.denied_models.join(","),
+            ));
         }
         if wanted.is_empty() {
             return;

@@ -110,7 +110,14 @@ fn arb_plan() -> impl Strategy<Value = PodPlan> {
     )
         .prop_map(|(containers, node_policy, gpu_policy, numa_bind)| {
             let containers = pod_containers(containers);
-            let mut plan = PodPlan::new(PodRequest { containers }, node_policy, gpu_policy);
+            let mut plan = PodPlan::new(
+                PodRequest {
+                    device_kind: Default::default(),
+                    containers,
+                },
+                node_policy,
+                gpu_policy,
+            );
             plan.selection.numa_bind = numa_bind;
             plan
         })
@@ -370,6 +377,7 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
             for (i, req) in warmup.into_iter().enumerate() {
                 let warm = PodPlan::new(
                     PodRequest {
+                        device_kind: Default::default(),
                         containers: vec![ContainerRequest {
                             name: "w".into(),
                             kind: ContainerKind::App,
@@ -390,7 +398,14 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
                     .map(|(kind, gpu)| (kind, Some(gpu)))
                     .collect(),
             );
-            let mut plan = PodPlan::new(PodRequest { containers }, NodePolicy::Binpack, policy);
+            let mut plan = PodPlan::new(
+                PodRequest {
+                    device_kind: Default::default(),
+                    containers,
+                },
+                NodePolicy::Binpack,
+                policy,
+            );
             plan.selection.numa_bind = numa_bind;
             (node, plan)
         })

@@ -82,6 +82,7 @@ fn mig_gpu(uuid: &str, devmem: u64, profiles: Vec<MigProfile>) -> Gpu {
 fn plan(mem: u64, count: u32) -> PodPlan {
     PodPlan::new(
         PodRequest {
+            device_kind: Default::default(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: ContainerKind::App,
@@ -111,6 +112,7 @@ fn state(profiles: &[MigProfile], devmem: u64, held: &[(usize, u32)]) -> Cluster
             node: "n".into(),
             containers: vec![vec![gpugate::engine::DeviceGrant {
                 uuid: "GPU-a".into(),
+                kind: gpugate::devices::KindId::NVIDIA,
                 mem_mib: u64::from(pr.memory_mib),
                 cores: pr.cores,
                 mig: Some(gpugate::engine::MigInstance {
@@ -270,6 +272,7 @@ fn hamis_documented_choices() {
     // than 3g.20gb's 19,968, so 7g.40gb.
     let half = PodPlan::new(
         PodRequest {
+            device_kind: Default::default(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: ContainerKind::App,
@@ -302,6 +305,7 @@ fn unusable_and_inconsistent_mig_gpus_take_nothing() {
         node: "n".into(),
         containers: vec![vec![gpugate::engine::DeviceGrant {
             uuid: "GPU-a".into(),
+            kind: gpugate::devices::KindId::NVIDIA,
             mem_mib: 4864,
             cores: 15,
             mig: None,

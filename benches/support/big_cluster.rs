@@ -79,6 +79,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
             node: node_name(n),
             containers: vec![vec![DeviceGrant {
                 uuid: gpu_uuid(n, gpu),
+                kind: gpugate::devices::KindId::NVIDIA,
                 mem_mib,
                 cores,
                 mig: None,
@@ -139,10 +140,13 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                     None,
                     [
                         (
-                            keys::NODE_NVIDIA_REGISTER,
+                            gpugate::devices::nvidia::NODE_REGISTER,
                             encode_node_devices_json(&devices),
                         ),
-                        (keys::NODE_NVIDIA_SCORE, encode_pair_scores(&scores)),
+                        (
+                            gpugate::devices::nvidia::NODE_SCORE,
+                            encode_pair_scores(&scores),
+                        ),
                     ],
                 ),
                 ..Default::default()
@@ -155,7 +159,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
             let devices = PodDevices {
                 containers: vec![vec![ContainerDevice {
                     uuid: gpu_uuid(n, gpu),
-                    vendor: keys::NVIDIA_VENDOR.to_string(),
+                    vendor: gpugate::devices::nvidia::VENDOR.to_string(),
                     mem_mib: mem_mib as u32,
                     cores,
                 }]],

@@ -15,7 +15,7 @@
 //! docs/operations.md ("vGPU escape hatches") lists what was checked in
 //! HAMi-core and the device plugin, and why each name is here or not.
 
-use crate::config::NvidiaConfig;
+use crate::config::DeviceConfig;
 use crate::engine::request::ContainerSpec as _;
 use crate::engine::selection::glob_match;
 
@@ -73,7 +73,7 @@ const ESCAPES: &[Escape] = &[
 /// message for the pod's author. `Err` when the env cannot be read.
 pub fn env_escape(
     container: &ContainerView<'_>,
-    nv: &NvidiaConfig,
+    nv: &DeviceConfig,
     allowed: &[String],
 ) -> Result<Option<String>, String> {
     for var in container.env_vars()? {
@@ -95,7 +95,7 @@ pub fn env_escape(
 fn refusal(
     var: &EnvVarView<'_>,
     container: &ContainerView<'_>,
-    nv: &NvidiaConfig,
+    nv: &DeviceConfig,
 ) -> Option<String> {
     let name = var.name.as_ref();
     if let Some(e) = ESCAPES.iter().find(|e| names(e, name)) {
@@ -197,7 +197,7 @@ mod tests {
         serde_json::json!({"spec": {"containers": [json]}}).to_string()
     }
 
-    fn check(json: serde_json::Value, nv: &NvidiaConfig, allowed: &[String]) -> Option<String> {
+    fn check(json: serde_json::Value, nv: &DeviceConfig, allowed: &[String]) -> Option<String> {
         let text = container(json);
         let pod = PodView::from_json(&text).unwrap();
         env_escape(&pod.spec.unwrap().containers[0], nv, allowed).unwrap()
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn names_that_switch_off_or_widen_a_limit_are_refused_whatever_the_value() {
-        let nv = NvidiaConfig::default();
+        let nv = DeviceConfig::default();
         for name in [
             "CUDA_DISABLE_CONTROL",
             "NVIDIA_VISIBLE_DEVICES",
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn look_alikes_and_harmless_variables_pass() {
-        let nv = NvidiaConfig::default();
+        let nv = DeviceConfig::default();
         for (name, value) in [
             ("CUDA_DEVICE_MEMORY_LIMITS", "1"),
             ("CUDA_DEVICE_MEMORY_LIMIT_", "1"),
@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn core_policy_and_priority_depend_on_the_value() {
-        let nv = NvidiaConfig::default();
+        let nv = DeviceConfig::default();
         let m = check(env(&[("GPU_CORE_UTILIZATION_POLICY", "DISABLE")]), &nv, &[]).unwrap();
         assert!(
             m.contains("\"DISABLE\" turns off the compute limiter"),
@@ -277,9 +277,9 @@ mod tests {
         );
         // With a configured policy, only that policy (which the mutating
         // webhook writes) is allowed.
-        let forced = NvidiaConfig {
+        let forced = DeviceConfig {
             gpu_core_policy: "force".into(),
-            ..NvidiaConfig::default()
+            ..DeviceConfig::default()
         };
         assert_eq!(
             check(
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_namespace_policy_can_allow_them() {
-        let nv = NvidiaConfig::default();
+        let nv = DeviceConfig::default();
         let pod = env(&[
             ("CUDA_DEVICE_SM_LIMIT_0", "100"),
             ("CUDA_DISABLE_CONTROL", "1"),

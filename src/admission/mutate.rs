@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::{Config, NvidiaConfig};
+use crate::config::{Config, DeviceConfig};
+use crate::devices::DeviceKind;
 use crate::engine::request::{ContainerResources, ContainerSpec as _};
 
 use super::lean::Slot;
@@ -74,7 +75,7 @@ pub fn mutate(
         _ => return Mutation::Skip("pod already has a different scheduler assigned"),
     }
 
-    let nv = &config.nvidia;
+    let nv = config.device_config_for(spec.all_containers());
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     let labels = cluster.and_then(|v| v.namespace_labels(namespace));
     let policy = policy_for_namespace(&config.namespace_policies, namespace, labels);
@@ -102,7 +103,7 @@ pub fn mutate(
             return Mutation::Deny(denial);
         }
         if let Some(p) = policy {
-            edits.annotations = policy_annotations(pod, p);
+            edits.annotations = policy_annotations(pod, p, nv.kind.kind());
         }
         if spec.scheduler_name.get().is_none_or(|n| n != ours) {
             edits.scheduler_name = Some(ours);
@@ -123,13 +124,14 @@ struct ContainerOutcome<'c> {
 /// What one container gets; a refusal (`Deny` or `Invalid`) as the error.
 fn container_edits<'c>(
     container: &ContainerView<'_>,
-    nv: &'c NvidiaConfig,
+    nv: &'c DeviceConfig,
     policy: Option<&NamespacePolicy>,
 ) -> Result<ContainerOutcome<'c>, Mutation> {
     let read = ContainerResources::read(container, nv)
         .and_then(|res| res.resolve(nv).map(|gpu| (res, gpu)));
     let (mut res, gpu) =
         read.map_err(|e| Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string())))?;
+    let env = &nv.kind.kind().env;
     let mut target = Target {
         container,
         env_names: None,
@@ -167,13 +169,13 @@ fn container_edits<'c>(
             target.set_limit(&nv.resource_memory_name, units.to_string());
         }
         if let Some(priority) = limit_text(container, &nv.resource_priority_name) {
-            target.set_env("CUDA_TASK_PRIORITY", priority)?;
+            target.set_env(env.task_priority, priority)?;
         }
     } else if nv.overwrite_env {
-        target.set_env("NVIDIA_VISIBLE_DEVICES", "none".into())?;
+        target.set_env(env.hide_devices.0, env.hide_devices.1.into())?;
     }
     if !nv.gpu_core_policy.is_empty() && nv.gpu_core_policy != "default" {
-        target.set_env("GPU_CORE_UTILIZATION_POLICY", nv.gpu_core_policy.clone())?;
+        target.set_env(env.core_policy, nv.gpu_core_policy.clone())?;
     }
     Ok(ContainerOutcome {
         edits: target.edits,
@@ -222,7 +224,7 @@ fn apply_policy_defaults<'c>(
     res: &mut ContainerResources,
     target: &mut Target<'_, '_, 'c>,
     defaults: &PolicyDefaults,
-    nv: &'c NvidiaConfig,
+    nv: &'c DeviceConfig,
 ) {
     if res.memory.is_none() && res.percentage.is_none() {
         if let Some(m) = defaults.gpumem {
@@ -245,6 +247,7 @@ fn apply_policy_defaults<'c>(
 fn policy_annotations(
     pod: &PodView<'_>,
     policy: &NamespacePolicy,
+    kind: &DeviceKind,
 ) -> BTreeMap<&'static str, String> {
     let mut wanted = BTreeMap::new();
     if let Some(p) = policy.defaults.node_scheduler_policy {
@@ -254,10 +257,16 @@ fn policy_annotations(
         wanted.insert(keys::GPU_SCHEDULER_POLICY, p.to_string());
     }
     if !policy.limits.allowed_models.is_empty() {
-        wanted.insert(keys::USE_GPU_TYPE, policy.limits.allowed_models.join(","));
+        wanted.insert(
+            kind.selection.use_type,
+            policy.limits.allowed_models.join(","),
+        );
     }
     if !policy.limits.denied_models.is_empty() {
-        wanted.insert(keys::NOUSE_GPU_TYPE, policy.limits.denied_models.join(","));
+        wanted.insert(
+            kind.selection.nouse_type,
+            policy.limits.denied_models.join(","),
+        );
     }
     if let Some(present) = pod.annotations() {
         wanted.retain(|key, _| !present.contains_key(key));

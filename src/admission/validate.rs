@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::config::{Config, NvidiaConfig};
+use crate::config::{Config, DeviceConfig};
 use crate::engine::annotations::Annotations as _;
 use crate::engine::quantity::parse_whole;
 use crate::engine::request::{ContainerResources, ContainerSpec as _, PodRequest};
@@ -18,7 +18,6 @@ use crate::cluster::ClusterView;
 use crate::config::namespace_policy::{PolicyMode, policy_for_namespace};
 use crate::engine::QuotaAmount;
 use crate::engine::quota::QuotaResource;
-use crate::hami::keys;
 
 /// What the validating webhook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +69,7 @@ pub fn validate(
     let Some(spec) = pod.spec.as_ref() else {
         return Validation::Allow { warnings: vec![] };
     };
-    let nv = &config.nvidia;
+    let nv = config.device_config_for(spec.all_containers());
     let mut warnings = Vec::new();
     for c in spec.all_containers() {
         if let Err(message) = check_limits_match_requests(c, nv) {
@@ -150,8 +149,8 @@ pub fn validate(
         };
         let violations = policy.violations(
             &plan.request.containers,
-            &list(keys::USE_GPU_TYPE),
-            &list(keys::NOUSE_GPU_TYPE),
+            &list(nv.kind.kind().selection.use_type),
+            &list(nv.kind.kind().selection.nouse_type),
         );
         if !violations.is_empty() {
             match policy.mode {
@@ -220,7 +219,7 @@ fn forged_allocation_key<'p>(pod: &'p PodView<'_>) -> Option<&'p str> {
 }
 
 /// A GPU resource stated in both limits and requests must agree.
-fn check_limits_match_requests(c: &ContainerView<'_>, nv: &NvidiaConfig) -> Result<(), String> {
+fn check_limits_match_requests(c: &ContainerView<'_>, nv: &DeviceConfig) -> Result<(), String> {
     for name in nv
         .gpu_resource_names()
         .into_iter()
@@ -243,7 +242,7 @@ fn check_limits_match_requests(c: &ContainerView<'_>, nv: &NvidiaConfig) -> Resu
     Ok(())
 }
 
-fn container_warnings(r: &ContainerResources, nv: &NvidiaConfig) -> Vec<String> {
+fn container_warnings(r: &ContainerResources, nv: &DeviceConfig) -> Vec<String> {
     let mut out = Vec::new();
     if r.memory.is_some_and(|m| m > 0) && r.percentage.is_some() {
         out.push(format!(

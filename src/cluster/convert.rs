@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Node as K8sNode, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::Config;
+use crate::devices::{self, KindId};
 use crate::engine::gang::Membership;
 use crate::engine::numa::NumaRequest;
 use crate::engine::request::{ContainerSpec, RequestError};
@@ -20,10 +21,15 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(PodRequest::default());
     };
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers);
     PodRequest::from_containers(
         spec.init_containers.iter().flatten(),
         &spec.containers,
-        &config.nvidia,
+        config.device_config_for(containers),
     )
 }
 
@@ -84,16 +90,14 @@ pub fn membership(pod: &Pod) -> Membership<'_> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {
     #[error("node {node}: no {annotation} annotation (HAMi's device plugin has not registered it)")]
-    Unregistered {
-        node: String,
-        annotation: &'static str,
-    },
+    Unregistered { node: String, annotation: String },
     #[error("node {node}: {source}")]
     Annotation { node: String, source: DecodeError },
 }
 
-/// The engine's view of a node: GPUs from `hami.io/node-nvidia-register`,
-/// pair scores from `hami.io/node-nvidia-score`, cordoned GPUs from
+/// The engine's view of a node: the GPUs of every device kind that
+/// registered it (for NVIDIA `hami.io/node-nvidia-register`, pair scores
+/// from `hami.io/node-nvidia-score`), cordoned GPUs from
 /// `hami.io/device-cordon`. Pair scores naming unknown GPUs are ignored.
 ///
 /// Only an unreadable inventory fails the node. An unreadable cordon list
@@ -108,21 +112,17 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         node: name.clone(),
         source,
     };
-    let register = get(keys::NODE_NVIDIA_REGISTER).ok_or_else(|| NodeError::Unregistered {
-        node: name.clone(),
-        annotation: keys::NODE_NVIDIA_REGISTER,
-    })?;
-    let mut devices = decode_node_devices(register).map_err(wrap)?;
-    // The 7-field legacy form has no index (every device reads as 0): then
-    // the registration order is the index, so that "lowest index wins" means
-    // what the device plugin listed first.
-    let mut indexes: Vec<u32> = devices.iter().map(|d| d.index).collect();
-    indexes.sort_unstable();
-    indexes.dedup();
-    if indexes.len() < devices.len() {
-        for (i, d) in devices.iter_mut().enumerate() {
-            d.index = u32::try_from(i).unwrap_or(u32::MAX);
-        }
+    let registered: Vec<(KindId, &str)> = devices::kinds()
+        .filter_map(|(id, kind)| Some((id, get(kind.register_key)?)))
+        .collect();
+    if registered.is_empty() {
+        return Err(NodeError::Unregistered {
+            node: name,
+            annotation: devices::kinds()
+                .map(|(_, k)| k.register_key)
+                .collect::<Vec<_>>()
+                .join(" or "),
+        });
     }
     let mut warnings = Vec::new();
     let cordon = match get(keys::DEVICE_CORDON).map(decode_device_cordon) {
@@ -133,9 +133,22 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
             Err(())
         }
     };
-    let gpus = devices
-        .into_iter()
-        .map(|d| {
+    let mut gpus = Vec::new();
+    for (kind, register) in registered {
+        let key = kind.kind().register_key;
+        let mut devices = decode_node_devices(register).map_err(|e| wrap(e.in_annotation(key)))?;
+        // The 7-field legacy form has no index (every device reads as 0):
+        // then the registration order is the index, so that "lowest index
+        // wins" means what the device plugin listed first.
+        let mut indexes: Vec<u32> = devices.iter().map(|d| d.index).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        if indexes.len() < devices.len() {
+            for (i, d) in devices.iter_mut().enumerate() {
+                d.index = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+        }
+        gpus.extend(devices.into_iter().map(|d| {
             let mut g = Gpu::new(
                 d.id,
                 d.index,
@@ -148,16 +161,20 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                     cores: d.devcore,
                 },
             );
+            g.kind = kind;
             g.numa = d.numa;
             g.healthy = d.health;
             g.set_mode(d.mode, d.mig_profiles);
             g.cordoned = cordon.as_ref().map_or(true, |c| c.contains(&g.uuid));
             g
-        })
-        .collect();
+        }));
+    }
     let mut out = Node::new(name.clone(), gpus);
-    if let Some(scores) = get(keys::NODE_NVIDIA_SCORE) {
-        match decode_pair_scores(scores) {
+    for (key, scores) in devices::kinds().filter_map(|(_, k)| {
+        let key = k.score_key?;
+        Some((key, get(key)?))
+    }) {
+        match decode_pair_scores(scores).map_err(|e| e.in_annotation(key)) {
             Ok(scores) => {
                 for (a, b, s) in scores.iter() {
                     out.set_pair_score(a, b, s);
@@ -206,6 +223,7 @@ pub fn pod_finished(pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use crate::cluster::pod_annotations::pod_allocation;
+    use crate::devices::nvidia;
     use crate::engine::ContainerKind;
 
     /// A real Pod's QoS class and CPU and memory reach the plan.
@@ -244,7 +262,7 @@ mod tests {
     #[test]
     fn legacy_seven_field_devices_are_indexed_in_registration_order() {
         let (n, _) = node_from_k8s(&k8s_node(&[(
-            keys::NODE_NVIDIA_REGISTER,
+            nvidia::NODE_REGISTER,
             "GPU-b,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:GPU-a,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:",
         )]))
         .unwrap();
@@ -256,11 +274,11 @@ mod tests {
     fn cordon_scores_and_errors() {
         let (n, warnings) = node_from_k8s(&k8s_node(&[
             (
-                keys::NODE_NVIDIA_REGISTER,
+                nvidia::NODE_REGISTER,
                 r#"[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":true},{"id":"GPU-1","index":1,"count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":false}]"#,
             ),
             (keys::DEVICE_CORDON, "GPU-1"),
-            (keys::NODE_NVIDIA_SCORE, r#"[{"uuid":"GPU-0","score":{"GPU-1":60,"GPU-9":5}}]"#),
+            (nvidia::NODE_SCORE, r#"[{"uuid":"GPU-0","score":{"GPU-1":60,"GPU-9":5}}]"#),
         ]))
         .unwrap();
         assert!(warnings.is_empty());
@@ -271,9 +289,9 @@ mod tests {
         // A garbled cordon list cordons every GPU; garbled scores are dropped.
         let register = r#"[{"id":"GPU-0","count":10,"devmem":8192,"devcore":100,"type":"NVIDIA T4","health":true}]"#;
         let (n, warnings) = node_from_k8s(&k8s_node(&[
-            (keys::NODE_NVIDIA_REGISTER, register),
+            (nvidia::NODE_REGISTER, register),
             (keys::DEVICE_CORDON, "GPU-0 GPU-1"),
-            (keys::NODE_NVIDIA_SCORE, "{"),
+            (nvidia::NODE_SCORE, "{"),
         ]))
         .unwrap();
         assert!(n.gpus[0].cordoned);
@@ -284,15 +302,15 @@ mod tests {
             warnings[0]
         );
         assert!(
-            warnings[1].to_string().contains(keys::NODE_NVIDIA_SCORE),
+            warnings[1].to_string().contains(nvidia::NODE_SCORE),
             "{}",
             warnings[1]
         );
 
         let e = node_from_k8s(&k8s_node(&[])).unwrap_err();
         assert!(e.to_string().contains("has not registered"), "{e}");
-        let e = node_from_k8s(&k8s_node(&[(keys::NODE_NVIDIA_REGISTER, "[{\"id\":")])).unwrap_err();
-        assert!(e.to_string().contains(keys::NODE_NVIDIA_REGISTER), "{e}");
+        let e = node_from_k8s(&k8s_node(&[(nvidia::NODE_REGISTER, "[{\"id\":")])).unwrap_err();
+        assert!(e.to_string().contains(nvidia::NODE_REGISTER), "{e}");
     }
 
     fn pod(phase: &str, annotations: &[(&str, &str)], containers: usize) -> Pod {

@@ -116,7 +116,11 @@ where
 
 /// Reads both configurations once and reports what they miss.
 pub async fn check(client: &kube::Client, config: &Config, metrics: &WebhookScopeMetrics) {
-    let names = config.nvidia.gpu_resource_names();
+    let names: Vec<&str> = config
+        .device_configs()
+        .into_iter()
+        .flat_map(|c| c.gpu_resource_names())
+        .collect();
     let (m, v) = (&config.webhooks.mutating, &config.webhooks.validating);
     let found = [
         (
@@ -189,7 +193,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::resources::NvidiaConfig;
+    use crate::engine::resources::DeviceConfig;
 
     /// deploy/base/webhooks.yaml's conditions, read from the file.
     fn deployed_conditions() -> Vec<String> {
@@ -211,7 +215,7 @@ mod tests {
         let conditions = deployed_conditions();
         assert_eq!(conditions.len(), 2);
         let texts: Vec<&str> = conditions.iter().map(String::as_str).collect();
-        let nvidia = NvidiaConfig::default();
+        let nvidia = DeviceConfig::default();
         assert!(uncovered(&texts, &nvidia.gpu_resource_names()).is_empty());
         // Renamed in the config but not in the webhooks: every one is missed.
         assert_eq!(

@@ -15,14 +15,14 @@ pub mod namespace_policy;
 pub mod server;
 
 use crate::engine::policy::{GpuPolicy, NodePolicy};
-pub use crate::engine::resources::NvidiaConfig;
+pub use crate::engine::resources::DeviceConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Config {
     pub scheduler: SchedulerConfig,
-    pub nvidia: NvidiaConfig,
+    pub nvidia: DeviceConfig,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -246,6 +246,42 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Each device kind's section (resource names and defaults), in the
+    /// order of [`crate::devices::KINDS`].
+    pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
+        [&self.nvidia]
+    }
+
+    /// The section of one device kind.
+    pub fn device_config(&self, kind: crate::devices::KindId) -> &DeviceConfig {
+        self.device_configs()
+            .into_iter()
+            .find(|c| c.kind == kind)
+            .unwrap_or(&self.nvidia)
+    }
+
+    /// The section a pod's containers are read with: the first kind one of
+    /// whose resource names a container gives (limit or request), the
+    /// first kind when none does (the pod asks for no device).
+    pub fn device_config_for<'c, C>(
+        &self,
+        containers: impl Iterator<Item = &'c C> + Clone,
+    ) -> &DeviceConfig
+    where
+        C: crate::engine::request::ContainerSpec + 'c,
+    {
+        self.device_configs()
+            .into_iter()
+            .find(|cfg| {
+                containers.clone().any(|c| {
+                    cfg.gpu_resource_names()
+                        .iter()
+                        .any(|name| c.quantity(name).is_some())
+                })
+            })
+            .unwrap_or(&self.nvidia)
+    }
+
     /// The policies of a pod that names none.
     pub fn default_policies(&self) -> crate::engine::DefaultPolicies {
         crate::engine::DefaultPolicies {

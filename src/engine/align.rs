@@ -216,6 +216,7 @@ mod tests {
     fn plan(containers: &[Spec]) -> PodPlan {
         let mut p = PodPlan::new(
             PodRequest {
+                device_kind: Default::default(),
                 containers: containers
                     .iter()
                     .enumerate()

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::hami::keys::NVIDIA_VENDOR;
+use crate::devices::{self, KindId};
 use crate::hami::{ContainerDevice, PodDevices};
 
 use super::device::{MigInstance, Usage, slice_mask};
@@ -14,6 +14,8 @@ use super::numa::NumaGrant;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DeviceGrant {
     pub uuid: String,
+    /// The kind of device (its vendor word in HAMi's device lists).
+    pub kind: KindId,
     pub mem_mib: u64,
     pub cores: u32,
     /// On a MIG GPU, the instance granted (HAMi's
@@ -106,7 +108,7 @@ impl Allocation {
                         .iter()
                         .map(|d| ContainerDevice {
                             uuid: d.uuid.clone(),
-                            vendor: NVIDIA_VENDOR.to_string(),
+                            vendor: d.kind.kind().vendor.to_string(),
                             // Requests are capped at i32::MAX MiB, so this never saturates
                             // for allocations the engine made.
                             mem_mib: u32::try_from(d.mem_mib).unwrap_or(u32::MAX),
@@ -119,7 +121,8 @@ impl Allocation {
     }
 
     /// Reads HAMi's device list back. `kinds` comes from the pod spec;
-    /// devices of other vendors are not gpugate's and are skipped.
+    /// devices of vendors no device kind knows are not gpugate's and are
+    /// skipped.
     pub fn from_pod_devices(node: &str, devices: &PodDevices, kinds: &[ContainerKind]) -> Self {
         Allocation {
             node: node.to_string(),
@@ -128,9 +131,10 @@ impl Allocation {
                 .iter()
                 .map(|c| {
                     c.iter()
-                        .filter(|d| d.vendor == NVIDIA_VENDOR)
-                        .map(|d| DeviceGrant {
+                        .filter_map(|d| Some((d, devices::by_vendor(&d.vendor)?)))
+                        .map(|(d, kind)| DeviceGrant {
                             uuid: d.uuid.clone(),
+                            kind,
                             mem_mib: u64::from(d.mem_mib),
                             cores: d.cores,
                             mig: None,
@@ -160,6 +164,7 @@ mod tests {
     fn g(uuid: &str, mem: u64, cores: u32) -> DeviceGrant {
         DeviceGrant {
             uuid: uuid.into(),
+            kind: KindId::NVIDIA,
             mem_mib: mem,
             cores,
             mig: None,

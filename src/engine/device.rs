@@ -1,5 +1,6 @@
 //! GPUs, their capacity and their usage, and the nodes that hold them.
 
+use crate::devices::{KindId, Sharing};
 use crate::hami::mig::{MigPlacement, MigProfile};
 
 /// Lower-case words of a model name.
@@ -109,6 +110,9 @@ pub struct Gpu {
     pub healthy: bool,
     /// Listed in the node's `hami.io/device-cordon`.
     pub cordoned: bool,
+    /// The kind of device (the device plugin that registered it); its
+    /// modes decide how the GPU is shared ([`Gpu::set_mode`]).
+    pub kind: KindId,
     /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`);
     /// see [`Gpu::set_mode`].
     mode: String,
@@ -147,6 +151,7 @@ impl Gpu {
             numa: 0,
             healthy: true,
             cordoned: false,
+            kind: KindId::NVIDIA,
             mode: String::new(),
             shareable: true,
             mig: false,
@@ -160,22 +165,25 @@ impl Gpu {
         &self.mode
     }
 
-    /// The mode, `hami-core` when the device plugin registered none.
+    /// The mode, the kind's default (`hami-core`) when the device plugin
+    /// registered none.
     pub fn mode_or_default(&self) -> &str {
         if self.mode.is_empty() {
-            "hami-core"
+            self.kind.kind().default_mode
         } else {
             &self.mode
         }
     }
 
-    /// Sets the mode, the MIG profiles of a GPU in `mig` mode, and whether
-    /// gpugate can share the GPU: HAMi-core and MPS GPUs by slices, MIG
-    /// GPUs by instances of their profiles (one without a usable profile
-    /// not at all).
+    /// Sets the mode, the profiles of a GPU in a mode shared by instances
+    /// (MIG), and whether gpugate can share the GPU, as its kind says:
+    /// HAMi-core and MPS GPUs by slices, MIG GPUs by instances of their
+    /// profiles (one without a usable profile not at all), a GPU in a mode
+    /// its kind does not list not at all.
     pub fn set_mode(&mut self, mode: impl Into<String>, mig_profiles: Vec<MigProfile>) {
         self.mode = mode.into();
-        self.mig_profiles = if self.mode == "mig" {
+        let sharing = self.kind.kind().sharing(&self.mode);
+        self.mig_profiles = if sharing == Some(Sharing::Instances) {
             let mut profiles: Vec<(MigProfile, Vec<u16>)> = mig_profiles
                 .into_iter()
                 .map(|p| {
@@ -193,10 +201,10 @@ impl Gpu {
             Box::default()
         };
         self.mig = !self.mig_profiles.is_empty();
-        self.shareable = match self.mode.as_str() {
-            "" | "hami-core" | "mps" => true,
-            "mig" => self.mig,
-            _ => false,
+        self.shareable = match sharing {
+            Some(Sharing::Slices) => true,
+            Some(Sharing::Instances) => self.mig,
+            None => false,
         };
     }
 

@@ -513,6 +513,7 @@ mod tests {
     ) -> PodPlan {
         PodPlan::new(
             PodRequest {
+                device_kind: Default::default(),
                 containers: containers
                     .into_iter()
                     .enumerate()

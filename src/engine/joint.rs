@@ -206,6 +206,7 @@ mod tests {
         };
         PodPlan::new(
             PodRequest {
+                device_kind: Default::default(),
                 containers: (0..containers).map(c).collect(),
             },
             NodePolicy::Binpack,

@@ -58,8 +58,8 @@ impl PodPlan {
         defaults: DefaultPolicies,
     ) -> Result<Self, PlanError> {
         Ok(PodPlan {
+            selection: Selection::from_annotations(request.device_kind, annotations)?,
             request,
-            selection: Selection::from_annotations(annotations)?,
             node_policy: policy_override(annotations, keys::NODE_SCHEDULER_POLICY, defaults.node)?,
             gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
             numa: NumaRequest::default(),
@@ -74,8 +74,11 @@ impl PodPlan {
     /// A plan with default policies and no selection (tests, benchmarks).
     pub fn new(request: PodRequest, node_policy: NodePolicy, gpu_policy: GpuPolicy) -> Self {
         PodPlan {
+            selection: Selection {
+                kind: request.device_kind,
+                ..Selection::default()
+            },
             request,
-            selection: Selection::default(),
             node_policy,
             gpu_policy,
             numa: NumaRequest::default(),
@@ -108,6 +111,7 @@ pub(crate) fn whole_gpu_plan(node_policy: NodePolicy) -> PodPlan {
     use super::request::{ContainerRequest, GpuRequest, Memory};
     PodPlan::new(
         PodRequest {
+            device_kind: Default::default(),
             containers: vec![ContainerRequest {
                 name: "c".into(),
                 kind: super::ContainerKind::App,

@@ -232,7 +232,10 @@ mod tests {
 
     /// MiB and cores a pod of these containers counts against quota.
     fn counted(containers: Vec<ContainerRequest>) -> (u64, u64) {
-        let a = QuotaAmount::of_request(&PodRequest { containers });
+        let a = QuotaAmount::of_request(&PodRequest {
+            device_kind: Default::default(),
+            containers,
+        });
         (a.mem_mib, a.cores)
     }
 
@@ -265,6 +268,7 @@ mod tests {
     #[test]
     fn percent_memory_counts_zero_before_placement() {
         let request = PodRequest {
+            device_kind: Default::default(),
             containers: vec![container(false, 2, Memory::Percent(50), 30)],
         };
         assert_eq!(
@@ -280,6 +284,7 @@ mod tests {
     fn allocations_count_their_collapsed_usage() {
         let grant = |uuid: &str, mem_mib, cores| DeviceGrant {
             uuid: uuid.into(),
+            kind: crate::devices::KindId::NVIDIA,
             mem_mib,
             cores,
             mig: None,

@@ -4,9 +4,11 @@
 //! Unlike HAMi, a value that cannot be honoured is an error naming the
 //! container and the resource: never clamped, never silently dropped.
 
+use crate::devices::KindId;
+
 use super::lifecycle::ContainerKind;
 use super::quantity::parse_whole;
-pub use super::resources::NvidiaConfig;
+pub use super::resources::DeviceConfig;
 
 /// Largest MiB value HAMi's device plugin can parse (it reads int32).
 pub const MAX_MEM_MIB: u64 = i32::MAX as u64;
@@ -52,6 +54,10 @@ pub struct ContainerRequest {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodRequest {
     pub containers: Vec<ContainerRequest>,
+    /// The kind of device asked for (the config section whose resource
+    /// names the containers use): the kind whose selection annotations
+    /// apply and whose devices the pod may take.
+    pub device_kind: KindId,
 }
 
 impl PodRequest {
@@ -78,7 +84,7 @@ impl PodRequest {
     pub fn from_containers<'c, C: ContainerSpec + 'c>(
         init: impl IntoIterator<Item = &'c C>,
         app: impl IntoIterator<Item = &'c C>,
-        cfg: &NvidiaConfig,
+        cfg: &DeviceConfig,
     ) -> Result<Self, RequestError> {
         let init = init
             .into_iter()
@@ -94,7 +100,10 @@ impl PodRequest {
                 })
             })
             .collect::<Result<Vec<_>, RequestError>>()?;
-        Ok(PodRequest { containers })
+        Ok(PodRequest {
+            containers,
+            device_kind: cfg.kind,
+        })
     }
 }
 
@@ -151,7 +160,7 @@ impl ContainerResources {
     /// fractional quantities are errors.
     pub fn read<C: ContainerSpec + ?Sized>(
         c: &C,
-        cfg: &NvidiaConfig,
+        cfg: &DeviceConfig,
     ) -> Result<Self, RequestError> {
         let read = |name: &str| -> Result<Option<u64>, RequestError> {
             if name.is_empty() {
@@ -185,7 +194,7 @@ impl ContainerResources {
     }
 
     /// What the mutating webhook injects (hami-compat.md 2.3 steps 4 and 5).
-    pub fn webhook_defaults(&self, cfg: &NvidiaConfig) -> InjectedDefaults {
+    pub fn webhook_defaults(&self, cfg: &DeviceConfig) -> InjectedDefaults {
         let mut out = InjectedDefaults::default();
         let asks_slice = self.memory.is_some() || self.percentage.is_some() || self.cores.is_some();
         if self.count.is_none() && asks_slice && cfg.default_gpu_num > 0 {
@@ -204,7 +213,7 @@ impl ContainerResources {
 
     /// The container's request with the webhook's and the config's defaults
     /// applied, or `None` when it asks for no GPU.
-    pub fn resolve(&self, cfg: &NvidiaConfig) -> Result<Option<GpuRequest>, RequestError> {
+    pub fn resolve(&self, cfg: &DeviceConfig) -> Result<Option<GpuRequest>, RequestError> {
         let injected = self.webhook_defaults(cfg);
         let count = match (self.count, injected.count) {
             (Some(c), _) => c,
@@ -342,13 +351,13 @@ mod tests {
     }
 
     fn resolve(limits: &[(&str, &str)]) -> Result<Option<GpuRequest>, RequestError> {
-        resolve_with(limits, &[], &NvidiaConfig::default())
+        resolve_with(limits, &[], &DeviceConfig::default())
     }
 
     fn resolve_with(
         limits: &[(&str, &str)],
         requests: &[(&str, &str)],
-        cfg: &NvidiaConfig,
+        cfg: &DeviceConfig,
     ) -> Result<Option<GpuRequest>, RequestError> {
         ContainerResources::read(&container(limits, requests), cfg)?.resolve(cfg)
     }
@@ -416,7 +425,7 @@ mod tests {
             resolve(&[(CORES, "20"), (PCT, "20")]),
             Ok(req(1, Memory::Percent(20), 20))
         );
-        let cfg = NvidiaConfig {
+        let cfg = DeviceConfig {
             default_gpu_num: 0,
             ..Default::default()
         };
@@ -428,19 +437,19 @@ mod tests {
     #[test]
     fn requests_are_read_when_limits_are_absent() {
         assert_eq!(
-            resolve_with(&[], &[(GPU, "1"), (MEM, "1024")], &NvidiaConfig::default()),
+            resolve_with(&[], &[(GPU, "1"), (MEM, "1024")], &DeviceConfig::default()),
             Ok(req(1, Memory::Mib(1024), 0))
         );
         // limits win per resource
         assert_eq!(
-            resolve_with(&[(GPU, "2")], &[(GPU, "1")], &NvidiaConfig::default()),
+            resolve_with(&[(GPU, "2")], &[(GPU, "1")], &DeviceConfig::default()),
             Ok(req(2, Memory::Percent(100), 100))
         );
     }
 
     #[test]
     fn config_defaults_and_memory_factor() {
-        let cfg = NvidiaConfig {
+        let cfg = DeviceConfig {
             default_memory: 4096,
             default_cores: 25,
             memory_factor: 2,
@@ -492,7 +501,7 @@ mod tests {
 
     #[test]
     fn webhook_defaults_match_hami() {
-        let cfg = NvidiaConfig::default();
+        let cfg = DeviceConfig::default();
         let d = |limits: &[(&str, &str)], requests: &[(&str, &str)]| {
             ContainerResources::read(&container(limits, requests), &cfg)
                 .unwrap()
@@ -553,7 +562,7 @@ mod tests {
             },
             container(&[(GPU, "2")], &[]),
         ];
-        let r = PodRequest::from_containers(&init, &app, &NvidiaConfig::default()).unwrap();
+        let r = PodRequest::from_containers(&init, &app, &DeviceConfig::default()).unwrap();
         let names: Vec<_> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["init", "proxy", "sidecar", "main"]);
         use ContainerKind::{App, Init, Sidecar};

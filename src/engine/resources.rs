@@ -1,10 +1,12 @@
-//! The resource names and request defaults the engine reads requests with:
-//! HAMi's `nvidia` device config section (config key `nvidia`), with its key
-//! names, so that it can be copied over when migrating.
+//! The resource names and request defaults the engine reads a device
+//! kind's requests with: a kind's config section, with HAMi's key names so
+//! that HAMi's `nvidia` section can be copied over when migrating.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+
+use crate::devices::KindId;
 use serde::de::IgnoredAny;
 
 /// Keys of HAMi's `nvidia` device config that only its device plugin reads.
@@ -19,10 +21,15 @@ pub const DEVICE_PLUGIN_KEYS: [&str; 8] = [
     "migProfileAllowlist",
 ];
 
-/// NVIDIA resource names and request defaults (HAMi's `nvidia` device config).
+/// One device kind's resource names and request defaults (for NVIDIA,
+/// HAMi's `nvidia` device config).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct NvidiaConfig {
+pub struct DeviceConfig {
+    /// The kind these names and defaults are for (not a key: the section
+    /// a config file gives them in decides it).
+    #[serde(skip)]
+    pub kind: KindId,
     pub resource_count_name: String,
     pub resource_memory_name: String,
     pub resource_memory_percentage_name: String,
@@ -52,7 +59,7 @@ pub struct NvidiaConfig {
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
 }
 
-impl NvidiaConfig {
+impl DeviceConfig {
     /// The names that make a container ask for GPUs: count, memory,
     /// memory percentage and cores (the priority alone does not).
     pub fn gpu_resource_names(&self) -> [&str; 4] {
@@ -65,9 +72,10 @@ impl NvidiaConfig {
     }
 }
 
-impl Default for NvidiaConfig {
+impl Default for DeviceConfig {
     fn default() -> Self {
         Self {
+            kind: KindId::NVIDIA,
             resource_count_name: "nvidia.com/gpu".to_string(),
             resource_memory_name: "nvidia.com/gpumem".to_string(),
             resource_memory_percentage_name: "nvidia.com/gpumem-percentage".to_string(),
@@ -85,36 +93,37 @@ impl Default for NvidiaConfig {
     }
 }
 
-impl NvidiaConfig {
+impl DeviceConfig {
     /// The values no request could be read under.
     pub fn validate(&self) -> Result<(), String> {
         let n = self;
+        let section = self.kind.kind().name;
         if let Some(key) = n
             .device_plugin_only
             .keys()
             .find(|k| !DEVICE_PLUGIN_KEYS.contains(&k.as_str()))
         {
             return Err(format!(
-                "nvidia.{key} is not a key gpugate knows (nor one of HAMi's device plugin, \
+                "{section}.{key} is not a key gpugate knows (nor one of HAMi's device plugin, \
                  which are accepted and ignored: {})",
                 DEVICE_PLUGIN_KEYS.join(", ")
             ));
         }
         if n.resource_count_name.trim().is_empty() {
-            return Err("nvidia.resourceCountName must not be empty".to_string());
+            return Err(format!("{section}.resourceCountName must not be empty"));
         }
         if n.default_cores > 100 {
             return Err(format!(
-                "nvidia.defaultCores is {}, allowed 0..=100",
+                "{section}.defaultCores is {}, allowed 0..=100",
                 n.default_cores
             ));
         }
         if n.memory_factor == 0 {
-            return Err("nvidia.memoryFactor must be at least 1".to_string());
+            return Err(format!("{section}.memoryFactor must be at least 1"));
         }
         if n.default_memory > i32::MAX as u64 {
             return Err(format!(
-                "nvidia.defaultMemory is {} MiB, more than HAMi's device plugin can represent ({})",
+                "{section}.defaultMemory is {} MiB, more than HAMi's device plugin can represent ({})",
                 n.default_memory,
                 i32::MAX
             ));

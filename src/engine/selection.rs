@@ -7,7 +7,7 @@
 //! HAMi #707). A value containing `*` is a case-insensitive glob over the
 //! whole model name.
 
-use crate::hami::keys;
+use crate::devices::KindId;
 
 use super::annotations::Annotations;
 use super::device::{Gpu, model_words};
@@ -79,10 +79,9 @@ pub struct Selection {
     /// (HAMi's substring rule; a GPU registered without a mode is
     /// `hami-core`).
     pub mode: Option<String>,
+    /// The kind of device the pod asks for: no other kind is accepted.
+    pub kind: KindId,
 }
-
-/// The device modes HAMi's device plugin registers.
-pub const DEVICE_MODES: [&str; 3] = ["hami-core", "mig", "mps"];
 
 /// An annotation value that cannot be understood.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,15 +96,21 @@ fn comma_list(value: &str) -> impl Iterator<Item = &str> {
 }
 
 impl Selection {
-    /// Reads the selection annotations of a pod.
-    pub fn from_annotations(annotations: &impl Annotations) -> Result<Self, SelectionError> {
+    /// Reads a pod's annotations that select devices of `kind`.
+    pub fn from_annotations(
+        kind: KindId,
+        annotations: &impl Annotations,
+    ) -> Result<Self, SelectionError> {
+        let id = kind;
+        let kind = kind.kind();
+        let keys = &kind.selection;
         let get = |k: &str| annotations.annotation(k).unwrap_or("");
         let models = |k: &str| -> Vec<ModelPattern> {
             comma_list(get(k)).filter_map(ModelPattern::parse).collect()
         };
         let uuids = |k: &str| -> Vec<String> { comma_list(get(k)).map(str::to_string).collect() };
         // Go's strconv.ParseBool, as HAMi reads it, plus any letter case.
-        let numa_bind = match annotations.annotation(keys::NUMA_BIND).map(str::trim) {
+        let numa_bind = match annotations.annotation(keys.numa_bind).map(str::trim) {
             None | Some("") => false,
             Some("1" | "t" | "T") => true,
             Some("0" | "f" | "F") => false,
@@ -113,30 +118,31 @@ impl Selection {
             Some(v) if v.eq_ignore_ascii_case("false") => false,
             Some(v) => {
                 return Err(SelectionError {
-                    annotation: keys::NUMA_BIND,
+                    annotation: keys.numa_bind,
                     problem: format!("{v:?} is not a boolean: allowed \"true\" or \"false\""),
                 });
             }
         };
-        let mode = match annotations.annotation(keys::VGPU_MODE).map(str::trim) {
+        let mode = match annotations.annotation(keys.mode).map(str::trim) {
             None | Some("") => None,
-            Some(v) if DEVICE_MODES.iter().any(|m| m.contains(v)) => Some(v.to_string()),
+            Some(v) if kind.mode_names().any(|m| m.contains(v)) => Some(v.to_string()),
             Some(v) => {
                 return Err(SelectionError {
-                    annotation: keys::VGPU_MODE,
+                    annotation: keys.mode,
                     problem: format!(
                         "{v:?} is part of no device mode: allowed {} (or a part of one)",
-                        DEVICE_MODES.join(", ")
+                        kind.mode_names().collect::<Vec<_>>().join(", ")
                     ),
                 });
             }
         };
         Ok(Selection {
+            kind: id,
             mode,
-            use_models: models(keys::USE_GPU_TYPE),
-            avoid_models: models(keys::NOUSE_GPU_TYPE),
-            use_uuids: uuids(keys::USE_GPU_UUID),
-            avoid_uuids: uuids(keys::NOUSE_GPU_UUID),
+            use_models: models(keys.use_type),
+            avoid_models: models(keys.nouse_type),
+            use_uuids: uuids(keys.use_uuid),
+            avoid_uuids: uuids(keys.nouse_uuid),
             numa_bind,
         })
     }
@@ -144,6 +150,7 @@ impl Selection {
     /// The model (and mode) check: `CardTypeMismatch` when false.
     pub fn accepts_model(&self, gpu: &Gpu) -> bool {
         gpu.is_shareable_mode()
+            && gpu.kind == self.kind
             && self
                 .mode
                 .as_deref()
@@ -162,6 +169,7 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::devices::nvidia as keys;
     use crate::engine::device::Usage;
 
     /// HAMi v2.10's mode filter: `nvidia.com/vgpu-mode` must be a part of
@@ -180,7 +188,7 @@ mod tests {
                 .map(|m| (keys::VGPU_MODE.to_string(), m.to_string()))
                 .into_iter()
                 .collect();
-            Selection::from_annotations(&annotations).unwrap()
+            Selection::from_annotations(KindId::NVIDIA, &annotations).unwrap()
         };
         let fits = |mode: Option<&str>, device: &str| selection(mode).accepts_model(&gpu(device));
         for device in ["hami-core", "", "mps"] {
@@ -194,7 +202,7 @@ mod tests {
         assert!(!fits(None, "mig"));
         let bad: std::collections::BTreeMap<String, String> =
             [(keys::VGPU_MODE.to_string(), "cuda".to_string())].into();
-        assert!(Selection::from_annotations(&bad).is_err());
+        assert!(Selection::from_annotations(KindId::NVIDIA, &bad).is_err());
     }
     use std::collections::BTreeMap;
 
@@ -255,7 +263,7 @@ mod tests {
             " GPU-1 ,GPU-2".to_string(),
         );
         a.insert(keys::NUMA_BIND.to_string(), "True".to_string());
-        let s = Selection::from_annotations(&a).unwrap();
+        let s = Selection::from_annotations(KindId::NVIDIA, &a).unwrap();
         assert_eq!(s.use_models.len(), 2);
         assert_eq!(s.avoid_uuids, vec!["GPU-1", "GPU-2"]);
         assert!(s.numa_bind);
@@ -276,13 +284,15 @@ mod tests {
         ] {
             a.insert(keys::NUMA_BIND.to_string(), v.to_string());
             assert_eq!(
-                Selection::from_annotations(&a).unwrap().numa_bind,
+                Selection::from_annotations(KindId::NVIDIA, &a)
+                    .unwrap()
+                    .numa_bind,
                 want,
                 "{v}"
             );
         }
         a.insert(keys::NUMA_BIND.to_string(), "yes".to_string());
-        let e = Selection::from_annotations(&a).unwrap_err();
+        let e = Selection::from_annotations(KindId::NVIDIA, &a).unwrap_err();
         assert_eq!(e.annotation, keys::NUMA_BIND);
     }
 

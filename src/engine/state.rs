@@ -383,6 +383,7 @@ impl ClusterState {
             if let (Some(list), Some(gpu)) = (containers.get_mut(ci), n.gpus.get(pos)) {
                 list.push(DeviceGrant {
                     uuid: gpu.uuid.clone(),
+                    kind: gpu.kind,
                     mem_mib: u64::from(take.mem_mib),
                     cores: take.cores,
                     mig: gpu.mig_instance(&take),
@@ -781,6 +782,7 @@ mod tests {
         let mut a = s.assign(&whole_gpu_plan(NodePolicy::Binpack), "n").unwrap();
         a.containers[0].push(DeviceGrant {
             uuid: "GPU-gone".into(),
+            kind: crate::devices::KindId::NVIDIA,
             mem_mib: 1,
             cores: 0,
             mig: None,

@@ -122,7 +122,7 @@ mod tests {
         n.metadata.name = Some(name.into());
         n.metadata.annotations = Some(
             [(
-                keys::NODE_NVIDIA_REGISTER.to_string(),
+                crate::devices::nvidia::NODE_REGISTER.to_string(),
                 format!(
                     r#"[{{"id":"{name}-0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}},{{"id":"{name}-1","index":1,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA T4","health":true}}]"#
                 ),

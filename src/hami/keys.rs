@@ -1,9 +1,7 @@
-//! Annotation and label keys shared with HAMi (hami-compat.md 3.1, 4.1).
+//! Annotation and label keys shared with HAMi (hami-compat.md 3.1, 4.1) that
+//! every device kind uses; a kind's own (its register annotation, its
+//! selection annotations) are in [`crate::devices`].
 
-/// Node: the NVIDIA device inventory (JSON array, or the legacy text form).
-pub const NODE_NVIDIA_REGISTER: &str = "hami.io/node-nvidia-register";
-/// Node: pairwise topology scores between GPUs (JSON).
-pub const NODE_NVIDIA_SCORE: &str = "hami.io/node-nvidia-score";
 /// Node: liveness handshake between scheduler and device plugin.
 pub const NODE_HANDSHAKE: &str = "hami.io/node-handshake";
 /// Node: the node lock taken by bind and released by the device plugin.
@@ -32,21 +30,5 @@ pub const NODE_SCHEDULER_POLICY: &str = "hami.io/node-scheduler-policy";
 /// Pod: GPU placement policy override (`binpack` / `spread` / `topology-aware` / `mutex`).
 pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
 
-/// Pod: GPU models to use (comma list).
-pub const USE_GPU_TYPE: &str = "nvidia.com/use-gputype";
-/// Pod: GPU models to avoid (comma list).
-pub const NOUSE_GPU_TYPE: &str = "nvidia.com/nouse-gputype";
-/// Pod: GPU UUIDs to use (comma list).
-pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
-/// Pod: GPU UUIDs to avoid (comma list).
-pub const NOUSE_GPU_UUID: &str = "nvidia.com/nouse-gpuuuid";
-/// Pod: only GPUs whose device mode contains this value (`hami-core`,
-/// `mig`, `mps`; HAMi's substring rule).
-pub const VGPU_MODE: &str = "nvidia.com/vgpu-mode";
 /// Pod: weights of HAMi's device score, `slot=…,core=…,memory=…`.
 pub const DEVICE_SCORING_WEIGHTS: &str = "hami.io/device-scoring-weights";
-/// Pod: `"true"` puts all GPUs of a container on one NUMA node.
-pub const NUMA_BIND: &str = "nvidia.com/numa-bind";
-
-/// The vendor key written in pod device lists for NVIDIA devices.
-pub const NVIDIA_VENDOR: &str = "NVIDIA";

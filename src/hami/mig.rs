@@ -16,7 +16,8 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value, json};
 
 use super::DecodeError;
-use super::keys::{NODE_NVIDIA_REGISTER, VGPU_MIG_ALLOCATIONS};
+use super::keys::VGPU_MIG_ALLOCATIONS;
+use crate::devices::nvidia::NODE_REGISTER as NODE_NVIDIA_REGISTER;
 
 /// Where an instance sits on its GPU, in memory slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -54,6 +54,13 @@ impl DecodeError {
             problem: problem.into(),
         }
     }
+
+    /// The same error about another annotation of the same format (a
+    /// device kind's register or score annotation: every kind registers
+    /// in the same format under its own key).
+    pub fn in_annotation(self, annotation: &'static str) -> Self {
+        Self { annotation, ..self }
+    }
 }
 
 /// Test helper: `result` must be an error about `annotation`.

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::DecodeError;
-use super::keys::NODE_NVIDIA_SCORE;
 use super::register::json_string;
+use crate::devices::nvidia::NODE_SCORE as NODE_NVIDIA_SCORE;
 
 /// Topology scores between pairs of GPUs, by UUID. Higher is closer
 /// (NVLink 100 per link, same switch 50, ..., across CPUs 10).

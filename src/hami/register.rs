@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::DecodeError;
-use super::keys::NODE_NVIDIA_REGISTER;
 use super::mig::{MigProfile, decode_mig_profiles, mig_profiles_json};
+use crate::devices::nvidia::NODE_REGISTER as NODE_NVIDIA_REGISTER;
 
 /// One GPU as HAMi's device plugin registers it.
 ///

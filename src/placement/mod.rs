@@ -121,7 +121,10 @@ pub fn judge(
     if plan.numa.guaranteed && view.node_topologies_listing() {
         return Verdict::Everywhere(NodeReason::NumaTopologiesListing);
     }
-    let (namespace_quota, _) = view.quotas().quota(pod.namespace(), &config.nvidia);
+    let (namespace_quota, _) = view.quotas().quota(
+        pod.namespace(),
+        config.device_config(plan.request.device_kind),
+    );
     let judged = match quota::check_request(&namespace_quota, plan)
         .map_err(NodeReason::Quota)
         .and_then(|()| gang::judge(view, config, pod, candidates))

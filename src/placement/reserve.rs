@@ -80,7 +80,10 @@ pub fn reserve(
     now: Timestamp,
 ) -> Result<(Allocation, Reservation), ReserveError> {
     // Gang holds are not quota use: one read serves both checks.
-    let (namespace_quota, _) = view.quotas().quota(pod.namespace(), &config.nvidia);
+    let (namespace_quota, _) = view.quotas().quota(
+        pod.namespace(),
+        config.device_config(pod.plan.request.device_kind),
+    );
     quota::check_request(&namespace_quota, &pod.plan).map_err(ReserveError::Quota)?;
     let label = pod
         .gang()

@@ -337,7 +337,7 @@ mod tests {
         // A GPU that reports no memory has no memory ratio.
         let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "gpu-0", "annotations": {
-                crate::hami::keys::NODE_NVIDIA_REGISTER:
+                crate::devices::nvidia::NODE_REGISTER:
                     r#"[{"id":"GPU-0-0","index":0,"count":4,"devmem":0,"devcore":100,"type":"NVIDIA A10","health":true}]"#
             }}
         }))

@@ -464,13 +464,9 @@ type SourcesDigest = [u8; 32];
 /// The digest of the annotations a node's GPU view is read from: each one
 /// absent, or present with its length and text.
 fn node_sources(node: &K8sNode) -> SourcesDigest {
-    use crate::hami::keys;
     let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
-    for key in [
-        keys::NODE_NVIDIA_REGISTER,
-        keys::NODE_NVIDIA_SCORE,
-        keys::DEVICE_CORDON,
-    ] {
+    let kinds = crate::devices::kinds().flat_map(|(_, k)| [Some(k.register_key), k.score_key]);
+    for key in kinds.flatten().chain([crate::hami::keys::DEVICE_CORDON]) {
         match node.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
             None => digest.update(&[0]),
             Some(v) => {

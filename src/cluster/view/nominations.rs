@@ -219,7 +219,7 @@ mod tests {
         n.metadata.name = Some("n".into());
         n.metadata.annotations = Some(
             [(
-                keys::NODE_NVIDIA_REGISTER.to_string(),
+                crate::devices::nvidia::NODE_REGISTER.to_string(),
                 r#"[{"id":"n-0","index":0,"count":10,"devmem":16000,"devcore":100,"type":"T4","health":true}]"#.to_string(),
             )]
             .into(),

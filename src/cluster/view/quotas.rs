@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::ResourceQuota;
 
 use crate::engine::quantity::parse_whole;
-use crate::engine::request::NvidiaConfig;
+use crate::engine::request::DeviceConfig;
 use crate::engine::{NamespaceQuota, QuotaAmount, QuotaLimits};
 
 /// A quota's `limits.*` entries: the whole number, or why the value is
@@ -94,7 +94,7 @@ impl Quotas {
 
     /// The namespace's quota under the config's resource names and
     /// `memoryFactor`, with a message for each quota value that is ignored.
-    pub fn quota(&self, namespace: &str, nv: &NvidiaConfig) -> (NamespaceQuota, Vec<String>) {
+    pub fn quota(&self, namespace: &str, nv: &DeviceConfig) -> (NamespaceQuota, Vec<String>) {
         let (limits, problems) =
             self.limits(namespace, &nv.resource_memory_name, &nv.resource_core_name);
         let quota = NamespaceQuota {

@@ -11,8 +11,13 @@ const REGISTER: &str = r#"[{"id":"GPU-0","index":0,"count":10,"devmem":16384,"de
 fn node(name: &str, register: &str) -> K8sNode {
     let mut n = K8sNode::default();
     n.metadata.name = Some(name.into());
-    n.metadata.annotations =
-        Some([(keys::NODE_NVIDIA_REGISTER.to_string(), register.to_string())].into());
+    n.metadata.annotations = Some(
+        [(
+            crate::devices::nvidia::NODE_REGISTER.to_string(),
+            register.to_string(),
+        )]
+        .into(),
+    );
     n
 }
 

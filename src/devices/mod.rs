@@ -1,0 +1,161 @@
+//! Kinds of devices: everything that tells one device plugin's devices
+//! apart from another's, in one place.
+//!
+//! The engine places "devices of a kind" without naming a vendor: a GPU
+//! carries the [`KindId`] of the kind that registered it, and each layer
+//! asks the kind for what differs: the node annotations to read
+//! (`cluster::convert`), the device modes and how each is shared
+//! (`engine::device`), the pod annotations that select devices
+//! (`engine::selection`), the vendor word of pod device lists
+//! (`engine::allocation`) and the environment the webhook writes
+//! (`admission::mutate`). Resource names and request defaults are the
+//! kind's config section (`engine::resources::DeviceConfig`).
+//!
+//! NVIDIA is the first kind ([`nvidia::NVIDIA`]); what a second one adds is
+//! in docs/architecture.md, "Device kinds".
+
+pub mod nvidia;
+
+/// A kind of device, as [`KINDS`] lists it. Small (a GPU carries one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindId(u8);
+
+impl KindId {
+    /// NVIDIA GPUs shared by HAMi-core or split by MIG.
+    pub const NVIDIA: KindId = KindId(0);
+
+    /// The kind's description.
+    pub fn kind(self) -> &'static DeviceKind {
+        KINDS[usize::from(self.0)]
+    }
+}
+
+/// Every kind gpugate knows, indexed by [`KindId`].
+pub static KINDS: [&DeviceKind; 1] = [&nvidia::NVIDIA];
+
+/// Every kind with its id.
+pub fn kinds() -> impl Iterator<Item = (KindId, &'static DeviceKind)> {
+    KINDS.iter().enumerate().map(|(i, k)| (KindId(i as u8), *k))
+}
+
+/// The kind whose pod device lists carry `vendor` (HAMi's vendor word);
+/// `None` for devices gpugate does not place.
+pub fn by_vendor(vendor: &str) -> Option<KindId> {
+    kinds().find(|(_, k)| k.vendor == vendor).map(|(id, _)| id)
+}
+
+/// What differs between kinds of devices on the wire and in the webhook.
+#[derive(Debug)]
+pub struct DeviceKind {
+    /// Short name: the config section of its resource names and defaults,
+    /// and the `kind` label of metrics.
+    pub name: &'static str,
+    /// The vendor word of HAMi's pod device lists (`GPU-a,NVIDIA,1024,30`).
+    pub vendor: &'static str,
+    /// Node annotation with the device inventory the device plugin
+    /// registers (JSON array, or HAMi's legacy text form).
+    pub register_key: &'static str,
+    /// Node annotation with pairwise topology scores, when the kind has one.
+    pub score_key: Option<&'static str>,
+    /// Pod annotations that choose among the kind's devices.
+    pub selection: SelectionKeys,
+    /// The device modes its device plugin registers, and how gpugate
+    /// shares a device in each. A device in a mode not listed is not shared.
+    pub modes: &'static [DeviceMode],
+    /// The mode of a device registered without one.
+    pub default_mode: &'static str,
+    /// Environment the mutating webhook writes.
+    pub env: WebhookEnv,
+}
+
+/// Pod annotations that choose among a kind's devices.
+#[derive(Debug)]
+pub struct SelectionKeys {
+    /// Models to use / to avoid (comma lists).
+    pub use_type: &'static str,
+    pub nouse_type: &'static str,
+    /// Device UUIDs to use / to avoid (comma lists).
+    pub use_uuid: &'static str,
+    pub nouse_uuid: &'static str,
+    /// Only devices whose mode contains the value (HAMi's substring rule).
+    pub mode: &'static str,
+    /// `"true"`: all devices of a container on one NUMA node.
+    pub numa_bind: &'static str,
+}
+
+/// One device mode of a kind.
+#[derive(Debug)]
+pub struct DeviceMode {
+    pub name: &'static str,
+    pub sharing: Sharing,
+}
+
+/// How pods share a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Slices of memory and cores, up to the split count (HAMi-core).
+    Slices,
+    /// Instances of the device's registered profiles, none overlapping
+    /// (MIG).
+    Instances,
+}
+
+/// Environment variables the mutating webhook writes for a kind.
+#[derive(Debug)]
+pub struct WebhookEnv {
+    /// Written into containers that ask for no device, when the config's
+    /// `overwriteEnv` is on: hides every device from them.
+    pub hide_devices: (&'static str, &'static str),
+    /// Carries the config's `gpuCorePolicy` into every container.
+    pub core_policy: &'static str,
+    /// Carries the container's priority resource.
+    pub task_priority: &'static str,
+}
+
+impl DeviceKind {
+    /// How a device registered in `mode` is shared (`""` is the default
+    /// mode); `None`: not at all.
+    pub fn sharing(&self, mode: &str) -> Option<Sharing> {
+        let mode = if mode.is_empty() {
+            self.default_mode
+        } else {
+            mode
+        };
+        self.modes
+            .iter()
+            .find(|m| m.name == mode)
+            .map(|m| m.sharing)
+    }
+
+    /// The names of its modes.
+    pub fn mode_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.modes.iter().map(|m| m.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_indexed_by_their_id_and_found_by_vendor() {
+        for (id, kind) in kinds() {
+            assert!(std::ptr::eq(id.kind(), kind));
+            assert_eq!(by_vendor(kind.vendor), Some(id));
+        }
+        assert_eq!(by_vendor("MLU"), None);
+        assert_eq!(by_vendor(""), None);
+    }
+
+    #[test]
+    fn nvidia_modes_follow_hami_v2_10() {
+        // hami-compat.md "MIG in v2.10": `mps` is a label only and behaves
+        // like `hami-core`; a device without a mode is `hami-core`.
+        let nv = KindId::NVIDIA.kind();
+        assert_eq!(nv.sharing(""), Some(Sharing::Slices));
+        assert_eq!(nv.sharing("hami-core"), Some(Sharing::Slices));
+        assert_eq!(nv.sharing("mps"), Some(Sharing::Slices));
+        assert_eq!(nv.sharing("mig"), Some(Sharing::Instances));
+        assert_eq!(nv.sharing("cuda"), None);
+    }
+}
