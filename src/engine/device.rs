@@ -99,23 +99,24 @@ impl super::lifecycle::Amount for Usage {
 }
 
 /// One physical GPU as registered by the device plugin.
+///
+/// Laid out for the evaluation, which reads the GPUs of every candidate
+/// node: what every check reads (capacity, health, cordon, mode flags,
+/// kind, NUMA node) comes first, in the struct's first 32 bytes, and the
+/// struct is 128 bytes aligned to a cache line, so that a GPU's checks
+/// touch one cache line (its names and MIG table only when needed). The
+/// assertions below keep it so.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct Gpu {
-    pub uuid: String,
+    /// Slots (split count), memory (MiB) and cores the GPU offers.
+    pub capacity: Usage,
     /// NVML index; GPUs on a node are kept sorted by it.
     pub index: u32,
-    /// Model string, e.g. `NVIDIA A100-SXM4-40GB`.
-    pub model: String,
     pub numa: i32,
     pub healthy: bool,
     /// Listed in the node's `hami.io/device-cordon`.
     pub cordoned: bool,
-    /// The kind of device (the device plugin that registered it); its
-    /// modes decide how the GPU is shared ([`Gpu::set_mode`]).
-    pub kind: KindId,
-    /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`);
-    /// see [`Gpu::set_mode`].
-    mode: String,
     /// Whether `mode` is one gpugate can share, precomputed: the check runs
     /// for every GPU of every candidate node, and reading the mode string
     /// there cost a cache miss per GPU (a third of a 5,000-node filter).
@@ -123,8 +124,15 @@ pub struct Gpu {
     /// Whether pods take MIG instances of it (`mig` mode with a usable
     /// profile), precomputed beside `shareable` for the same reason.
     mig: bool,
-    /// Slots (split count), memory (MiB) and cores the GPU offers.
-    pub capacity: Usage,
+    /// The kind of device (the device plugin that registered it); its
+    /// modes decide how the GPU is shared ([`Gpu::set_mode`]).
+    pub kind: KindId,
+    pub uuid: String,
+    /// Model string, e.g. `NVIDIA A100-SXM4-40GB`.
+    pub model: String,
+    /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`);
+    /// see [`Gpu::set_mode`].
+    mode: Box<str>,
     /// A MIG GPU's allowed profiles (HAMi v2.10's `migProfiles`) in the
     /// order HAMi tries them (least memory, then fewest slices, then as
     /// registered), each with its placements' slice masks in the order
@@ -132,8 +140,14 @@ pub struct Gpu {
     /// the choice runs for every MIG GPU of every candidate node.
     mig_profiles: Box<[(MigProfile, Vec<u16>)]>,
     /// Lower-case words of `model`, precomputed for type selection.
-    pub(crate) model_words: Vec<String>,
+    pub(crate) model_words: Box<[String]>,
 }
+
+// The layout the evaluation's speed depends on (docs/benchmarks.md): two
+// cache lines per GPU, the checks' fields in the first 32 bytes.
+const _: () = assert!(std::mem::size_of::<Gpu>() == 128);
+const _: () = assert!(std::mem::offset_of!(Gpu, kind) < 32);
+const _: () = assert!(std::mem::offset_of!(Gpu, uuid) == 32);
 
 impl Gpu {
     pub fn new(
@@ -146,13 +160,13 @@ impl Gpu {
         Gpu {
             uuid: uuid.into(),
             index,
-            model_words: model_words(&model),
+            model_words: model_words(&model).into_boxed_slice(),
             model,
             numa: 0,
             healthy: true,
             cordoned: false,
             kind: KindId::NVIDIA,
-            mode: String::new(),
+            mode: Box::default(),
             shareable: true,
             mig: false,
             capacity,
@@ -181,7 +195,7 @@ impl Gpu {
     /// profiles (one without a usable profile not at all), a GPU in a mode
     /// its kind does not list not at all.
     pub fn set_mode(&mut self, mode: impl Into<String>, mig_profiles: Vec<MigProfile>) {
-        self.mode = mode.into();
+        self.mode = mode.into().into_boxed_str();
         let sharing = self.kind.kind().sharing(&self.mode);
         self.mig_profiles = if sharing == Some(Sharing::Instances) {
             let mut profiles: Vec<(MigProfile, Vec<u16>)> = mig_profiles

@@ -2476,7 +2476,10 @@ async fn install_crd(
 /// and HAMi's MIG annotation beside the device list in the same Binding.
 /// The test then does what the device plugin does once the instance
 /// exists (adds its runtime ids to the annotation): the instance still
-/// counts. Deleting a pod frees its instance; no two instances overlap.
+/// counts. Deleting a pod frees its instance. A higher-priority pod whose
+/// only possible placement a lower-priority pod holds gets it through
+/// gpugate's own preemption (that pod alone evicted). No two instances
+/// overlap.
 async fn mig(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     let placements = |size: u32, starts: &[u32]| -> Vec<Value> {
         starts
@@ -2615,10 +2618,35 @@ async fn mig(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         "mig-c: {:?}",
         instance(&c2)?
     );
+    // Preemption for a placement: a 3g.20gb pod (15,000 MiB) at priority
+    // 1000. 3g.20gb sits at start 0 (slices 0-3: mig-c and mig-b) or 4
+    // (slices 4-7: only mig-small, on slice 6). Only a MIG placement is
+    // short (kube-scheduler's own filters pass), so gpugate's own
+    // preemption acts: the fewest victims are mig-small alone, and the
+    // pod gets start 4 once it is gone.
+    priority_class(ctx, "e2e-high", 1000, "PreemptLowerPriority").await?;
+    let mut big = pod("mig-big", "15000", Some("mig"));
+    big["spec"]["priorityClassName"] = json!("e2e-high");
+    create_pod(&ctx.cp.admin, ns, &big).await?;
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let big = bound_finishing_evictions(&pods, "mig-big", &now).await?;
+    ensure!(
+        instance(&big)? == ("3g.20gb".to_string(), 4, 4),
+        "mig-big: {:?}",
+        instance(&big)?
+    );
+    let left = standing(&pods.list(&ListParams::default()).await?.items);
+    ensure!(
+        !left.contains("mig-small") && left.contains("mig-b") && left.contains("mig-c"),
+        "want mig-small alone evicted: left {left:?}"
+    );
     // No two instances on the GPU overlap.
     let mut taken: Vec<(u64, u64)> = Vec::new();
     for p in pods.list(&ListParams::default()).await?.items {
-        if node_of(&p) != "mig-1" {
+        if node_of(&p) != "mig-1" || p.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let (_, start, size) = instance(&p)?;
