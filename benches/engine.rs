@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use gpugate::engine::numa::{
     CpuMemory, NodeTopology, NumaRequest, NumaZone, TopologyPolicy, TopologyScope,
 };
@@ -298,4 +298,28 @@ criterion_group! {
     config = Criterion::default().sample_size(30);
     targets = benches
 }
-criterion_main!(engine);
+/// With `GPUGATE_BENCH_EVALS=N`, no criterion: builds the 5,000 x 8
+/// cluster and evaluates the one-GPU spread pod against every node N
+/// times, then exits. For counts that do not depend on a noisy machine:
+/// `valgrind --tool=cachegrind` on this mode gives instructions and cache
+/// misses per evaluation (docs/benchmarks.md, "Counted, not timed").
+fn fixed_evaluations(n: usize) {
+    let state = cluster();
+    let p = plan(1, GpuPolicy::Spread);
+    let mut feasible = 0;
+    for _ in 0..n {
+        feasible += black_box(state.evaluate(black_box(&p), None).feasible.len());
+    }
+    println!("{n} evaluations, {feasible} feasible in all");
+}
+
+fn main() {
+    match std::env::var("GPUGATE_BENCH_EVALS").map(|v| v.parse::<usize>()) {
+        Ok(Ok(n)) => fixed_evaluations(n),
+        Ok(Err(e)) => eprintln!("GPUGATE_BENCH_EVALS: {e}"),
+        Err(_) => {
+            engine();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

@@ -59,6 +59,10 @@ pub struct Explanation {
     pub nodes: Vec<NodeVerdict>,
     /// Refused nodes nearest to holding the pod, nearest first.
     pub nearest: Vec<String>,
+    /// No GPU in the cluster could hold the pod even empty: why, with the
+    /// numbers (the request, the largest GPU, the largest MIG profile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub never: Option<String>,
     /// The verdict in one sentence.
     pub summary: String,
 }
@@ -157,6 +161,7 @@ pub fn explain_pod(
         everywhere: None,
         nodes: Vec::new(),
         nearest: Vec::new(),
+        never: None,
         summary: String::new(),
     };
     let placing = match PodToPlace::read(pod.clone(), config, view) {
@@ -249,8 +254,101 @@ pub fn explain_pod(
     out.nodes.sort_by(|a, b| a.node.cmp(&b.node));
     nearness.sort();
     out.nearest = nearness.into_iter().take(NEAREST).map(|(_, n)| n).collect();
+    if verdicts.best().is_none() {
+        out.never = never_fits(view, plan);
+        if out.never.is_some() {
+            out.nearest.clear();
+        }
+    }
     out.summary = summary(&out, verdicts.best().map(|b| b.node.as_str()));
     out
+}
+
+/// Why no GPU of the cluster could ever hold a GPU container of the pod,
+/// even with nothing on it: no node has as many GPUs the pod accepts
+/// (model, mode, UUID) that each hold one slice when empty (its memory
+/// and cores; on a MIG GPU, an allowed profile with that much memory).
+/// `None` when some node could, once freed, or when the pod accepts no GPU
+/// at all (the per-node reasons say that).
+fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
+    let nodes: Vec<&Node> = view.state().nodes().collect();
+    let accepted = |gpu: &crate::engine::Gpu| {
+        plan.selection.accepts_model(gpu) && plan.selection.accepts_uuid(gpu)
+    };
+    for c in &plan.request.containers {
+        let Some(g) = c.gpu else { continue };
+        let holds = |gpu: &crate::engine::Gpu| {
+            let cap = &gpu.capacity;
+            let mem = g.mem_on(u64::from(cap.mem_mib));
+            if gpu.is_mig() {
+                gpu.mig_profiles().iter().any(|(p, _)| {
+                    u64::from(p.memory_mib) >= mem && plan.selection.allows_profile(gpu, &p.name)
+                })
+            } else {
+                mem <= u64::from(cap.mem_mib) && g.cores <= cap.cores
+            }
+        };
+        let some_node_could = nodes.iter().any(|n| {
+            n.gpus
+                .iter()
+                .filter(|gpu| accepted(gpu) && holds(gpu))
+                .count()
+                >= g.count as usize
+        });
+        let any_accepted = nodes.iter().flat_map(|n| &n.gpus).any(&accepted);
+        if some_node_could || !any_accepted {
+            continue;
+        }
+        let mut text = format!("container {} asks {}", c.name, gpu_words(&g));
+        let sliced = nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .filter(|gpu| accepted(gpu) && !gpu.is_mig())
+            .max_by_key(|gpu| (gpu.capacity.mem_mib, gpu.capacity.cores));
+        if let Some(gpu) = sliced {
+            let _ = write!(
+                text,
+                "; the largest GPU it may use has {} MiB and {} cores ({})",
+                gpu.capacity.mem_mib, gpu.capacity.cores, gpu.model
+            );
+        }
+        let profile = nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .filter(|gpu| accepted(gpu))
+            .flat_map(|gpu| {
+                gpu.mig_profiles()
+                    .iter()
+                    .map(|(p, _)| p)
+                    .filter(|p| plan.selection.allows_profile(gpu, &p.name))
+            })
+            .max_by_key(|p| (p.memory_mib, std::cmp::Reverse(p.slice_count)));
+        if let Some(p) = profile {
+            let _ = write!(
+                text,
+                "; the largest MIG profile it may use has {} MiB ({})",
+                p.memory_mib, p.name
+            );
+        }
+        let most = nodes
+            .iter()
+            .map(|n| {
+                n.gpus
+                    .iter()
+                    .filter(|gpu| accepted(gpu) && holds(gpu))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        if g.count > 1 && most > 0 {
+            let _ = write!(
+                text,
+                "; at most {most} GPUs of one node could each hold such a slice"
+            );
+        }
+        return Some(text);
+    }
+    None
 }
 
 fn refusal(reason: &NodeReason) -> Refusal {
@@ -528,6 +626,13 @@ fn summary(e: &Explanation, best: Option<&str>) -> String {
         e.nodes.len(),
         codes.join(", ")
     );
+    if let Some(never) = &e.never {
+        let _ = write!(
+            s,
+            "; no GPU in the cluster could ever hold it, even empty: {never}"
+        );
+        return s;
+    }
     if let Some(near) = e.nearest.first()
         && let Some(v) = e.nodes.iter().find(|n| &n.node == near)
         && let Some(m) = &v.missing

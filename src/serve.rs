@@ -260,13 +260,6 @@ where
     let metrics = Metrics::new(Some(cert.clone()));
     let resync = config.load().api.resync_seconds;
     let cluster = cluster_view(args, resync, client.clone(), &metrics, stopped())?;
-    if let Some(cluster) = &cluster {
-        tokio::spawn(crate::controllers::expiry::run(
-            cluster.clone(),
-            metrics.bind.assumed_expired.clone(),
-            stopped(),
-        ));
-    }
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
@@ -283,7 +276,7 @@ where
     }
     // Binds, and gpugate's own preemption, go through the API server
     // each with its own handle (its own rate limit) and one event sink.
-    let (bind_mode, preemptor) = match (&args.cluster.cluster, &client) {
+    let (bind_mode, preemptor, events) = match (&args.cluster.cluster, &client) {
         (None, Some(client)) => {
             let api_limits = config.load().api.clone();
             let scheduler = config.load().scheduler.name.clone();
@@ -299,13 +292,21 @@ where
             ));
             let binder = ApiBinder::new(
                 ApiCalls::new(client.clone(), &api_limits),
-                events,
+                events.clone(),
                 metrics.bind.clone(),
             );
-            (BindMode::Api(Arc::new(binder)), Some(preemptor))
+            (BindMode::Api(Arc::new(binder)), Some(preemptor), events)
         }
-        _ => (BindMode::Ledger, None),
+        _ => (BindMode::Ledger, None, EventSink::none()),
     };
+    if let Some(cluster) = &cluster {
+        tokio::spawn(crate::controllers::expiry::run(
+            cluster.clone(),
+            metrics.bind.assumed_expired.clone(),
+            events.clone(),
+            stopped(),
+        ));
+    }
     if let (Some(preemptor), Some(cluster)) = (&preemptor, &cluster) {
         tokio::spawn(
             preemptor

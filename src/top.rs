@@ -16,6 +16,9 @@ use crate::simulate::{GpuRow, gpu_rows, gpu_table, render};
 pub struct TopReport {
     pub nodes: Vec<NodeRow>,
     pub gpus: Vec<GpuRow>,
+    /// Every MIG instance pods hold, by node, GPU and placement.
+    #[serde(rename = "migInstances", skip_serializing_if = "Vec::is_empty")]
+    pub mig_instances: Vec<MigInstanceRow>,
     /// Nodes whose GPUs cannot be read, with why.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub problems: BTreeMap<String, Vec<String>>,
@@ -31,6 +34,18 @@ pub struct NodeRow {
     #[serde(rename = "memMiB")]
     pub mem_mib: (u64, u64),
     pub cores: (u64, u64),
+}
+
+/// One MIG instance and the pod holding it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct MigInstanceRow {
+    pub node: String,
+    pub gpu: String,
+    pub start: u32,
+    pub size: u32,
+    pub profile: String,
+    /// `namespace/name`.
+    pub pod: String,
 }
 
 /// What the view says of every node with GPUs.
@@ -50,9 +65,27 @@ pub fn top(view: &ClusterView) -> TopReport {
             }
         })
         .collect();
+    let mut mig_instances: Vec<MigInstanceRow> = view
+        .held_pod_allocations()
+        .flat_map(|(namespace, pod, a)| {
+            a.containers.iter().flatten().filter_map(move |g| {
+                let m = g.mig.as_ref()?;
+                Some(MigInstanceRow {
+                    node: a.node.clone(),
+                    gpu: g.uuid.clone(),
+                    start: m.placement.start,
+                    size: m.placement.size,
+                    profile: m.profile.clone(),
+                    pod: format!("{namespace}/{pod}"),
+                })
+            })
+        })
+        .collect();
+    mig_instances.sort();
     TopReport {
         nodes,
         gpus: gpu_rows(state),
+        mig_instances,
         problems: view.node_problems().clone(),
     }
 }
@@ -92,6 +125,26 @@ impl TopReport {
         out.push_str(&render(&rows));
         let _ = writeln!(out, "\nGPUS ({})", self.gpus.len());
         out.push_str(&gpu_table(&self.gpus, true));
+        if !self.mig_instances.is_empty() {
+            let mut rows = vec![vec![
+                "NODE".to_string(),
+                "GPU".into(),
+                "PROFILE".into(),
+                "SLICES".into(),
+                "POD".into(),
+            ]];
+            for m in &self.mig_instances {
+                rows.push(vec![
+                    m.node.clone(),
+                    m.gpu.clone(),
+                    m.profile.clone(),
+                    format!("{}-{}", m.start, (m.start + m.size).saturating_sub(1)),
+                    m.pod.clone(),
+                ]);
+            }
+            let _ = writeln!(out, "\nMIG INSTANCES ({})", self.mig_instances.len());
+            out.push_str(&render(&rows));
+        }
         if !self.problems.is_empty() {
             let _ = writeln!(
                 out,
@@ -136,5 +189,40 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["nodes"].as_array().unwrap().len(), 2);
         assert_eq!(json["gpus"].as_array().unwrap().len(), r.gpus.len());
+        assert!(json.get("migInstances").is_none(), "no MIG GPU there");
+    }
+
+    /// examples/mig: the running pod's 3g.20gb instance on slices 0-3, in
+    /// the table and the JSON.
+    #[test]
+    fn mig_instances_are_listed_with_their_pods() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mig/cluster.yaml");
+        let (view, _) = Snapshot::load(&path).unwrap().to_view();
+        let r = top(&view);
+        assert_eq!(r.mig_instances.len(), 1, "{r:?}");
+        let m = &r.mig_instances[0];
+        assert_eq!(
+            (
+                m.node.as_str(),
+                m.gpu.as_str(),
+                m.profile.as_str(),
+                m.start,
+                m.size
+            ),
+            ("mig-1", "GPU-mig-1-0", "3g.20gb", 0, 4)
+        );
+        let table = r.to_table();
+        let line = table
+            .lines()
+            .skip_while(|l| !l.starts_with("MIG INSTANCES (1)"))
+            .nth(2)
+            .expect("the instance's row");
+        assert!(
+            line.contains("3g.20gb") && line.contains("0-3") && line.contains(&m.pod),
+            "{line}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["migInstances"][0]["profile"], "3g.20gb");
     }
 }

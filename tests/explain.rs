@@ -82,7 +82,7 @@ fn every_reason_code_in_words() {
             "sick-1",
             "CardCordoned",
             "for container main, 1 of 2 GPUs are cordoned (hami.io/device-cordon on the node); \
-             1 of 2 GPUs are reported unhealthy by the device plugin",
+             1 of 2 GPUs are reported unhealthy by the device plugin, or hold a pod whose MIG instance is inconsistent with the GPU (a MigInconsistent event on that pod says which)",
         ),
         (
             "ml/big",
@@ -102,7 +102,10 @@ fn every_reason_code_in_words() {
             "cpu-1",
             "NodeUnregistered",
             "the node has no GPUs registered by HAMi's device plugin (no readable \
-             hami.io/node-nvidia-register annotation)",
+             hami.io/node-nvidia-register annotation). If kube-scheduler offers it anyway, \
+             its GPUs may come through DRA (a DeviceClass whose extendedResourceName is the \
+             pod's GPU resource): gpugate places slices only on GPUs HAMi's device plugin \
+             registers",
         ),
         (
             "ml/big",
@@ -479,4 +482,97 @@ fn explain_as_gpugate_and_as_a_kubectl_plugin() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(said), "{err}");
     }
+}
+
+/// A pod no GPU of the cluster could hold even empty gets that said with
+/// the numbers, not "too little free GPU memory" on every node and a
+/// nearest node that could never take it: the request, the largest GPU,
+/// the largest MIG profile. A pod that some GPU could hold once freed
+/// keeps its nearest node.
+#[test]
+fn a_pod_no_gpu_could_ever_hold_says_so_with_the_numbers() {
+    let yaml = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: t4
+  annotations:
+    hami.io/node-nvidia-register: '[{"id":"GPU-t4","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA Tesla T4","health":true}]'
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: mig
+  annotations:
+    hami.io/node-nvidia-register: '[{"id":"GPU-mig","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}]},{"name":"3g.20gb","memoryMB":19968,"core":43,"sliceCount":4,"placements":[{"start":0,"size":4},{"start":4,"size":4}]}]}]'
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: huge, namespace: ml}
+spec:
+  schedulerName: hami-scheduler
+  containers:
+  - name: main
+    image: x
+    resources:
+      limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "20000"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fits-once-free, namespace: ml}
+spec:
+  schedulerName: hami-scheduler
+  containers:
+  - name: main
+    image: x
+    resources:
+      limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "16000"}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: holder
+  namespace: ml
+  annotations:
+    hami.io/vgpu-node: t4
+    hami.io/vgpu-devices-allocated: "GPU-t4,NVIDIA,8000,0:;"
+spec:
+  schedulerName: hami-scheduler
+  nodeName: t4
+  containers:
+  - name: main
+    image: x
+    resources:
+      limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "8000"}
+status: {phase: Running}
+"#;
+    let snapshot = Snapshot::from_yaml(yaml, "inline").unwrap();
+    let config = Config::default();
+    let e = explain(&snapshot, "ml", "huge", &config, now()).unwrap();
+    let never = e.never.as_deref().expect("never fits");
+    for part in [
+        "container main asks 1 GPU with 20000 MiB",
+        "the largest GPU it may use has 16384 MiB and 100 cores (NVIDIA Tesla T4)",
+        "the largest MIG profile it may use has 19968 MiB (3g.20gb)",
+    ] {
+        assert!(never.contains(part), "{part:?} not in {never:?}");
+    }
+    assert!(
+        e.summary
+            .contains("no GPU in the cluster could ever hold it"),
+        "{}",
+        e.summary
+    );
+    assert!(
+        e.nearest.is_empty(),
+        "no nearest node for a pod nothing holds: {e:#?}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+    assert_eq!(json["never"], never);
+
+    // 16,000 MiB fits the T4 once its 8,000 MiB holder is gone: no
+    // "never", and the T4 is the nearest node.
+    let e = explain(&snapshot, "ml", "fits-once-free", &config, now()).unwrap();
+    assert_eq!(e.never, None, "{e:#?}");
+    assert_eq!(e.nearest.first().map(String::as_str), Some("t4"), "{e:#?}");
 }

@@ -280,6 +280,11 @@ fn hami_values_file_works_unchanged() {
     assert_eq!(c.nvidia.resource_count_name, "nvidia.com/gpu");
     assert_eq!(c.nvidia.memory_factor, 1);
     assert_eq!(c.nvidia.gpu_core_policy, "default");
+    // device-config.content's migProfileAllowlist, read (and validated).
+    let allow = c.nvidia.mig_allowlist().expect("the values' allowlist");
+    assert!(allow.allows("NVIDIA H100 80GB HBM3", "3g.40gb"));
+    assert!(!allow.allows("NVIDIA H100 80GB HBM3", "1g.5gb"));
+    assert_eq!(c.nvidia.mig_profile_allowlist.len(), 2);
 
     let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
     assert_eq!(sched["profiles"][0]["schedulerName"], "hami-scheduler");

@@ -315,8 +315,53 @@ fn unusable_and_inconsistent_mig_gpus_take_nothing() {
     };
     s.apply("hami-pod", unknown).unwrap();
     let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
-    assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
+    assert!(e.contains("CardNotHealth"), "{e}");
     s.remove("hami-pod");
+    assert!(s.assign(&plan(1000, 1), "n").is_ok());
+}
+
+/// The other inconsistency HAMi v2.10 marks a device unhealthy for: MIG
+/// usage on a `hami-core` GPU (a pod whose MIG entry names a GPU that is
+/// not in MIG mode, say after the node was switched back). The GPU takes
+/// no new pod until that pod is gone; its memory and cores count.
+#[test]
+fn mig_usage_on_a_hami_core_gpu_makes_it_take_nothing() {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new(
+        "n",
+        vec![Gpu::new(
+            "GPU-a",
+            0,
+            "NVIDIA A100-SXM4-40GB",
+            Usage {
+                slots: 10,
+                mem_mib: 40960,
+                cores: 100,
+                ..Usage::default()
+            },
+        )],
+    ));
+    let stale = gpugate::engine::Allocation {
+        node: "n".into(),
+        containers: vec![vec![gpugate::engine::DeviceGrant {
+            uuid: "GPU-a".into(),
+            kind: gpugate::devices::KindId::NVIDIA,
+            mem_mib: 9984,
+            cores: 29,
+            mig: Some(gpugate::engine::MigInstance {
+                profile: "2g.10gb".into(),
+                placement: MigPlacement { start: 0, size: 2 },
+            }),
+        }]],
+        kinds: vec![],
+        numa: None,
+    };
+    s.apply("stale-mig-pod", stale).unwrap();
+    let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
+    assert!(e.contains("CardNotHealth"), "{e}");
+    assert!(s.node("n").unwrap().is_inconsistent(0));
+    s.remove("stale-mig-pod");
+    assert!(!s.node("n").unwrap().is_inconsistent(0));
     assert!(s.assign(&plan(1000, 1), "n").is_ok());
 }
 
@@ -403,4 +448,65 @@ fn bind_annotations_round_trip_through_the_device_plugins_completion() {
     .unwrap();
     let e = pod_allocation(&pod).unwrap_err().to_string();
     assert!(e.contains("no grant of GPU-a"), "{e}");
+}
+
+/// `migProfileAllowlist` (HAMi v2.10's config, read from gpugate's config
+/// and from HAMi's Helm values): only the profiles listed for the GPU's
+/// model are handed out, whatever the device plugin registered; a model
+/// no entry names gets none. Malformed entries are refused at load with
+/// what is wrong (HAMi validates them at start too).
+#[test]
+fn mig_profile_allowlist_narrows_the_profiles() {
+    use gpugate::config::Config;
+    let config = Config::from_yaml(
+        "nvidia:\n  migProfileAllowlist:\n  - models: [nvidia a100-sxm4-40gb]\n    profiles: [2g.10gb, 3g.20gb]\n",
+        "test",
+    )
+    .unwrap();
+    let s = state(&a100_40gb(), 40960, &[]);
+    let mut p = plan(4000, 1);
+    // Without the list: the smallest profile, 1g.5gb.
+    assert_eq!(
+        s.assign(&p, "n").unwrap().containers[0][0]
+            .mig
+            .as_ref()
+            .unwrap()
+            .profile,
+        "1g.5gb"
+    );
+    p.selection.mig_allowlist = config.nvidia.mig_allowlist();
+    let a = s.assign(&p, "n").unwrap();
+    assert_eq!(
+        a.containers[0][0].mig.as_ref().unwrap().profile,
+        "2g.10gb",
+        "model matched without regard to case"
+    );
+    assert_eq!(a.containers[0][0].mem_mib, 9984);
+
+    let other = Config::from_yaml(
+        "nvidia:\n  migProfileAllowlist:\n  - models: [\"NVIDIA H100 80GB HBM3\"]\n    profiles: [1g.10gb]\n",
+        "test",
+    )
+    .unwrap();
+    p.selection.mig_allowlist = other.nvidia.mig_allowlist();
+    let e = s.assign(&p, "n").unwrap_err().to_string();
+    assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
+
+    for (text, want) in [
+        (
+            "nvidia:\n  migProfileAllowlist:\n  - models: [x]\n    profiles: [5gb]\n",
+            "\"5gb\" is not a MIG profile name",
+        ),
+        (
+            "nvidia:\n  migProfileAllowlist:\n  - models: []\n    profiles: [1g.5gb]\n",
+            "migProfileAllowlist[0] names no GPU model",
+        ),
+        (
+            "nvidia:\n  migProfileAllowlist:\n  - model: [x]\n    profiles: [1g.5gb]\n",
+            "model",
+        ),
+    ] {
+        let e = Config::from_yaml(text, "test").unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
 }

@@ -16,8 +16,8 @@
 //! HAMi-core and the device plugin, and why each name is here or not.
 
 use crate::config::DeviceConfig;
+use crate::engine::glob::glob_match;
 use crate::engine::request::ContainerSpec as _;
-use crate::engine::selection::glob_match;
 
 use super::pod::{ContainerView, EnvVarView};
 

@@ -101,8 +101,8 @@ impl NamespacePolicy {
 mod tests {
     use super::*;
     use crate::config::namespace_policy::*;
+    use crate::engine::glob::glob_match;
     use crate::engine::lifecycle::ContainerKind;
-    use crate::engine::selection::glob_match;
     use std::collections::BTreeMap;
 
     fn c(name: &str, init: bool, count: u32, mem: Option<u64>, cores: u32) -> ContainerRequest {

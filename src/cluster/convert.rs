@@ -48,6 +48,9 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
             NumaRequest::from_containers(spec.init_containers.iter().flatten(), &spec.containers);
     }
     plan.numa_scoring = config.scheduler.numa.scoring();
+    plan.selection.mig_allowlist = config
+        .device_config(plan.request.device_kind)
+        .mig_allowlist();
     Ok(plan)
 }
 

@@ -48,6 +48,33 @@ impl PodEvent {
     }
 }
 
+impl PodEvent {
+    /// An event about a pod known by namespace, name and UID (the view's
+    /// record of it rather than the object).
+    pub fn about(
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) -> Self {
+        Self {
+            pod: ObjectReference {
+                api_version: Some("v1".to_string()),
+                kind: Some("Pod".to_string()),
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            },
+            warning,
+            reason,
+            note: truncate(note),
+        }
+    }
+}
+
 fn truncate(mut note: String) -> String {
     if note.len() > NOTE_LIMIT {
         let mut cut = NOTE_LIMIT - 3;

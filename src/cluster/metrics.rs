@@ -71,6 +71,7 @@ pub struct ViewGauges {
     pod_groups: Gauge,
     node_topologies: Gauge,
     numa_zone_takes: Gauge,
+    mig_inconsistent_gpus: Gauge,
 }
 
 impl ViewGauges {
@@ -121,6 +122,11 @@ impl ViewGauges {
                 "Aligned pods whose CPUs and memory gpugate counts against their NUMA zones because the node's NodeResourceTopology does not show them yet",
                 &self.numa_zone_takes,
             ),
+            (
+                "gpugate_mig_inconsistent_gpus",
+                "GPUs that take no new pod because a pod on them holds a MIG instance inconsistent with the GPU's mode (a MIG share without its instance, or an instance on a GPU not in MIG mode; HAMi v2.10 marks them unhealthy); each such pod gets a MigInconsistent event",
+                &self.mig_inconsistent_gpus,
+            ),
         ] {
             registry.register(name, help, gauge.clone());
         }
@@ -138,6 +144,7 @@ impl ViewGauges {
         set(&self.unaccounted, c.unaccounted);
         set(&self.nodes_with_problems, c.nodes_with_problems);
         set(&self.numa_zone_takes, c.numa_zone_takes);
+        set(&self.mig_inconsistent_gpus, c.mig_inconsistent_gpus);
         for (gauge, count) in [
             (&self.pod_groups, c.pod_groups),
             (&self.node_topologies, c.node_topologies),

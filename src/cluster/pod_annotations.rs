@@ -166,6 +166,26 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
     Ok(Some(allocation))
 }
 
+/// The MIG instances of a pod that its device plugin reports created (the
+/// entries of `hami.io/vgpu-mig-allocations` with their runtime ids), for
+/// HAMi's `hami_node_gpu_mig_instance_info`. Empty without the annotation,
+/// or when it cannot be read ([`pod_allocation`] reports that).
+pub fn pod_mig_ready(pod: &Pod) -> Box<[MigAllocation]> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::VGPU_MIG_ALLOCATIONS))
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| decode_mig_allocations(v).ok())
+        .map(|entries| {
+            entries
+                .into_iter()
+                .filter(|e| e.runtime.is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// gpugate's record, on a pod it aligned, of each container's NUMA zone in
 /// pod order (init containers first; `-` for a container not aligned):
 /// `0,0,-`. Written at bind with HAMi's annotations, read back so that

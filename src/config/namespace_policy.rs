@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::engine::glob::glob_match;
 use crate::engine::request::MAX_MEM_MIB;
-use crate::engine::selection::glob_match;
 use crate::engine::{GpuPolicy, NodePolicy};
 
 /// One namespace policy.

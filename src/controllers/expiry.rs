@@ -4,6 +4,11 @@
 //! gpugate's preemption for a pod that never came back for them
 //! (`scheduler.preemption.holdSeconds`). The view decides what is due
 //! ([`crate::cluster::ClusterView::expire`]); this loop only asks it.
+//!
+//! The same tick tells pods the view found with a MIG instance
+//! inconsistent with their GPU (`MigInconsistent`, a warning event each):
+//! the watch that finds them has no API handle, and events wait here
+//! rather than under the view's lock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +16,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::cluster::SharedCluster;
+use crate::cluster::events::{EventSink, PodEvent};
 
 /// How often holds are looked at.
 const TICK: Duration = Duration::from_millis(500);
@@ -21,6 +27,7 @@ const TICK: Duration = Duration::from_millis(500);
 pub async fn run(
     cluster: Arc<SharedCluster>,
     assumed_expired: Counter,
+    events: EventSink,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let mut tick = tokio::time::interval(TICK);
@@ -29,6 +36,19 @@ pub async fn run(
         tokio::select! {
             () = &mut stop => return,
             _ = tick.tick() => {}
+        }
+        if cluster.read().has_mig_notices() {
+            let notices = cluster.write().take_mig_notices();
+            for n in notices {
+                events.emit(PodEvent::about(
+                    &n.namespace,
+                    &n.name,
+                    &n.uid,
+                    true,
+                    "MigInconsistent",
+                    n.problem,
+                ));
+            }
         }
         if !cluster.read().has_expiring() {
             continue;

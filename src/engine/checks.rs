@@ -10,8 +10,10 @@ use super::request::GpuRequest;
 use super::selection::Selection;
 
 /// The per-GPU checks, in HAMi's order; the first failure is the reason.
-/// Inlined: it runs for every GPU of every candidate node.
-#[inline]
+/// Inlined: it runs for every GPU of every candidate node, and a call
+/// per GPU cost a fifth of a 5,000-node evaluation's instructions
+/// (docs/benchmarks.md, "Counted, not timed").
+#[inline(always)]
 pub fn check_gpu(
     gpu: &Gpu,
     used: &Usage,
@@ -19,7 +21,9 @@ pub fn check_gpu(
     selection: &Selection,
     policy: GpuPolicy,
 ) -> Result<Usage, Reason> {
-    if !gpu.healthy {
+    // A GPU holding a pod whose MIG instance is inconsistent with it is
+    // unhealthy, as HAMi v2.10 marks it (`Node::is_inconsistent`).
+    if !gpu.healthy || used.unreserved > 0 {
         return Err(Reason::CardNotHealth);
     }
     if gpu.cordoned {
@@ -52,7 +56,7 @@ pub fn check_gpu(
         return Err(Reason::CardComputeUnitsExhausted);
     }
     if gpu.is_mig() {
-        return mig_take(gpu, used, mem).ok_or(Reason::CardMigTopologyInfeasible);
+        return mig_take(gpu, used, mem, selection).ok_or(Reason::CardMigTopologyInfeasible);
     }
     Ok(Usage {
         slices: 0,
@@ -71,13 +75,10 @@ pub fn check_gpu(
 /// memory and cores, and the placement's slices. Kept out of line, so
 /// that `check_gpu` stays small enough to be inlined for the other GPUs.
 #[inline(never)]
-fn mig_take(gpu: &Gpu, used: &Usage, mem: u64) -> Option<Usage> {
-    if used.unreserved > 0 {
-        return None;
-    }
+fn mig_take(gpu: &Gpu, used: &Usage, mem: u64, selection: &Selection) -> Option<Usage> {
     gpu.mig_profiles()
         .iter()
-        .filter(|(p, _)| u64::from(p.memory_mib) >= mem)
+        .filter(|(p, _)| u64::from(p.memory_mib) >= mem && selection.allows_profile(gpu, &p.name))
         .find_map(|(p, masks)| {
             masks
                 .iter()

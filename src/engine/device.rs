@@ -42,10 +42,10 @@ pub struct Usage {
     /// so adding is a union and taking away clears the bits. 16 slices
     /// (A100 and H100 have 8).
     pub slices: u16,
-    /// On a MIG GPU, instances of pods whose placement is not known (a
-    /// pod placed without its `hami.io/vgpu-mig-allocations` entry): while
-    /// there is one, no placement of the GPU counts as free (HAMi marks
-    /// such a GPU unhealthy).
+    /// Pods whose MIG instance is inconsistent with the GPU: on a MIG GPU,
+    /// a pod placed without its `hami.io/vgpu-mig-allocations` entry; on
+    /// any other GPU, a pod with one. While there is one, the GPU takes no
+    /// new pod (HAMi marks such a GPU unhealthy).
     pub unreserved: u16,
 }
 
@@ -356,14 +356,30 @@ impl Node {
         &self.totals
     }
 
-    /// What a pod's `delta` on GPU `pos` counts there: on a MIG GPU, a
-    /// share without a known instance is an unreserved instance.
+    /// What a pod's `delta` on GPU `pos` counts there. What HAMi v2.10
+    /// treats as inconsistent counts as `unreserved`, and the GPU takes
+    /// no new pod while it does ([`super::checks::check_gpu`]): on a MIG
+    /// GPU a share without a known instance, on any other GPU a share
+    /// with one (whose slices mean nothing there).
     fn on_gpu(&self, pos: usize, delta: &Usage) -> Usage {
         let mut d = *delta;
-        if d.slices == 0 && self.gpus.get(pos).is_some_and(Gpu::is_mig) {
-            d.unreserved = d.unreserved.max(1);
+        if let Some(gpu) = self.gpus.get(pos) {
+            let inconsistent = if gpu.is_mig() {
+                d.slices == 0
+            } else {
+                std::mem::take(&mut d.slices) != 0
+            };
+            if inconsistent {
+                d.unreserved = d.unreserved.max(1);
+            }
         }
         d
+    }
+
+    /// Whether GPU `pos` holds a pod whose MIG instance is inconsistent
+    /// with the GPU's mode (see `on_gpu`).
+    pub fn is_inconsistent(&self, pos: usize) -> bool {
+        self.usage.get(pos).is_some_and(|u| u.unreserved > 0)
     }
 
     /// Adds `delta` to the usage of GPU `pos`.

@@ -542,7 +542,8 @@ mod tests {
         let mut n = node(4);
         n.add_usage(0, &used(1, 40000, 0));
         n.gpus[1].model = "NVIDIA-Tesla T4".into();
-        n.gpus[1].model_words = crate::engine::device::model_words("NVIDIA-Tesla T4").into_boxed_slice();
+        n.gpus[1].model_words =
+            crate::engine::device::model_words("NVIDIA-Tesla T4").into_boxed_slice();
         n.gpus[2].healthy = false;
         n.gpus[3].healthy = false;
         let mut p = plan(vec![(false, Some(req(2, 2000, 0)))], GpuPolicy::Spread);

@@ -16,6 +16,7 @@ pub mod checks;
 pub mod device;
 pub mod fit;
 pub mod gang;
+pub mod glob;
 pub mod joint;
 pub mod lifecycle;
 pub mod numa;

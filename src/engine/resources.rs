@@ -10,7 +10,7 @@ use crate::devices::KindId;
 use serde::de::IgnoredAny;
 
 /// Keys of HAMi's `nvidia` device config that only its device plugin reads.
-pub const DEVICE_PLUGIN_KEYS: [&str; 8] = [
+pub const DEVICE_PLUGIN_KEYS: [&str; 7] = [
     "deviceSplitCount",
     "deviceMemoryScaling",
     "deviceCoreScaling",
@@ -18,7 +18,6 @@ pub const DEVICE_PLUGIN_KEYS: [&str; 8] = [
     "libCudaLogLevel",
     "enableNumaTopology",
     "disableCoreLimit",
-    "migProfileAllowlist",
 ];
 
 /// One device kind's resource names and request defaults (for NVIDIA,
@@ -51,6 +50,12 @@ pub struct DeviceConfig {
     pub gpu_core_policy: String,
     /// `spec.runtimeClassName` for vGPU pods that set none (webhook).
     pub runtime_class_name: String,
+    /// HAMi v2.10's `migProfileAllowlist`: the MIG profiles each GPU model
+    /// may be split into. Its device plugin registers only these; gpugate
+    /// also hands out only these, so that a narrowed list holds at once,
+    /// before every device plugin has re-registered. Empty: every
+    /// registered profile.
+    pub mig_profile_allowlist: Vec<MigAllowlistEntry>,
     /// Every other key: accepted only when it is one of HAMi's device
     /// config that only its device plugin reads ([`DEVICE_PLUGIN_KEYS`],
     /// so that HAMi's `nvidia` section can be copied as is), and then
@@ -59,7 +64,54 @@ pub struct DeviceConfig {
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
 }
 
+/// One entry of `migProfileAllowlist`: GPU models and the profiles they
+/// may be split into.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigAllowlistEntry {
+    /// Model names as the device plugin registers them (`NVIDIA
+    /// A100-SXM4-40GB`), compared without regard to case; `*` globs.
+    pub models: Vec<String>,
+    /// Profile names (`1g.5gb`, `3g.20gb`).
+    pub profiles: Vec<String>,
+}
+
+/// `migProfileAllowlist` ready for the per-GPU check: shared by the plans
+/// that read it (a plan clones a pointer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigAllowlist(std::sync::Arc<Vec<MigAllowlistEntry>>);
+
+impl MigAllowlist {
+    /// Whether a GPU of `model` may hold instances of `profile`: some
+    /// entry names both.
+    pub fn allows(&self, model: &str, profile: &str) -> bool {
+        let model = model.to_lowercase();
+        self.0.iter().any(|e| {
+            e.profiles.iter().any(|p| p == profile)
+                && e.models.iter().any(|m| {
+                    let m = m.to_lowercase();
+                    m == model || (m.contains('*') && super::glob::glob_match(&m, &model))
+                })
+        })
+    }
+}
+
+/// Whether `name` looks like a MIG profile as HAMi requires it: `<n>g.<x>`
+/// (`1g.5gb`, `1g.10gb+me`).
+fn is_mig_profile_name(name: &str) -> bool {
+    name.split_once("g.").is_some_and(|(slices, rest)| {
+        !slices.is_empty() && slices.bytes().all(|b| b.is_ascii_digit()) && !rest.is_empty()
+    })
+}
+
 impl DeviceConfig {
+    /// `migProfileAllowlist` for the plans, `None` when empty (every
+    /// registered profile).
+    pub fn mig_allowlist(&self) -> Option<MigAllowlist> {
+        (!self.mig_profile_allowlist.is_empty())
+            .then(|| MigAllowlist(std::sync::Arc::new(self.mig_profile_allowlist.clone())))
+    }
+
     /// The names that make a container ask for GPUs: count, memory,
     /// memory percentage and cores (the priority alone does not).
     pub fn gpu_resource_names(&self) -> [&str; 4] {
@@ -88,6 +140,7 @@ impl Default for DeviceConfig {
             overwrite_env: false,
             gpu_core_policy: "default".to_string(),
             runtime_class_name: String::new(),
+            mig_profile_allowlist: Vec::new(),
             device_plugin_only: BTreeMap::new(),
         }
     }
@@ -117,6 +170,18 @@ impl DeviceConfig {
                 "{section}.defaultCores is {}, allowed 0..=100",
                 n.default_cores
             ));
+        }
+        for (i, e) in n.mig_profile_allowlist.iter().enumerate() {
+            if e.models.iter().all(|m| m.trim().is_empty()) {
+                return Err(format!(
+                    "{section}.migProfileAllowlist[{i}] names no GPU model (models: [...])"
+                ));
+            }
+            if let Some(p) = e.profiles.iter().find(|p| !is_mig_profile_name(p)) {
+                return Err(format!(
+                    "{section}.migProfileAllowlist[{i}]: profile {p:?} is not a MIG profile name like 1g.5gb or 3g.20gb"
+                ));
+            }
         }
         if n.memory_factor == 0 {
             return Err(format!("{section}.memoryFactor must be at least 1"));

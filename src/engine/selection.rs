@@ -9,6 +9,9 @@
 
 use crate::devices::KindId;
 
+use super::glob::glob_match;
+use super::resources::MigAllowlist;
+
 use super::annotations::Annotations;
 use super::device::{Gpu, model_words};
 
@@ -43,29 +46,6 @@ impl ModelPattern {
     }
 }
 
-/// `*` matches any run of characters; everything else matches itself
-/// (GPU model globs, namespace names of policies, environment variable
-/// names).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = text.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        // No '*' at all: the whole text must equal the pattern.
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
-
 /// A pod's constraints on which GPUs it may use, from its annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
@@ -81,6 +61,9 @@ pub struct Selection {
     pub mode: Option<String>,
     /// The kind of device the pod asks for: no other kind is accepted.
     pub kind: KindId,
+    /// The config's `migProfileAllowlist` (`None`: every registered
+    /// profile); set at the edge from the config.
+    pub mig_allowlist: Option<MigAllowlist>,
 }
 
 /// An annotation value that cannot be understood.
@@ -138,6 +121,7 @@ impl Selection {
         };
         Ok(Selection {
             kind: id,
+            mig_allowlist: None,
             mode,
             use_models: models(keys.use_type),
             avoid_models: models(keys.nouse_type),
@@ -147,20 +131,44 @@ impl Selection {
         })
     }
 
-    /// The model (and mode) check: `CardTypeMismatch` when false.
+    /// The model (and mode) check: `CardTypeMismatch` when false. Runs for
+    /// every GPU of every candidate node: a pod that names no model and no
+    /// mode (most) costs two compares of the GPU's precomputed fields.
+    #[inline(always)]
     pub fn accepts_model(&self, gpu: &Gpu) -> bool {
         gpu.is_shareable_mode()
             && gpu.kind == self.kind
-            && self
-                .mode
-                .as_deref()
-                .is_none_or(|m| gpu.mode_or_default().contains(m))
+            && ((self.mode.is_none() && self.use_models.is_empty() && self.avoid_models.is_empty())
+                || self.accepts_model_named(gpu))
+    }
+
+    /// The model and mode check for a pod that names one.
+    #[inline(never)]
+    fn accepts_model_named(&self, gpu: &Gpu) -> bool {
+        self.mode
+            .as_deref()
+            .is_none_or(|m| gpu.mode_or_default().contains(m))
             && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
             && !self.avoid_models.iter().any(|p| p.matches(gpu))
     }
 
+    /// Whether the pod may get an instance of `profile` on `gpu`
+    /// (`migProfileAllowlist`).
+    pub fn allows_profile(&self, gpu: &Gpu, profile: &str) -> bool {
+        self.mig_allowlist
+            .as_ref()
+            .is_none_or(|a| a.allows(&gpu.model, profile))
+    }
+
     /// The UUID check: `CardUuidMismatch` when false.
+    #[inline(always)]
     pub fn accepts_uuid(&self, gpu: &Gpu) -> bool {
+        (self.use_uuids.is_empty() && self.avoid_uuids.is_empty()) || self.accepts_uuid_named(gpu)
+    }
+
+    /// The UUID check for a pod that names UUIDs.
+    #[inline(never)]
+    fn accepts_uuid_named(&self, gpu: &Gpu) -> bool {
         (self.use_uuids.is_empty() || self.use_uuids.contains(&gpu.uuid))
             && !self.avoid_uuids.contains(&gpu.uuid)
     }

@@ -11,7 +11,9 @@ use super::reason::{NodeReason, QuotaRefusal};
 /// What one per-GPU (or per-zone) reason says, after "n of m GPUs".
 fn card_words(reason: Reason) -> &'static str {
     match reason {
-        Reason::CardNotHealth => "are reported unhealthy by the device plugin",
+        Reason::CardNotHealth => {
+            "are reported unhealthy by the device plugin, or hold a pod whose MIG instance is inconsistent with the GPU (a MigInconsistent event on that pod says which)"
+        }
         Reason::CardCordoned => "are cordoned (hami.io/device-cordon on the node)",
         Reason::CardTypeMismatch => {
             "are of a model or mode the pod excludes or does not name (nvidia.com/use-gputype, nvidia.com/nouse-gputype, nvidia.com/vgpu-mode), or in MIG mode without a usable profile"
@@ -102,7 +104,7 @@ pub fn in_words(reason: &NodeReason) -> String {
 
 fn rejection_words(r: &Rejection) -> String {
     match r {
-        Rejection::NodeUnregistered => "the node has no GPUs registered by HAMi's device plugin (no readable hami.io/node-nvidia-register annotation)".to_string(),
+        Rejection::NodeUnregistered => "the node has no GPUs registered by HAMi's device plugin (no readable hami.io/node-nvidia-register annotation). If kube-scheduler offers it anyway, its GPUs may come through DRA (a DeviceClass whose extendedResourceName is the pod's GPU resource): gpugate places slices only on GPUs HAMi's device plugin registers".to_string(),
         Rejection::NodeInsufficientDevice {
             container,
             requested,

@@ -45,8 +45,13 @@ const MIB: u64 = 1024 * 1024;
 ///   ledger holds it (applied to its node or not); `container_index`
 ///   counts init containers first, as HAMi's device annotations do.
 ///
-/// Left out: `hami_node_gpu_mig_instance_info` (gpugate does not hand out
-/// MIG instances), `hami_build_info`, and the names HAMi's
+/// - per MIG instance the device plugin reports created (its runtime ids
+///   in `hami.io/vgpu-mig-allocations`): `hami_node_gpu_mig_instance_info`
+///   (`node`, `device_uuid`, `device_index`, `mig_uuid`, `profile`,
+///   `gpu_instance_id`, `compute_instance_id`, `placement_start`,
+///   `placement_size`), 1 each.
+///
+/// Left out: `hami_build_info`, and the names HAMi's
 /// `--legacy-metrics` adds (`GPUDeviceMemoryLimit`, `nodeGPUOverview`,
 /// `QuotaUsed`, `vGPUMemoryAllocated`, …).
 ///
@@ -67,6 +72,22 @@ pub struct HamiGauges {
     quotas: Vec<QuotaRow>,
     /// Namespace, pod, container and GPU order.
     vgpus: Vec<VgpuRow>,
+    /// Node, GPU and placement order.
+    migs: Vec<MigRow>,
+}
+
+/// One MIG instance the device plugin reports created, labels rendered.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct MigRow {
+    node: String,
+    uuid: String,
+    start: String,
+    index: String,
+    size: String,
+    mig_uuid: String,
+    profile: String,
+    gpu_instance: String,
+    compute_instance: String,
 }
 
 /// One GPU of one node, with its labels rendered.
@@ -199,10 +220,41 @@ impl HamiGauges {
                 &b.node,
             ))
         });
+        let mut migs: Vec<MigRow> = view
+            .held_mig_instances()
+            .filter_map(|(node, m)| {
+                let runtime = m.runtime.as_ref()?;
+                let index = view
+                    .state()
+                    .node(node)
+                    .and_then(|n| n.position(&m.gpu_uuid).map(|p| n.gpus[p].index.to_string()))
+                    .unwrap_or_default();
+                Some(MigRow {
+                    node: node.to_string(),
+                    uuid: m.gpu_uuid.clone(),
+                    start: format!("{:02}", m.placement.start),
+                    index,
+                    size: m.placement.size.to_string(),
+                    mig_uuid: runtime.mig_uuid.clone(),
+                    profile: m.profile.clone(),
+                    gpu_instance: runtime.gpu_instance_id.to_string(),
+                    compute_instance: runtime.compute_instance_id.to_string(),
+                })
+            })
+            .collect();
+        migs.sort_unstable();
+        for m in &mut migs {
+            // Zero-padded only to sort by number.
+            m.start = m.start.trim_start_matches('0').to_string();
+            if m.start.is_empty() {
+                m.start.push('0');
+            }
+        }
         HamiGauges {
             gpus,
             quotas,
             vgpus,
+            migs,
         }
     }
 }
@@ -268,14 +320,16 @@ impl Collector for HamiBatch {
 }
 
 impl HamiGauges {
-    /// Families 0-6 are per GPU, 7-8 per quota row, 9-10 per vGPU.
-    pub const FAMILIES: usize = 11;
+    /// Families 0-6 are per GPU, 7-8 per quota row, 9-10 per vGPU, 11
+    /// per MIG instance.
+    pub const FAMILIES: usize = 12;
 
     pub fn family_len(&self, family: usize) -> usize {
         match family {
             0..=6 => self.gpus.len(),
             7..=8 => self.quotas.len(),
-            _ => self.vgpus.len(),
+            9..=10 => self.vgpus.len(),
+            _ => self.migs.len(),
         }
     }
 
@@ -292,7 +346,8 @@ impl HamiGauges {
         }
         let gpus = rows(&self.gpus, range.clone());
         let quotas = rows(&self.quotas, range.clone());
-        let vgpus = rows(&self.vgpus, range);
+        let vgpus = rows(&self.vgpus, range.clone());
+        let migs = rows(&self.migs, range);
         match family {
             0 => gauge_family(
                 e,
@@ -411,6 +466,27 @@ impl HamiGauges {
                         .map(|(v, c)| (v.labels(c), bytes(v.mem_mib))),
                 )
             }
+            11 => gauge_family(
+                e,
+                "hami_node_gpu_mig_instance_info",
+                "MIG instance information for a certain GPU.",
+                migs.iter().map(|m| {
+                    (
+                        [
+                            ("node", m.node.as_str()),
+                            ("device_uuid", &m.uuid),
+                            ("device_index", &m.index),
+                            ("mig_uuid", &m.mig_uuid),
+                            ("profile", &m.profile),
+                            ("gpu_instance_id", &m.gpu_instance),
+                            ("compute_instance_id", &m.compute_instance),
+                            ("placement_start", &m.start),
+                            ("placement_size", &m.size),
+                        ],
+                        1u64,
+                    )
+                }),
+            ),
             _ => {
                 let containers: Vec<String> =
                     vgpus.iter().map(|v| v.container.to_string()).collect();

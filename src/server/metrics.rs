@@ -523,6 +523,32 @@ mod tests {
         );
     }
 
+    /// HAMi's `hami_node_gpu_mig_instance_info`: one series per instance
+    /// the device plugin reports created (examples/mig: one 3g.20gb with
+    /// its runtime ids), labelled as HAMi labels it; gone with its pod.
+    #[test]
+    fn hami_mig_instance_info_follows_runtime_ready_instances() {
+        let snapshot = Snapshot::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mig/cluster.yaml"),
+        )
+        .unwrap();
+        let (view, report) = snapshot.to_view();
+        assert!(report.unaccounted_pods.is_empty(), "{report:?}");
+        let cluster = Arc::new(SharedCluster::new(view, true));
+        let config = Arc::new(ArcSwap::from_pointee(Config::default()));
+        let metrics = Metrics::new(None).observing(cluster.clone(), config);
+        let text = metrics.encode();
+        let series = r#"hami_node_gpu_mig_instance_info{zone="vGPU",node="mig-1",device_uuid="GPU-mig-1-0",device_index="0",mig_uuid="MIG-0f1e",profile="3g.20gb",gpu_instance_id="1",compute_instance_id="0",placement_start="0",placement_size="4"}"#;
+        assert_eq!(value(&text, series), Some("1"), "{text}");
+        assert_eq!(series_count(&text, "hami_node_gpu_mig_instance_info"), 1);
+        let held: Vec<String> = cluster.read().held_pods().map(str::to_string).collect();
+        for key in held {
+            cluster.write().delete_pod(&key);
+        }
+        let text = metrics.encode();
+        assert_eq!(series_count(&text, "hami_node_gpu_mig_instance_info"), 0);
+    }
+
     #[test]
     fn without_a_cluster_view_there_are_no_hami_gauges() {
         let text = Metrics::new(None).encode();

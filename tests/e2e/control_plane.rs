@@ -36,7 +36,7 @@ pub struct ControlPlane {
     pub gpugate_port: u16,
     pub extender_port: u16,
     pub gpugate_admin_port: u16,
-    gpugate_bin: PathBuf,
+    pub gpugate_bin: PathBuf,
     gpugate_args: Vec<String>,
     bin: PathBuf,
     /// deploy/'s KubeSchedulerConfiguration as run here (the extender on

@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 17] = [
+pub const SCENARIOS: [(&str, &str, &str); 18] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -147,6 +147,11 @@ pub const SCENARIOS: [(&str, &str, &str); 17] = [
         "e2e-mig",
         "mig",
     ),
+    (
+        "a node whose GPUs come only through DRA is never chosen",
+        "e2e-dra",
+        "dra",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -175,6 +180,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         14 => numa_alignment(ctx, ns, scenario).await,
         15 => preemption(ctx, ns, scenario).await,
         16 => mig(ctx, ns, scenario).await,
+        17 => dra_only_node(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -2659,5 +2665,143 @@ async fn mig(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         taken.push((start, size));
     }
     ensure!(taken.len() == 3, "{} MIG pods on mig-1", taken.len());
+    Ok(())
+}
+
+// 18 ------------------------------------------------------------------------
+
+/// A node whose GPUs come only through DRA (Kubernetes 1.36's beta
+/// DRAExtendedResource: a DeviceClass with `extendedResourceName:
+/// nvidia.com/gpu` and a ResourceSlice of devices on the node, no HAMi
+/// registration, no `nvidia.com/gpu` in its status). kube-scheduler (its
+/// profile without DynamicResources, as deploy/ runs it) offers the node
+/// to gpugate for vGPU pods; gpugate refuses it (`NodeUnregistered`), and
+/// `gpugate explain` says why in words. Once a HAMi node joins, the pods
+/// land there, never on the DRA node. With DynamicResources on, the same
+/// DeviceClass made kube-scheduler refuse every node, HAMi's included, for
+/// every vGPU pod ("cannot fit resource"): that is why deploy/ turns it off.
+async fn dra_only_node(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    let client = &ctx.cp.admin;
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "e2e-dra-gpu"},
+        "spec": {"extendedResourceName": "nvidia.com/gpu",
+                 "selectors": [{"cel": {"expression": "device.driver == 'gpu.e2e.example.com'"}}]}});
+    let slice = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "dra-1-gpus"},
+        "spec": {"driver": "gpu.e2e.example.com", "nodeName": "dra-1",
+                 "pool": {"name": "dra-1", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}});
+    manifests::apply(client, &discovery, &class, false).await?;
+    let classes: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "DeviceClass"),
+            "deviceclasses",
+        ),
+    );
+    let stored = classes.get("e2e-dra-gpu").await?;
+    ensure!(
+        stored.data["spec"]["extendedResourceName"] == "nvidia.com/gpu",
+        "the API server dropped extendedResourceName (DRAExtendedResource off?): {:?}",
+        stored.data["spec"]
+    );
+    let dra_node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "dra-1", "labels": {"kubernetes.io/hostname": "dra-1"}}});
+    // gpugate knows it (as a node without HAMi's registration).
+    ctx.nodes(scenario, &[dra_node]).await?;
+    manifests::apply(client, &discovery, &slice, false).await?;
+
+    // A whole-GPU pod (nvidia.com/gpu: 1; the webhook adds gpucores: 100)
+    // and a slice pod (gpu and gpumem). gpugate's kube-scheduler profile
+    // runs without DynamicResources (deploy/), so its own filters pass
+    // dra-1 (the managed resources are ignoredByScheduler) and offer it to
+    // gpugate, which refuses it: no GPU there is HAMi's.
+    for (name, limits) in [
+        ("whole", vec![("nvidia.com/gpu", "1")]),
+        (
+            "slice",
+            vec![("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "4000")],
+        ),
+    ] {
+        let mut p = gpu_pod(name, &limits);
+        p["spec"]["nodeSelector"] = json!({NODE_LABEL: scenario});
+        create_pod(client, ns, &p).await?;
+        wait_event(
+            client,
+            ns,
+            name,
+            "FilteringFailed",
+            "NodeUnregistered on 1 node(s): dra-1",
+            BIND,
+        )
+        .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for name in ["whole", "slice"] {
+        ensure!(
+            !is_bound(&pods.get(name).await?),
+            "{name} was bound to the DRA-only node"
+        );
+    }
+    // The same verdict in words: `gpugate explain` against this API server.
+    let mut explain = std::process::Command::new(&ctx.cp.gpugate_bin);
+    explain
+        .args([
+            "explain",
+            &format!("{ns}/slice"),
+            "--output",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(ctx.cp.dir.join("admin.kubeconfig"));
+    let out = tokio::task::spawn_blocking(move || explain.output()).await??;
+    ensure!(
+        out.status.success(),
+        "explain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let explained: Value = serde_json::from_slice(&out.stdout)?;
+    let dra = explained["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|v| v["node"] == "dra-1"))
+        .ok_or_else(|| anyhow!("dra-1 not in explain: {explained}"))?;
+    ensure!(
+        dra["code"] == "NodeUnregistered"
+            && dra["words"]
+                .as_str()
+                .is_some_and(|w| w.contains("may come through DRA")),
+        "explain on dra-1: {dra}"
+    );
+
+    // A node HAMi's device plugin registered joins (two GPUs: the whole-GPU
+    // pod needs one to itself): both land there.
+    create_node(client, scenario, &gpu_node("core-1", 2, 10, 16384, T4)).await?;
+    burst::wait_gpugate_nodes(ctx.metrics_port(), 2, Duration::from_secs(30)).await?;
+    for name in ["slice", "whole"] {
+        let bound = wait_bound(client, ns, name, BIND).await?;
+        ensure!(node_of(&bound) == "core-1", "{name} on {}", node_of(&bound));
+    }
+
+    let slices: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceSlice"),
+            "resourceslices",
+        ),
+    );
+    slices
+        .delete("dra-1-gpus", &DeleteParams::default())
+        .await?;
+    let classes: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "DeviceClass"),
+            "deviceclasses",
+        ),
+    );
+    classes
+        .delete("e2e-dra-gpu", &DeleteParams::default())
+        .await?;
     Ok(())
 }

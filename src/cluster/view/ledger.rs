@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::convert::{pod_finished, pod_name};
 use crate::cluster::pod_annotations::pod_allocation;
-use crate::engine::Allocation;
+use crate::engine::{Allocation, ClusterState};
 
 use super::{ClusterView, HeldPod, Stage};
 
@@ -48,6 +48,9 @@ impl ClusterView {
                     }
                     held.labels = super::PackedLabels::pack(pod.metadata.labels.as_ref());
                     held.bound = bound;
+                    // The device plugin adds an instance's runtime ids
+                    // after bind; the allocation itself is unchanged.
+                    held.mig_ready = crate::cluster::pod_annotations::pod_mig_ready(pod);
                     let unaccounted = held.unaccounted.clone();
                     if held.started.is_none() {
                         held.started = super::pod_started(pod);
@@ -65,6 +68,20 @@ impl ClusterView {
                     .apply(key, allocation.clone())
                     .err()
                     .map(|e| format!("pod {}: {e}", pod_name(pod)));
+                if unaccounted.is_none()
+                    && let Some(problem) = mig_inconsistency(&self.state, &allocation)
+                {
+                    tracing::warn!(pod = %pod_name(pod), %problem, "MIG instance inconsistent with its GPU");
+                    if self.mig_notices.len() >= super::MIG_NOTICES_MAX {
+                        self.mig_notices.pop_front();
+                    }
+                    self.mig_notices.push_back(super::MigNotice {
+                        uid: key.to_string(),
+                        namespace: crate::cluster::convert::pod_namespace(pod).to_string(),
+                        name: crate::cluster::convert::pod_own_name(pod).into_owned(),
+                        problem,
+                    });
+                }
                 let node = allocation.node.clone();
                 let held = HeldPod::of(pod, Some(allocation), unaccounted, Stage::Settled);
                 let unaccounted = self.hold(key, held);
@@ -169,6 +186,28 @@ impl ClusterView {
         out
     }
 
+    /// Pods found with MIG instances inconsistent with their GPUs since
+    /// the last call, to be told (an event each).
+    pub fn take_mig_notices(&mut self) -> Vec<super::MigNotice> {
+        self.mig_notices.drain(..).collect()
+    }
+
+    /// Whether [`Self::take_mig_notices`] has anything.
+    pub fn has_mig_notices(&self) -> bool {
+        !self.mig_notices.is_empty()
+    }
+
+    /// Every MIG instance a held pod's device plugin reports created, with
+    /// the pod's node.
+    pub fn held_mig_instances(
+        &self,
+    ) -> impl Iterator<Item = (&str, &crate::hami::mig::MigAllocation)> {
+        self.pods.values().flat_map(|p| {
+            let node = p.allocation.as_ref().map_or("", |a| a.node.as_str());
+            p.mig_ready.iter().map(move |m| (node, m))
+        })
+    }
+
     /// `namespace/name` of a held pod.
     pub fn held_name(&self, key: &str) -> Option<String> {
         self.pods.get(key).map(HeldPod::who)
@@ -193,4 +232,40 @@ impl ClusterView {
                 .map(|a| (p.namespace.as_str(), p.name.as_str(), a))
         })
     }
+}
+
+/// What HAMi v2.10 treats as inconsistent in a pod's grants, in words: a
+/// share of a GPU in MIG mode without its instance, or a MIG instance on
+/// a GPU that is not in MIG mode. The engine counts either against the
+/// GPU (`Node::is_inconsistent`), which then takes no new pod.
+fn mig_inconsistency(state: &ClusterState, allocation: &Allocation) -> Option<String> {
+    let node = state.node(&allocation.node)?;
+    let problems: Vec<String> = allocation
+        .containers
+        .iter()
+        .flatten()
+        .filter_map(|grant| {
+            let gpu = &node.gpus[node.position(&grant.uuid)?];
+            match (gpu.is_mig(), &grant.mig) {
+                (true, None) => Some(format!(
+                    "{} is in MIG mode and the pod has no hami.io/vgpu-mig-allocations entry for it",
+                    grant.uuid
+                )),
+                (false, Some(m)) => Some(format!(
+                    "{} is not in MIG mode (mode {:?}) and the pod holds MIG instance {} at start {} on it",
+                    grant.uuid,
+                    gpu.mode_or_default(),
+                    m.profile,
+                    m.placement.start
+                )),
+                _ => None,
+            }
+        })
+        .collect();
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{}; the GPU takes no new pod until this pod is gone (HAMi v2.10 marks it unhealthy)",
+            problems.join("; ")
+        )
+    })
 }

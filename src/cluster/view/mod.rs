@@ -68,6 +68,9 @@ struct HeldPod {
     /// The [`Reservation`] that made it (0 for anything else): only that
     /// handle changes it.
     ticket: u64,
+    /// Its MIG instances the device plugin reports created (with their
+    /// runtime ids), for HAMi's `hami_node_gpu_mig_instance_info`.
+    mig_ready: Box<[crate::hami::mig::MigAllocation]>,
 }
 
 /// Where a bind of the pod stands. A reserved allocation is gpugate's own
@@ -113,6 +116,7 @@ impl HeldPod {
             allocation,
             stage,
             ticket: 0,
+            mig_ready: crate::cluster::pod_annotations::pod_mig_ready(pod),
         }
     }
 
@@ -153,6 +157,22 @@ pub struct ClusterView {
     topologies: Served<String, Option<jiff::Timestamp>>,
     /// The last [`Reservation`]'s ticket.
     next_ticket: u64,
+    /// Pods found holding a MIG instance inconsistent with their GPU,
+    /// not yet told (an event each); bounded by [`MIG_NOTICES_MAX`].
+    mig_notices: std::collections::VecDeque<MigNotice>,
+}
+
+/// At most this many untold [`MigNotice`]s are kept (the oldest go first).
+const MIG_NOTICES_MAX: usize = 256;
+
+/// A pod whose MIG grants are inconsistent with its GPUs' modes (what
+/// HAMi v2.10 marks a device unhealthy for): the pod, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigNotice {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub problem: String,
 }
 
 /// Counts for metrics and `/readyz` detail.
@@ -170,6 +190,9 @@ pub struct ViewCounts {
     /// Placed pods whose NUMA zone takes still count (not shown by their
     /// node's object yet).
     pub numa_zone_takes: usize,
+    /// GPUs that take no new pod because one they hold has a MIG instance
+    /// inconsistent with the GPU (HAMi v2.10 marks them unhealthy).
+    pub mig_inconsistent_gpus: usize,
 }
 
 impl ClusterView {
@@ -320,6 +343,11 @@ impl ClusterView {
             nodes_with_problems: self.node_problems.len(),
             node_topologies: self.topologies.served().map(HashMap::len),
             numa_zone_takes: self.state.unsettled_zone_take_count(),
+            mig_inconsistent_gpus: self
+                .state
+                .nodes()
+                .map(|n| (0..n.gpus.len()).filter(|&i| n.is_inconsistent(i)).count())
+                .sum(),
             pod_groups: match self.gangs.pod_groups() {
                 crate::engine::gang::PodGroups::Listed(g) => Some(g.len()),
                 _ => None,

@@ -670,3 +670,61 @@ fn topologies_listing_until_the_first_list() {
     v.set_node_topologies_served(true);
     assert!(v.node_topologies_listing());
 }
+
+/// HAMi v2.10's two MIG inconsistencies, as the watch meets them: a pod
+/// with a MIG entry on a hami-core GPU, and a pod holding a share of a MIG
+/// GPU without its entry. Each is counted (the GPU takes no new pod, the
+/// gauge counts it) and noticed once for an event; deleting the pod
+/// clears the GPU.
+#[test]
+fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
+    let mig_register = r#"[{"id":"GPU-m","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","health":true,"mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1},{"start":1,"size":1}]}]}]"#;
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("core", REGISTER));
+    v.upsert_node(&node("mig", mig_register));
+    assert_eq!(v.counts().mig_inconsistent_gpus, 0);
+
+    let mut stale = pod("ns", "stale", "core", "GPU-0,NVIDIA,4864,15:;", "Running");
+    stale.metadata.annotations.as_mut().unwrap().insert(
+        keys::VGPU_MIG_ALLOCATIONS.to_string(),
+        r#"[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-0","profile":"1g.5gb","placement":{"start":0,"size":1}}]"#.to_string(),
+    );
+    assert_eq!(
+        v.upsert_pod("uid-stale", &stale),
+        None,
+        "counted on its node"
+    );
+    let unreserved = pod(
+        "ns",
+        "unreserved",
+        "mig",
+        "GPU-m,NVIDIA,4864,15:;",
+        "Running",
+    );
+    assert_eq!(v.upsert_pod("uid-unreserved", &unreserved), None);
+
+    assert_eq!(v.counts().mig_inconsistent_gpus, 2);
+    assert_eq!(used_mem(&v, "core", 0), 4864, "its memory still counts");
+    let notices = v.take_mig_notices();
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert_eq!(
+        (notices[0].uid.as_str(), notices[0].name.as_str()),
+        ("uid-stale", "stale")
+    );
+    assert!(
+        notices[0].problem.contains("GPU-0 is not in MIG mode"),
+        "{notices:?}"
+    );
+    assert!(
+        notices[1].problem.contains("GPU-m is in MIG mode"),
+        "{notices:?}"
+    );
+    assert!(!v.has_mig_notices(), "told once");
+    // A status update of the same pod is not a new notice.
+    assert_eq!(v.upsert_pod("uid-stale", &stale), None);
+    assert!(!v.has_mig_notices());
+
+    v.delete_pod("uid-stale");
+    v.delete_pod("uid-unreserved");
+    assert_eq!(v.counts().mig_inconsistent_gpus, 0);
+}

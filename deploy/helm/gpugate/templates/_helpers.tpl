@@ -159,6 +159,13 @@ object.spec.containers.exists(c, has(c.resources) &&
 addedAffinity, so only matching nodes take vGPU pods. */}}
 {{- define "gpugate.profile" -}}
 - schedulerName: {{ .Values.schedulerName }}
+  # vGPU pods carry no ResourceClaims; with DynamicResources on, a DeviceClass
+  # mapping nvidia.com/gpu makes kube-scheduler refuse every node for them
+  # (docs/operations.md, "DRA-backed GPU resources").
+  plugins:
+    multiPoint:
+      disabled:
+        - name: DynamicResources
   {{- with .Values.scheduler.nodeLabelSelector }}
   pluginConfig:
     - name: NodeAffinity
