@@ -174,3 +174,87 @@ fn bad_policies_are_refused_with_the_policy_named() {
     .unwrap_err();
     assert!(e.to_string().contains("gpuPerPod"), "{e}");
 }
+
+/// `limits.deviceModes` (gpugate's own addition to HAMi's
+/// `nvidia.com/vgpu-mode`): one mode is pinned (written into pods that set
+/// none); several are enforced by HAMi's substring rule (every mode the
+/// value selects must be allowed, and an unset value selects every mode);
+/// a mode that is not a device mode is refused at load.
+#[test]
+fn device_modes_are_pinned_or_limited() {
+    let c = Config::from_yaml(
+        "namespacePolicies:\n  - name: sliced\n    namespaces: [sliced]\n    limits: {deviceModes: [hami-core]}\n  - name: no-mig\n    namespaces: [no-mig]\n    limits: {deviceModes: [hami-core, mps]}\n",
+        "f.yaml",
+    )
+    .unwrap();
+    // One mode: pinned.
+    let out = mutated(&fixture("slice.yaml"), &c, "sliced");
+    assert_eq!(
+        out["metadata"]["annotations"]["nvidia.com/vgpu-mode"],
+        "hami-core"
+    );
+    assert_eq!(
+        validate_pod(&out, &c, Some("sliced")),
+        Validation::Allow { warnings: vec![] }
+    );
+    // The pod's own value is kept, and judged: mig is refused.
+    let mut mig = fixture("slice.yaml");
+    mig["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": "mig"});
+    let out = mutated(&mig, &c, "sliced");
+    assert_eq!(
+        out["metadata"]["annotations"]["nvidia.com/vgpu-mode"],
+        "mig"
+    );
+    let Validation::Deny(d) = validate_pod(&out, &c, Some("sliced")) else {
+        panic!("a mig pod admitted in a hami-core namespace")
+    };
+    assert_eq!(d.reason, DenyReason::PolicyLimit);
+    assert!(
+        d.message.contains("nvidia.com/vgpu-mode: \"mig\" selects device modes mig; this namespace allows only hami-core"),
+        "{}",
+        d.message
+    );
+
+    // Two modes: nothing written; unset selects every mode (mig too).
+    let out = mutated(&fixture("slice.yaml"), &c, "no-mig");
+    assert!(
+        out["metadata"]["annotations"]
+            .get("nvidia.com/vgpu-mode")
+            .is_none()
+    );
+    let Validation::Deny(d) = validate_pod(&out, &c, Some("no-mig")) else {
+        panic!("an unset mode admitted where mig is not allowed")
+    };
+    assert!(
+        d.message.contains("without nvidia.com/vgpu-mode the pod may land on any device mode; this namespace allows only hami-core, mps"),
+        "{}",
+        d.message
+    );
+    for allowed in ["mps", "core", "hami-core"] {
+        let mut p = fixture("slice.yaml");
+        p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": allowed});
+        assert_eq!(
+            validate_pod(&p, &c, Some("no-mig")),
+            Validation::Allow { warnings: vec![] },
+            "{allowed}"
+        );
+    }
+    // "m" is part of hami-core, mps and mig: mig is not allowed.
+    let mut p = fixture("slice.yaml");
+    p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": "m"});
+    assert!(matches!(
+        validate_pod(&p, &c, Some("no-mig")),
+        Validation::Deny(_)
+    ));
+
+    let e = Config::from_yaml(
+        "namespacePolicies:\n  - name: x\n    namespaces: [a]\n    limits: {deviceModes: [cuda]}\n",
+        "f.yaml",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("limits.deviceModes names \"cuda\"; device modes are hami-core, mig, mps"),
+        "{e}"
+    );
+}

@@ -262,6 +262,9 @@ fn policy_annotations(
             policy.limits.allowed_models.join(","),
         );
     }
+    if let [mode] = policy.limits.device_modes.as_slice() {
+        wanted.insert(kind.selection.mode, mode.clone());
+    }
     if !policy.limits.denied_models.is_empty() {
         wanted.insert(
             kind.selection.nouse_type,

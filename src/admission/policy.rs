@@ -7,8 +7,43 @@ use crate::engine::lifecycle::pod_peak;
 use crate::engine::request::{ContainerRequest, GpuRequest, Memory};
 
 use crate::config::namespace_policy::NamespacePolicy;
+use crate::devices::DeviceKind;
 
 impl NamespacePolicy {
+    /// The `limits.deviceModes` violation of a pod whose `vgpu-mode`
+    /// annotation (after mutation) is `value`: the modes of `kind` it
+    /// selects (by HAMi's substring rule; all of them when unset) must all
+    /// be allowed.
+    pub fn mode_violation(&self, kind: &DeviceKind, value: Option<&str>) -> Option<String> {
+        let allowed = &self.limits.device_modes;
+        if allowed.is_empty() {
+            return None;
+        }
+        let value = value.map(str::trim).filter(|v| !v.is_empty());
+        let selected: Vec<&str> = kind
+            .mode_names()
+            .filter(|m| value.is_none_or(|v| m.contains(v)))
+            .collect();
+        let outside: Vec<&str> = selected
+            .iter()
+            .copied()
+            .filter(|m| !allowed.iter().any(|a| a == m))
+            .collect();
+        if outside.is_empty() {
+            return None;
+        }
+        let key = kind.selection.mode;
+        let asked = match value {
+            Some(v) => format!("{key}: {v:?} selects device modes {}", selected.join(", ")),
+            None => format!("without {key} the pod may land on any device mode"),
+        };
+        Some(format!(
+            "namespace policy {:?}: {asked}; this namespace allows only {}: set {key} to one of them",
+            self.name,
+            allowed.join(", ")
+        ))
+    }
+
     /// Every limit the pod's containers exceed, as messages for its author.
     /// `use_models` / `avoid_models` are the pod's model annotations (after
     /// mutation).

@@ -147,11 +147,13 @@ pub fn validate(
                 })
                 .unwrap_or_default()
         };
-        let violations = policy.violations(
+        let kind = nv.kind.kind();
+        let mut violations = policy.violations(
             &plan.request.containers,
-            &list(nv.kind.kind().selection.use_type),
-            &list(nv.kind.kind().selection.nouse_type),
+            &list(kind.selection.use_type),
+            &list(kind.selection.nouse_type),
         );
+        violations.extend(policy.mode_violation(kind, pod.annotation(kind.selection.mode)));
         if !violations.is_empty() {
             match policy.mode {
                 PolicyMode::Enforce => {

@@ -148,6 +148,12 @@ pub struct PolicyLimits {
     pub denied_models: Vec<String>,
     /// Whether a container may take a whole GPU exclusively (gpucores 100).
     pub allow_exclusive: bool,
+    /// The device modes (`hami-core`, `mig`, `mps`) pods may be placed on:
+    /// the modes a pod's `nvidia.com/vgpu-mode` selects (every mode when
+    /// unset) must be among them. With one mode, it is written into pods
+    /// that set none (gpugate's own addition to HAMi's annotation). Empty:
+    /// any mode.
+    pub device_modes: Vec<String>,
     /// Environment variables that bypass or widen the vGPU limits (see
     /// `admission::limit_escapes`) that vGPU containers may set anyway:
     /// exact names or `*` globs. Allowed whatever the policy's `mode`.
@@ -163,6 +169,7 @@ impl Default for PolicyLimits {
             allowed_models: Vec::new(),
             denied_models: Vec::new(),
             allow_exclusive: true,
+            device_modes: Vec::new(),
             allow_env: Vec::new(),
         }
     }
@@ -235,6 +242,18 @@ pub fn validate_policies(policies: &[NamespacePolicy]) -> Result<(), String> {
         }
         if let Some(sel) = &p.namespace_selector {
             sel.check().map_err(|e| format!("{at}: {e}"))?;
+        }
+        let kind = crate::devices::KindId::NVIDIA.kind();
+        if let Some(m) = p
+            .limits
+            .device_modes
+            .iter()
+            .find(|m| !kind.mode_names().any(|known| known == m.as_str()))
+        {
+            return Err(format!(
+                "{at}: limits.deviceModes names {m:?}; device modes are {}",
+                kind.mode_names().collect::<Vec<_>>().join(", ")
+            ));
         }
         let d = &p.defaults;
         if d.gpucores.is_some_and(|c| c > 100) {
