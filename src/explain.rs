@@ -288,13 +288,21 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
                 mem <= u64::from(cap.mem_mib) && g.cores <= cap.cores
             }
         };
-        let some_node_could = nodes.iter().any(|n| {
+        // A MIG GPU may give one container several instances.
+        let grants = |n: &Node| -> usize {
             n.gpus
                 .iter()
                 .filter(|gpu| accepted(gpu) && holds(gpu))
-                .count()
-                >= g.count as usize
-        });
+                .map(|gpu| {
+                    if gpu.is_mig() {
+                        gpu.capacity.slots.max(1) as usize
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        };
+        let some_node_could = nodes.iter().any(|n| grants(n) >= g.count as usize);
         let any_accepted = nodes.iter().flat_map(|n| &n.gpus).any(&accepted);
         if some_node_could || !any_accepted {
             continue;
@@ -330,16 +338,7 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
                 p.memory_mib, p.name
             );
         }
-        let most = nodes
-            .iter()
-            .map(|n| {
-                n.gpus
-                    .iter()
-                    .filter(|gpu| accepted(gpu) && holds(gpu))
-                    .count()
-            })
-            .max()
-            .unwrap_or(0);
+        let most = nodes.iter().map(|n| grants(n)).max().unwrap_or(0);
         if g.count > 1 && most > 0 {
             let _ = write!(
                 text,

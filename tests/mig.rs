@@ -510,3 +510,77 @@ fn mig_profile_allowlist_narrows_the_profiles() {
         assert!(e.contains(want), "{text:?}: {e}");
     }
 }
+
+/// HAMi v2.10 lets one container take several MIG instances of one GPU
+/// (PR #2724: `nvidia.com/gpu: 2` on a single A100). gpugate takes
+/// separate GPUs when there are enough, and instances of one GPU only when
+/// there are not; each instance is chosen as for one GPU on the usage with
+/// the ones before it, so none overlap, and the pair writes and reads back
+/// as HAMi's device plugin expects (two entries, device indexes 0 and 1).
+#[test]
+fn one_container_may_take_several_instances_of_one_gpu() {
+    let s = state(&a100_40gb(), 40960, &[]);
+    let a = s.assign(&plan(4000, 2), "n").unwrap();
+    let grants = &a.containers[0];
+    assert_eq!(grants.len(), 2, "{a:?}");
+    let instances: Vec<(String, u32)> = grants
+        .iter()
+        .map(|g| {
+            assert_eq!(g.uuid, "GPU-a");
+            let m = g.mig.as_ref().unwrap();
+            (m.profile.clone(), m.placement.start)
+        })
+        .collect();
+    // 1g.5gb from the highest start: 6, then 5.
+    assert_eq!(
+        instances,
+        [("1g.5gb".to_string(), 6), ("1g.5gb".to_string(), 5)]
+    );
+    let mut held = s.clone();
+    held.apply("pair", a.clone()).unwrap();
+    let used = held.node("n").unwrap().usage[0];
+    assert_eq!(
+        (used.slots, used.mem_mib, used.slices),
+        (2, 2 * 4864, 0b0110_0000)
+    );
+
+    // Written and read back as one container with two entries.
+    let metadata = BindingAnnotations::of(&a).metadata(1_700_000_000);
+    let ann = &metadata["annotations"];
+    assert_eq!(
+        ann["hami.io/vgpu-devices-allocated"],
+        "GPU-a,NVIDIA,4864,15:GPU-a,NVIDIA,4864,15:;"
+    );
+    let mig: Value =
+        serde_json::from_str(ann["hami.io/vgpu-mig-allocations"].as_str().unwrap()).unwrap();
+    assert_eq!(mig[0]["deviceIndex"], 0);
+    assert_eq!(mig[1]["deviceIndex"], 1);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ml", "uid": "u", "annotations": ann},
+        "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+        "status": {"phase": "Running"},
+    }))
+    .unwrap();
+    assert_eq!(
+        pod_allocation(&pod).unwrap().unwrap().containers,
+        a.containers
+    );
+
+    // Two MIG GPUs: one instance on each.
+    let mut two = ClusterState::new();
+    two.upsert_node(Node::new(
+        "n",
+        vec![
+            mig_gpu("GPU-a", 40960, a100_40gb()),
+            mig_gpu("GPU-b", 40960, a100_40gb()),
+        ],
+    ));
+    let a = two.assign(&plan(4000, 2), "n").unwrap();
+    let uuids: Vec<&str> = a.containers[0].iter().map(|g| g.uuid.as_str()).collect();
+    assert_eq!(uuids.len(), 2);
+    assert_ne!(uuids[0], uuids[1], "separate GPUs first: {uuids:?}");
+
+    // More instances than the GPU has room for: refused.
+    let e = s.assign(&plan(19000, 3), "n").unwrap_err().to_string();
+    assert!(e.contains("AllocatedCardsInsufficientRequest"), "{e}");
+}

@@ -71,12 +71,16 @@ pub fn fit_pod_in(
             continue;
         };
         if req.count > available {
-            scratch.app_usage = app;
-            return Err(Rejection::NodeInsufficientDevice {
-                container: container.name.clone(),
-                requested: req.count,
-                available,
-            });
+            // MIG GPUs may give one container several instances.
+            let most = most_grants(node);
+            if req.count > most {
+                scratch.app_usage = app;
+                return Err(Rejection::NodeInsufficientDevice {
+                    container: container.name.clone(),
+                    requested: req.count,
+                    available: most,
+                });
+            }
         }
         let usage: &[Usage] = if copied { &app } else { &node.usage };
         let before = scratch.grants.len();
@@ -155,6 +159,9 @@ fn fit_container(
         }
     }
     let n = req.count as usize;
+    if s.candidates.len() < n {
+        more_mig_instances(node, usage, req, plan, n, s);
+    }
     let found = u32::try_from(s.candidates.len()).unwrap_or(u32::MAX);
     if s.candidates.len() < n {
         if found > 0 {
@@ -190,6 +197,61 @@ fn fit_container(
         s.grants.push((container, pos, take));
     }
     Ok(())
+}
+
+/// The most GPUs (grants) one container could get on the node: one per
+/// GPU, and on a MIG GPU as many instances as its split count.
+fn most_grants(node: &Node) -> u32 {
+    node.gpus
+        .iter()
+        .map(|g| {
+            if g.is_mig() {
+                g.capacity.slots.max(1)
+            } else {
+                1
+            }
+        })
+        .fold(0u32, u32::saturating_add)
+}
+
+/// A container that asks for more GPUs than have a free slice may take
+/// several MIG instances of one GPU, as HAMi v2.10 allows (PR #2724):
+/// adds to `s.candidates` further instances of the MIG GPUs already there,
+/// each chosen on the GPU's usage with the instances before it, until the
+/// container has `n` or no MIG GPU has another. Separate GPUs come first:
+/// this runs only when they are too few. Every subset of one GPU's
+/// instances fits on it (they do not overlap, and the memory and cores of
+/// all of them do).
+fn more_mig_instances(
+    node: &Node,
+    usage: &[Usage],
+    req: &GpuRequest,
+    plan: &PodPlan,
+    n: usize,
+    s: &mut Scratch,
+) {
+    let firsts = s.candidates.len();
+    for c in 0..firsts {
+        let (pos, first) = s.candidates[c];
+        let gpu = &node.gpus[pos];
+        if !gpu.is_mig() {
+            continue;
+        }
+        let mut used = usage.get(pos).copied().unwrap_or_default();
+        used.add(&first);
+        while s.candidates.len() < n {
+            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+                Ok(take) => {
+                    used.add(&take);
+                    s.candidates.push((pos, take));
+                }
+                Err(_) => break,
+            }
+        }
+        if s.candidates.len() >= n {
+            return;
+        }
+    }
 }
 
 /// Chooses `n` of the candidates listed by `pool` (indexes into
@@ -235,8 +297,14 @@ fn choose_among(
             } else {
                 topology::set_score(&set, score) as f64
             };
+            // A GPU may be in the set more than once (MIG instances of
+            // one GPU): each time another of its candidates.
             for p in set {
-                if let Some(c) = pool.iter().copied().find(|&c| s.candidates[c].0 == p) {
+                if let Some(c) = pool
+                    .iter()
+                    .copied()
+                    .find(|&c| s.candidates[c].0 == p && !s.chosen.contains(&c))
+                {
                     s.chosen.push(c);
                 }
             }
