@@ -463,6 +463,7 @@ fn shortfall(
 /// use too few GPUs here for freeing any to help).
 fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option<Shortfall>) {
     let mut usable: Vec<(Shortfall, u64, u32, &str)> = Vec::new();
+    let mut mig_words: Vec<String> = Vec::new();
     for (gpu, used) in node.gpus.iter().zip(&node.usage) {
         let cap = &gpu.capacity;
         let cap_mem = u64::from(cap.mem_mib);
@@ -484,6 +485,10 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
                 let mem = g.mem_on(cap_mem).saturating_sub(free_mem);
                 let cores = g.cores.saturating_sub(free_cores);
                 mem * 1000 / cap_mem.max(1) + u64::from(cores) * 1000 / u64::from(cap.cores.max(1))
+            }
+            Err(Reason::CardMigTopologyInfeasible) => {
+                mig_words.extend(mig_infeasible_words(gpu, used, plan, g.mem_on(cap_mem)));
+                1000
             }
             Err(_) => 1000,
         };
@@ -508,11 +513,40 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
             );
         }
     }
+    for w in &mig_words {
+        let _ = write!(text, "; {w}");
+    }
     if usable.len() < n {
         return (text, None);
     }
     usable.sort_by_key(|u| u.0);
     (text, Some(usable.iter().take(n).map(|u| u.0).sum()))
+}
+
+/// Why a MIG GPU has no instance for `mem` MiB, in words: the profile
+/// that would hold it and its placements all overlapping instances there,
+/// or no allowed profile that large.
+fn mig_infeasible_words(
+    gpu: &crate::engine::Gpu,
+    used: &crate::engine::Usage,
+    plan: &PodPlan,
+    mem: u64,
+) -> Option<String> {
+    if used.unreserved > 0 {
+        return None;
+    }
+    let holding = gpu.mig_profiles().iter().find(|(p, _)| {
+        u64::from(p.memory_mib) >= mem && plan.selection.allows_profile(gpu, &p.name)
+    });
+    Some(match holding {
+        Some((p, masks)) => format!(
+            "on {} {} would hold {mem} MiB, but each of its {} placements overlaps an instance there (and so do those of every larger profile)",
+            gpu.uuid,
+            p.name,
+            masks.len()
+        ),
+        None => format!("on {} no allowed MIG profile holds {mem} MiB", gpu.uuid),
+    })
 }
 
 /// What each NUMA zone of the node has free, beside what the container
