@@ -2693,13 +2693,7 @@ async fn dra_only_node(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()
                  "pool": {"name": "dra-1", "generation": 1, "resourceSliceCount": 1},
                  "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}});
     manifests::apply(client, &discovery, &class, false).await?;
-    let classes: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "DeviceClass"),
-            "deviceclasses",
-        ),
-    );
+    let classes = resource_api(client, "DeviceClass", "deviceclasses");
     let stored = classes.get("e2e-dra-gpu").await?;
     ensure!(
         stored.data["spec"]["extendedResourceName"] == "nvidia.com/gpu",
@@ -2783,25 +2777,23 @@ async fn dra_only_node(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()
         ensure!(node_of(&bound) == "core-1", "{name} on {}", node_of(&bound));
     }
 
-    let slices: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceSlice"),
-            "resourceslices",
-        ),
-    );
+    let slices = resource_api(client, "ResourceSlice", "resourceslices");
     slices
         .delete("dra-1-gpus", &DeleteParams::default())
         .await?;
-    let classes: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", "DeviceClass"),
-            "deviceclasses",
-        ),
-    );
     classes
         .delete("e2e-dra-gpu", &DeleteParams::default())
         .await?;
     Ok(())
+}
+
+/// The API of a cluster-scoped resource.k8s.io/v1 kind.
+fn resource_api(client: &kube::Client, kind: &str, plural: &str) -> Api<kube::api::DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", kind),
+            plural,
+        ),
+    )
 }
