@@ -584,3 +584,69 @@ fn one_container_may_take_several_instances_of_one_gpu() {
     let e = s.assign(&plan(19000, 3), "n").unwrap_err().to_string();
     assert!(e.contains("AllocatedCardsInsufficientRequest"), "{e}");
 }
+
+/// `/preempt` (and explain, and gpugate's own preemption) on a MIG GPU: a
+/// victim frees its instance, and only victims whose instances stand in
+/// the way are chosen. A 15,000 MiB pod needs 3g.20gb at slices 0-3 or
+/// 4-7; a priority-1000 pod holds slice 4, so 0-3 it is: of the two
+/// priority-10 pods (slices 0 and 5), only the one on slice 0 goes.
+#[test]
+fn preemption_frees_the_instances_in_the_way() {
+    let holder = |name: &str, start: u32, priority: i32| {
+        format!(
+            r#"---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  uid: u-{name}
+  annotations:
+    hami.io/vgpu-node: mig
+    hami.io/vgpu-devices-allocated: "GPU-mig,NVIDIA,4864,15:;"
+    hami.io/vgpu-mig-allocations: '[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-mig","profile":"1g.5gb","placement":{{"start":{start},"size":1}}}}]'
+spec:
+  nodeName: mig
+  priority: {priority}
+  containers: [{{name: main, image: x}}]
+status: {{phase: Running}}
+"#
+        )
+    };
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Node
+metadata:
+  name: mig
+  annotations:
+    hami.io/node-nvidia-register: '[{{"id":"GPU-mig","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","health":true,"mode":"mig","migProfiles":[{{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{{"start":0,"size":1}},{{"start":4,"size":1}},{{"start":5,"size":1}}]}},{{"name":"3g.20gb","memoryMB":19968,"core":43,"sliceCount":4,"placements":[{{"start":0,"size":4}},{{"start":4,"size":4}}]}}]}}]'
+{}{}{}"#,
+        holder("low-0", 0, 10),
+        holder("high-4", 4, 1000),
+        holder("low-5", 5, 10),
+    );
+    let (view, report) = gpugate::cluster::Snapshot::from_yaml(&yaml, "inline")
+        .unwrap()
+        .to_view();
+    assert!(report.unaccounted_pods.is_empty(), "{report:?}");
+    let pending: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "big", "namespace": "ml"},
+        "spec": {"priority": 500, "containers": [{"name": "main", "resources": {"limits":
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "15000"}}}]},
+    }))
+    .unwrap();
+    let plan =
+        gpugate::cluster::convert::pod_plan(&pending, &gpugate::config::Config::default()).unwrap();
+    assert!(
+        view.state().assign(&plan, "mig").is_err(),
+        "no free 3g.20gb now"
+    );
+    let victims = gpugate::placement::victims::gpu_victims(&view, &plan, "mig", &[], 500)
+        .expect("victims below 500 make room");
+    assert_eq!(victims.pods, ["u-low-0"]);
+    // Below priority 10 nobody may go.
+    assert_eq!(
+        gpugate::placement::victims::gpu_victims(&view, &plan, "mig", &[], 10),
+        None
+    );
+}
