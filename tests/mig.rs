@@ -492,6 +492,23 @@ fn mig_profile_allowlist_narrows_the_profiles() {
     let e = s.assign(&p, "n").unwrap_err().to_string();
     assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
 
+    // 3g.20gb and 4g.20gb share memory and a placement (start 0), not
+    // cores: with only 4g.20gb allowed, the grant and the instance written
+    // are 4g.20gb's, 58 cores.
+    let only_4g = Config::from_yaml(
+        "nvidia:\n  migProfileAllowlist:\n  - models: [\"NVIDIA A100-SXM4-40GB\"]\n    profiles: [4g.20gb]\n",
+        "test",
+    )
+    .unwrap();
+    let mut p = plan(19000, 1);
+    p.selection.mig_allowlist = only_4g.nvidia.mig_allowlist();
+    let a = s.assign(&p, "n").unwrap();
+    let g = &a.containers[0][0];
+    assert_eq!(
+        (g.mig.as_ref().unwrap().profile.as_str(), g.cores),
+        ("4g.20gb", 58)
+    );
+
     for (text, want) in [
         (
             "nvidia:\n  migProfileAllowlist:\n  - models: [x]\n    profiles: [5gb]\n",

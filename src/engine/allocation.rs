@@ -26,17 +26,16 @@ pub struct DeviceGrant {
 impl DeviceGrant {
     /// What the grant takes of its GPU: one slot, its memory and cores,
     /// and a MIG instance's slices.
+    /// An instance whose placement no GPU has (past 16 slices, or empty)
+    /// is inconsistent wherever it is: its GPU takes no new pod.
     pub fn usage(&self) -> Usage {
+        let mask = self.mig.as_ref().map(|m| slice_mask(&m.placement));
         Usage {
             slots: 1,
             mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
             cores: self.cores,
-            slices: self
-                .mig
-                .as_ref()
-                .and_then(|m| slice_mask(&m.placement))
-                .unwrap_or(0),
-            unreserved: 0,
+            slices: mask.flatten().unwrap_or(0),
+            unreserved: u16::from(mask == Some(None)),
         }
     }
 }

@@ -242,15 +242,21 @@ impl Gpu {
 
     /// The MIG instance a share of this GPU stands for: the profile and
     /// placement of `take` (a share [`super::checks::check_gpu`] gave),
-    /// the first profile in choice order with that memory and placement,
-    /// which is the one the choice took.
+    /// the first profile in choice order with that memory, cores and
+    /// placement, which is the one the choice took (3g.20gb and 4g.20gb
+    /// share memory and a placement, not cores; an allowlist may have
+    /// skipped the first).
     pub fn mig_instance(&self, take: &Usage) -> Option<MigInstance> {
         if take.slices == 0 {
             return None;
         }
         self.mig_profiles
             .iter()
-            .find(|(p, masks)| p.memory_mib == take.mem_mib && masks.contains(&take.slices))
+            .find(|(p, masks)| {
+                p.memory_mib == take.mem_mib
+                    && p.cores == take.cores
+                    && masks.contains(&take.slices)
+            })
             .map(|(p, _)| MigInstance {
                 profile: p.name.clone(),
                 placement: MigPlacement {

@@ -84,13 +84,14 @@ pub struct MigAllowlist(std::sync::Arc<Vec<MigAllowlistEntry>>);
 impl MigAllowlist {
     /// Whether a GPU of `model` may hold instances of `profile`: some
     /// entry names both.
+    /// (Models were lower-cased when the list was made; a glob needs the
+    /// model lower-cased too, which only a list with globs pays for.)
     pub fn allows(&self, model: &str, profile: &str) -> bool {
-        let model = model.to_lowercase();
         self.0.iter().any(|e| {
             e.profiles.iter().any(|p| p == profile)
                 && e.models.iter().any(|m| {
-                    let m = m.to_lowercase();
-                    m == model || (m.contains('*') && super::glob::glob_match(&m, &model))
+                    m.eq_ignore_ascii_case(model)
+                        || (m.contains('*') && super::glob::glob_match(m, &model.to_lowercase()))
                 })
         })
     }
@@ -108,8 +109,17 @@ impl DeviceConfig {
     /// `migProfileAllowlist` for the plans, `None` when empty (every
     /// registered profile).
     pub fn mig_allowlist(&self) -> Option<MigAllowlist> {
-        (!self.mig_profile_allowlist.is_empty())
-            .then(|| MigAllowlist(std::sync::Arc::new(self.mig_profile_allowlist.clone())))
+        (!self.mig_profile_allowlist.is_empty()).then(|| {
+            let entries = self
+                .mig_profile_allowlist
+                .iter()
+                .map(|e| MigAllowlistEntry {
+                    models: e.models.iter().map(|m| m.trim().to_lowercase()).collect(),
+                    profiles: e.profiles.iter().map(|p| p.trim().to_string()).collect(),
+                })
+                .collect();
+            MigAllowlist(std::sync::Arc::new(entries))
+        })
     }
 
     /// The names that make a container ask for GPUs: count, memory,

@@ -68,23 +68,12 @@ impl ClusterView {
                     .apply(key, allocation.clone())
                     .err()
                     .map(|e| format!("pod {}: {e}", pod_name(pod)));
-                if unaccounted.is_none()
-                    && let Some(problem) = mig_inconsistency(&self.state, &allocation)
-                {
-                    tracing::warn!(pod = %pod_name(pod), %problem, "MIG instance inconsistent with its GPU");
-                    if self.mig_notices.len() >= super::MIG_NOTICES_MAX {
-                        self.mig_notices.pop_front();
-                    }
-                    self.mig_notices.push_back(super::MigNotice {
-                        uid: key.to_string(),
-                        namespace: crate::cluster::convert::pod_namespace(pod).to_string(),
-                        name: crate::cluster::convert::pod_own_name(pod).into_owned(),
-                        problem,
-                    });
-                }
                 let node = allocation.node.clone();
                 let held = HeldPod::of(pod, Some(allocation), unaccounted, Stage::Settled);
                 let unaccounted = self.hold(key, held);
+                if unaccounted.is_none() {
+                    self.notice_mig_inconsistency(key);
+                }
                 self.settle_if_shown(key, &node);
                 unaccounted
             }
@@ -186,6 +175,31 @@ impl ClusterView {
         out
     }
 
+    /// Queues a notice (and logs it) when the held pod's MIG grants are
+    /// inconsistent with its node's GPUs: when its allocation is applied,
+    /// and again when its node re-registers (say out of MIG mode).
+    pub(super) fn notice_mig_inconsistency(&mut self, key: &str) {
+        let Some(p) = self.pods.get(key) else { return };
+        let Some(problem) = p
+            .allocation
+            .as_ref()
+            .and_then(|a| mig_inconsistency(&self.state, a))
+        else {
+            return;
+        };
+        tracing::warn!(pod = %p.who(), %problem, "MIG instance inconsistent with its GPU");
+        if self.mig_notices.len() >= super::MIG_NOTICES_MAX {
+            self.mig_notices.pop_front();
+        }
+        let notice = super::MigNotice {
+            uid: key.to_string(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            problem,
+        };
+        self.mig_notices.push_back(notice);
+    }
+
     /// Pods found with MIG instances inconsistent with their GPUs since
     /// the last call, to be told (an event each).
     pub fn take_mig_notices(&mut self) -> Vec<super::MigNotice> {
@@ -202,10 +216,11 @@ impl ClusterView {
     pub fn held_mig_instances(
         &self,
     ) -> impl Iterator<Item = (&str, &crate::hami::mig::MigAllocation)> {
-        self.pods.values().flat_map(|p| {
-            let node = p.allocation.as_ref().map_or("", |a| a.node.as_str());
-            p.mig_ready.iter().map(move |m| (node, m))
-        })
+        // A pod whose allocation cannot be read has no node to name.
+        self.pods
+            .values()
+            .filter_map(|p| p.allocation.as_ref().map(|a| (p, a)))
+            .flat_map(|(p, a)| p.mig_ready.iter().map(move |m| (a.node.as_str(), m)))
     }
 
     /// `namespace/name` of a held pod.
@@ -247,6 +262,12 @@ fn mig_inconsistency(state: &ClusterState, allocation: &Allocation) -> Option<St
         .filter_map(|grant| {
             let gpu = &node.gpus[node.position(&grant.uuid)?];
             match (gpu.is_mig(), &grant.mig) {
+                (true, Some(m)) if crate::engine::device::slice_mask(&m.placement).is_none() => {
+                    Some(format!(
+                        "{} is in MIG mode and the pod's instance {} at start {}, size {} is no placement of it",
+                        grant.uuid, m.profile, m.placement.start, m.placement.size
+                    ))
+                }
                 (true, None) => Some(format!(
                     "{} is in MIG mode and the pod has no hami.io/vgpu-mig-allocations entry for it",
                     grant.uuid

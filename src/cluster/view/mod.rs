@@ -301,6 +301,9 @@ impl ClusterView {
                     None => p.unaccounted.take(),
                 }
             };
+            if self.pods.get(&uid).is_some_and(|p| p.unaccounted.is_none()) {
+                self.notice_mig_inconsistency(&uid);
+            }
         }
     }
 

@@ -727,4 +727,15 @@ fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
     v.delete_pod("uid-stale");
     v.delete_pod("uid-unreserved");
     assert_eq!(v.counts().mig_inconsistent_gpus, 0);
+
+    // The watch may show the pod before its node: the notice comes when
+    // the node registers and the pod is counted on it.
+    let mut v = ClusterView::new();
+    assert!(v.upsert_pod("uid-stale", &stale).is_some(), "no node yet");
+    assert!(!v.has_mig_notices());
+    v.upsert_node(&node("core", REGISTER));
+    let notices = v.take_mig_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].problem.contains("GPU-0 is not in MIG mode"));
+    assert_eq!(v.counts().mig_inconsistent_gpus, 1);
 }
