@@ -1,10 +1,13 @@
 //! Load test of the mutating webhook over real TLS keep-alive connections on
-//! 127.0.0.1, against a zero-logic server on the same stack (rustls, hyper,
-//! the same accept loop) that answers a fixed response, measured in the same
-//! run. Run: `cargo bench --bench admission_load` (about 1 minute).
+//! 127.0.0.1, measured in the same run against two servers that answer a
+//! fixed response: a zero-logic route behind gpugate's own accept loop
+//! (what the webhook's logic costs), and an independent minimal rustls +
+//! hyper server that shares none of gpugate's server code (what gpugate's
+//! whole stack costs: listener, limits, spans, body accounting, router).
+//! Run: `cargo bench --bench admission_load` (about 2 minutes).
 //!
-//! Prints one table row per (pod size, connections) with req/s, p50 and p99,
-//! and the ratio to the zero-logic server.
+//! Prints one table row per (pod size, connections) with req/s, p50 and p99
+//! of each, and gpugate's ratio to both.
 
 use std::time::Duration;
 
@@ -22,7 +25,7 @@ mod pod_review;
 #[path = "support/tls_load.rs"]
 mod tls_load;
 use pod_review::review;
-use tls_load::{Run, SelfSigned, load, ms, start};
+use tls_load::{Run, SelfSigned, load, ms, start, start_reference};
 
 const RUN: Run = Run {
     warmup: Duration::from_millis(500),
@@ -48,23 +51,32 @@ fn main() {
             post(move |_body: Bytes| async move { ([("content-type", "application/json")], fixed) }),
         );
         let (zero_addr, _stop2) = start(zero, certs.cert.clone()).await;
+        // The independent reference: no gpugate server code at all.
+        let (reference_addr, _stop3) = start_reference(&certs.bundle, fixed).await;
 
-        println!("| pod review | connections | gpugate req/s | p50 | p99 | zero-logic req/s | ratio | errors |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!(
+            "| pod review | connections | gpugate req/s | p50 | p99 | zero-logic (gpugate's stack) req/s | ratio | reference (rustls + hyper) req/s | p99 | ratio | errors |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for size in [4_500usize, 8_000, 20_000] {
             let body = Bytes::from(review(size));
             for connections in [1usize, 4, 16] {
                 let g = load(gpugate_addr, ca, "/mutate", body.clone(), None, connections, RUN).await;
                 let z = load(zero_addr, ca, "/mutate", body.clone(), None, connections, RUN).await;
+                let r =
+                    load(reference_addr, ca, "/mutate", body.clone(), None, connections, RUN).await;
                 println!(
-                    "| {:.1} KB | {connections} | {:.0} | {} | {} | {:.0} | {:.0}% | {} |",
+                    "| {:.1} KB | {connections} | {:.0} | {} | {} | {:.0} | {:.0}% | {:.0} | {} | {:.0}% | {} |",
                     body.len() as f64 / 1000.0,
                     g.rate(),
                     ms(g.pct(0.50)),
                     ms(g.pct(0.99)),
                     z.rate(),
                     100.0 * g.rate() / z.rate().max(1.0),
-                    g.errors + z.errors,
+                    r.rate(),
+                    ms(r.pct(0.99)),
+                    100.0 * g.rate() / r.rate().max(1.0),
+                    g.errors + z.errors + r.errors,
                 );
             }
         }

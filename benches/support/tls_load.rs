@@ -231,3 +231,65 @@ pub async fn load(
         elapsed: run.duration,
     }
 }
+
+/// The independent reference: a minimal rustls + hyper HTTP/1.1 server
+/// that shares none of gpugate's server code (its own rustls config from
+/// the PEM files, its own accept loop, no listener limits, spans, body
+/// accounting or router). It reads each request body whole and answers
+/// `answer` as JSON. Serves until the returned sender is fired or dropped.
+pub async fn start_reference(
+    bundle: &CertBundle,
+    answer: &'static str,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(bundle.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(bundle.key_pem.as_bytes()).expect("key PEM");
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("server config");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                _ = &mut rx => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(_) => continue,
+                },
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let _body = req.into_body().collect().await?.to_bytes();
+                        Ok::<_, hyper::Error>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from_static(answer.as_bytes())))
+                                .expect("response"),
+                        )
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, tx)
+}
