@@ -16,7 +16,7 @@ use crate::admission::validate::{Validation, validate};
 use crate::cluster::convert::{pod_name, pod_namespace, pod_own_name};
 use crate::cluster::{ClusterView, Snapshot};
 use crate::config::Config;
-use crate::engine::checks::check_gpu;
+use crate::engine::checks::{check_gpu, holds_when_empty};
 use crate::engine::reason::ZoneSubject;
 use crate::engine::request::{GpuRequest, Memory};
 use crate::engine::{Node, PodPlan, Reason, Rejection};
@@ -277,29 +277,13 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
     };
     for c in &plan.request.containers {
         let Some(g) = c.gpu else { continue };
-        let holds = |gpu: &crate::engine::Gpu| {
-            let cap = &gpu.capacity;
-            let mem = g.mem_on(u64::from(cap.mem_mib));
-            if gpu.is_mig() {
-                gpu.mig_profiles().iter().any(|(p, _)| {
-                    u64::from(p.memory_mib) >= mem && plan.selection.allows_profile(gpu, &p.name)
-                })
-            } else {
-                mem <= u64::from(cap.mem_mib) && g.cores <= cap.cores
-            }
-        };
+        let holds = |gpu: &crate::engine::Gpu| holds_when_empty(gpu, &g, &plan.selection);
         // A MIG GPU may give one container several instances.
         let grants = |n: &Node| -> usize {
             n.gpus
                 .iter()
                 .filter(|gpu| accepted(gpu) && holds(gpu))
-                .map(|gpu| {
-                    if gpu.is_mig() {
-                        gpu.capacity.slots.max(1) as usize
-                    } else {
-                        1
-                    }
-                })
+                .map(|gpu| gpu.most_grants() as usize)
                 .sum()
         };
         let some_node_could = nodes.iter().any(|n| grants(n) >= g.count as usize);
@@ -324,12 +308,7 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
             .iter()
             .flat_map(|n| &n.gpus)
             .filter(|gpu| accepted(gpu))
-            .flat_map(|gpu| {
-                gpu.mig_profiles()
-                    .iter()
-                    .map(|(p, _)| p)
-                    .filter(|p| plan.selection.allows_profile(gpu, &p.name))
-            })
+            .flat_map(|gpu| plan.selection.mig_profiles_holding(gpu, 0).map(|(p, _)| p))
             .max_by_key(|p| (p.memory_mib, std::cmp::Reverse(p.slice_count)));
         if let Some(p) = profile {
             let _ = write!(
@@ -487,7 +466,7 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
                 mem * 1000 / cap_mem.max(1) + u64::from(cores) * 1000 / u64::from(cap.cores.max(1))
             }
             Err(Reason::CardMigTopologyInfeasible) => {
-                mig_words.extend(mig_infeasible_words(gpu, used, plan, g.mem_on(cap_mem)));
+                mig_words.push(mig_infeasible_words(gpu, plan, g.mem_on(cap_mem)));
                 1000
             }
             Err(_) => 1000,
@@ -526,19 +505,9 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
 /// Why a MIG GPU has no instance for `mem` MiB, in words: the profile
 /// that would hold it and its placements all overlapping instances there,
 /// or no allowed profile that large.
-fn mig_infeasible_words(
-    gpu: &crate::engine::Gpu,
-    used: &crate::engine::Usage,
-    plan: &PodPlan,
-    mem: u64,
-) -> Option<String> {
-    if used.unreserved > 0 {
-        return None;
-    }
-    let holding = gpu.mig_profiles().iter().find(|(p, _)| {
-        u64::from(p.memory_mib) >= mem && plan.selection.allows_profile(gpu, &p.name)
-    });
-    Some(match holding {
+fn mig_infeasible_words(gpu: &crate::engine::Gpu, plan: &PodPlan, mem: u64) -> String {
+    let holding = plan.selection.mig_profiles_holding(gpu, mem).next();
+    match holding {
         Some((p, masks)) => format!(
             "on {} {} would hold {mem} MiB, but each of its {} placements overlaps an instance there (and so do those of every larger profile)",
             gpu.uuid,
@@ -546,7 +515,7 @@ fn mig_infeasible_words(
             masks.len()
         ),
         None => format!("on {} no allowed MIG profile holds {mem} MiB", gpu.uuid),
-    })
+    }
 }
 
 /// What each NUMA zone of the node has free, beside what the container

@@ -14,8 +14,10 @@ use gpugate::placement::ReasonCode;
 
 mod support {
     pub mod kubectl_plugin;
+    pub mod mig_snapshot;
     pub mod process;
 }
+use support::mig_snapshot::{holder, mig_node};
 
 const CLUSTER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -582,38 +584,8 @@ status: {phase: Running}
 /// (rather than only "no free instance").
 #[test]
 fn a_mig_gpu_without_a_free_placement_is_explained_by_profile() {
-    let holder = |name: &str, start: u32| {
-        format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ml
-  annotations:
-    hami.io/vgpu-node: mig
-    hami.io/vgpu-devices-allocated: "GPU-mig,NVIDIA,4864,15:;"
-    hami.io/vgpu-mig-allocations: '[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-mig","profile":"1g.5gb","placement":{{"start":{start},"size":1}}}}]'
-spec:
-  schedulerName: hami-scheduler
-  nodeName: mig
-  containers:
-  - name: main
-    image: x
-    resources:
-      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "4000"}}
-status: {{phase: Running}}
-"#
-        )
-    };
     let yaml = format!(
-        r#"apiVersion: v1
-kind: Node
-metadata:
-  name: mig
-  annotations:
-    hami.io/node-nvidia-register: '[{{"id":"GPU-mig","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","health":true,"mode":"mig","migProfiles":[{{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{{"start":0,"size":1}},{{"start":4,"size":1}}]}},{{"name":"3g.20gb","memoryMB":19968,"core":43,"sliceCount":4,"placements":[{{"start":0,"size":4}},{{"start":4,"size":4}}]}}]}}]'
-{}{}---
+        r#"{}{}{}---
 apiVersion: v1
 kind: Pod
 metadata: {{name: big, namespace: ml}}
@@ -625,8 +597,9 @@ spec:
     resources:
       limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "15000"}}
 "#,
-        holder("low", 0),
-        holder("high", 4)
+        mig_node(&[0, 4]),
+        holder("low", 0, 0),
+        holder("high", 4, 0)
     );
     let snapshot = Snapshot::from_yaml(&yaml, "inline").unwrap();
     let e = explain(&snapshot, "ml", "big", &Config::default(), now()).unwrap();

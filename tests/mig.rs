@@ -13,7 +13,12 @@ use gpugate::engine::{
 use gpugate::hami::mig::{MigPlacement, MigProfile};
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
+
+mod support {
+    pub mod mig_snapshot;
+}
 use serde_json::{Value, json};
+use support::mig_snapshot::{holder, mig_node};
 
 /// A profile with its placements (`start`s of `size` slices).
 fn profile(name: &str, memory_mib: u32, cores: u32, size: u32, starts: &[u32]) -> MigProfile {
@@ -609,35 +614,9 @@ fn one_container_may_take_several_instances_of_one_gpu() {
 /// priority-10 pods (slices 0 and 5), only the one on slice 0 goes.
 #[test]
 fn preemption_frees_the_instances_in_the_way() {
-    let holder = |name: &str, start: u32, priority: i32| {
-        format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: ml
-  uid: u-{name}
-  annotations:
-    hami.io/vgpu-node: mig
-    hami.io/vgpu-devices-allocated: "GPU-mig,NVIDIA,4864,15:;"
-    hami.io/vgpu-mig-allocations: '[{{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-mig","profile":"1g.5gb","placement":{{"start":{start},"size":1}}}}]'
-spec:
-  nodeName: mig
-  priority: {priority}
-  containers: [{{name: main, image: x}}]
-status: {{phase: Running}}
-"#
-        )
-    };
     let yaml = format!(
-        r#"apiVersion: v1
-kind: Node
-metadata:
-  name: mig
-  annotations:
-    hami.io/node-nvidia-register: '[{{"id":"GPU-mig","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA A100-SXM4-40GB","health":true,"mode":"mig","migProfiles":[{{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{{"start":0,"size":1}},{{"start":4,"size":1}},{{"start":5,"size":1}}]}},{{"name":"3g.20gb","memoryMB":19968,"core":43,"sliceCount":4,"placements":[{{"start":0,"size":4}},{{"start":4,"size":4}}]}}]}}]'
-{}{}{}"#,
+        "{}{}{}{}",
+        mig_node(&[0, 4, 5]),
         holder("low-0", 0, 10),
         holder("high-4", 4, 1000),
         holder("low-5", 5, 10),

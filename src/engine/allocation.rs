@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::devices::{self, KindId};
 use crate::hami::{ContainerDevice, PodDevices};
 
-use super::device::{MigInstance, Usage, slice_mask};
+use super::device::{Gpu, MigInstance, Usage, slice_mask};
 use super::lifecycle::{ContainerKind, pod_peak};
 use super::numa::NumaGrant;
 
@@ -36,6 +36,33 @@ impl DeviceGrant {
             cores: self.cores,
             slices: mask.flatten().unwrap_or(0),
             unreserved: u16::from(mask == Some(None)),
+        }
+    }
+}
+
+/// How a grant's MIG instance disagrees with its GPU, in what HAMi v2.10
+/// marks a device unhealthy for; the GPU then takes no new pod (what the
+/// grant counts there: `Node::add_usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigMismatch {
+    /// A share of a MIG GPU without its instance.
+    NoInstance,
+    /// An instance on a GPU that is not in MIG mode.
+    NotMigMode,
+    /// An instance whose placement no GPU has (past 16 slices, or empty).
+    NoSuchPlacement,
+}
+
+impl DeviceGrant {
+    /// How the grant's MIG instance disagrees with `gpu`, its GPU.
+    pub fn mig_mismatch(&self, gpu: &Gpu) -> Option<MigMismatch> {
+        match (gpu.is_mig(), &self.mig) {
+            (true, None) => Some(MigMismatch::NoInstance),
+            (false, Some(_)) => Some(MigMismatch::NotMigMode),
+            (true, Some(m)) if slice_mask(&m.placement).is_none() => {
+                Some(MigMismatch::NoSuchPlacement)
+            }
+            _ => None,
         }
     }
 }

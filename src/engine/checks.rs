@@ -76,9 +76,8 @@ pub fn check_gpu(
 /// that `check_gpu` stays small enough to be inlined for the other GPUs.
 #[inline(never)]
 fn mig_take(gpu: &Gpu, used: &Usage, mem: u64, selection: &Selection) -> Option<Usage> {
-    gpu.mig_profiles()
-        .iter()
-        .filter(|(p, _)| u64::from(p.memory_mib) >= mem && selection.allows_profile(gpu, &p.name))
+    selection
+        .mig_profiles_holding(gpu, mem)
         .find_map(|(p, masks)| {
             masks
                 .iter()
@@ -115,5 +114,18 @@ impl ZoneRule {
             ZoneRule::Only(zone) => gpu.numa == zone || gpu.numa < 0,
             ZoneRule::Skip => false,
         }
+    }
+}
+
+/// Whether `gpu` could hold one slice of `req` with nothing on it: its
+/// memory and cores, or on a MIG GPU a profile the pod may get with that
+/// much memory. Health, cordon, model and mode are the caller's.
+pub fn holds_when_empty(gpu: &Gpu, req: &GpuRequest, selection: &Selection) -> bool {
+    let cap = &gpu.capacity;
+    let mem = req.mem_on(u64::from(cap.mem_mib));
+    if gpu.is_mig() {
+        selection.mig_profiles_holding(gpu, mem).next().is_some()
+    } else {
+        mem <= u64::from(cap.mem_mib) && req.cores <= cap.cores
     }
 }

@@ -240,6 +240,16 @@ impl Gpu {
         self.mig
     }
 
+    /// The most grants one container could get of this GPU: one, or on a
+    /// MIG GPU as many instances as its split count.
+    pub fn most_grants(&self) -> u32 {
+        if self.mig {
+            self.capacity.slots.max(1)
+        } else {
+            1
+        }
+    }
+
     /// The MIG instance a share of this GPU stands for: the profile and
     /// placement of `take` (a share [`super::checks::check_gpu`] gave),
     /// the first profile in choice order with that memory, cores and

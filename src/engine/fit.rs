@@ -3,7 +3,7 @@
 
 use super::chain::ChainCandidate;
 pub use super::checks::{ZoneRule, check_gpu};
-use super::device::{Node, Usage};
+use super::device::{Gpu, Node, Usage};
 use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
@@ -204,13 +204,7 @@ fn fit_container(
 fn most_grants(node: &Node) -> u32 {
     node.gpus
         .iter()
-        .map(|g| {
-            if g.is_mig() {
-                g.capacity.slots.max(1)
-            } else {
-                1
-            }
-        })
+        .map(Gpu::most_grants)
         .fold(0u32, u32::saturating_add)
 }
 

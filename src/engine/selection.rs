@@ -8,6 +8,7 @@
 //! whole model name.
 
 use crate::devices::KindId;
+use crate::hami::mig::MigProfile;
 
 use super::glob::glob_match;
 use super::resources::MigAllowlist;
@@ -158,6 +159,19 @@ impl Selection {
         self.mig_allowlist
             .as_ref()
             .is_none_or(|a| a.allows(&gpu.model, profile))
+    }
+
+    /// The MIG profiles of `gpu` (with their placements' masks) that hold
+    /// `mem` MiB and that the pod may get, in HAMi's order (least memory,
+    /// then fewest slices).
+    pub fn mig_profiles_holding<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        mem: u64,
+    ) -> impl Iterator<Item = &'a (MigProfile, Vec<u16>)> + 'a {
+        gpu.mig_profiles().iter().filter(move |(p, _)| {
+            u64::from(p.memory_mib) >= mem && self.allows_profile(gpu, &p.name)
+        })
     }
 
     /// The UUID check: `CardUuidMismatch` when false.

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::convert::{pod_finished, pod_name};
 use crate::cluster::pod_annotations::pod_allocation;
+use crate::engine::allocation::MigMismatch;
 use crate::engine::{Allocation, ClusterState};
 
 use super::{ClusterView, HeldPod, Stage};
@@ -249,10 +250,9 @@ impl ClusterView {
     }
 }
 
-/// What HAMi v2.10 treats as inconsistent in a pod's grants, in words: a
-/// share of a GPU in MIG mode without its instance, or a MIG instance on
-/// a GPU that is not in MIG mode. The engine counts either against the
-/// GPU (`Node::is_inconsistent`), which then takes no new pod.
+/// What HAMi v2.10 treats as inconsistent in a pod's grants
+/// ([`crate::engine::DeviceGrant::mig_mismatch`]), in words. The engine counts it against
+/// the GPU (`Node::is_inconsistent`), which then takes no new pod.
 fn mig_inconsistency(state: &ClusterState, allocation: &Allocation) -> Option<String> {
     let node = state.node(&allocation.node)?;
     let problems: Vec<String> = allocation
@@ -261,26 +261,22 @@ fn mig_inconsistency(state: &ClusterState, allocation: &Allocation) -> Option<St
         .flatten()
         .filter_map(|grant| {
             let gpu = &node.gpus[node.position(&grant.uuid)?];
-            match (gpu.is_mig(), &grant.mig) {
-                (true, Some(m)) if crate::engine::device::slice_mask(&m.placement).is_none() => {
-                    Some(format!(
-                        "{} is in MIG mode and the pod's instance {} at start {}, size {} is no placement of it",
-                        grant.uuid, m.profile, m.placement.start, m.placement.size
-                    ))
-                }
-                (true, None) => Some(format!(
-                    "{} is in MIG mode and the pod has no hami.io/vgpu-mig-allocations entry for it",
-                    grant.uuid
-                )),
-                (false, Some(m)) => Some(format!(
-                    "{} is not in MIG mode (mode {:?}) and the pod holds MIG instance {} at start {} on it",
-                    grant.uuid,
+            let uuid = &grant.uuid;
+            Some(match (grant.mig_mismatch(gpu)?, &grant.mig) {
+                (MigMismatch::NoSuchPlacement, Some(m)) => format!(
+                    "{uuid} is in MIG mode and the pod's instance {} at start {}, size {} is no placement of it",
+                    m.profile, m.placement.start, m.placement.size
+                ),
+                (MigMismatch::NotMigMode, Some(m)) => format!(
+                    "{uuid} is not in MIG mode (mode {:?}) and the pod holds MIG instance {} at start {} on it",
                     gpu.mode_or_default(),
                     m.profile,
                     m.placement.start
-                )),
-                _ => None,
-            }
+                ),
+                _ => format!(
+                    "{uuid} is in MIG mode and the pod has no hami.io/vgpu-mig-allocations entry for it"
+                ),
+            })
         })
         .collect();
     (!problems.is_empty()).then(|| {
