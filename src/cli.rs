@@ -113,6 +113,10 @@ pub struct ServerArgs {
         env = "GPUGATE_RELOAD_SECONDS"
     )]
     pub reload_seconds: u64,
+    /// Testing only: `POST /faults/<point>` on the admin port makes this
+    /// process fail on purpose (src/faults.rs). Never in production.
+    #[arg(long, hide = true, env = "GPUGATE_FAULT_INJECTION")]
+    pub fault_injection: bool,
 }
 
 /// The serving certificate.

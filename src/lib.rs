@@ -16,6 +16,7 @@ pub mod devices;
 pub mod engine;
 pub mod explain;
 pub mod extender;
+pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hami;
@@ -24,4 +25,5 @@ pub mod placement;
 pub mod serve;
 pub mod server;
 pub mod simulate;
+pub mod supervisor;
 pub mod top;

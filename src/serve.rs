@@ -18,8 +18,10 @@ use crate::cluster::events::EventSink;
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
 use crate::cluster::{SharedCluster, snapshot};
 use crate::config::Config;
+use crate::config::api::ApiLimits;
 use crate::controllers::preemption::Preemptor;
 use crate::extender::BindMode;
+use crate::supervisor::{Supervisor, TaskMetrics};
 
 use crate::server::config_reload::ConfigFile;
 
@@ -41,6 +43,9 @@ const SELF_MADE_DAYS: u32 = 90;
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // First of all: from here on SIGHUP reloads instead of killing.
     let signals = Signals::register().context("signal handlers")?;
+    if args.server.fault_injection {
+        crate::faults::enable();
+    }
     tls::install_default_provider();
     let (config_file, config) = match &args.server.config {
         Some(path) => {
@@ -67,27 +72,30 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Err(problem) => tracing::warn!("{problem}"),
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let tasks = TaskMetrics::default();
+    let supervisor = Supervisor::new(stop_rx, tasks.clone());
+    let stopped = || supervisor.stopped();
     let lifecycle = Lifecycle::default();
+    let mut signals = signals;
     let reload = Reload {
         config: signals.reload_config.clone(),
         cert: signals.reload_cert.clone(),
     };
-    tokio::spawn(answer_signals(
-        signals,
-        stop_tx,
-        lifecycle.clone(),
-        server_config.shutdown_delay(),
-    ));
+    let mut forward_hangups = signals.hangup_forwarder();
+    supervisor.spawn("sighup", move |_| forward_hangups());
+    {
+        // A restarted signal task answers the signals still to come.
+        let signals = Arc::new(tokio::sync::Mutex::new(signals));
+        let (lifecycle, delay) = (lifecycle.clone(), server_config.shutdown_delay());
+        supervisor.spawn("signals", move |_| {
+            let (signals, stop, lifecycle) = (signals.clone(), stop_tx.clone(), lifecycle.clone());
+            async move { answer_signals(&mut *signals.lock().await, stop, lifecycle, delay).await }
+        });
+    }
     // Start-up can wait a long time (the API server, the first
     // self-managed certificate pass): a stop signal ends it at once.
     let started = tokio::select! {
-        started = start(&args, config_file, config, reload, &stopped, &lifecycle) => started?,
+        started = start(&args, config_file, config, reload, &supervisor, &lifecycle, tasks) => started?,
         () = stopped() => {
             tracing::info!("stopped during start-up");
             return Ok(());
@@ -118,7 +126,7 @@ struct Reload {
 /// for Ctrl-C, not after a second signal), then stop; a third signal
 /// exits at once.
 async fn answer_signals(
-    mut signals: Signals,
+    signals: &mut Signals,
     stop: watch::Sender<bool>,
     lifecycle: Lifecycle,
     delay: Duration,
@@ -166,18 +174,15 @@ struct Started {
 
 /// Start-up: the API client, certificates, the cluster view, the state,
 /// the config and certificate watchers, and the ports.
-async fn start<S, F>(
+async fn start(
     args: &ServeArgs,
     config_file: Option<ConfigFile>,
     config: Config,
     reload: Reload,
-    stopped: &S,
+    supervisor: &Supervisor,
     lifecycle: &Lifecycle,
-) -> anyhow::Result<Started>
-where
-    S: Fn() -> F,
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
+    tasks: TaskMetrics,
+) -> anyhow::Result<Started> {
     let client = match api_source(args)? {
         Some(source) => Some(client::connect(&source).await?),
         None => None,
@@ -208,23 +213,21 @@ where
             ));
             let renew_at = first_in_cluster_pass(&certs, &config_now).await?;
             let dir = args.tls.cert_dir.clone();
-            tokio::spawn(renew_loop(
-                renew_at,
-                IN_CLUSTER_RECHECK,
-                stopped(),
-                move || {
-                    let certs = certs.clone();
-                    let names = config_now();
-                    async move {
-                        let pass = certs
-                            .ensure(&names, time::OffsetDateTime::now_utc())
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        log_pass(&pass);
-                        Ok(pass.renew_at)
-                    }
-                },
-            ));
+            let renew = move || {
+                let certs = certs.clone();
+                let names = config_now();
+                async move {
+                    let pass = certs
+                        .ensure(&names, time::OffsetDateTime::now_utc())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    log_pass(&pass);
+                    Ok(pass.renew_at)
+                }
+            };
+            supervisor.spawn("certificate-renewal", move |stopped| {
+                renew_loop(renew_at, IN_CLUSTER_RECHECK, stopped, renew.clone())
+            });
             (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
         }
         _ => {
@@ -234,7 +237,7 @@ where
                 .with_context(|| format!("--cert-dir {}", dir.display()))?;
             tracing::info!(dir = %dir.display(), ?what, %renew_at, "self-made certificate");
             let renew_dir = dir.clone();
-            tokio::spawn(renew_loop(renew_at, LOCAL_RECHECK, stopped(), move || {
+            let renew = move || {
                 let result = certs::ensure_dir(&renew_dir, &spec, time::OffsetDateTime::now_utc())
                     .map(|(what, next)| {
                         if what != Ensured::Reused {
@@ -244,22 +247,34 @@ where
                     })
                     .map_err(|e| e.to_string());
                 std::future::ready(result)
-            }));
+            };
+            supervisor.spawn("certificate-renewal", move |stopped| {
+                renew_loop(renew_at, LOCAL_RECHECK, stopped, renew.clone())
+            });
             (dir.join(certs::TLS_CERT), dir.join(certs::TLS_KEY))
         }
     };
     let cert = ReloadingCert::from_files(&cert_path, &key_path)?;
-    tokio::spawn(tls::watch(
-        cert.clone(),
-        Duration::from_secs(args.server.reload_seconds),
-        reload.cert,
-        stopped(),
-    ));
+    {
+        let (cert, every, now) = (
+            cert.clone(),
+            Duration::from_secs(args.server.reload_seconds),
+            reload.cert,
+        );
+        supervisor.spawn("certificate-reload", move |stopped| {
+            tls::watch(cert.clone(), every, now.clone(), stopped)
+        });
+    }
     let tls_config = Arc::new(tls::server_config(cert.clone())?);
 
-    let metrics = Metrics::new(Some(cert.clone()));
-    let resync = config.load().api.resync_seconds;
-    let cluster = cluster_view(args, resync, client.clone(), &metrics, stopped())?;
+    let metrics = Metrics::new(Some(cert.clone())).with_tasks(tasks);
+    let cluster = cluster_view(
+        args,
+        &config.load().api,
+        client.clone(),
+        &metrics,
+        supervisor,
+    )?;
     let metrics = match &cluster {
         Some(c) => metrics.observing(c.clone(), config.clone()),
         None => metrics,
@@ -267,12 +282,19 @@ where
     // Only against a live API server: are the webhook configurations still
     // sending gpugate the pods of its configured resources?
     if let (None, Some(client)) = (&args.cluster.cluster, &client) {
-        tokio::spawn(crate::cluster::webhook_scope::watch(
+        let (client, config, scope) = (
             client.clone(),
             config.clone(),
             metrics.webhook_scope.clone(),
-            stopped(),
-        ));
+        );
+        supervisor.spawn("webhook-scope", move |stopped| {
+            crate::cluster::webhook_scope::watch(
+                client.clone(),
+                config.clone(),
+                scope.clone(),
+                stopped,
+            )
+        });
     }
     // Binds, and gpugate's own preemption, go through the API server
     // each with its own handle (its own rate limit) and one event sink.
@@ -283,8 +305,13 @@ where
             let instance = std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .ok();
-            let events =
-                EventSink::spawn(client.clone(), &scheduler, instance, metrics.events.clone());
+            let events = EventSink::spawn(
+                supervisor,
+                client.clone(),
+                &scheduler,
+                instance,
+                metrics.events.clone(),
+            );
             let preemptor = Arc::new(Preemptor::new(
                 ApiCalls::new(client.clone(), &api_limits),
                 events.clone(),
@@ -300,19 +327,44 @@ where
         _ => (BindMode::Ledger, None, EventSink::none()),
     };
     if let Some(cluster) = &cluster {
-        tokio::spawn(crate::controllers::expiry::run(
+        let (cluster, expired, events) = (
             cluster.clone(),
             metrics.bind.assumed_expired.clone(),
             events.clone(),
-            stopped(),
-        ));
+        );
+        supervisor.spawn("expiry", move |stopped| {
+            crate::controllers::expiry::run(
+                cluster.clone(),
+                expired.clone(),
+                events.clone(),
+                stopped,
+            )
+        });
     }
     if let (Some(preemptor), Some(cluster)) = (&preemptor, &cluster) {
-        tokio::spawn(
+        let (preemptor, cluster, config) = (preemptor.clone(), cluster.clone(), config.clone());
+        supervisor.spawn("preemption", move |stopped| {
             preemptor
                 .clone()
-                .run(cluster.clone(), config.clone(), stopped()),
+                .run(cluster.clone(), config.clone(), stopped)
+        });
+    }
+    if let (None, Some(client), Some(cluster)) = (&args.cluster.cluster, &client, &cluster) {
+        let api = Arc::new(ApiCalls::new(client.clone(), &config.load().api));
+        let (cluster, config, released) = (
+            cluster.clone(),
+            config.clone(),
+            metrics.bind.orphaned_locks_released.clone(),
         );
+        supervisor.spawn("orphan-sweep", move |stopped| {
+            crate::controllers::orphaned_locks::run(
+                api.clone(),
+                cluster.clone(),
+                config.clone(),
+                released.clone(),
+                stopped,
+            )
+        });
     }
     let state = AppState::assemble(
         config,
@@ -323,17 +375,26 @@ where
     );
     if let Some(file) = config_file {
         state.metrics.config.in_force(&file.stamp());
-        let reporter = state.clone();
-        tokio::spawn(file.watch(
+        let file = Arc::new(file);
+        let (reporter, target, every, now) = (
+            state.clone(),
             state.config.clone(),
             Duration::from_secs(args.server.reload_seconds),
             reload.config,
-            move |outcome| match outcome {
-                Ok(stamp) => reporter.metrics.config.in_force(stamp),
-                Err(_) => reporter.metrics.config.refused(),
-            },
-            stopped(),
-        ));
+        );
+        supervisor.spawn("config-reload", move |stopped| {
+            let reporter = reporter.clone();
+            file.clone().watch(
+                target.clone(),
+                every,
+                now.clone(),
+                move |outcome| match outcome {
+                    Ok(stamp) => reporter.metrics.config.in_force(stamp),
+                    Err(_) => reporter.metrics.config.refused(),
+                },
+                stopped,
+            )
+        });
     }
     let webhook_tcp = TcpListener::bind(args.server.listen)
         .await
@@ -491,10 +552,10 @@ fn log_pass(pass: &Pass) {
 /// webhooks then judge each pod alone, without quotas).
 fn cluster_view(
     args: &ServeArgs,
-    resync_seconds: u64,
+    api: &ApiLimits,
     client: Option<kube::Client>,
     metrics: &Metrics,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    supervisor: &Supervisor,
 ) -> anyhow::Result<Option<Arc<SharedCluster>>> {
     if let Some(path) = &args.cluster.cluster {
         // Streamed: one object at a time, never the whole file.
@@ -519,20 +580,41 @@ fn cluster_view(
     let Some(client) = client else {
         return Ok(None);
     };
-    let shared = Arc::new(SharedCluster::default());
-    tokio::spawn(cluster_watch::run(
-        client,
-        shared.clone(),
-        // Namespace labels serve namespace policies' selectors; watching
-        // them always lets a reloaded config add a selector without a
-        // restart (RBAC: namespaces get/list/watch).
-        WatchSet {
-            namespaces: true,
-            resync: Duration::from_secs(resync_seconds),
-        },
-        Arc::new(metrics.watch.clone()),
-        stop,
-    ));
+    let shared = Arc::new(SharedCluster::watched(Duration::from_secs(
+        api.stale_after_seconds,
+    )));
+    // Namespace labels serve namespace policies' selectors; watching
+    // them always lets a reloaded config add a selector without a
+    // restart (RBAC: namespaces get/list/watch).
+    let set = WatchSet {
+        namespaces: true,
+        resync: Duration::from_secs(api.resync_seconds),
+    };
+    let observer: Arc<dyn cluster_watch::WatchObserver> = Arc::new(metrics.watch.clone());
+    {
+        let (client, shared) = (client.clone(), shared.clone());
+        supervisor.spawn("watch", move |stopped| {
+            cluster_watch::run(
+                client.clone(),
+                shared.clone(),
+                set,
+                observer.clone(),
+                stopped,
+            )
+        });
+    }
+    {
+        let shared = shared.clone();
+        supervisor.spawn("api-probe", move |stopped| {
+            let probe = cluster_watch::probe(client.clone(), shared.clone());
+            async move {
+                tokio::select! {
+                    () = probe => {}
+                    () = stopped => {}
+                }
+            }
+        });
+    }
     Ok(Some(shared))
 }
 

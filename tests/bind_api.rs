@@ -681,7 +681,10 @@ async fn binds_to_one_node_wait_for_the_lock_the_device_plugin_releases() {
 #[tokio::test]
 async fn events_reach_the_api_server() {
     let api = FakeApi::default();
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let supervisor = gpugate::supervisor::Supervisor::new(stopping, Default::default());
     let sink = EventSink::spawn(
+        &supervisor,
         api.client(),
         "hami-scheduler",
         Some("gpugate-0".into()),

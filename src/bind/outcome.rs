@@ -113,6 +113,9 @@ pub struct BindMetrics {
     pub assumed: Counter,
     /// Of those, the ones no bind came for in time (dropped).
     pub assumed_expired: Counter,
+    /// Node locks a bind left behind (its process died between the lock
+    /// and the Binding) that the orphan sweep released.
+    pub orphaned_locks_released: Counter,
 }
 
 impl Default for BindMetrics {
@@ -124,6 +127,7 @@ impl Default for BindMetrics {
             rollback_failures: Counter::default(),
             assumed: Counter::default(),
             assumed_expired: Counter::default(),
+            orphaned_locks_released: Counter::default(),
         }
     }
 }
@@ -165,6 +169,13 @@ impl BindMetrics {
             "gpugate_assumed_reservations_expired",
             "Assumed allocations dropped because no bind came within scheduler.assumeSeconds",
             self.assumed_expired.clone(),
+        );
+        registry.register(
+            "gpugate_orphaned_node_locks_released",
+            "hami.io/mutex.lock values a bind left behind (its holder gone, finished, bound \
+             elsewhere or never bound once scheduler.bindTimeoutSeconds + 5 s had passed) that \
+             the orphan sweep released",
+            self.orphaned_locks_released.clone(),
         );
         registry.register(
             "gpugate_bind_rollback_failures",

@@ -109,9 +109,13 @@ impl Transaction<'_> {
             .metrics
             .lock_wait
             .observe(self.asked.elapsed().as_secs_f64());
+        crate::faults::abort_if_armed(crate::faults::Point::BindAbortAfterLock);
         let annotations = BindingAnnotations::of(&allocation);
         match self.write_binding(&pod, &annotations).await {
-            Ok(()) => undo.bound(),
+            Ok(()) => {
+                crate::faults::abort_if_armed(crate::faults::Point::BindAbortAfterBinding);
+                undo.bound();
+            }
             Err(NotWritten::Unknown(why)) => {
                 // Undoing a Binding that may have landed would leave a
                 // bound pod without its GPUs: keep everything, and let

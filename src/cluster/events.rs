@@ -130,15 +130,17 @@ impl EventSink {
         )
     }
 
-    /// Publishes events with `client` as `controller` until every sink clone
+    /// Publishes events with `client` as `controller`, under `supervisor`
+    /// (a restarted publisher takes the same queue), until every sink clone
     /// is dropped.
     pub fn spawn(
+        supervisor: &crate::supervisor::Supervisor,
         client: Client,
         controller: &str,
         instance: Option<String>,
         metrics: EventMetrics,
     ) -> Self {
-        let (mut sink, mut rx) = Self::channel(QUEUE);
+        let (mut sink, rx) = Self::channel(QUEUE);
         sink.metrics = metrics;
         let recorder = Recorder::new(
             client,
@@ -147,22 +149,16 @@ impl EventSink {
                 instance,
             },
         );
-        tokio::spawn(async move {
-            while let Some(ev) = rx.recv().await {
-                let event = Event {
-                    type_: if ev.warning {
-                        EventType::Warning
-                    } else {
-                        EventType::Normal
-                    },
-                    reason: ev.reason.to_string(),
-                    note: Some(ev.note.clone()),
-                    action: ev.reason.to_string(),
-                    secondary: None,
-                };
-                if let Err(e) = recorder.publish(&event, &ev.pod).await {
-                    tracing::debug!(reason = ev.reason, error = %e, "event not recorded");
+        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        supervisor.spawn("events", move |_| {
+            let (rx, recorder) = (rx.clone(), recorder.clone());
+            async move {
+                let mut rx = rx.lock().await;
+                while let Some(ev) = rx.recv().await {
+                    publish(&recorder, &ev).await;
                 }
+                // Every sink is gone: nothing more will come.
+                std::future::pending::<()>().await;
             }
         });
         sink
@@ -180,6 +176,23 @@ impl EventSink {
     /// Events dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
         self.metrics.dropped.get()
+    }
+}
+
+async fn publish(recorder: &Recorder, ev: &PodEvent) {
+    let event = Event {
+        type_: if ev.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: ev.reason.to_string(),
+        note: Some(ev.note.clone()),
+        action: ev.reason.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &ev.pod).await {
+        tracing::debug!(reason = ev.reason, error = %e, "event not recorded");
     }
 }
 

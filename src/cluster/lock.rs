@@ -218,7 +218,20 @@ impl NodeLocks {
                         problem: e.problem.clone(),
                     })?;
                     if lock.is_held_by(namespace, name) {
-                        return Ok(Taken::AlreadyOurs);
+                        // Written again with a new time: the orphan sweep
+                        // (controllers/orphaned_locks.rs) judges a lock by
+                        // its age, and this retry is alive.
+                        return self
+                            .stamp(
+                                api,
+                                cluster,
+                                node,
+                                (namespace, name),
+                                seen.resource_version.clone(),
+                                deadline,
+                            )
+                            .await
+                            .map(|()| Taken::AlreadyOurs);
                     }
                     let checked = alive
                         .as_ref()
@@ -288,6 +301,55 @@ impl NodeLocks {
         }
     }
 
+    /// Writes the lock anew for `namespace/name`, which the node at
+    /// `resource_version` shows holding it already; a conflict is read
+    /// again until `deadline`.
+    async fn stamp(
+        &self,
+        api: &ApiCalls,
+        cluster: &SharedCluster,
+        node: &str,
+        (namespace, name): (&str, &str),
+        mut resource_version: Option<String>,
+        deadline: Instant,
+    ) -> Result<(), LockError> {
+        loop {
+            let value = encode_node_lock(&NodeLock::new(Timestamp::now(), namespace, name));
+            let patch = json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {NODE_LOCK: value},
+            }});
+            match api.merge_patch_node(node, &patch).await {
+                Ok(written) => {
+                    cluster.write().note_node_lock_if_watched(&written);
+                    return Ok(());
+                }
+                Err(e) if e.is_conflict() && Instant::now() < deadline => {
+                    let current = api.get_node(node).await?;
+                    let still_ours = current
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(NODE_LOCK))
+                        .and_then(|v| decode_node_lock(v).ok())
+                        .is_some_and(|l| l.is_held_by(namespace, name));
+                    if !still_ours {
+                        return Err(LockError::Changing {
+                            node: node.to_string(),
+                        });
+                    }
+                    resource_version = current.metadata.resource_version;
+                }
+                Err(e) if e.is_conflict() => {
+                    return Err(LockError::Changing {
+                        node: node.to_string(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Releases the lock if pod `namespace/name` holds it; a lock held by
     /// anyone else, or none, is left alone.
     pub async fn release(
@@ -332,6 +394,82 @@ impl NodeLocks {
             what: format!("release node lock on {node}"),
             message: "the node kept changing".to_string(),
         }))
+    }
+}
+
+/// Releases the node lock `value` (exactly that value, at the node's
+/// current resourceVersion) when a bind left it behind: it is older than
+/// `min_age` (longer than any bind may run) and its holder is gone, has
+/// finished, is bound to another node, or was never bound. A lock whose
+/// holder is bound to this node is the device plugin's to release; an
+/// unreadable or unnamed one is left to its expiry. Returns why it was
+/// released.
+pub async fn release_if_orphaned(
+    api: &ApiCalls,
+    cluster: &SharedCluster,
+    node: &str,
+    value: &str,
+    min_age: Duration,
+) -> Result<Option<String>, ApiError> {
+    let Ok(lock) = decode_node_lock(value) else {
+        return Ok(None);
+    };
+    let Some(LockHolder { namespace, name }) = &lock.holder else {
+        return Ok(None);
+    };
+    let age = Timestamp::now().duration_since(lock.time);
+    if age < jiff::SignedDuration::try_from(min_age).unwrap_or(jiff::SignedDuration::MAX) {
+        return Ok(None);
+    }
+    let why = match api.get_pod(namespace, name).await {
+        Err(e) if e.is_not_found() => format!("holder {namespace}/{name} is gone"),
+        Err(e) => return Err(e),
+        Ok(pod) => {
+            let bound_to = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or("");
+            if super::convert::pod_finished(&pod) {
+                format!("holder {namespace}/{name} has finished")
+            } else if bound_to.is_empty() {
+                format!(
+                    "holder {namespace}/{name} is not bound {:.0} s after the lock was taken: its bind ended without a Binding",
+                    age.as_secs_f64()
+                )
+            } else if bound_to != node {
+                format!("holder {namespace}/{name} is bound to node {bound_to}")
+            } else {
+                return Ok(None);
+            }
+        }
+    };
+    let current = match api.get_node(node).await {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let same = current
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_LOCK))
+        .is_some_and(|v| v == value);
+    if !same {
+        return Ok(None);
+    }
+    let patch = json!({"metadata": {
+        "resourceVersion": current.metadata.resource_version,
+        "annotations": {NODE_LOCK: null},
+    }});
+    match api.merge_patch_node(node, &patch).await {
+        Ok(written) => {
+            cluster.write().note_node_lock_if_watched(&written);
+            Ok(Some(why))
+        }
+        // Changed since: someone else acts on it; the next sweep looks again.
+        Err(e) if e.is_conflict() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -63,6 +63,7 @@ impl WatchObserver for WatchMetrics {
 #[derive(Debug, Default)]
 pub struct ViewGauges {
     synced: Gauge,
+    current: Gauge,
     nodes: Gauge,
     gpus: Gauge,
     allocations: Gauge,
@@ -81,6 +82,11 @@ impl ViewGauges {
                 "gpugate_cluster_synced",
                 "1 once every watched kind has been listed (or the snapshot loaded)",
                 &self.synced,
+            ),
+            (
+                "gpugate_cluster_view_current",
+                "1 while the cluster view may be placed from: every gating watch listed since it last (re)started and the API server answering within api.staleAfterSeconds (or a snapshot); /readyz follows it",
+                &self.current,
             ),
             (
                 "gpugate_cluster_nodes",
@@ -133,11 +139,12 @@ impl ViewGauges {
     }
 
     /// Sets the gauges from the view's counts.
-    pub fn set(&self, synced: bool, c: ViewCounts) {
+    pub fn set(&self, synced: bool, current: bool, c: ViewCounts) {
         let set = |gauge: &Gauge, n: usize| {
             gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
         };
         set(&self.synced, usize::from(synced));
+        set(&self.current, usize::from(current));
         set(&self.nodes, c.nodes);
         set(&self.gpus, c.gpus);
         set(&self.allocations, c.allocations);

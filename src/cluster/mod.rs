@@ -7,6 +7,7 @@ pub mod api;
 pub mod client;
 pub mod convert;
 pub mod events;
+pub mod freshness;
 pub mod lock;
 pub mod metrics;
 pub mod node_topology;

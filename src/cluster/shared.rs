@@ -1,25 +1,43 @@
 //! The cluster view shared between the watchers (or the snapshot loader)
 //! that write it and the request handlers that read it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
+use super::freshness::{Freshness, Stale};
 use super::view::ClusterView;
 
-/// A [`ClusterView`] behind a lock, with the "first full sync done" flag
-/// that `/readyz` reports. Engine calls under the read lock take
-/// microseconds to a few milliseconds; writers hold it for one object.
-#[derive(Debug, Default)]
+/// A [`ClusterView`] behind a lock, with its [`Freshness`]: whether it may
+/// be placed from now (`/readyz` and every extender verb ask). Engine calls
+/// under the read lock take microseconds to a few milliseconds; writers
+/// hold it for one object.
+#[derive(Debug)]
 pub struct SharedCluster {
     view: RwLock<ClusterView>,
-    synced: AtomicBool,
+    freshness: Arc<Freshness>,
 }
 
 impl SharedCluster {
+    /// A view loaded whole (`synced`: a snapshot, always current), or
+    /// `!synced`: fed by hand, current once every gating kind is marked
+    /// listed.
     pub fn new(view: ClusterView, synced: bool) -> Self {
         Self {
             view: RwLock::new(view),
-            synced: AtomicBool::new(synced),
+            freshness: Arc::new(if synced {
+                Freshness::always_current()
+            } else {
+                Freshness::watched(Duration::MAX)
+            }),
+        }
+    }
+
+    /// An empty view the watches fill; stale when the API server has not
+    /// answered the probe for `stale_after`.
+    pub fn watched(stale_after: Duration) -> Self {
+        Self {
+            view: RwLock::new(ClusterView::default()),
+            freshness: Arc::new(Freshness::watched(stale_after)),
         }
     }
 
@@ -34,12 +52,17 @@ impl SharedCluster {
         self.view.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether every watched kind has been listed once.
+    /// Whether every gating kind has been listed once.
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.freshness.listed_once()
     }
 
-    pub fn set_synced(&self, synced: bool) {
-        self.synced.store(synced, Ordering::Release);
+    /// `Ok` when the view may be placed from now; else why not.
+    pub fn current(&self) -> Result<(), Stale> {
+        self.freshness.check()
+    }
+
+    pub fn freshness(&self) -> &Arc<Freshness> {
+        &self.freshness
     }
 }

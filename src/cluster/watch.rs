@@ -20,7 +20,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -411,8 +411,9 @@ pub trait WatchObserver: Send + Sync + 'static {
     fn error(&self, kind: &'static str, error: &str);
 }
 
-/// Runs the watchers until `stop` resolves. The view is marked synced once
-/// every kind has been listed.
+/// Runs the watchers until `stop` resolves. The view is current (see
+/// [`super::freshness`]) once every gating kind has been listed; when this
+/// task ends or panics, it is stale at once (the supervisor restarts it).
 pub async fn run(
     client: Client,
     shared: Arc<SharedCluster>,
@@ -420,38 +421,29 @@ pub async fn run(
     observer: Arc<dyn WatchObserver>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    // Namespaces (labels for policy selectors) do not gate readiness: without
-    // RBAC for them, policies fall back to matching by name.
-    let kinds = 3;
-    let synced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let on_first_list = {
-        let shared = shared.clone();
-        move || {
-            if synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == kinds {
-                shared.set_synced(true);
-                tracing::info!("cluster state synced");
-            }
-        }
-    };
+    let _stale_when_gone = shared.freshness().task_guard();
+    // Nodes, Pods and ResourceQuotas gate readiness (freshness::GATING_KINDS);
+    // Namespaces (labels for policy selectors) do not: without RBAC for
+    // them, policies fall back to matching by name.
     let nodes = feed::<Node>(
         Api::all(client.clone()),
         shared.clone(),
         observer.clone(),
-        on_first_list.clone(),
+        || {},
         set.resync,
     );
     let pods = feed::<Pod>(
         Api::all(client.clone()),
         shared.clone(),
         observer.clone(),
-        on_first_list.clone(),
+        || {},
         set.resync,
     );
     let quotas = feed::<ResourceQuota>(
         Api::all(client.clone()),
         shared.clone(),
         observer.clone(),
-        on_first_list.clone(),
+        || {},
         set.resync,
     );
     // PodDisruptionBudgets (for the victims `/preempt` adds) do not gate
@@ -475,6 +467,9 @@ pub async fn run(
     };
     tokio::select! {
         _ = stop => {}
+        () = crate::faults::armed(crate::faults::Point::WatchPanic) => {
+            panic!("fault injection: watch-panic");
+        }
         _ = nodes => {}
         _ = pods => {}
         _ = quotas => {}
@@ -485,6 +480,52 @@ pub async fn run(
     }
 }
 
+/// How often the API server is probed (at most; a third of
+/// `api.staleAfterSeconds` when that is shorter).
+const PROBE_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Asks the API server for its version every [`PROBE_PERIOD`]: a watch on
+/// a connection that hangs reports nothing, so silence is how a partition
+/// shows. The view turns stale after `api.staleAfterSeconds` without an
+/// answer; the first answer after that restarts every watch with a fresh
+/// list (see [`super::freshness`]).
+pub async fn probe(client: Client, shared: Arc<SharedCluster>) {
+    let freshness = shared.freshness().clone();
+    let period = PROBE_PERIOD.min(freshness.stale_after() / 3);
+    freshness.probe_started();
+    loop {
+        tokio::time::sleep(period).await;
+        match tokio::time::timeout(freshness.stale_after(), client.apiserver_version()).await {
+            Ok(Ok(_)) => {
+                if freshness.probe_succeeded() {
+                    tracing::warn!("the API server answers again: every watch relists");
+                }
+            }
+            Ok(Err(e)) => freshness.probe_failed(&e.to_string()),
+            Err(_) => freshness.probe_failed("the probe timed out"),
+        }
+    }
+}
+
+/// A watch that failed waits this long before it lists again, doubling up
+/// to [`FEED_MAX_BACKOFF`] while it keeps failing.
+const FEED_FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
+const FEED_MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Why one watcher's run ended.
+enum FeedEnd {
+    /// The resync period passed: list again, the view stays current.
+    Resync,
+    /// Every watch restarts (the API server answers again after a silence).
+    Restart,
+    /// The stream failed or ended: events may be lost, the kind relists.
+    Failed { error: String, listed: bool },
+}
+
+/// Feeds the view with `K` for ever: a fresh watcher (a list, then a
+/// watch) after each resync, failure or restart. A failure is not retried
+/// on the same watcher: the kind relists (and the view is stale until the
+/// list completes), so that a lost event can never go unnoticed.
 async fn feed<K>(
     api: Api<K>,
     shared: Arc<SharedCluster>,
@@ -498,36 +539,52 @@ async fn feed<K>(
     // Consistent lists: a list served from a lagging cache would count (and
     // undo) changes the watch has already applied as drift.
     let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+    let freshness = shared.freshness().clone();
+    let mut restarts = freshness.restarts();
+    restarts.borrow_and_update();
     let mut listed_once = false;
+    let mut backoff = FEED_FIRST_BACKOFF;
     loop {
-        let events = watcher(api.clone(), config.clone())
-            .default_backoff()
-            .boxed();
-        let resync_due = feed_until_resync(
+        let events = watcher(api.clone(), config.clone()).boxed();
+        let end = feed_until_resync(
             events,
             &shared,
             &*observer,
-            &mut listed_once,
-            &on_first_list,
+            (&mut listed_once, &on_first_list),
             resync,
+            &mut restarts,
         )
         .await;
-        if !resync_due {
-            return;
+        match end {
+            FeedEnd::Resync | FeedEnd::Restart => backoff = FEED_FIRST_BACKOFF,
+            FeedEnd::Failed { error, listed } => {
+                if listed {
+                    backoff = FEED_FIRST_BACKOFF;
+                }
+                tracing::warn!(kind = K::KIND, %error, retry_in = ?backoff, "watch failed; relisting");
+                observer.error(K::KIND, &error);
+                freshness.relisting(K::KIND, super::freshness::WATCH_FAILED, &error);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = restarts.changed() => {}
+                }
+                restarts.borrow_and_update();
+                backoff = (backoff * 2).min(FEED_MAX_BACKOFF);
+            }
         }
     }
 }
 
-/// Applies one watcher's events until `resync` after its list completed
-/// (true: start again with a fresh list) or until its stream ends (false).
+/// Applies one watcher's events until `resync` after its list completed,
+/// until every watch must restart, or until its stream fails or ends.
 async fn feed_until_resync<K>(
     mut events: futures::stream::BoxStream<'_, Result<watcher::Event<K>, watcher::Error>>,
     shared: &SharedCluster,
     observer: &dyn WatchObserver,
-    listed_once: &mut bool,
-    on_first_list: &impl Fn(),
+    (listed_once, on_first_list): (&mut bool, &impl Fn()),
     resync: std::time::Duration,
-) -> bool
+    restarts: &mut tokio::sync::watch::Receiver<u64>,
+) -> FeedEnd
 where
     K: Watched,
 {
@@ -536,12 +593,19 @@ where
     // the period is never cut short.
     let mut due: Option<tokio::time::Instant> = None;
     loop {
-        let next = match due {
-            Some(at) => tokio::select! {
-                next = events.try_next() => next,
-                () = tokio::time::sleep_until(at) => return true,
-            },
-            None => events.try_next().await,
+        let resync_at = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
+            next = events.try_next() => next,
+            () = resync_at => return FeedEnd::Resync,
+            _ = restarts.changed() => {
+                restarts.borrow_and_update();
+                return FeedEnd::Restart;
+            }
         };
         match next {
             Ok(Some(event)) => match event {
@@ -554,6 +618,7 @@ where
                     let objects = listed.keys.len();
                     let drift = listed.done::<K>(&mut shared.write());
                     observer.listed(K::KIND, objects, drift);
+                    shared.freshness().listed(K::KIND);
                     if !*listed_once {
                         *listed_once = true;
                         on_first_list();
@@ -571,12 +636,17 @@ where
                     }
                 }
             },
-            Ok(None) => return false,
+            Ok(None) => {
+                return FeedEnd::Failed {
+                    error: "the watch stream ended".to_string(),
+                    listed: due.is_some(),
+                };
+            }
             Err(e) => {
-                // The backoff retries; the view keeps its last state.
-                let error = e.to_string();
-                tracing::warn!(kind = K::KIND, %error, "watch failed; retrying");
-                observer.error(K::KIND, &error);
+                return FeedEnd::Failed {
+                    error: e.to_string(),
+                    listed: due.is_some(),
+                };
             }
         }
     }

@@ -17,6 +17,11 @@ pub struct ApiLimits {
     /// How often every watch is restarted with a fresh list, which finds
     /// and repairs what the watch missed (counted in `gpugate_ledger_drift_total`).
     pub resync_seconds: u64,
+    /// How long the API server may stay silent (no answer to the probe
+    /// gpugate sends every 2 seconds) before the cluster view counts as
+    /// stale: `/readyz` 503, the extender refuses to place. A partitioned
+    /// replica must not place from what it saw last.
+    pub stale_after_seconds: u64,
 }
 
 impl Default for ApiLimits {
@@ -29,6 +34,7 @@ impl Default for ApiLimits {
             burst: 400,
             timeout_seconds: 10.0,
             resync_seconds: 300,
+            stale_after_seconds: 10,
         }
     }
 }
@@ -54,6 +60,12 @@ impl ApiLimits {
             return Err(format!(
                 "api.resyncSeconds is {}, at least 10",
                 self.resync_seconds
+            ));
+        }
+        if !(3..=300).contains(&self.stale_after_seconds) {
+            return Err(format!(
+                "api.staleAfterSeconds is {}, allowed 3 to 300",
+                self.stale_after_seconds
             ));
         }
         Ok(())

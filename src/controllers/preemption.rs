@@ -214,6 +214,11 @@ impl Preemptor {
                 self.noted.clear();
                 continue;
             }
+            // Never evict from a stale view: the pods noted stay noted
+            // and are judged once it is current again.
+            if cluster.current().is_err() {
+                continue;
+            }
             for (uid, w) in self.noted.due(Duration::from_secs_f64(p.grace_seconds)) {
                 let outcome = self.preempt_for(&cluster, &config, &uid, &w).await;
                 self.metrics.attempt(outcome.as_str());

@@ -12,9 +12,10 @@ pub enum ExtenderError {
     /// The body is not what the verb expects.
     #[error(transparent)]
     Wire(#[from] WireError),
-    /// Before the first full list (or the snapshot) is in.
-    #[error("gpugate: cluster state not synced yet")]
-    NotSynced,
+    /// The view may not be placed from: not listed yet, relisting after
+    /// lost events, or the API server silent (see `cluster::freshness`).
+    #[error("gpugate: {0}; not placing from it")]
+    Stale(#[from] crate::cluster::freshness::Stale),
     /// The pod's GPU request or annotations cannot be read.
     #[error("pod {pod}: {source}")]
     Plan { pod: String, source: PlanError },

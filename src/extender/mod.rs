@@ -100,8 +100,8 @@ impl Extender {
             Err(e) => return Filtered::failed(&e.into()),
         };
         record_pod(&args.pod);
-        if !self.cluster.is_synced() {
-            return Filtered::failed(&ExtenderError::NotSynced);
+        if let Err(stale) = self.cluster.current() {
+            return Filtered::failed(&stale.into());
         }
         // A new scheduling cycle of the pod: what its last /prioritize
         // assumed is not its choice any more.
@@ -167,9 +167,7 @@ impl Extender {
     ) -> Result<Vec<HostPriority>, ExtenderError> {
         let args = ExtenderArgs::parse(body)?;
         record_pod(&args.pod);
-        if !self.cluster.is_synced() {
-            return Err(ExtenderError::NotSynced);
-        }
+        self.cluster.current()?;
         let ExtenderArgs { pod, candidates } = args;
         let pod = self.read_pod(pod, config)?;
         let now = Timestamp::now();
@@ -194,8 +192,12 @@ impl Extender {
         }
         let result = match parsed {
             Err(e) => Err(ExtenderError::from(e)),
-            Ok(_) if !self.cluster.is_synced() => Err(ExtenderError::NotSynced),
             Ok(args) => {
+                if let Err(stale) = self.cluster.current() {
+                    return BindingResult {
+                        error: ExtenderError::from(stale).to_string(),
+                    };
+                }
                 let target = Target {
                     namespace: args.pod_namespace,
                     name: args.pod_name,
@@ -271,9 +273,7 @@ impl Extender {
     pub fn preempt(&self, config: &Config, body: &[u8]) -> Result<PreemptionResult, ExtenderError> {
         let args = PreemptionArgs::parse(body)?;
         record_pod(&args.pod);
-        if !self.cluster.is_synced() {
-            return Err(ExtenderError::NotSynced);
-        }
+        self.cluster.current()?;
         let pod = self.read_pod(args.pod.clone(), config)?;
         let result = preempt::preempt(&self.cluster.read(), config, &pod, &args);
         // kube-scheduler preempts for this pod on a node gpugate kept:

@@ -179,7 +179,7 @@ impl ConfigFile {
     /// read shortly after, until `stop` resolves. `report` hears of every
     /// version put in force or refused.
     pub async fn watch(
-        self,
+        self: Arc<Self>,
         target: Arc<ArcSwap<Config>>,
         interval: Duration,
         now: Arc<Notify>,
@@ -465,7 +465,7 @@ mod tests {
         let heard = Arc::new(Mutex::new(Vec::<Result<String, String>>::new()));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let log = heard.clone();
-        let watcher = tokio::spawn(file.watch(
+        let watcher = tokio::spawn(Arc::new(file).watch(
             target.clone(),
             Duration::from_millis(30),
             Arc::default(),

@@ -88,9 +88,23 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// Registers `gpugate_task_restarts_total` (the supervisor's, made
+    /// before the registry).
+    pub fn with_tasks(mut self, tasks: crate::supervisor::TaskMetrics) -> Self {
+        tasks.register(&mut self.registry);
+        self
+    }
+
     /// Samples the cluster view's gauges, and HAMi's, on every scrape.
     /// `config` (the live one, swapped on reload) names the quota resources.
     pub fn observing(mut self, cluster: Arc<SharedCluster>, config: Arc<ArcSwap<Config>>) -> Self {
+        self.registry.register(
+            "gpugate_cluster_view_stale",
+            "Times the cluster view stopped being current, by cause: watch_failed (a watch \
+             error or cut stream; the kind relists), watch_task_ended (the watch task ended \
+             or panicked), api_unreachable (no answer to the probe for api.staleAfterSeconds)",
+            cluster.freshness().episodes.clone(),
+        );
         self.observed = Some(Observed { cluster, config });
         self
     }
@@ -117,7 +131,8 @@ impl Metrics {
                     HamiGauges::sample(&view, &nv.resource_memory_name, &nv.resource_core_name);
                 (view.counts(), sample)
             };
-            self.view.set(cluster.is_synced(), counts);
+            self.view
+                .set(cluster.is_synced(), cluster.current().is_ok(), counts);
             hami = Some(Arc::new(sample));
         }
         let mut head = String::new();

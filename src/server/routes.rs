@@ -292,6 +292,7 @@ pub fn admin_router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/faults/{point}", axum::routing::post(arm_fault))
         .layer(middleware::from_fn_with_state(
             ADMIN_MAX_BODY_BYTES,
             crate::server::body::bounded_body,
@@ -300,8 +301,10 @@ pub fn admin_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Ready once the cluster view (if any) has been listed in full; the
-/// certificate is loaded before the port opens. Not ready once stopping.
+/// Ready while the cluster view (if any) is current (see
+/// `cluster::freshness`: listed in full since its watches last restarted,
+/// the API server answering); the certificate is loaded before the port
+/// opens. Not ready once stopping.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.shutting_down.load(Ordering::Relaxed) {
         return (
@@ -310,13 +313,28 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     }
-    match &state.cluster {
-        Some(cluster) if !cluster.is_synced() => (
+    match state.cluster.as_ref().map(|c| c.current()) {
+        Some(Err(stale)) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: cluster state not synced yet\n",
+            format!("not ready: {stale}\n"),
         )
             .into_response(),
         _ => "ok".into_response(),
+    }
+}
+
+/// `POST /faults/<point>`: arms a fault point once (tests only; 404
+/// unless `serve --fault-injection`).
+async fn arm_fault(axum::extract::Path(point): axum::extract::Path<String>) -> Response {
+    if !crate::faults::enabled() {
+        return (StatusCode::NOT_FOUND, "fault injection is off\n").into_response();
+    }
+    match point
+        .parse::<crate::faults::Point>()
+        .and_then(crate::faults::arm)
+    {
+        Ok(()) => "armed\n".into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     }
 }
 

@@ -157,6 +157,9 @@ pub struct Outcome {
     pub latencies: Vec<Duration>,
     /// First create started → last pod bound.
     pub span: Duration,
+    /// When each bound pod was first seen bound, sorted.
+    #[allow(dead_code)] // benches/scale.rs
+    pub bound_at: Vec<Instant>,
     /// First create started → last create returned.
     #[allow(dead_code)] // benches/scale.rs
     pub create_span: Duration,
@@ -268,9 +271,11 @@ pub async fn run(client: &Client, b: &Burst) -> anyhow::Result<Outcome> {
     let mut latencies = Vec::new();
     let mut unbound = BTreeSet::new();
     let mut last_bound = started;
+    let mut bound_times = Vec::new();
     for (name, at) in &created {
         match seen.get(name) {
             Some(b) => {
+                bound_times.push(*b);
                 latencies.push(b.saturating_duration_since(*at));
                 last_bound = last_bound.max(*b);
             }
@@ -280,7 +285,9 @@ pub async fn run(client: &Client, b: &Burst) -> anyhow::Result<Outcome> {
         }
     }
     latencies.sort();
+    bound_times.sort();
     Ok(Outcome {
+        bound_at: bound_times,
         pods: b.pods,
         created: created.len(),
         create_retries: retries.load(Ordering::Relaxed),

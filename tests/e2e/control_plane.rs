@@ -36,6 +36,8 @@ pub struct ControlPlane {
     pub gpugate_port: u16,
     pub extender_port: u16,
     pub gpugate_admin_port: u16,
+    /// kube-apiserver's secure port.
+    pub api_port: u16,
     pub gpugate_bin: PathBuf,
     gpugate_args: Vec<String>,
     bin: PathBuf,
@@ -139,6 +141,7 @@ impl ControlPlane {
             gpugate_port: free_port()?,
             extender_port: free_port()?,
             gpugate_admin_port: free_port()?,
+            api_port,
             gpugate_bin: gpugate_bin.to_path_buf(),
             gpugate_args: vec![],
             bin: bin.to_path_buf(),
@@ -289,19 +292,9 @@ impl ControlPlane {
         std::fs::write(&path, config)?;
         let port = free_port()?;
         *self.scheduler_port.lock().unwrap() = port;
-        let p = |n: &str| self.pki.path(n).display().to_string();
         let scheduler = Proc::spawn(
             name,
-            Command::new(self.bin.join("kube-scheduler")).args([
-                format!("--config={}", path.display()),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--tls-cert-file={}", p("apiserver.crt")),
-                format!("--tls-private-key-file={}", p("apiserver.key")),
-                "--authentication-skip-lookup=true".into(),
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
-                "--v=2".into(),
-            ]),
+            &mut self.scheduler_command(&path, port),
             &self.log_dir(),
         )?;
         *self.scheduler.lock().unwrap() = Some(scheduler);
@@ -325,6 +318,43 @@ impl ControlPlane {
         .map_err(|e| self.with_log(name, &self.scheduler, e))
     }
 
+    /// kube-scheduler with this configuration file, its secure port (its
+    /// `/metrics`, see [`ControlPlane::scheduler_metrics_at`]) on `port`.
+    pub fn scheduler_command(&self, config: &Path, port: u16) -> Command {
+        let p = |n: &str| self.pki.path(n).display().to_string();
+        let mut cmd = Command::new(self.bin.join("kube-scheduler"));
+        cmd.args([
+            format!("--config={}", config.display()),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            "--authentication-skip-lookup=true".into(),
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+            "--v=2".into(),
+        ]);
+        cmd
+    }
+
+    /// gpugate's arguments as this control plane runs it, with another
+    /// kubeconfig and other ports.
+    pub fn gpugate_args_with(
+        &self,
+        kubeconfig: &Path,
+        (listen, extender, admin): (u16, u16, u16),
+    ) -> Vec<String> {
+        self.gpugate_args
+            .iter()
+            .map(|a| match a.split_once('=') {
+                Some(("--kubeconfig", _)) => format!("--kubeconfig={}", kubeconfig.display()),
+                Some(("--listen", _)) => format!("--listen=127.0.0.1:{listen}"),
+                Some(("--extender-listen", _)) => format!("--extender-listen=127.0.0.1:{extender}"),
+                Some(("--admin-listen", _)) => format!("--admin-listen=127.0.0.1:{admin}"),
+                _ => a.clone(),
+            })
+            .collect()
+    }
+
     /// Stops kube-scheduler (SIGTERM, then SIGKILL after 10 s).
     pub fn stop_scheduler(&self) {
         if let Some(mut p) = self.scheduler.lock().unwrap().take() {
@@ -335,7 +365,14 @@ impl ControlPlane {
     /// kube-scheduler's own metrics (its secure port, `/metrics`).
     pub async fn scheduler_metrics(&self) -> anyhow::Result<String> {
         let port = *self.scheduler_port.lock().unwrap();
-        let kubeconfig = self.dir.join("scheduler-metrics.kubeconfig");
+        self.scheduler_metrics_at(port).await
+    }
+
+    /// The `/metrics` of the kube-scheduler whose secure port is `port`.
+    pub async fn scheduler_metrics_at(&self, port: u16) -> anyhow::Result<String> {
+        let kubeconfig = self
+            .dir
+            .join(format!("scheduler-metrics-{port}.kubeconfig"));
         write_kubeconfig(&kubeconfig, port, &self.pki.cluster.ca_cert_pem, json!({}))?;
         let client = client_from(&kubeconfig).await?;
         let req = http::Request::get("/metrics").body(vec![])?;
@@ -409,7 +446,7 @@ impl ControlPlane {
     /// The API server's admission plugin learns webhook configurations
     /// through an informer: probe with server-side dry-run creates until
     /// both webhooks answer (envtest's sentinel).
-    async fn wait_for_webhooks(&self, gpu_resource: &str) -> anyhow::Result<()> {
+    pub async fn wait_for_webhooks(&self, gpu_resource: &str) -> anyhow::Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.admin.clone(), "e2e-sentinel");
         let dry = PostParams {
             dry_run: true,

@@ -12,6 +12,7 @@ mod burst;
 mod control_plane;
 mod device_plugin;
 mod fixtures;
+mod ha;
 mod http;
 mod manifests;
 mod pki;

@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 18] = [
+pub const SCENARIOS: [(&str, &str, &str); 23] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -152,6 +152,31 @@ pub const SCENARIOS: [(&str, &str, &str); 18] = [
         "e2e-dra",
         "dra",
     ),
+    (
+        "HA: the leader killed in the middle of a 200-pod burst",
+        "e2e-ha-kill",
+        "ha-kill",
+    ),
+    (
+        "HA: a rolling restart while pods are created (failurePolicy: Fail)",
+        "e2e-ha-roll",
+        "ha-roll",
+    ),
+    (
+        "HA: the leading replica cut off from the API server",
+        "e2e-ha-cut",
+        "ha-cut",
+    ),
+    (
+        "HA: watch streams cut and the watch task ended",
+        "e2e-ha-watch",
+        "ha-watch",
+    ),
+    (
+        "HA: binds a dying leader left half-done",
+        "e2e-ha-half",
+        "ha-half",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -181,6 +206,11 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         15 => preemption(ctx, ns, scenario).await,
         16 => mig(ctx, ns, scenario).await,
         17 => dra_only_node(ctx, ns, scenario).await,
+        18 => crate::ha::leader_killed_mid_burst(ctx, plugin, ns, scenario).await,
+        19 => crate::ha::rolling_restart(ctx, ns, scenario).await,
+        20 => crate::ha::cut_off(ctx, ns, scenario).await,
+        21 => crate::ha::watch_faults(ctx, ns, scenario).await,
+        22 => crate::ha::half_done_binds(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }

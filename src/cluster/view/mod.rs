@@ -379,6 +379,11 @@ impl ClusterView {
 
     /// The node's lock annotation and resourceVersion as the watch last
     /// showed them; `None` for a node never seen (standalone mode).
+    /// Every node the watch showed with a lock annotation, and its value.
+    pub fn held_node_locks(&self) -> Vec<(String, String)> {
+        self.seen_locks.held_values()
+    }
+
     pub fn seen_lock(&self, node: &str) -> Option<&SeenLock> {
         self.seen_locks.get(node)
     }

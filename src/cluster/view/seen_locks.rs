@@ -53,6 +53,14 @@ impl SeenLocks {
         self.by_node.get(node)
     }
 
+    /// `(node, value)` of every lock annotation seen.
+    pub fn held_values(&self) -> Vec<(String, String)> {
+        self.by_node
+            .iter()
+            .filter_map(|(node, seen)| Some((node.clone(), seen.value.clone()?)))
+            .collect()
+    }
+
     pub fn forget(&mut self, node: &str) {
         self.by_node.remove(node);
     }
