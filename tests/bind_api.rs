@@ -1077,3 +1077,92 @@ async fn each_verb_plans_the_pod_once_per_call() {
     assert_eq!(plans() - before, 1, "standalone /bind");
     assert_eq!(cluster.read().held_allocation("u-q").unwrap().node, "gpu-1");
 }
+
+/// The orphan sweep's rule (issue 27): a lock older than the bind budget
+/// whose holder is gone, finished, bound elsewhere or never bound is
+/// released, that exact value only; a young lock, or one whose holder is
+/// bound to the node (the device plugin's to release), is left.
+#[tokio::test]
+async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
+    use gpugate::cluster::lock::release_if_orphaned;
+    use gpugate::hami::NodeLock;
+    use gpugate::hami::node_lock::encode_node_lock;
+    let old = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    let young = jiff::Timestamp::now();
+    let value = |at, name: &str| encode_node_lock(&NodeLock::new(at, "ml", name));
+    let mut bound_here = pod("ml", "bound-here", "u1", 1000, 10);
+    bound_here["spec"]["nodeName"] = json!("n1");
+    let mut bound_elsewhere = pod("ml", "bound-elsewhere", "u2", 1000, 10);
+    bound_elsewhere["spec"]["nodeName"] = json!("n9");
+    let unbound = pod("ml", "unbound", "u3", 1000, 10);
+    let rig = Rig::new(
+        &[node("n1", 1)],
+        &[bound_here, bound_elsewhere, unbound],
+        config(1.0),
+    );
+    let api = ApiCalls::new(rig.api.client(), &ApiLimits::default());
+    let min_age = Duration::from_secs(30);
+    let set = |v: &str| {
+        let v = v.to_string();
+        rig.api.update(&node_path("n1"), move |n| {
+            n["metadata"]["annotations"][LOCK] = json!(v);
+        });
+    };
+    let cases = [
+        (value(old, "gone"), true, "is gone"),
+        (value(old, "unbound"), true, "is not bound"),
+        (value(old, "bound-elsewhere"), true, "bound to node n9"),
+        (value(old, "bound-here"), false, ""),
+        (value(young, "unbound"), false, ""),
+    ];
+    for (lock, released, why) in cases {
+        set(&lock);
+        let answer = release_if_orphaned(&api, &rig.cluster, "n1", &lock, min_age)
+            .await
+            .unwrap();
+        assert_eq!(answer.is_some(), released, "{lock}: {answer:?}");
+        if released {
+            assert!(answer.unwrap().contains(why));
+            assert_eq!(rig.lock("n1"), None, "{lock}");
+        } else {
+            assert_eq!(rig.lock("n1").as_deref(), Some(lock.as_str()));
+        }
+    }
+    // The node's lock changed since the sweep saw it (a retry wrote it
+    // anew): the value it saw is not the one there, nothing is released.
+    let seen = value(old, "unbound");
+    set(&value(young, "unbound"));
+    assert_eq!(
+        release_if_orphaned(&api, &rig.cluster, "n1", &seen, min_age)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(rig.lock("n1").is_some());
+}
+
+/// A retried bind of the pod that holds the lock writes it anew, so the
+/// orphan sweep never takes a live bind's lock for a dead one's.
+#[tokio::test]
+async fn a_retried_bind_stamps_its_lock_anew() {
+    use gpugate::hami::NodeLock;
+    use gpugate::hami::node_lock::{decode_node_lock, encode_node_lock};
+    let rig = Rig::new(
+        &[node("n1", 1)],
+        &[pod("ml", "p", "u-p", 1000, 10)],
+        config(1.0),
+    );
+    let old = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    let stale = encode_node_lock(&NodeLock::new(old, "ml", "p"));
+    rig.api.update(&node_path("n1"), |n| {
+        n["metadata"]["annotations"][LOCK] = json!(stale);
+    });
+    assert_eq!(rig.bind("ml", "p", "u-p", "n1").await, "");
+    let lock = decode_node_lock(&rig.lock("n1").expect("lock held")).unwrap();
+    assert!(lock.is_held_by("ml", "p"));
+    assert!(
+        jiff::Timestamp::now().duration_since(lock.time) < jiff::SignedDuration::from_secs(10),
+        "the lock keeps its old time: {}",
+        lock.time
+    );
+}

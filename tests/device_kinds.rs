@@ -11,7 +11,13 @@
 //! to the device plugin's wire format. Tests inside source files are
 //! fixtures and are skipped.
 
-use std::path::{Path, PathBuf};
+mod support {
+    pub mod source_files;
+}
+
+use std::path::Path;
+
+use support::source_files::{code_without_tests, rust_files};
 
 use gpugate::devices::{self, nvidia};
 
@@ -20,22 +26,6 @@ const WORDS_FOR_PEOPLE: [&str; 3] = [
     "src/explain.rs",
     "src/admission/limit_escapes.rs",
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let p = entry.expect("entry").path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The file's code before its first `#[cfg(test)]` item.
-fn code_without_tests(text: &str) -> &str {
-    text.find("#[cfg(test)]").map_or(text, |at| &text[..at])
-}
 
 #[test]
 fn nvidia_wire_names_live_only_in_the_device_kind() {

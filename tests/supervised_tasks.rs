@@ -4,7 +4,13 @@
 //! task; the only other spawns allowed are request-scoped, listed below
 //! with why. Tests inside source files are skipped.
 
-use std::path::{Path, PathBuf};
+mod support {
+    pub mod source_files;
+}
+
+use std::path::PathBuf;
+
+use support::source_files::{code_without_tests, rust_files};
 
 /// Spawns that end with their request, and why they are not supervised.
 const REQUEST_SCOPED: [(&str, usize, &str); 2] = [
@@ -28,21 +34,10 @@ const SPAWNS: [&str; 5] = [
     "spawn_local",
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let p = entry.expect("entry").path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 /// The file's code before its first `#[cfg(test)]` item, comments out.
-fn code_without_tests(text: &str) -> String {
-    let code = text.find("#[cfg(test)]").map_or(text, |at| &text[..at]);
-    code.lines()
+fn code_only(text: &str) -> String {
+    code_without_tests(text)
+        .lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
         .join("\n")
@@ -67,9 +62,7 @@ fn every_background_task_is_spawned_by_the_supervisor() {
         if rel == "src/supervisor.rs" {
             continue;
         }
-        let n = spawns(&code_without_tests(
-            &std::fs::read_to_string(&file).unwrap(),
-        ));
+        let n = spawns(&code_only(&std::fs::read_to_string(&file).unwrap()));
         let allowed = REQUEST_SCOPED
             .iter()
             .find(|(f, _, _)| *f == rel)
@@ -88,11 +81,10 @@ fn the_supervisor_itself_spawns() {
     // The check above would pass vacuously if the spawns moved out of
     // sight; the supervisor's own two (its loop, each run) must be there.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let code =
-        code_without_tests(&std::fs::read_to_string(root.join("src/supervisor.rs")).unwrap());
+    let code = code_only(&std::fs::read_to_string(root.join("src/supervisor.rs")).unwrap());
     assert_eq!(spawns(&code), 2);
     for (file, n, _) in REQUEST_SCOPED {
-        let code = code_without_tests(&std::fs::read_to_string(root.join(file)).unwrap());
+        let code = code_only(&std::fs::read_to_string(root.join(file)).unwrap());
         assert_eq!(spawns(&code), n, "{file}");
     }
 }

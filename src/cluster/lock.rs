@@ -198,12 +198,7 @@ impl NodeLocks {
                     let current = api.get_node(node).await?;
                     api_read_at = Instant::now();
                     SeenLock {
-                        value: current
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(NODE_LOCK))
-                            .cloned(),
+                        value: lock_of(&current).map(str::to_string),
                         resource_version: current.metadata.resource_version.clone(),
                     }
                 }
@@ -326,14 +321,7 @@ impl NodeLocks {
                 }
                 Err(e) if e.is_conflict() && Instant::now() < deadline => {
                     let current = api.get_node(node).await?;
-                    let still_ours = current
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(NODE_LOCK))
-                        .and_then(|v| decode_node_lock(v).ok())
-                        .is_some_and(|l| l.is_held_by(namespace, name));
-                    if !still_ours {
+                    if !held_by(&current, namespace, name) {
                         return Err(LockError::Changing {
                             node: node.to_string(),
                         });
@@ -367,25 +355,11 @@ impl NodeLocks {
                 Err(e) if e.is_not_found() => return Ok(()),
                 Err(e) => return Err(e),
             };
-            let ours = current
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(NODE_LOCK))
-                .and_then(|v| decode_node_lock(v).ok())
-                .is_some_and(|l| l.is_held_by(namespace, name));
-            if !ours {
+            if !held_by(&current, namespace, name) {
                 return Ok(());
             }
-            let patch = json!({"metadata": {
-                "resourceVersion": current.metadata.resource_version,
-                "annotations": {NODE_LOCK: null},
-            }});
-            match api.merge_patch_node(node, &patch).await {
-                Ok(written) => {
-                    cluster.write().note_node_lock_if_watched(&written);
-                    return Ok(());
-                }
+            match clear(api, cluster, node, current.metadata.resource_version).await {
+                Ok(()) => return Ok(()),
                 Err(e) if e.is_conflict() => last = Some(e),
                 Err(e) => return Err(e),
             }
@@ -395,6 +369,39 @@ impl NodeLocks {
             message: "the node kept changing".to_string(),
         }))
     }
+}
+
+/// Removes the node's lock at `resource_version` (a conflict if the node
+/// changed since), and tells the view what was written.
+async fn clear(
+    api: &ApiCalls,
+    cluster: &SharedCluster,
+    node: &str,
+    resource_version: Option<String>,
+) -> Result<(), ApiError> {
+    let patch = json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {NODE_LOCK: null},
+    }});
+    let written = api.merge_patch_node(node, &patch).await?;
+    cluster.write().note_node_lock_if_watched(&written);
+    Ok(())
+}
+
+/// The node's `hami.io/mutex.lock` value.
+fn lock_of(node: &k8s_openapi::api::core::v1::Node) -> Option<&str> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_LOCK))
+        .map(String::as_str)
+}
+
+/// Whether the node's lock names pod `namespace/name`.
+fn held_by(node: &k8s_openapi::api::core::v1::Node, namespace: &str, name: &str) -> bool {
+    lock_of(node)
+        .and_then(|v| decode_node_lock(v).ok())
+        .is_some_and(|l| l.is_held_by(namespace, name))
 }
 
 /// Releases the node lock `value` (exactly that value, at the node's
@@ -449,24 +456,11 @@ pub async fn release_if_orphaned(
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
-    let same = current
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NODE_LOCK))
-        .is_some_and(|v| v == value);
-    if !same {
+    if lock_of(&current) != Some(value) {
         return Ok(None);
     }
-    let patch = json!({"metadata": {
-        "resourceVersion": current.metadata.resource_version,
-        "annotations": {NODE_LOCK: null},
-    }});
-    match api.merge_patch_node(node, &patch).await {
-        Ok(written) => {
-            cluster.write().note_node_lock_if_watched(&written);
-            Ok(Some(why))
-        }
+    match clear(api, cluster, node, current.metadata.resource_version).await {
+        Ok(()) => Ok(Some(why)),
         // Changed since: someone else acts on it; the next sweep looks again.
         Err(e) if e.is_conflict() => Ok(None),
         Err(e) => Err(e),

@@ -392,6 +392,23 @@ pub struct Placement {
     pub ledger_mismatch: Option<String>,
 }
 
+impl Placement {
+    /// All `pods` carry an allocation, no GPU over-committed, the ledger
+    /// (when asked) equal to the annotations.
+    pub fn check(&self, pods: usize) -> anyhow::Result<()> {
+        if !self.overcommitted.is_empty() {
+            bail!("over-committed GPUs: {:?}", self.overcommitted);
+        }
+        if self.bound != pods {
+            bail!("{} pods carry an allocation", self.bound);
+        }
+        if let Some(mismatch) = &self.ledger_mismatch {
+            bail!("{mismatch}");
+        }
+        Ok(())
+    }
+}
+
 /// Lists the namespace's pods and checks the GPUs of the bound ones (when
 /// `gpus`) against the benchmark node's capacity and, when a metrics port
 /// is given, against gpugate's ledger (only meaningful once every pod is

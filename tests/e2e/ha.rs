@@ -131,8 +131,14 @@ async fn proxy_one(mut client: TcpStream, upstream: u16, mut state: watch::Recei
 
 // The balancer ------------------------------------------------------------
 
+/// How often the balancer looks at each replica's `/readyz`: a
+/// readinessProbe's `periodSeconds`, shorter than gpugate's
+/// `server.shutdownDelaySeconds` (5) as docs/operations.md asks (deploy/
+/// uses 5; 2 keeps the suite fast).
+pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+
 /// Sends each new connection to the next replica whose `/readyz` said 200
-/// at its last look (every 100 ms); with none ready, closes it.
+/// at its last look (every [`PROBE_EVERY`]); with none ready, closes it.
 pub struct Balancer {
     pub port: u16,
     tasks: JoinSet<()>,
@@ -161,7 +167,7 @@ impl Balancer {
                         );
                         ready[i].store(ok, Ordering::Relaxed);
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(PROBE_EVERY).await;
                 }
             });
         }
@@ -385,9 +391,22 @@ impl Pair {
     /// (a's kube-scheduler first: it leads, b's stands by) and points the
     /// webhooks at the balancer.
     pub async fn start(ctx: &Ctx) -> anyhow::Result<Pair> {
+        ctx.cp.stop_scheduler();
+        ctx.cp.kill_gpugate();
+        match Self::start_replicas(ctx).await {
+            Ok(pair) => Ok(pair),
+            Err(e) => {
+                // The replicas are dropped (stopped) by now.
+                if let Err(restore) = restore_suite(ctx).await {
+                    return Err(e.context(format!("and putting the suite back: {restore:#}")));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_replicas(ctx: &Ctx) -> anyhow::Result<Pair> {
         let cp = &ctx.cp;
-        cp.stop_scheduler();
-        cp.kill_gpugate();
         let (a, b) = (Replica::new(cp, "a").await?, Replica::new(cp, "b").await?);
         a.start_gpugate(cp).await?;
         b.start_gpugate(cp).await?;
@@ -413,6 +432,14 @@ impl Pair {
 
     async fn point_webhooks(&self, ctx: &Ctx, port: u16) -> anyhow::Result<()> {
         point_webhooks(ctx, port).await
+    }
+
+    /// Until both gpugates know `n` nodes.
+    pub async fn wait_nodes(&self, n: usize) -> anyhow::Result<()> {
+        for r in [&self.a, &self.b] {
+            burst::wait_gpugate_nodes(r.admin, n, Duration::from_secs(30)).await?;
+        }
+        Ok(())
     }
 
     /// The replica whose kube-scheduler leads now, and the other.
@@ -461,11 +488,16 @@ impl Pair {
         self.a.terminate().await;
         self.b.terminate().await;
         drop(self);
-        ctx.cp.ensure_gpugate().await?;
-        point_webhooks(ctx, ctx.cp.gpugate_port).await?;
-        let config = ctx.cp.scheduler_config.clone();
-        ctx.cp.start_scheduler("kube-scheduler", &config).await
+        restore_suite(ctx).await
     }
+}
+
+/// The suite's own gpugate, webhooks and kube-scheduler, as before a pair.
+async fn restore_suite(ctx: &Ctx) -> anyhow::Result<()> {
+    ctx.cp.ensure_gpugate().await?;
+    point_webhooks(ctx, ctx.cp.gpugate_port).await?;
+    let config = ctx.cp.scheduler_config.clone();
+    ctx.cp.start_scheduler("kube-scheduler", &config).await
 }
 
 async fn point_webhooks(ctx: &Ctx, port: u16) -> anyhow::Result<()> {
@@ -628,6 +660,37 @@ async fn bound_in(cp: &ControlPlane, ns: &str) -> anyhow::Result<Vec<Pod>> {
         .collect())
 }
 
+/// Until `n` pods of the namespace are bound; returns them.
+async fn n_bound(
+    cp: &ControlPlane,
+    ns: &str,
+    n: usize,
+    within: Duration,
+) -> anyhow::Result<Vec<Pod>> {
+    eventually(&format!("{n} pods bound"), within, || async {
+        let bound = bound_in(cp, ns).await.map_err(|e| e.to_string())?;
+        if bound.len() == n {
+            Ok(bound)
+        } else {
+            Err(format!("{} bound", bound.len()))
+        }
+    })
+    .await
+}
+
+/// Until the replica's gpugate has exited (a fault point aborted it).
+async fn aborted(r: &Replica) -> anyhow::Result<()> {
+    let what = format!("gpugate-{} aborts at the fault point", r.name);
+    eventually(&what, Duration::from_secs(60), || async {
+        if r.gpugate_exited() {
+            Ok(())
+        } else {
+            Err("running".to_string())
+        }
+    })
+    .await
+}
+
 fn slice_pod(name: &str) -> Value {
     crate::fixtures::gpu_pod(
         name,
@@ -654,9 +717,7 @@ pub async fn leader_killed_mid_burst(
     let names: Vec<String> = (0..NODES).map(|i| format!("ha-kill-{i:02}")).collect();
     burst::create_nodes(&cp.admin, scenario, &names, 10).await?;
     on_pair!(ctx, |pair| {
-        for r in [&pair.a, &pair.b] {
-            burst::wait_gpugate_nodes(r.admin, NODES, Duration::from_secs(30)).await?;
-        }
+        pair.wait_nodes(NODES).await?;
         let _delay = PluginDelay::set(plugin, Duration::from_millis(200));
         let (leader, survivor) = pair.leader(cp).await?;
         let spec = burst::Burst {
@@ -698,19 +759,9 @@ pub async fn leader_killed_mid_burst(
             outcome.unbound
         );
         let placed = burst::placement(&cp.admin, ns, true, Some(survivor.admin)).await?;
-        ensure!(
-            placed.overcommitted.is_empty(),
-            "over-committed GPUs: {:?}",
-            placed.overcommitted
-        );
-        ensure!(
-            placed.bound == PODS,
-            "{} pods carry an allocation",
-            placed.bound
-        );
-        if let Some(mismatch) = placed.ledger_mismatch {
-            anyhow::bail!("the survivor's ledger: {mismatch}");
-        }
+        placed
+            .check(PODS)
+            .context("after the failover (the survivor's ledger)")?;
         // A bind the kill cut after its lock is released by the survivor's
         // orphan sweep (or taken over by the pod's retry): none stays.
         no_lock_held(cp, scenario, Duration::from_secs(60)).await?;
@@ -740,17 +791,15 @@ pub async fn leader_killed_mid_burst(
 /// then the other) while pods are created with `failurePolicy: Fail`.
 pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     let cp = &ctx.cp;
-    let names: Vec<String> = (0..5).map(|i| format!("ha-roll-{i}")).collect();
+    let names: Vec<String> = (0..6).map(|i| format!("ha-roll-{i}")).collect();
     burst::create_nodes(&cp.admin, scenario, &names, 5).await?;
     on_pair!(ctx, |pair| {
-        for r in [&pair.a, &pair.b] {
-            burst::wait_gpugate_nodes(r.admin, names.len(), Duration::from_secs(30)).await?;
-        }
+        pair.wait_nodes(names.len()).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let failures: Arc<Mutex<Vec<String>>> = Arc::default();
         let created = Arc::new(AtomicUsize::new(0));
         let mut creators = JoinSet::new();
-        for c in 0..2 {
+        for c in 0..3 {
             let (client, ns, stop, failures, created) = (
                 cp.admin.clone(),
                 ns.to_string(),
@@ -770,7 +819,7 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
                         Err(e) => failures.lock().unwrap().push(format!("{name}: {e}")),
                     }
                     i += 1;
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
             });
         }
@@ -783,8 +832,8 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
             r.start_gpugate(cp).await?;
             r.start_scheduler(cp)?;
             restarts.push((r.name, t.elapsed().as_secs_f64()));
-            // The balancer looks every 100 ms.
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Back in the endpoints before the other one goes.
+            tokio::time::sleep(PROBE_EVERY + Duration::from_millis(500)).await;
         }
         pair.leader(cp).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -820,15 +869,7 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
             pods.len()
         );
         let (leader, _) = pair.leader(cp).await?;
-        let bound = eventually("every pod bound", Duration::from_secs(120), || async {
-            let bound = bound_in(cp, ns).await.map_err(|e| e.to_string())?;
-            if bound.len() == created {
-                Ok(bound)
-            } else {
-                Err(format!("{} of {created}", bound.len()))
-            }
-        })
-        .await?;
+        let bound = n_bound(cp, ns, created, Duration::from_secs(120)).await?;
         let usage = crate::fixtures::usage_by_gpu(&bound)?;
         for (gpu, (n, mem, cores)) in &usage {
             ensure!(
@@ -852,9 +893,7 @@ pub async fn cut_off(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> 
     let names: Vec<String> = (0..2).map(|i| format!("ha-cut-{i}")).collect();
     burst::create_nodes(&cp.admin, scenario, &names, 2).await?;
     on_pair!(ctx, |pair| {
-        for r in [&pair.a, &pair.b] {
-            burst::wait_gpugate_nodes(r.admin, names.len(), Duration::from_secs(30)).await?;
-        }
+        pair.wait_nodes(names.len()).await?;
         let (cut, other) = pair.leader(cp).await?;
         let binds = |text: &str| -> f64 {
             samples(text, "gpugate_bind_outcomes_total")
@@ -906,19 +945,7 @@ pub async fn cut_off(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> 
         for i in 0..6 {
             crate::fixtures::create_pod(&cp.admin, ns, &slice_pod(&format!("cut-{i}"))).await?;
         }
-        let bound_pods = eventually(
-            "6 pods bound by the other replica",
-            Duration::from_secs(60),
-            || async {
-                let bound = bound_in(cp, ns).await.map_err(|e| e.to_string())?;
-                if bound.len() == 6 {
-                    Ok(bound)
-                } else {
-                    Err(format!("{}", bound.len()))
-                }
-            },
-        )
-        .await?;
+        let bound_pods = n_bound(cp, ns, 6, Duration::from_secs(60)).await?;
         ensure!(
             binds(&cut.metrics().await?) == binds_before,
             "the cut replica took part in binds while cut off"
@@ -952,9 +979,7 @@ pub async fn watch_faults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result
     burst::create_nodes(&cp.admin, scenario, &["ha-watch-0".to_string()], 1).await?;
     // ha-watch-1 is created during the outage.
     on_pair!(ctx, |pair| {
-        for r in [&pair.a, &pair.b] {
-            burst::wait_gpugate_nodes(r.admin, 1, Duration::from_secs(30)).await?;
-        }
+        pair.wait_nodes(1).await?;
         let (r, _) = pair.leader(cp).await?;
         let stale = |text: &str, cause: &str| {
             counter(text, "gpugate_cluster_view_stale_total", ("cause", cause))
@@ -1031,15 +1056,7 @@ pub async fn watch_faults(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result
         for i in 0..3 {
             crate::fixtures::create_pod(&cp.admin, ns, &slice_pod(&format!("watch-{i}"))).await?;
         }
-        let bound = eventually("3 pods bound", Duration::from_secs(60), || async {
-            let bound = bound_in(cp, ns).await.map_err(|e| e.to_string())?;
-            if bound.len() == 3 {
-                Ok(bound)
-            } else {
-                Err(format!("{}", bound.len()))
-            }
-        })
-        .await?;
+        let bound = n_bound(cp, ns, 3, Duration::from_secs(60)).await?;
         crate::fixtures::ledger_matches(r.admin, ns, &bound, Duration::from_secs(30)).await?;
         println!(
             "    watch faults: streams cut and connections refused for 2 s → not ready ({}), relisted and ready {:.1} s after the outage began, the node created meanwhile known; watch task panicked → /filter refused ({refused:?}), task restarted and ready in {:.1} s; 3 pods bound after",
@@ -1056,27 +1073,14 @@ pub async fn half_done_binds(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
     let cp = &ctx.cp;
     burst::create_nodes(&cp.admin, scenario, &["ha-half-0".to_string()], 1).await?;
     on_pair!(ctx, |pair| {
-        for r in [&pair.a, &pair.b] {
-            burst::wait_gpugate_nodes(r.admin, 1, Duration::from_secs(30)).await?;
-        }
+        pair.wait_nodes(1).await?;
         let pods: Api<Pod> = Api::namespaced(cp.admin.clone(), ns);
 
         // 1. Lock taken, Binding not written: the process dies.
         let (leader, survivor) = pair.leader(cp).await?;
         leader.arm("bind-abort-after-lock").await?;
         crate::fixtures::create_pod(&cp.admin, ns, &slice_pod("half-lock")).await?;
-        eventually(
-            "the leader's gpugate aborts after the lock",
-            Duration::from_secs(60),
-            || async {
-                if leader.gpugate_exited() {
-                    Ok(())
-                } else {
-                    Err("running".to_string())
-                }
-            },
-        )
-        .await?;
+        aborted(leader).await?;
         let aborted_at = Instant::now();
         leader.kill();
         let held = held_locks(cp, scenario).await?;
@@ -1109,18 +1113,7 @@ pub async fn half_done_binds(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         let (leader, survivor) = pair.leader(cp).await?;
         leader.arm("bind-abort-after-binding").await?;
         crate::fixtures::create_pod(&cp.admin, ns, &slice_pod("half-bound")).await?;
-        eventually(
-            "the leader's gpugate aborts after the Binding",
-            Duration::from_secs(60),
-            || async {
-                if leader.gpugate_exited() {
-                    Ok(())
-                } else {
-                    Err("running".to_string())
-                }
-            },
-        )
-        .await?;
+        aborted(leader).await?;
         leader.kill();
         let bound = bound_in(cp, ns).await?;
         ensure!(

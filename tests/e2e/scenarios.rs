@@ -1138,19 +1138,7 @@ async fn scale_burst(
         outcome.unbound
     );
     let placed = burst::placement(&ctx.cp.admin, ns, true, Some(port)).await?;
-    ensure!(
-        placed.overcommitted.is_empty(),
-        "over-committed GPUs: {:?}",
-        placed.overcommitted
-    );
-    ensure!(
-        placed.bound == PODS,
-        "{} pods carry an allocation",
-        placed.bound
-    );
-    if let Some(mismatch) = placed.ledger_mismatch {
-        bail!("{mismatch}");
-    }
+    placed.check(PODS)?;
     let total: f64 = attempts.values().sum();
     let failed = total - attempts.get("scheduled").copied().unwrap_or(0.0);
     let bind_failures: BTreeMap<String, f64> = binds
