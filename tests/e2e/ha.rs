@@ -141,6 +141,9 @@ pub const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// at its last look (every [`PROBE_EVERY`]); with none ready, closes it.
 pub struct Balancer {
     pub port: u16,
+    /// Connections sent to a replica that was no longer listening (a
+    /// Service routing to a pod that stopped before it left the endpoints).
+    pub refused: Arc<AtomicUsize>,
     tasks: JoinSet<()>,
 }
 
@@ -171,6 +174,8 @@ impl Balancer {
                 }
             });
         }
+        let refused = Arc::new(AtomicUsize::new(0));
+        let counted = refused.clone();
         tasks.spawn(async move {
             let next = AtomicUsize::new(0);
             let mut conns = JoinSet::new();
@@ -183,16 +188,25 @@ impl Balancer {
                 else {
                     continue; // no endpoint: the connection is closed
                 };
-                let port = backends[i].0;
+                let (port, refused) = (backends[i].0, counted.clone());
                 conns.spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(("127.0.0.1", port)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    match TcpStream::connect(("127.0.0.1", port)).await {
+                        Ok(mut server) => {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                        Err(_) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 });
                 while conns.try_join_next().is_some() {}
             }
         });
-        Ok(Balancer { port, tasks })
+        Ok(Balancer {
+            port,
+            refused,
+            tasks,
+        })
     }
 }
 
@@ -841,6 +855,15 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         while creators.join_next().await.is_some() {}
         let failures = failures.lock().unwrap().clone();
         let created = created.load(Ordering::Relaxed);
+        // Each replica left the endpoints before it stopped listening
+        // (readiness off at SIGTERM, serving on for shutdownDelaySeconds).
+        // kube-apiserver retries a webhook call that cannot connect, so a
+        // create would not show it; the balancer does.
+        let refused = pair.balancer.refused.load(Ordering::Relaxed);
+        ensure!(
+            refused == 0,
+            "{refused} webhook connections were sent to a replica that had stopped listening"
+        );
         ensure!(
             failures.is_empty(),
             "{} of {} creates failed during the rolling restart: {:?}",
@@ -879,7 +902,7 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         }
         crate::fixtures::ledger_matches(leader.admin, ns, &bound, Duration::from_secs(30)).await?;
         println!(
-            "    rolling restart: {created} pods created over {:.0} s, 0 creates failed, 0 pods without the webhook's rewrite; replica restarts {:?} s",
+            "    rolling restart: {created} pods created over {:.0} s, 0 creates failed, 0 pods without the webhook's rewrite, 0 connections to a stopped replica; replica restarts {:?} s",
             started.elapsed().as_secs_f64(),
             restarts
         );
