@@ -339,15 +339,9 @@ impl Replica {
     pub async fn terminate(&self) {
         for p in [&self.scheduler, &self.gpugate] {
             let proc = p.lock().unwrap().take();
-            if let Some(mut proc) = proc {
-                let _ = std::process::Command::new("kill")
-                    .args(["-TERM", &proc.pid().to_string()])
-                    .status();
-                let deadline = Instant::now() + Duration::from_secs(40);
-                while proc.exited().is_none() && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                proc.kill();
+            if let Some(proc) = proc {
+                sigterm(&proc);
+                wait_exit(proc).await;
             }
         }
     }
@@ -369,6 +363,21 @@ impl Replica {
     pub async fn metrics(&self) -> anyhow::Result<String> {
         metrics(self.admin).await
     }
+}
+
+fn sigterm(proc: &Proc) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &proc.pid().to_string()])
+        .status();
+}
+
+/// Waits up to 40 s for the process to end, then kills it.
+async fn wait_exit(mut proc: Proc) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while proc.exited().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proc.kill();
 }
 
 async fn post_plain(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
@@ -842,7 +851,40 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         let mut restarts = Vec::new();
         for r in [&pair.a, &pair.b] {
             let t = Instant::now();
-            r.terminate().await;
+            if let Some(scheduler) = r.scheduler.lock().unwrap().take() {
+                sigterm(&scheduler);
+                wait_exit(scheduler).await;
+            }
+            let gpugate = r
+                .gpugate
+                .lock()
+                .unwrap()
+                .take()
+                .context("gpugate not running")?;
+            sigterm(&gpugate);
+            // The shutdown sequence, as an endpoint controller sees it:
+            // not ready at once, still serving webhooks meanwhile.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let readiness = crate::http::get(r.admin, "/readyz").await;
+            ensure!(
+                matches!(&readiness, Ok((503, _))),
+                "gpugate-{} after SIGTERM: /readyz {readiness:?}, expected 503",
+                r.name
+            );
+            let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "sigterm-probe", "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": ns, "object": slice_pod("sigterm-probe")}});
+            let answer = https_post(cp, r.webhook, "/mutate", &review)
+                .await
+                .with_context(|| format!("gpugate-{} after SIGTERM: no webhook answer", r.name))?;
+            ensure!(
+                answer["response"]["allowed"] == json!(true),
+                "gpugate-{} after SIGTERM answered {answer}",
+                r.name
+            );
+            wait_exit(gpugate).await;
             r.start_gpugate(cp).await?;
             r.start_scheduler(cp)?;
             restarts.push((r.name, t.elapsed().as_secs_f64()));
@@ -902,7 +944,7 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         }
         crate::fixtures::ledger_matches(leader.admin, ns, &bound, Duration::from_secs(30)).await?;
         println!(
-            "    rolling restart: {created} pods created over {:.0} s, 0 creates failed, 0 pods without the webhook's rewrite, 0 connections to a stopped replica; replica restarts {:?} s",
+            "    rolling restart: {created} pods created over {:.0} s, 0 creates failed, 0 pods without the webhook's rewrite, 0 connections to a stopped replica; each gpugate not ready and still answering webhooks 0.5 s after SIGTERM; replica restarts {:?} s",
             started.elapsed().as_secs_f64(),
             restarts
         );
