@@ -851,7 +851,8 @@ pub async fn rolling_restart(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         let mut restarts = Vec::new();
         for r in [&pair.a, &pair.b] {
             let t = Instant::now();
-            if let Some(scheduler) = r.scheduler.lock().unwrap().take() {
+            let scheduler = r.scheduler.lock().unwrap().take();
+            if let Some(scheduler) = scheduler {
                 sigterm(&scheduler);
                 wait_exit(scheduler).await;
             }
