@@ -39,6 +39,8 @@ mod burst;
 #[allow(dead_code)]
 #[path = "../tests/e2e/control_plane.rs"]
 mod control_plane;
+#[path = "support/costs.rs"]
+mod costs;
 #[allow(dead_code)]
 #[path = "../tests/e2e/device_plugin.rs"]
 mod device_plugin;
@@ -86,6 +88,7 @@ usage: cargo bench --bench scale -- [flags]
   --no-reference       gpugate phases only
   --creators C         clients creating pods at once (default 64)
   --node-creators C    clients creating nodes at once (default 32)
+  --scheduler-qps Q    kube-scheduler's client QPS, burst 2 x Q (default deploy/'s, 50)
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -101,6 +104,8 @@ struct Args {
     reference: bool,
     creators: usize,
     node_creators: usize,
+    /// kube-scheduler's client QPS (burst twice that); `None`: deploy/'s.
+    scheduler_qps: Option<u32>,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -137,6 +142,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         reference: true,
         creators: 64,
         node_creators: 32,
+        scheduler_qps: None,
         given: Vec::new(),
     };
     let mut it = raw.iter();
@@ -173,6 +179,11 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
             "--pods" => a.pods = count(value()?)?,
             "--creators" => a.creators = count(value()?)?,
             "--node-creators" => a.node_creators = count(value()?)?,
+            "--scheduler-qps" => {
+                a.scheduler_qps = Some(
+                    u32::try_from(count(value()?)?).map_err(|_| format!("{flag}: too large"))?,
+                )
+            }
             "--delay" => a.delay = duration(&value()?)?,
             "--deadline" => a.deadline = duration(&value()?)?,
             "--policy" => {
@@ -261,6 +272,8 @@ struct Row {
     /// gpugate's binds by `result/code`.
     binds: BTreeMap<String, f64>,
     placement: Placement,
+    /// What each bound pod cost, or why it is unknown.
+    costs: Result<costs::PerPod, String>,
 }
 
 /// Which kube-scheduler runs.
@@ -326,15 +339,29 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         phases.push(Workload::Plain);
     }
 
-    let reference_config = manifests::reference_scheduler_config(&cp.scheduler_config)?;
-    let mut running = Scheduler::WithExtender;
+    // The same client limits for both kube-schedulers.
+    let with_extender = match args.scheduler_qps {
+        Some(qps) => {
+            let mut c: serde_json::Value = serde_json::from_str(&cp.scheduler_config)?;
+            c["clientConnection"]["qps"] = qps.into();
+            c["clientConnection"]["burst"] = (2 * qps).into();
+            serde_json::to_string_pretty(&c)?
+        }
+        None => cp.scheduler_config.clone(),
+    };
+    let reference_config = manifests::reference_scheduler_config(&with_extender)?;
+    // deploy/'s kube-scheduler runs already, unless its QPS is changed.
+    let mut running = args
+        .scheduler_qps
+        .is_none()
+        .then_some(Scheduler::WithExtender);
     let mut rows = Vec::new();
     for (i, workload) in phases.iter().enumerate() {
         let want = match workload {
             Workload::Plain => Scheduler::Alone,
             Workload::Gpu { .. } => Scheduler::WithExtender,
         };
-        if want != running {
+        if Some(want) != running {
             cp.stop_scheduler();
             match want {
                 Scheduler::Alone => {
@@ -342,11 +369,10 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
                         .await?
                 }
                 Scheduler::WithExtender => {
-                    cp.start_scheduler("kube-scheduler", &cp.scheduler_config)
-                        .await?
+                    cp.start_scheduler("kube-scheduler", &with_extender).await?
                 }
             }
-            running = want;
+            running = Some(want);
         }
         let row = phase(&cp, args, workload, &format!("p{i}")).await?;
         print_row_details(&row);
@@ -402,6 +428,7 @@ async fn phase(
         .await
         .map(|t| burst::schedule_attempts(&t, profile));
     let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
+    let costs_before = costs::sample(cp).await;
     let outcome = burst::run(
         &cp.admin,
         &Burst {
@@ -414,6 +441,10 @@ async fn phase(
         },
     )
     .await?;
+    let costs = match (costs_before, costs::sample(cp).await) {
+        (Ok(before), Ok(after)) => Ok(costs::PerPod::of(&before, &after, outcome.bound)),
+        (Err(e), _) | (_, Err(e)) => Err(format!("{e:#}")),
+    };
     let attempts = match (sched_before, cp.scheduler_metrics().await) {
         (Ok(before), Ok(after)) => Ok(burst::delta(
             &burst::schedule_attempts(&after, profile),
@@ -440,6 +471,7 @@ async fn phase(
         attempts,
         binds,
         placement,
+        costs,
     })
 }
 
@@ -507,6 +539,38 @@ fn print_row_details(row: &Row) {
     } else {
         println!("scale:   {} nodes used", row.placement.nodes_used);
     }
+    match &row.costs {
+        Ok(c) => {
+            let show = |m: &BTreeMap<String, f64>| {
+                let mut v: Vec<_> = m.iter().collect();
+                v.sort_by(|a, b| b.1.total_cmp(a.1));
+                v.iter()
+                    .map(|(k, n)| format!("{k} {n:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!("scale:   CPU ms per bound pod: {}", show(&c.cpu_ms));
+            println!(
+                "scale:   API requests per bound pod ({:.1}): {}",
+                c.total_requests(),
+                show(&c.requests)
+            );
+            println!(
+                "scale:   watch events per bound pod ({:.1}): {}; KiB: {}",
+                c.total_watch_events(),
+                show(&c.watch_events),
+                show(&c.watch_kib)
+            );
+            if row.gpus {
+                println!(
+                    "scale:   extender calls per bound pod: {}; request body bytes per call: {}",
+                    show(&c.extender_calls),
+                    show(&c.body_bytes_per_call)
+                );
+            }
+        }
+        Err(e) => println!("scale:   costs could not be sampled: {e}"),
+    }
     if o.unbound_count > 0 {
         println!(
             "scale:   {} pods NOT bound by the deadline, e.g. {:?}",
@@ -534,8 +598,9 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.pods,
         args.creators,
         args.delay.as_millis(),
-        manifests::SCHEDULER_QPS,
-        manifests::SCHEDULER_BURST,
+        args.scheduler_qps.unwrap_or(manifests::SCHEDULER_QPS),
+        args.scheduler_qps
+            .map_or(manifests::SCHEDULER_BURST, |q| 2 * q),
         args.deadline.as_secs(),
     );
     println!("Load average at the end (1, 5, 15 min): {}", load_average());
@@ -595,6 +660,98 @@ fn print_table(args: &Args, rows: &[Row]) {
                     b.quantile(0.99).as_secs_f64()
                 ),
                 ratio(o.max().as_secs_f64(), b.max().as_secs_f64()),
+            );
+        }
+    }
+    println!();
+    print_costs(rows);
+}
+
+/// Per bound pod: CPU of each process, API requests, watch events, and
+/// the ratio to the reference.
+fn print_costs(rows: &[Row]) {
+    let costed: Vec<(&Row, &costs::PerPod)> = rows
+        .iter()
+        .filter_map(|r| r.costs.as_ref().ok().map(|c| (r, c)))
+        .collect();
+    if costed.is_empty() {
+        return;
+    }
+    let head: Vec<&str> = costed.iter().map(|(r, _)| r.label.as_str()).collect();
+    println!("| per bound pod | {} |", head.join(" | "));
+    println!("|---|{}", "---|".repeat(head.len()));
+    let line = |name: &str, value: &dyn Fn(&costs::PerPod) -> f64, unit: &str| {
+        let cells: Vec<String> = costed
+            .iter()
+            .map(|(_, c)| format!("{:.2}{unit}", value(c)))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    };
+    for process in [
+        "kube-apiserver",
+        "kube-scheduler",
+        "etcd",
+        "gpugate",
+        "harness",
+    ] {
+        line(
+            &format!("CPU {process}"),
+            &|c| c.cpu_ms.get(process).copied().unwrap_or(0.0),
+            " ms",
+        );
+    }
+    line(
+        "CPU control plane (all but the harness)",
+        &|c| c.control_plane_cpu_ms(),
+        " ms",
+    );
+    line("API requests", &|c| c.total_requests(), "");
+    let mut keys: Vec<&String> = costed.iter().flat_map(|(_, c)| c.requests.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        line(
+            &format!("  {k}"),
+            &|c| c.requests.get(k).copied().unwrap_or(0.0),
+            "",
+        );
+    }
+    line("watch events sent", &|c| c.total_watch_events(), "");
+    let mut kinds: Vec<&String> = costed
+        .iter()
+        .flat_map(|(_, c)| c.watch_events.keys())
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    for k in kinds {
+        line(
+            &format!("  {k}"),
+            &|c| c.watch_events.get(k).copied().unwrap_or(0.0),
+            "",
+        );
+    }
+    for verb in ["filter", "prioritize", "bind", "preempt"] {
+        line(
+            &format!("extender {verb} calls"),
+            &|c| c.extender_calls.get(verb).copied().unwrap_or(0.0),
+            "",
+        );
+    }
+    for listener in ["extender", "webhook"] {
+        line(
+            &format!("{listener} request bytes per call"),
+            &|c| c.body_bytes_per_call.get(listener).copied().unwrap_or(0.0),
+            "",
+        );
+    }
+    if let Some((_, reference)) = costed.iter().find(|(r, _)| !r.gpus) {
+        for (r, c) in costed.iter().filter(|(r, _)| r.gpus) {
+            println!(
+                "\n{}: control-plane CPU per bound pod {:.2}× the reference's, API requests {:.2}×, watch events {:.2}×",
+                r.label,
+                c.control_plane_cpu_ms() / reference.control_plane_cpu_ms().max(1e-9),
+                c.total_requests() / reference.total_requests().max(1e-9),
+                c.total_watch_events() / reference.total_watch_events().max(1e-9),
             );
         }
     }

@@ -52,7 +52,7 @@ pub struct ControlPlane {
     pub gpugate: Mutex<Option<Proc>>,
     pub scheduler: Mutex<Option<Proc>>,
     pub apiserver: Mutex<Option<Proc>>,
-    etcd: Mutex<Option<Proc>>,
+    pub etcd: Mutex<Option<Proc>>,
 }
 
 impl Drop for ControlPlane {
