@@ -563,9 +563,9 @@ fn print_row_details(row: &Row) {
             );
             if row.gpus {
                 println!(
-                    "scale:   extender calls per bound pod: {}; request body bytes per call: {}",
+                    "scale:   extender calls per bound pod: {}; body bytes per call: {}",
                     show(&c.extender_calls),
-                    show(&c.body_bytes_per_call)
+                    show(&c.bytes_per_call)
                 );
             }
         }
@@ -737,12 +737,15 @@ fn print_costs(rows: &[Row]) {
             "",
         );
     }
-    for listener in ["extender", "webhook"] {
-        line(
-            &format!("{listener} request bytes per call"),
-            &|c| c.body_bytes_per_call.get(listener).copied().unwrap_or(0.0),
-            "",
-        );
+    for verb in ["filter", "prioritize", "bind"] {
+        for direction in ["request", "answer"] {
+            let key = format!("{verb} {direction}");
+            line(
+                &format!("extender {key} bytes per call"),
+                &|c| c.bytes_per_call.get(&key).copied().unwrap_or(0.0),
+                "",
+            );
+        }
     }
     if let Some((_, reference)) = costed.iter().find(|(r, _)| !r.gpus) {
         for (r, c) in costed.iter().filter(|(r, _)| r.gpus) {

@@ -23,8 +23,8 @@ pub struct Sample {
     pub watch_bytes: BTreeMap<String, f64>,
     /// gpugate's `gpugate_extender_requests_total` by verb.
     pub extender_calls: BTreeMap<String, f64>,
-    /// gpugate's `gpugate_request_body_bytes` sum and count by listener.
-    pub body_bytes: BTreeMap<String, (f64, f64)>,
+    /// gpugate's `gpugate_extender_body_bytes_total` by `verb direction`.
+    pub extender_bytes: BTreeMap<String, f64>,
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`).
@@ -101,18 +101,9 @@ pub async fn sample(cp: &ControlPlane) -> anyhow::Result<Sample> {
             .entry(x.label("verb").to_string())
             .or_default() += x.value;
     }
-    for (suffix, count) in [("_sum", false), ("_count", true)] {
-        for x in samples(&text, &format!("gpugate_request_body_bytes{suffix}")) {
-            let e = s
-                .body_bytes
-                .entry(x.label("listener").to_string())
-                .or_default();
-            if count {
-                e.1 += x.value;
-            } else {
-                e.0 += x.value;
-            }
-        }
+    for x in samples(&text, "gpugate_extender_body_bytes_total") {
+        let key = format!("{} {}", x.label("verb"), x.label("direction"));
+        *s.extender_bytes.entry(key).or_default() += x.value;
     }
     Ok(s)
 }
@@ -125,8 +116,8 @@ pub struct PerPod {
     pub watch_events: BTreeMap<String, f64>,
     pub watch_kib: BTreeMap<String, f64>,
     pub extender_calls: BTreeMap<String, f64>,
-    /// Mean request body bytes per call, by listener.
-    pub body_bytes_per_call: BTreeMap<String, f64>,
+    /// Mean body bytes per call, by `verb direction`.
+    pub bytes_per_call: BTreeMap<String, f64>,
 }
 
 impl PerPod {
@@ -149,13 +140,15 @@ impl PerPod {
             watch_events: per(&after.watch_events, &before.watch_events, 1.0),
             watch_kib: per(&after.watch_bytes, &before.watch_bytes, 1.0 / 1024.0),
             extender_calls: per(&after.extender_calls, &before.extender_calls, 1.0),
-            body_bytes_per_call: after
-                .body_bytes
+            bytes_per_call: after
+                .extender_bytes
                 .iter()
-                .filter_map(|(k, (sum, count))| {
-                    let (s0, c0) = before.body_bytes.get(k).copied().unwrap_or_default();
-                    let calls = count - c0;
-                    (calls > 0.0).then(|| (k.clone(), (sum - s0) / calls))
+                .filter_map(|(k, bytes)| {
+                    let verb = k.split(' ').next()?;
+                    let calls = after.extender_calls.get(verb)?
+                        - before.extender_calls.get(verb).copied().unwrap_or(0.0);
+                    let b0 = before.extender_bytes.get(k).copied().unwrap_or(0.0);
+                    (calls > 0.0).then(|| (k.clone(), (bytes - b0) / calls))
                 })
                 .collect(),
         }

@@ -27,6 +27,8 @@ pub struct ExtenderMetrics {
     filter_decisions: Family<Labels<1>, Counter>,
     /// By `reason`.
     filter_rejections: Family<Labels<1>, Counter>,
+    /// Body bytes by `verb` and `direction` (`request`, `answer`).
+    bytes: Family<Labels<2>, Counter>,
 }
 
 impl Default for ExtenderMetrics {
@@ -39,6 +41,7 @@ impl Default for ExtenderMetrics {
             }),
             filter_decisions: Family::default(),
             filter_rejections: Family::default(),
+            bytes: Family::default(),
         }
     }
 }
@@ -54,6 +57,12 @@ impl ExtenderMetrics {
             "gpugate_extender_duration_seconds",
             "Time to answer an extender call, by verb",
             self.latency.clone(),
+        );
+        registry.register(
+            "gpugate_extender_body_bytes",
+            "Bytes of extender request and answer bodies, by verb and direction (request, answer): \
+             what each call costs kube-scheduler and gpugate to write and read",
+            self.bytes.clone(),
         );
         registry.register(
             "gpugate_filter_decisions",
@@ -89,6 +98,15 @@ impl ExtenderMetrics {
             self.filter_rejections
                 .get_or_create(&[("reason", reason)])
                 .inc_by(n);
+        }
+    }
+
+    /// Counts one call's body sizes.
+    pub fn observe_bytes(&self, verb: &'static str, request: usize, answer: usize) {
+        for (direction, n) in [("request", request), ("answer", answer)] {
+            self.bytes
+                .get_or_create(&[("verb", verb), ("direction", direction)])
+                .inc_by(n as u64);
         }
     }
 

@@ -193,7 +193,7 @@ const NO_CLUSTER: &str =
 /// Runs one extender verb and records it; every answer is HTTP 200 JSON.
 fn extender_call<T: serde::Serialize>(
     state: &AppState,
-    verb: &'static str,
+    (verb, request_bytes): (&'static str, usize),
     call: impl FnOnce(&Extender, &Config) -> (T, Option<String>),
     without_cluster: impl FnOnce(&str) -> T,
 ) -> Response {
@@ -205,7 +205,32 @@ fn extender_call<T: serde::Serialize>(
         None => (without_cluster(NO_CLUSTER), Some(NO_CLUSTER.to_string())),
     };
     extender_done(state, verb, error.as_deref(), start);
-    axum::Json(answer).into_response()
+    json_answer(state, (verb, request_bytes), &answer)
+}
+
+/// The answer as JSON, its size and the request's counted.
+fn json_answer<T: serde::Serialize>(
+    state: &AppState,
+    (verb, request_bytes): (&'static str, usize),
+    answer: &T,
+) -> Response {
+    match serde_json::to_vec(answer) {
+        Ok(body) => {
+            state
+                .metrics
+                .extender
+                .observe_bytes(verb, request_bytes, body.len());
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// Records an extender call's outcome in its span, the log and metrics.
@@ -224,7 +249,7 @@ fn extender_done(state: &AppState, verb: &'static str, error: Option<&str>, star
 async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     extender_call(
         &state,
-        "filter",
+        ("filter", body.len()),
         |x, config| {
             let filtered = x.filter(config, &body);
             state.metrics.extender.observe_filter(&filtered);
@@ -241,7 +266,7 @@ async fn filter(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
 async fn prioritize(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     extender_call(
         &state,
-        "prioritize",
+        ("prioritize", body.len()),
         |x, config| match x.prioritize(config, &body) {
             Ok(list) => (list, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
@@ -266,7 +291,7 @@ async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         };
         let error = (!result.error.is_empty()).then_some(result.error.as_str());
         extender_done(&state, "bind", error, start);
-        axum::Json(result).into_response()
+        json_answer(&state, ("bind", body.len()), &result)
     }
     .instrument(span)
     .await
@@ -277,7 +302,7 @@ async fn bind(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
 async fn preempt(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     extender_call(
         &state,
-        "preempt",
+        ("preempt", body.len()),
         |x, config| match x.preempt(config, &body) {
             Ok(r) => (r, None),
             Err(e) => (PreemptionResult::default(), Some(e.to_string())),
