@@ -89,6 +89,7 @@ usage: cargo bench --bench scale -- [flags]
   --creators C         clients creating pods at once (default 64)
   --node-creators C    clients creating nodes at once (default 32)
   --scheduler-qps Q    kube-scheduler's client QPS, burst 2 x Q (default deploy/'s, 50)
+  --filter-mode M      gpugate's scheduler.filterMode: all (deploy/'s) or best
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -106,6 +107,8 @@ struct Args {
     node_creators: usize,
     /// kube-scheduler's client QPS (burst twice that); `None`: deploy/'s.
     scheduler_qps: Option<u32>,
+    /// gpugate's `scheduler.filterMode`, when not deploy/'s.
+    filter_mode: Option<String>,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -143,6 +146,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         creators: 64,
         node_creators: 32,
         scheduler_qps: None,
+        filter_mode: None,
         given: Vec::new(),
     };
     let mut it = raw.iter();
@@ -208,6 +212,13 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
                 }
             }
             "--no-reference" => a.reference = false,
+            "--filter-mode" => {
+                a.filter_mode = match value()?.as_str() {
+                    "all" => None,
+                    "best" => Some("best".to_string()),
+                    other => return Err(format!("--filter-mode: all or best, not {other:?}")),
+                }
+            }
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
@@ -324,6 +335,9 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         args.node_creators,
         t.elapsed().as_secs_f64()
     );
+    if let Some(mode) = &args.filter_mode {
+        set_filter_mode(&cp, mode).await?;
+    }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
     control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
 
@@ -475,6 +489,37 @@ async fn phase(
     })
 }
 
+/// Writes gpugate's config file with `scheduler.filterMode` set and waits
+/// until gpugate has put the new version in force (it re-reads the file
+/// every second).
+async fn set_filter_mode(cp: &ControlPlane, mode: &str) -> anyhow::Result<()> {
+    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cp.gpugate_config)?;
+    config["scheduler"]["filterMode"] = mode.into();
+    let loaded = |text: &str| http::gauge(text, "gpugate_config_loaded_timestamp_seconds");
+    let before = loaded(&http::metrics(cp.gpugate_admin_port).await?);
+    std::fs::write(
+        cp.dir.join("gpugate.yaml"),
+        serde_yaml_ng::to_string(&config)?,
+    )?;
+    wait::eventually(
+        "gpugate puts the new config in force",
+        Duration::from_secs(30),
+        || async {
+            let text = http::metrics(cp.gpugate_admin_port)
+                .await
+                .map_err(|e| e.to_string())?;
+            if loaded(&text) != before {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await?;
+    println!("scale: gpugate's scheduler.filterMode is now {mode}");
+    Ok(())
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
@@ -588,7 +633,7 @@ fn print_table(args: &Args, rows: &[Row]) {
     println!(
         "Date: {}; {} nodes × 8 {} (split {}), {} pods per phase created by {} clients, \
          device plugin Allocate delay {} ms, kube-scheduler client QPS {} burst {}, \
-         deadline {} s",
+         gpugate filterMode {}, deadline {} s",
         jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .unwrap_or(jiff::Timestamp::now()),
@@ -601,6 +646,7 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.scheduler_qps.unwrap_or(manifests::SCHEDULER_QPS),
         args.scheduler_qps
             .map_or(manifests::SCHEDULER_BURST, |q| 2 * q),
+        args.filter_mode.as_deref().unwrap_or("all"),
         args.deadline.as_secs(),
     );
     println!("Load average at the end (1, 5, 15 min): {}", load_average());

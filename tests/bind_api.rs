@@ -1166,3 +1166,30 @@ async fn a_retried_bind_stamps_its_lock_anew() {
         lock.time
     );
 }
+
+/// `filterMode: best` (issue 26): the one node offered, no `NotBestNode`
+/// entries for the others (kube-scheduler does not need them, and at
+/// 1,000 nodes they were 90 KB per call), and the pod's GPUs held there
+/// at once, since kube-scheduler skips `/prioritize` for a single node:
+/// the next pod's filter counts them and is offered the other node.
+#[tokio::test]
+async fn filter_mode_best_offers_one_node_and_holds_it() {
+    let mut c = config(1.0);
+    c.scheduler.filter_mode = gpugate::config::FilterMode::Best;
+    let first = pod("ml", "first", "u-first", 16384, 100);
+    let second = pod("ml", "second", "u-second", 16384, 100);
+    let rig = Rig::new(
+        &[node("n1", 1), node("n2", 1)],
+        &[first.clone(), second.clone()],
+        c,
+    );
+    let a = rig.filter(&first, &["n1", "n2"]);
+    let offered = a.node_names.clone().unwrap();
+    assert_eq!(offered.len(), 1, "{a:?}");
+    assert!(a.failed_nodes.is_empty(), "{a:?}");
+    assert!(rig.cluster.read().is_assumed("u-first"));
+    let b = rig.filter(&second, &["n1", "n2"]);
+    let other = b.node_names.clone().unwrap();
+    assert_eq!(other.len(), 1, "{b:?}");
+    assert_ne!(other, offered, "the first pod's GPU was offered again");
+}

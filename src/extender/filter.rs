@@ -20,8 +20,15 @@ use super::wire::{Candidates, FilterResult, HostPriority, NodeList, node_name};
 #[derive(Debug, Default)]
 pub struct Filtered {
     pub answer: FilterResult,
+    /// Every node turned down and why, `NotBestNode` included (counted in
+    /// the metrics, left out of the answer).
     pub rejected: Vec<(String, NodeReason)>,
     pub effects: Vec<Effect>,
+    /// `filterMode: best`: the one node offered, which kube-scheduler then
+    /// takes without scoring or calling `/prioritize` (it skips both for a
+    /// single feasible node), so the caller may hold the pod's GPUs there
+    /// now, as `/prioritize` would (`placement::assume`).
+    pub chosen: Option<String>,
 }
 
 impl Filtered {
@@ -84,11 +91,21 @@ pub fn filter(
             (feasible, verdicts.rejected)
         }
     };
+    let chosen = match (config.scheduler.filter_mode, feasible.as_slice()) {
+        (FilterMode::Best, [one]) if pod.has_gpus() => Some(one.clone()),
+        _ => None,
+    };
     let mut answer = FilterResult::default();
-    // Many nodes often share one reason (the quota, the group, not the
-    // best): its text is made once.
+    // Many nodes often share one reason (the quota, the group): its text is
+    // made once.
     let mut last: Option<(&NodeReason, String)> = None;
     for (node, reason) in &rejected {
+        // Not a failure, and at 1,000 nodes 90 KB of JSON per call that
+        // kube-scheduler would decode: nodes not named are simply not
+        // offered.
+        if matches!(reason, NodeReason::NotBestNode(_)) {
+            continue;
+        }
         let text = match &last {
             Some((r, text)) if *r == reason => text.clone(),
             _ => reason.to_string(),
@@ -133,6 +150,7 @@ pub fn filter(
         answer: finish(answer, candidates, feasible),
         rejected,
         effects,
+        chosen,
     }
 }
 

@@ -121,14 +121,14 @@ impl Extender {
             Ok(p) => p,
             Err(e) => return Filtered::failed(&e),
         };
-        let mut result = filter::filter(
-            &self.cluster.read(),
-            config,
-            &pod,
-            &candidates,
-            Timestamp::now(),
-        );
+        let now = Timestamp::now();
+        let mut result = filter::filter(&self.cluster.read(), config, &pod, &candidates, now);
         self.carry_out(config, &pod, std::mem::take(&mut result.effects));
+        // One node offered: kube-scheduler takes it without /prioritize,
+        // so the hold /prioritize would make is made here.
+        if let Some(node) = &result.chosen {
+            self.assume(config, &pod, node, now);
+        }
         result
     }
 
@@ -172,15 +172,21 @@ impl Extender {
         let pod = self.read_pod(pod, config)?;
         let now = Timestamp::now();
         let prioritized = filter::prioritize(&self.cluster.read(), config, &pod, &candidates, now);
-        // Held from here until the bind arrives (see placement::assume);
-        // only when binding through an API server, where binds wait for
-        // their node.
-        if let (Some(binder), Some(node)) = (self.api_binder(), &prioritized.likely)
-            && placement::assume(&mut self.cluster.write(), config, &pod, node, now)
+        if let Some(node) = &prioritized.likely {
+            self.assume(config, &pod, node, now);
+        }
+        Ok(prioritized.scores)
+    }
+
+    /// Holds the pod's GPUs on `node` until its bind arrives (see
+    /// `placement::assume`); only when binding through an API server,
+    /// where binds wait for their node.
+    fn assume(&self, config: &Config, pod: &PodToPlace, node: &str, now: Timestamp) {
+        if let Some(binder) = self.api_binder()
+            && placement::assume(&mut self.cluster.write(), config, pod, node, now)
         {
             binder.metrics.assumed.inc();
         }
-        Ok(prioritized.scores)
     }
 
     /// Commits kube-scheduler's choice of node: through the API server (see
