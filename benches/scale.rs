@@ -762,6 +762,11 @@ fn print_costs(rows: &[Row]) {
             "",
         );
     }
+    line(
+        "gpugate events dropped (queue full)",
+        &|c| c.events_dropped,
+        "",
+    );
     line("watch events sent", &|c| c.total_watch_events(), "");
     let mut kinds: Vec<&String> = costed
         .iter()

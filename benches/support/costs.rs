@@ -25,6 +25,8 @@ pub struct Sample {
     pub extender_calls: BTreeMap<String, f64>,
     /// gpugate's `gpugate_extender_body_bytes_total` by `verb direction`.
     pub extender_bytes: BTreeMap<String, f64>,
+    /// gpugate's `gpugate_events_dropped_total` (its event queue full).
+    pub events_dropped: f64,
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`).
@@ -101,6 +103,10 @@ pub async fn sample(cp: &ControlPlane) -> anyhow::Result<Sample> {
             .entry(x.label("verb").to_string())
             .or_default() += x.value;
     }
+    s.events_dropped = samples(&text, "gpugate_events_dropped_total")
+        .iter()
+        .map(|x| x.value)
+        .sum();
     for x in samples(&text, "gpugate_extender_body_bytes_total") {
         let key = format!("{} {}", x.label("verb"), x.label("direction"));
         *s.extender_bytes.entry(key).or_default() += x.value;
@@ -118,6 +124,8 @@ pub struct PerPod {
     pub extender_calls: BTreeMap<String, f64>,
     /// Mean body bytes per call, by `verb direction`.
     pub bytes_per_call: BTreeMap<String, f64>,
+    /// gpugate's events dropped (queue full), per pod.
+    pub events_dropped: f64,
 }
 
 impl PerPod {
@@ -140,6 +148,7 @@ impl PerPod {
             watch_events: per(&after.watch_events, &before.watch_events, 1.0),
             watch_kib: per(&after.watch_bytes, &before.watch_bytes, 1.0 / 1024.0),
             extender_calls: per(&after.extender_calls, &before.extender_calls, 1.0),
+            events_dropped: (after.events_dropped - before.events_dropped) / n,
             bytes_per_call: after
                 .extender_bytes
                 .iter()
