@@ -42,7 +42,7 @@ const SELF_MADE_DAYS: u32 = 90;
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // First of all: from here on SIGHUP reloads instead of killing.
-    let signals = Signals::register().context("signal handlers")?;
+    let mut signals = Signals::register().context("signal handlers")?;
     if args.server.fault_injection {
         crate::faults::enable();
     }
@@ -76,7 +76,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let supervisor = Supervisor::new(stop_rx, tasks.clone());
     let stopped = || supervisor.stopped();
     let lifecycle = Lifecycle::default();
-    let mut signals = signals;
     let reload = Reload {
         config: signals.reload_config.clone(),
         cert: signals.reload_cert.clone(),

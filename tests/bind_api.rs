@@ -1169,7 +1169,7 @@ async fn a_retried_bind_stamps_its_lock_anew() {
 
 /// `filterMode: best` (issue 26): the one node offered, no `NotBestNode`
 /// entries for the others (kube-scheduler does not need them, and at
-/// 1,000 nodes they were 90 KB per call), and the pod's GPUs held there
+/// 1,000 nodes they were about 100 KB per call), and the pod's GPUs held there
 /// at once, since kube-scheduler skips `/prioritize` for a single node:
 /// the next pod's filter counts them and is offered the other node.
 #[tokio::test]

@@ -100,7 +100,7 @@ pub fn filter(
     // made once.
     let mut last: Option<(&NodeReason, String)> = None;
     for (node, reason) in &rejected {
-        // Not a failure, and at 1,000 nodes 90 KB of JSON per call that
+        // Not a failure, and at 1,000 nodes about 100 KB of JSON per call that
         // kube-scheduler would decode: nodes not named are simply not
         // offered.
         if matches!(reason, NodeReason::NotBestNode(_)) {

@@ -198,23 +198,21 @@ impl Extender {
         }
         let result = match parsed {
             Err(e) => Err(ExtenderError::from(e)),
-            Ok(args) => {
-                if let Err(stale) = self.cluster.current() {
-                    return BindingResult {
-                        error: ExtenderError::from(stale).to_string(),
+            Ok(args) => match self.cluster.current() {
+                Err(stale) => Err(stale.into()),
+                Ok(()) => {
+                    let target = Target {
+                        namespace: args.pod_namespace,
+                        name: args.pod_name,
+                        uid: args.pod_uid,
+                        node: args.node,
                     };
+                    match &self.bind_mode {
+                        BindMode::Api(binder) => self.bind_api(binder, config, target).await,
+                        BindMode::Ledger => self.bind_in_ledger(&config, &target),
+                    }
                 }
-                let target = Target {
-                    namespace: args.pod_namespace,
-                    name: args.pod_name,
-                    uid: args.pod_uid,
-                    node: args.node,
-                };
-                match &self.bind_mode {
-                    BindMode::Api(binder) => self.bind_api(binder, config, target).await,
-                    BindMode::Ledger => self.bind_in_ledger(&config, &target),
-                }
-            }
+            },
         };
         BindingResult {
             error: result.err().map(|e| e.to_string()).unwrap_or_default(),

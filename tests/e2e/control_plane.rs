@@ -405,17 +405,12 @@ impl ControlPlane {
             &self.log_dir(),
         )?;
         *self.gpugate.lock().unwrap() = Some(proc);
-        let port = self.gpugate_admin_port;
-        eventually("gpugate /readyz", Duration::from_secs(60), || async move {
-            if let Some(status) = self.gpugate.lock().unwrap().as_mut().and_then(Proc::exited) {
-                return Err(format!("gpugate exited: {status}"));
-            }
-            match crate::http::get(port, "/readyz").await {
-                Ok((200, _)) => Ok(()),
-                Ok((status, body)) => Err(format!("{status} {body}")),
-                Err(e) => Err(e.to_string()),
-            }
-        })
+        wait_ready(
+            "gpugate",
+            &self.gpugate,
+            self.gpugate_admin_port,
+            Duration::from_secs(60),
+        )
         .await
         .map_err(|e| self.with_log("gpugate", &self.gpugate, e))
     }
@@ -423,13 +418,7 @@ impl ControlPlane {
     /// Starts gpugate again if it is not running (a scenario that stopped it
     /// may have been cut short), so that one failure does not fail the rest.
     pub async fn ensure_gpugate(&self) -> anyhow::Result<()> {
-        let running = self
-            .gpugate
-            .lock()
-            .unwrap()
-            .as_mut()
-            .is_some_and(|p| p.exited().is_none());
-        if running {
+        if !exited(&self.gpugate) {
             return Ok(());
         }
         self.kill_gpugate();
@@ -499,6 +488,35 @@ impl ControlPlane {
         }
         out
     }
+}
+
+/// Whether the process is gone (never started, or exited).
+pub fn exited(p: &Mutex<Option<Proc>>) -> bool {
+    p.lock()
+        .unwrap()
+        .as_mut()
+        .is_none_or(|p| p.exited().is_some())
+}
+
+/// Until the gpugate in `proc` answers `/readyz` 200 on `admin_port`; fails
+/// at once if it exits.
+pub async fn wait_ready(
+    name: &str,
+    proc: &Mutex<Option<Proc>>,
+    admin_port: u16,
+    within: Duration,
+) -> anyhow::Result<()> {
+    eventually(&format!("{name} /readyz"), within, || async move {
+        if let Some(status) = proc.lock().unwrap().as_mut().and_then(Proc::exited) {
+            return Err(format!("{name} exited: {status}"));
+        }
+        match crate::http::get(admin_port, "/readyz").await {
+            Ok((200, _)) => Ok(()),
+            Ok((status, body)) => Err(format!("{status} {}", body.trim())),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
 }
 
 /// Runs `tests/e2e/build-control-plane.sh` (Go modules, cached outside the

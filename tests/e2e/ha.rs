@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::burst;
-use crate::control_plane::ControlPlane;
+use crate::control_plane::{ControlPlane, exited};
 use crate::device_plugin::DevicePlugin;
 use crate::http::{metrics, samples};
 use crate::manifests;
@@ -281,18 +281,8 @@ impl Replica {
     }
 
     pub async fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
-        let what = format!("gpugate-{} /readyz", self.name);
-        eventually(&what, within, || async move {
-            if let Some(status) = self.gpugate.lock().unwrap().as_mut().and_then(Proc::exited) {
-                return Err(format!("exited: {status}"));
-            }
-            match crate::http::get(self.admin, "/readyz").await {
-                Ok((200, _)) => Ok(()),
-                Ok((status, body)) => Err(format!("{status} {}", body.trim())),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await
+        let name = format!("gpugate-{}", self.name);
+        crate::control_plane::wait_ready(&name, &self.gpugate, self.admin, within).await
     }
 
     pub fn start_scheduler(&self, cp: &ControlPlane) -> anyhow::Result<()> {
@@ -307,13 +297,7 @@ impl Replica {
 
     /// Whether its kube-scheduler says it leads (`leader_election_master_status`).
     pub async fn leads(&self, cp: &ControlPlane) -> bool {
-        let running = self
-            .scheduler
-            .lock()
-            .unwrap()
-            .as_mut()
-            .is_some_and(|p| p.exited().is_none());
-        if !running {
+        if exited(&self.scheduler) {
             return false;
         }
         match cp.scheduler_metrics_at(self.scheduler_port).await {
@@ -347,11 +331,7 @@ impl Replica {
     }
 
     pub fn gpugate_exited(&self) -> bool {
-        self.gpugate
-            .lock()
-            .unwrap()
-            .as_mut()
-            .is_none_or(|p| p.exited().is_some())
+        exited(&self.gpugate)
     }
 
     pub async fn arm(&self, point: &str) -> anyhow::Result<()> {
@@ -492,13 +472,7 @@ impl Pair {
             } else {
                 r.wait_ready(Duration::from_secs(60)).await?;
             }
-            let scheduler_down = r
-                .scheduler
-                .lock()
-                .unwrap()
-                .as_mut()
-                .is_none_or(|p| p.exited().is_some());
-            if scheduler_down {
+            if exited(&r.scheduler) {
                 r.start_scheduler(cp)?;
             }
         }
@@ -631,6 +605,11 @@ async fn https_post(
         .split_once("\r\n\r\n")
         .ok_or_else(|| anyhow!("no HTTP answer: {text:?}"))?;
     serde_json::from_str(body.trim()).with_context(|| format!("answer {body:?}"))
+}
+
+/// The sum of every sample of `name`.
+pub fn total(text: &str, name: &str) -> f64 {
+    samples(text, name).iter().map(|s| s.value).sum()
 }
 
 pub fn counter(text: &str, name: &str, label: (&str, &str)) -> f64 {
@@ -961,13 +940,9 @@ pub async fn cut_off(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> 
     on_pair!(ctx, |pair| {
         pair.wait_nodes(names.len()).await?;
         let (cut, other) = pair.leader(cp).await?;
-        let binds = |text: &str| -> f64 {
-            samples(text, "gpugate_bind_outcomes_total")
-                .iter()
-                .map(|s| s.value)
-                .sum()
-        };
+        let binds = |text: &str| total(text, "gpugate_bind_total");
         let binds_before = binds(&cut.metrics().await?);
+        let other_before = binds(&other.metrics().await?);
         let cut_at = Instant::now();
         cut.proxy.cut();
         let bound = STALE_AFTER + PROBE_PERIOD + Duration::from_secs(3);
@@ -1015,6 +990,12 @@ pub async fn cut_off(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> 
         ensure!(
             binds(&cut.metrics().await?) == binds_before,
             "the cut replica took part in binds while cut off"
+        );
+        // The count is read right: the other replica's moved by the 6.
+        let other_binds = binds(&other.metrics().await?) - other_before;
+        ensure!(
+            other_binds >= 6.0,
+            "the other replica counted {other_binds} binds for the 6 pods"
         );
         let restored_at = Instant::now();
         cut.proxy.restore();
@@ -1167,10 +1148,9 @@ pub async fn half_done_binds(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
             released.as_secs_f64(),
             sweep_bound.as_secs_f64()
         );
-        let swept = counter(
+        let swept = total(
             &survivor.metrics().await?,
             "gpugate_orphaned_node_locks_released_total",
-            ("", ""),
         );
         ensure!(swept >= 1.0, "the survivor's sweep released {swept} locks");
 
