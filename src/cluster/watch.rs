@@ -421,7 +421,7 @@ pub async fn run(
     observer: Arc<dyn WatchObserver>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let _stale_when_gone = shared.freshness().task_guard();
+    let freshness = shared.freshness().clone();
     // Nodes, Pods and ResourceQuotas gate readiness (freshness::GATING_KINDS);
     // Namespaces (labels for policy selectors) do not: without RBAC for
     // them, policies fall back to matching by name.
@@ -465,6 +465,8 @@ pub async fn run(
             std::future::pending::<()>().await;
         }
     };
+    // Declared after the feeds, so dropped before them when the task ends.
+    let _stale_when_gone = freshness.task_guard();
     tokio::select! {
         _ = stop => {}
         () = crate::faults::armed(crate::faults::Point::WatchPanic) => {

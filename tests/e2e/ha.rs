@@ -273,7 +273,12 @@ impl Replica {
             &format!("gpugate-{}", self.name),
             std::process::Command::new(&cp.gpugate_bin)
                 .args(&self.gpugate_args)
-                .env("RUST_LOG", "info"),
+                .env("RUST_LOG", "info")
+                // The panic hook runs before unwinding: printing a
+                // backtrace of this debug build took 10 s once, and the
+                // view reads current until the watch task's guard drops.
+                // deploy/ does not set it either.
+                .env_remove("RUST_BACKTRACE"),
             &cp.log_dir(),
         )?;
         *self.gpugate.lock().unwrap() = Some(proc);
