@@ -90,6 +90,48 @@ pub struct SchedulerConfig {
     pub numa: NumaConfig,
     /// gpugate's own preemption, for pods short only of GPU.
     pub preemption: PreemptionConfig,
+    /// Moving pods of opted-in namespaces to make room for a pod that fits
+    /// nowhere only because free GPU is scattered.
+    pub defragmentation: DefragmentationConfig,
+}
+
+/// Defragmentation (docs/policies.md, "Defragmentation"): for a pod that
+/// fits nowhere, the fewest pods of namespaces whose policy says
+/// `movable: true` whose eviction lets it fit while each of them fits
+/// elsewhere; they are evicted, and the freed GPUs and the destinations
+/// held. Nothing moves unless a namespace policy opts in.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DefragmentationConfig {
+    /// The switch: off, nothing is ever moved (explain still shows plans).
+    pub enabled: bool,
+    /// Plans of more moves are not made.
+    pub max_moves: usize,
+    /// Pods evicted per minute at most, over all plans; a plan that does
+    /// not fit in what is left waits for the pod's next attempt.
+    pub moves_per_minute: u32,
+    /// A pod created (started, or moved: a replacement is a new pod) less
+    /// than this ago is not moved: no ping-pong.
+    pub min_seconds_between_moves: u64,
+    /// How long the freed GPUs stay held for the pending pod and the
+    /// destinations for the replacements (from the evictions).
+    pub hold_seconds: u64,
+    /// The search's bound, in node fits tried (evaluating every node for
+    /// one pod counts each node); the plan's cost is bounded by it.
+    pub search_budget: u64,
+}
+
+impl Default for DefragmentationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_moves: 4,
+            moves_per_minute: 10,
+            min_seconds_between_moves: 600,
+            hold_seconds: 180,
+            search_budget: 2_000_000,
+        }
+    }
 }
 
 /// gpugate's own preemption (docs/operations.md, "Preemption"):
@@ -224,6 +266,7 @@ impl Default for SchedulerConfig {
             assume_seconds: 5.0,
             gang: GangConfig::default(),
             preemption: PreemptionConfig::default(),
+            defragmentation: DefragmentationConfig::default(),
         }
     }
 }
@@ -381,6 +424,37 @@ impl Config {
             return Err(format!(
                 "scheduler.preemption.holdSeconds is {}, allowed 10 to 3600",
                 p.hold_seconds
+            ));
+        }
+        let d = &self.scheduler.defragmentation;
+        if !(1..=8).contains(&d.max_moves) {
+            return Err(format!(
+                "scheduler.defragmentation.maxMoves is {}, allowed 1 to 8",
+                d.max_moves
+            ));
+        }
+        if !(1..=1000).contains(&d.moves_per_minute) {
+            return Err(format!(
+                "scheduler.defragmentation.movesPerMinute is {}, allowed 1 to 1000",
+                d.moves_per_minute
+            ));
+        }
+        if d.min_seconds_between_moves > 7 * 24 * 3600 {
+            return Err(format!(
+                "scheduler.defragmentation.minSecondsBetweenMoves is {}, allowed 0 to 604800",
+                d.min_seconds_between_moves
+            ));
+        }
+        if !(30..=3600).contains(&d.hold_seconds) {
+            return Err(format!(
+                "scheduler.defragmentation.holdSeconds is {}, allowed 30 to 3600",
+                d.hold_seconds
+            ));
+        }
+        if !(1_000..=100_000_000).contains(&d.search_budget) {
+            return Err(format!(
+                "scheduler.defragmentation.searchBudget is {}, allowed 1000 to 100000000",
+                d.search_budget
             ));
         }
         if self.scheduler.numa.weight > 100 {

@@ -35,6 +35,12 @@ pub struct NamespacePolicy {
     pub defaults: PolicyDefaults,
     #[serde(default)]
     pub limits: PolicyLimits,
+    /// Defragmentation may move this namespace's pods (those a
+    /// ReplicaSet, StatefulSet or Job recreates) to make room for a pod
+    /// that fits nowhere only because free GPU is scattered
+    /// (docs/policies.md, "Defragmentation"). Off by default.
+    #[serde(default)]
+    pub movable: bool,
 }
 
 /// Kubernetes' label selector (`metav1.LabelSelector`): every

@@ -9,6 +9,7 @@
 //! - [`Verdict::priorities`]: `/prioritize`'s 0..=10 levels;
 //! - [`reserve`]: the GPUs on the chosen node, held under the pod's UID.
 
+pub mod defrag;
 pub mod gang;
 pub mod pod;
 pub mod preemption;

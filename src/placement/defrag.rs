@@ -1,0 +1,312 @@
+//! Defragmentation's rules, as functions of the view: which pods may move
+//! (docs/policies.md, "Defragmentation") and the plan for a pending pod
+//! that fits nowhere, searched by `engine::defrag` on the view's state.
+//! `gpugate explain`, `gpugate defrag --plan` and the controller that acts
+//! (`controllers::defragmentation`) all plan through here.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::cluster::convert::{membership, pod_finished};
+use crate::cluster::{ClusterView, pod_name, pod_namespace};
+use crate::config::Config;
+use crate::config::namespace_policy::policy_for_namespace;
+use crate::engine::defrag::{Movable, Rules, Search, search};
+use crate::engine::gang::group_key;
+
+use super::pod::{PodToPlace, plan_of};
+use super::scheduler_checks;
+
+/// A pod annotation that keeps a pod from ever being moved, whatever its
+/// namespace's policy: `gpugate.io/movable: "false"`.
+pub const MOVABLE: &str = "gpugate.io/movable";
+
+/// Owner kinds whose controllers recreate an evicted pod.
+const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "Job"];
+
+/// Why a GPU holder may not be moved (for `explain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Unmovable {
+    /// Its namespace's policy does not say `movable: true`.
+    NamespaceNotOptedIn,
+    /// It carries `gpugate.io/movable: "false"`.
+    OptedOut,
+    /// No ReplicaSet, StatefulSet or Job would recreate it.
+    NotRecreated,
+    /// It belongs to a gang group.
+    GangMember,
+    /// Its priority is above the pending pod's.
+    HigherPriority,
+    /// It was created (or moved) too recently.
+    MovedRecently,
+    /// It is not settled on its node (binding, terminating, a victim
+    /// already, or its allocation is not counted).
+    NotSettled,
+}
+
+impl Unmovable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unmovable::NamespaceNotOptedIn => "namespace not opted in (policy movable: false)",
+            Unmovable::OptedOut => "annotated gpugate.io/movable: \"false\"",
+            Unmovable::NotRecreated => "no ReplicaSet, StatefulSet or Job recreates it",
+            Unmovable::GangMember => "member of a gang group",
+            Unmovable::HigherPriority => "priority above the pending pod's",
+            Unmovable::MovedRecently => "created or moved too recently",
+            Unmovable::NotSettled => "not settled on its node",
+        }
+    }
+}
+
+/// The controller (ReplicaSet, StatefulSet or Job) that recreates `pod`:
+/// its kind and UID.
+pub fn recreating_owner(pod: &Pod) -> Option<(&str, &str)> {
+    pod.metadata
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .filter(|o| RECREATING_OWNERS.contains(&o.kind.as_str()))
+        .map(|o| (o.kind.as_str(), o.uid.as_str()))
+}
+
+/// Whether the namespace's policy lets defragmentation move its pods.
+pub fn namespace_movable(view: &ClusterView, config: &Config, namespace: &str) -> bool {
+    policy_for_namespace(
+        &config.namespace_policies,
+        namespace,
+        view.namespace_labels(namespace),
+    )
+    .is_some_and(|p| p.movable)
+}
+
+/// Whether `pod` may be moved for `pending` at `now`, as a [`Movable`].
+pub fn movable(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    pod: &Pod,
+    now: Timestamp,
+) -> Result<Movable, Unmovable> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let namespace = pod_namespace(pod);
+    let node = view
+        .held_allocation(uid)
+        .filter(|a| a.grant_count() > 0)
+        .map(|a| a.node.clone());
+    let settled = node.is_some()
+        && view.held_bound(uid)
+        && !view.is_reserved(uid)
+        && !view.is_nominated_victim(uid)
+        && view.state().allocation(uid).is_some()
+        && pod.metadata.deletion_timestamp.is_none()
+        && !pod_finished(pod)
+        && uid != pending.uid();
+    if !settled {
+        return Err(Unmovable::NotSettled);
+    }
+    if !namespace_movable(view, config, namespace) {
+        return Err(Unmovable::NamespaceNotOptedIn);
+    }
+    let annotations = pod.metadata.annotations.as_ref();
+    if annotations
+        .and_then(|a| a.get(MOVABLE))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+    {
+        return Err(Unmovable::OptedOut);
+    }
+    if recreating_owner(pod).is_none() {
+        return Err(Unmovable::NotRecreated);
+    }
+    if view.gang_of(uid).is_some() || group_key(namespace, membership(pod)).is_some() {
+        return Err(Unmovable::GangMember);
+    }
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    if priority > pending.priority {
+        return Err(Unmovable::HigherPriority);
+    }
+    let since = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .unwrap_or(i64::MAX);
+    let window = i64::try_from(config.scheduler.defragmentation.min_seconds_between_moves)
+        .unwrap_or(i64::MAX);
+    if now.as_second().saturating_sub(since) < window {
+        return Err(Unmovable::MovedRecently);
+    }
+    let plan = plan_of(pod, config).map_err(|_| Unmovable::NotSettled)?;
+    Ok(Movable {
+        key: uid.to_string(),
+        node: node.unwrap_or_default(),
+        plan,
+        priority,
+        since,
+    })
+}
+
+/// One pod of a plan, named.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedMove {
+    pub uid: String,
+    /// `namespace/name`.
+    pub pod: String,
+    pub from: String,
+    pub to: String,
+    /// The controller that recreates it: kind and UID.
+    pub owner: (String, String),
+    /// The replacement's GPUs on `to`, as the search placed them.
+    pub allocation: crate::engine::Allocation,
+    /// Its replacement's plan (the same pod created again).
+    pub plan: crate::engine::PodPlan,
+}
+
+/// A plan, with the pods named.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DefragPlan {
+    /// Where the pending pod goes, and its GPUs there once the moves are
+    /// made.
+    pub node: String,
+    pub allocation: crate::engine::Allocation,
+    pub moves: Vec<PlannedMove>,
+}
+
+/// What defragmentation says of a pending pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It fits now, or asks for no GPU: nothing to move.
+    NotNeeded,
+    /// It belongs to a gang group: gangs are not planned for.
+    GangMember,
+    Plan(DefragPlan),
+    /// No plan of at most `maxMoves` moves (`exhaustive`: every set was
+    /// tried; otherwise the search budget ran out first). `movable`
+    /// counts the GPU holders that may move.
+    NoPlan {
+        exhaustive: bool,
+        movable: usize,
+    },
+}
+
+/// The plan for `pending` among `nodes` (every node when `None`), moving
+/// some of `pods` (any pods; those that may not move are left out; a
+/// pod's replacement lands only where `node_objects` say kube-scheduler's
+/// own filters let it, when they are given).
+pub fn plan(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    nodes: Option<&[String]>,
+    pods: &[Pod],
+    node_objects: Option<&[Node]>,
+    now: Timestamp,
+) -> Outcome {
+    plan_with(view, config, pending, nodes, pods, node_objects, now, &[])
+}
+
+/// [`plan`], never landing a pod (by UID) on the nodes of `barred`.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_with(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    nodes: Option<&[String]>,
+    pods: &[Pod],
+    node_objects: Option<&[Node]>,
+    now: Timestamp,
+    barred: &[(String, String)],
+) -> Outcome {
+    if !pending.plan.request.has_gpus() {
+        return Outcome::NotNeeded;
+    }
+    if !matches!(pending.gang(), Ok(None)) {
+        return Outcome::GangMember;
+    }
+    let mut by_uid: HashMap<&str, &Pod> = HashMap::new();
+    let mut movers: Vec<Movable> = Vec::new();
+    for pod in pods {
+        if let Ok(m) = movable(view, config, pending, pod, now) {
+            by_uid.insert(pod.metadata.uid.as_deref().unwrap_or_default(), pod);
+            movers.push(m);
+        }
+    }
+    let node_objects: BTreeMap<&str, &Node> = node_objects
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .collect();
+    let breaks = |uids: &[&str]| view.budget_violations(uids).contains(&true);
+    let may_land = |m: &Movable, node: &str| {
+        if barred.iter().any(|(uid, n)| *uid == m.key && n == node) {
+            return false;
+        }
+        match (node_objects.get(node), by_uid.get(m.key.as_str())) {
+            (Some(n), Some(p)) => scheduler_checks::excluded(p, n).is_none(),
+            _ => true,
+        }
+    };
+    let d = &config.scheduler.defragmentation;
+    let rules = Rules {
+        max_moves: d.max_moves,
+        budget: d.search_budget,
+        breaks_budget: &breaks,
+        may_land: &may_land,
+    };
+    match search(view.state(), &pending.plan, nodes, &movers, &rules) {
+        Search::FitsNow => Outcome::NotNeeded,
+        Search::NoPlan { exhaustive } => Outcome::NoPlan {
+            exhaustive,
+            movable: movers.len(),
+        },
+        Search::Found(p) => Outcome::Plan(DefragPlan {
+            node: p.node,
+            allocation: p.allocation,
+            moves: p
+                .moves
+                .into_iter()
+                .map(|m| {
+                    let pod = by_uid.get(m.key.as_str());
+                    let owner = pod
+                        .and_then(|p| recreating_owner(p))
+                        .map(|(k, u)| (k.to_string(), u.to_string()))
+                        .unwrap_or_default();
+                    let plan = movers
+                        .iter()
+                        .find(|x| x.key == m.key)
+                        .map(|x| x.plan.clone())
+                        .unwrap_or_else(|| pending.plan.clone());
+                    PlannedMove {
+                        pod: pod.map(|p| pod_name(p)).unwrap_or_default(),
+                        uid: m.key,
+                        from: m.from,
+                        to: m.to,
+                        owner,
+                        allocation: m.allocation,
+                        plan,
+                    }
+                })
+                .collect(),
+        }),
+    }
+}
+
+impl DefragPlan {
+    /// "fits on node n1 after moving ml/a (n1 → n2), ml/b (n1 → n3)".
+    pub fn describe(&self) -> String {
+        let moves: Vec<String> = self
+            .moves
+            .iter()
+            .map(|m| format!("{} ({} → {})", m.pod, m.from, m.to))
+            .collect();
+        format!(
+            "fits on node {} after moving {} pod{}: {}",
+            self.node,
+            self.moves.len(),
+            if self.moves.len() == 1 { "" } else { "s" },
+            moves.join(", ")
+        )
+    }
+}
