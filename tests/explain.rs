@@ -218,7 +218,9 @@ fn every_reason_code_in_words() {
         .filter(|c| {
             !matches!(
                 c,
+                // Places held for moved pods exist only in a live view.
                 ReasonCode::NotBestNode
+                    | ReasonCode::MoveDestination
                     | ReasonCode::NumaTopologiesListing
                     | ReasonCode::Card(gpugate::engine::Reason::CardMigTopologyInfeasible)
             )

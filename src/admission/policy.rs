@@ -170,6 +170,7 @@ mod tests {
             mode: PolicyMode::Enforce,
             defaults: PolicyDefaults::default(),
             limits,
+            movable: false,
         }
     }
 

@@ -31,11 +31,12 @@ pub enum Validation {
 }
 
 /// Prefixes of the annotations only the scheduler and the device plugin write.
-const ALLOCATION_PREFIXES: [&str; 5] = [
+const ALLOCATION_PREFIXES: [&str; 6] = [
     "hami.io/vgpu-",
     "hami.io/bind-",
     crate::cluster::pod_annotations::NUMA_ZONES,
     crate::controllers::preemption::CLAIM,
+    crate::controllers::defragmentation::CLAIM,
     crate::controllers::preemption::GPUS_FREED,
 ];
 

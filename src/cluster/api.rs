@@ -222,6 +222,16 @@ impl ApiCalls {
         .await
     }
 
+    /// Every pod of the namespace (defragmentation's candidates).
+    pub async fn list_pods(&self, namespace: &str) -> Result<Vec<Pod>, ApiError> {
+        self.call(
+            || format!("LIST pods in {namespace}"),
+            self.pods(namespace).list(&kube::api::ListParams::default()),
+        )
+        .await
+        .map(|l| l.items)
+    }
+
     /// A JSON merge patch of a pod (with `metadata.resourceVersion` in the
     /// patch it applies only to that version).
     pub async fn merge_patch_pod(

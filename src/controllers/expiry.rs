@@ -68,5 +68,11 @@ pub async fn run(
                 "preemption: nominations ended (hold time up)"
             );
         }
+        if ended.destinations > 0 {
+            tracing::info!(
+                places = ended.destinations,
+                "defragmentation: places held for replacements released (hold time up)"
+            );
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! up, and node locks a dead bind left behind. Each owns what it works through (its API handle, its events, its
 //! metrics); `serve` starts them.
 
+pub mod defragmentation;
 pub mod expiry;
 pub mod orphaned_locks;
 pub mod preemption;

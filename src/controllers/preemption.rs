@@ -43,6 +43,8 @@ use crate::cluster::api::ApiCalls;
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::config::Config;
 use crate::placement::PodToPlace;
+
+use super::defragmentation::{self, DefragMetrics, Defragmenter};
 use crate::placement::preemption::{candidates, gang_plan};
 
 /// gpugate's own preemption's claim on a pod: `<node>,<unix seconds>`.
@@ -106,6 +108,8 @@ pub struct Preemptor {
     api: ApiCalls,
     events: EventSink,
     metrics: PreemptionMetrics,
+    /// For pods preemption cannot help.
+    defrag: Defragmenter,
 }
 
 /// The pods `/filter` left without a node, by UID.
@@ -121,6 +125,7 @@ impl Preemptor {
             nudged: Mutex::default(),
             api,
             events,
+            defrag: Defragmenter::new(metrics.defrag.clone()),
             metrics,
         }
     }
@@ -140,9 +145,7 @@ impl Preemptor {
 impl Noted {
     fn unplaced(&self, pod: &PodToPlace, mut nodes: Vec<String>) {
         let uid = pod.uid();
-        if uid.is_empty() || pod.priority <= 0 || !pod.preempts {
-            // It may not preempt, or nothing is below it that it may evict
-            // (priorities below 0 are not used in practice).
+        if uid.is_empty() {
             return;
         }
         nodes.truncate(NODES_KEPT);
@@ -210,18 +213,18 @@ impl Preemptor {
             }
             let config = config.load_full();
             let p = &config.scheduler.preemption;
-            if !p.enabled {
-                self.noted.clear();
-                continue;
-            }
             // Never evict from a stale view: the pods noted stay noted
             // and are judged once it is current again.
             if cluster.current().is_err() {
                 continue;
             }
+            if !p.enabled && !config.scheduler.defragmentation.enabled {
+                self.noted.clear();
+            }
             for (uid, w) in self.noted.due(Duration::from_secs_f64(p.grace_seconds)) {
-                let outcome = self.preempt_for(&cluster, &config, &uid, &w).await;
-                self.metrics.attempt(outcome.as_str());
+                if let Some(outcome) = self.preempt_for(&cluster, &config, &uid, &w).await {
+                    self.metrics.attempt(outcome.as_str());
+                }
             }
             self.nudge(&cluster).await;
         }
@@ -273,27 +276,32 @@ impl Preemptor {
         config: &Config,
         uid: &str,
         w: &Waiting,
-    ) -> Outcome {
+    ) -> Option<Outcome> {
         let api = &self.api;
         let who = format!("{}/{}", w.namespace, w.name);
         let pod = match api.get_pod(&w.namespace, &w.name).await {
             Ok(p) => p,
-            Err(e) if e.is_not_found() => return Outcome::Handled,
+            Err(e) if e.is_not_found() => return Some(Outcome::Handled),
             Err(e) => {
                 tracing::warn!(pod = %who, "preemption: {e}");
-                return Outcome::Failed;
+                return Some(Outcome::Failed);
             }
         };
         let spec = pod.spec.as_ref();
-        let claimed = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CLAIM))
-            .and_then(|v| v.rsplit_once(',')?.1.parse::<i64>().ok())
-            .is_some_and(|at| {
-                Timestamp::now().as_second() - at < config.scheduler.preemption.hold_seconds as i64
-            });
+        // Claimed by preemption or defragmentation within its hold.
+        let claimed_within = |key: &str, hold: u64| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .and_then(|v| v.rsplit_once(',')?.1.parse::<i64>().ok())
+                .is_some_and(|at| Timestamp::now().as_second() - at < hold as i64)
+        };
+        let claimed = claimed_within(CLAIM, config.scheduler.preemption.hold_seconds)
+            || claimed_within(
+                defragmentation::CLAIM,
+                config.scheduler.defragmentation.hold_seconds,
+            );
         if pod.metadata.uid.as_deref() != Some(uid)
             || pod.metadata.deletion_timestamp.is_some()
             || spec.and_then(|s| s.node_name.as_deref()).is_some()
@@ -305,20 +313,35 @@ impl Preemptor {
             || claimed
             || cluster.read().nomination(uid).is_some()
         {
-            return Outcome::Handled;
+            return Some(Outcome::Handled);
         }
         // A pod that cannot be planned was never left without a node by
         // /filter for want of capacity: nothing to preempt for.
         let Ok(pod) = PodToPlace::read(pod, config, &cluster.read()) else {
-            return Outcome::Nowhere;
+            return Some(Outcome::Nowhere);
         };
-        let Some(decision) = decide(cluster, config, &pod, &w.nodes) else {
-            tracing::info!(pod = %who, "preemption: no node where evicting lower-priority pods makes room (for a gang: for every member still needed); nothing evicted");
-            return Outcome::Nowhere;
+        // Preemption first (it may: enabled, a priority above 0, not
+        // `preemptionPolicy: Never`); where it cannot help, defragmentation.
+        let may_preempt = config.scheduler.preemption.enabled && pod.priority > 0 && pod.preempts;
+        let decision = if may_preempt {
+            decide(cluster, config, &pod, &w.nodes)
+        } else {
+            None
+        };
+        let Some(decision) = decision else {
+            if may_preempt {
+                tracing::info!(pod = %who, "preemption: no node where evicting lower-priority pods makes room (for a gang: for every member still needed); nothing evicted");
+            }
+            if config.scheduler.defragmentation.enabled {
+                self.defrag
+                    .make_room((api, &self.events), cluster, config, &pod, &w.nodes)
+                    .await;
+            }
+            return may_preempt.then_some(Outcome::Nowhere);
         };
         if decision.victims.is_empty() {
             // It fits now (a gang: its members fit together again).
-            return Outcome::Handled;
+            return Some(Outcome::Handled);
         }
         // The claim: only on the pod as read, so one replica preempts.
         let claim = json!({"metadata": {
@@ -335,10 +358,10 @@ impl Preemptor {
                         .is_some_and(|a| a.contains_key(CLAIM))
                 });
             if claimed {
-                return Outcome::Handled;
+                return Some(Outcome::Handled);
             }
             tracing::warn!(pod = %who, "preemption: claim failed: {e}");
-            return Outcome::Failed;
+            return Some(Outcome::Failed);
         }
         let hold = config.scheduler.preemption.hold_seconds;
         let until =
@@ -404,11 +427,11 @@ impl Preemptor {
                         format!("evicting {victim} on node {}: {e}", decision.nodes),
                     ));
                     cluster.write().abandon_nominations(uid);
-                    return Outcome::Failed;
+                    return Some(Outcome::Failed);
                 }
             }
         }
-        Outcome::Evicted
+        Some(Outcome::Evicted)
     }
 }
 
@@ -506,6 +529,8 @@ pub struct PreemptionMetrics {
     attempts: Family<PreemptionLabels, Counter>,
     /// Pods evicted.
     pub victims: Counter,
+    /// Defragmentation's, for pods preemption cannot help.
+    pub defrag: DefragMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -534,6 +559,7 @@ impl PreemptionMetrics {
             "Pods evicted by gpugate's own preemption",
             self.victims.clone(),
         );
+        self.defrag.register(registry);
     }
 }
 
@@ -553,7 +579,9 @@ mod tests {
     }
 
     /// Pods are due after the grace, once; a handled one never; one of
-    /// priority 0 has nobody below it and is not noted.
+    /// priority 0 is noted too (nothing is below it to preempt, but
+    /// defragmentation may make room); one with no node refused for
+    /// capacity is not.
     #[test]
     fn pods_are_due_after_the_grace_unless_handled() {
         let p = Noted::default();
@@ -564,8 +592,9 @@ mod tests {
         p.unplaced(&pod("nowhere", 100), Vec::new());
         p.handled("b");
         assert!(p.due(Duration::from_secs(60)).is_empty());
-        let due: Vec<String> = p.due(Duration::ZERO).into_iter().map(|(u, _)| u).collect();
-        assert_eq!(due, ["a"]);
+        let mut due: Vec<String> = p.due(Duration::ZERO).into_iter().map(|(u, _)| u).collect();
+        due.sort();
+        assert_eq!(due, ["a", "zero"]);
         assert!(p.due(Duration::ZERO).is_empty());
         assert_eq!(pod_name(pod("a", 1).pod()), "ml/a");
     }

@@ -148,9 +148,10 @@ impl Extender {
                     .events()
                     .emit(PodEvent::new(pod.pod(), warning, reason, note)),
                 // kube-scheduler may preempt for it; if it does not,
-                // gpugate does.
+                // gpugate does, or moves pods to make room.
                 Effect::Unplaced { shortage } => {
-                    if config.scheduler.preemption.enabled
+                    if (config.scheduler.preemption.enabled
+                        || config.scheduler.defragmentation.enabled)
                         && let Some(p) = &self.preemptor
                     {
                         p.unplaced(pod, shortage);

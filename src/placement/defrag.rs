@@ -10,9 +10,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::cluster::convert::{membership, pod_finished};
+use crate::cluster::view::{BudgetedPod, Budgets};
 use crate::cluster::{ClusterView, pod_name, pod_namespace};
 use crate::config::Config;
 use crate::config::namespace_policy::policy_for_namespace;
+use crate::engine::ClusterState;
 use crate::engine::defrag::{Movable, Rules, Search, search};
 use crate::engine::gang::group_key;
 
@@ -148,6 +150,17 @@ pub fn movable(
     })
 }
 
+/// The place held for `pod` if it replaces a moved pod (same owner, same
+/// plan): the hold's key and node.
+pub fn held_destination(view: &ClusterView, pod: &PodToPlace) -> Option<(String, String)> {
+    if view.destination_count() == 0 {
+        return None;
+    }
+    let (_, owner) = recreating_owner(pod.pod())?;
+    view.destination_for(owner, &pod.plan)
+        .map(|(k, n)| (k.to_string(), n.to_string()))
+}
+
 /// One pod of a plan, named.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedMove {
@@ -204,20 +217,59 @@ pub fn plan(
     node_objects: Option<&[Node]>,
     now: Timestamp,
 ) -> Outcome {
-    plan_with(view, config, pending, nodes, pods, node_objects, now, &[])
+    let movers = movers(view, config, pending, pods, now);
+    let inputs = Inputs {
+        nodes,
+        pods,
+        node_objects,
+        barred: &[],
+    };
+    plan_on(
+        view.state(),
+        view.budgets(),
+        config,
+        pending,
+        movers,
+        &inputs,
+    )
 }
 
-/// [`plan`], never landing a pod (by UID) on the nodes of `barred`.
-#[allow(clippy::too_many_arguments)]
-pub fn plan_with(
+/// The pods of `pods` that may move for `pending`.
+pub fn movers(
     view: &ClusterView,
     config: &Config,
     pending: &PodToPlace,
-    nodes: Option<&[String]>,
     pods: &[Pod],
-    node_objects: Option<&[Node]>,
     now: Timestamp,
-    barred: &[(String, String)],
+) -> Vec<Movable> {
+    pods.iter()
+        .filter_map(|p| movable(view, config, pending, p, now).ok())
+        .collect()
+}
+
+/// What a plan is searched among, beside the state.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The pending pod's nodes (every node when `None`).
+    pub nodes: Option<&'a [String]>,
+    /// The pods the movers were chosen from (for their names, owners,
+    /// labels and scheduling constraints).
+    pub pods: &'a [Pod],
+    /// Node objects, for kube-scheduler's own filters on destinations.
+    pub node_objects: Option<&'a [Node]>,
+    /// Pods (UID) never to land on a node.
+    pub barred: &'a [(String, String)],
+}
+
+/// The search on `state` (a copy of the view's, so that no lock is held
+/// while it runs) with the view's `budgets`.
+pub fn plan_on(
+    state: &ClusterState,
+    budgets: &Budgets,
+    config: &Config,
+    pending: &PodToPlace,
+    movers: Vec<Movable>,
+    inputs: &Inputs<'_>,
 ) -> Outcome {
     if !pending.plan.request.has_gpus() {
         return Outcome::NotNeeded;
@@ -225,22 +277,35 @@ pub fn plan_with(
     if !matches!(pending.gang(), Ok(None)) {
         return Outcome::GangMember;
     }
-    let mut by_uid: HashMap<&str, &Pod> = HashMap::new();
-    let mut movers: Vec<Movable> = Vec::new();
-    for pod in pods {
-        if let Ok(m) = movable(view, config, pending, pod, now) {
-            by_uid.insert(pod.metadata.uid.as_deref().unwrap_or_default(), pod);
-            movers.push(m);
-        }
-    }
-    let node_objects: BTreeMap<&str, &Node> = node_objects
+    let by_uid: HashMap<&str, &Pod> = inputs
+        .pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
+    let node_objects: BTreeMap<&str, &Node> = inputs
+        .node_objects
         .unwrap_or_default()
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
         .collect();
-    let breaks = |uids: &[&str]| view.budget_violations(uids).contains(&true);
+    let empty = BTreeMap::new();
+    let breaks = |uids: &[&str]| {
+        let pods = uids
+            .iter()
+            .filter_map(|u| by_uid.get(u))
+            .map(|p| BudgetedPod {
+                namespace: pod_namespace(p),
+                name: p.metadata.name.as_deref().unwrap_or_default(),
+                labels: p.metadata.labels.as_ref().unwrap_or(&empty),
+            });
+        budgets.violations(pods).contains(&true)
+    };
     let may_land = |m: &Movable, node: &str| {
-        if barred.iter().any(|(uid, n)| *uid == m.key && n == node) {
+        if inputs
+            .barred
+            .iter()
+            .any(|(uid, n)| *uid == m.key && n == node)
+        {
             return false;
         }
         match (node_objects.get(node), by_uid.get(m.key.as_str())) {
@@ -255,7 +320,7 @@ pub fn plan_with(
         breaks_budget: &breaks,
         may_land: &may_land,
     };
-    match search(view.state(), &pending.plan, nodes, &movers, &rules) {
+    match search(state, &pending.plan, inputs.nodes, &movers, &rules) {
         Search::FitsNow => Outcome::NotNeeded,
         Search::NoPlan { exhaustive } => Outcome::NoPlan {
             exhaustive,

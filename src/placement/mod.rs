@@ -133,8 +133,38 @@ pub fn judge(
         Ok(judged) => judged,
         Err(reason) => return Verdict::Everywhere(reason),
     };
+    // A replacement of a pod defragmentation moved is judged with its
+    // held place free, and sent there when it fits there.
+    let destination = match (&judged.node, pod.gang()) {
+        (None, Ok(None)) => defrag::held_destination(view, pod),
+        _ => None,
+    };
+    let judged = match &destination {
+        Some((key, _)) => {
+            let mut state = judged.state.into_owned();
+            state.remove_hold(key);
+            gang::Judged {
+                state: std::borrow::Cow::Owned(state),
+                node: None,
+            }
+        }
+        None => judged,
+    };
     let mut eval = judged.state.evaluate(plan, candidates);
     let mut rejected: Vec<(String, NodeReason)> = Vec::new();
+    if let Some((_, place)) = &destination
+        && eval.feasible.iter().any(|f| f.node == place)
+    {
+        for f in eval.feasible.iter().filter(|f| f.node != place) {
+            rejected.push((
+                f.node.to_string(),
+                NodeReason::MoveDestination {
+                    node: place.clone(),
+                },
+            ));
+        }
+        eval.retain_feasible(|f| f.node == place);
+    }
     if let Some(place) = &judged.node {
         // A group still being placed: this member goes where the group's
         // placement puts it, so that the rest still fit.

@@ -21,6 +21,7 @@ pub enum ReasonCode {
     GangIncomplete,
     GangNotFit,
     GangPlacement,
+    MoveDestination,
     NodeLockBusy,
     NotBestNode,
     NumaTopologiesListing,
@@ -28,7 +29,7 @@ pub enum ReasonCode {
 
 impl ReasonCode {
     /// The codes beside the per-GPU ones.
-    pub const NODE: [ReasonCode; 10] = [
+    pub const NODE: [ReasonCode; 11] = [
         ReasonCode::NodeUnregistered,
         ReasonCode::NodeInsufficientDevice,
         ReasonCode::ResourceQuotaNotFit,
@@ -36,6 +37,7 @@ impl ReasonCode {
         ReasonCode::GangIncomplete,
         ReasonCode::GangNotFit,
         ReasonCode::GangPlacement,
+        ReasonCode::MoveDestination,
         ReasonCode::NodeLockBusy,
         ReasonCode::NotBestNode,
         ReasonCode::NumaTopologiesListing,
@@ -59,6 +61,7 @@ impl ReasonCode {
             ReasonCode::GangIncomplete => "GangIncomplete",
             ReasonCode::GangNotFit => "GangNotFit",
             ReasonCode::GangPlacement => "GangPlacement",
+            ReasonCode::MoveDestination => "MoveDestination",
             ReasonCode::NodeLockBusy => "NodeLockBusy",
             ReasonCode::NotBestNode => "NotBestNode",
             ReasonCode::NumaTopologiesListing => "NumaTopologiesListing",
@@ -114,6 +117,11 @@ pub enum NodeReason {
     GangPlacement {
         node: String,
     },
+    /// The pod replaces one defragmentation moved, and its place is held
+    /// on `node`.
+    MoveDestination {
+        node: String,
+    },
     /// A bind here would wait (node lock held, binds in progress), and
     /// other nodes can hold the pod now.
     NodeLockBusy(String),
@@ -145,6 +153,7 @@ impl NodeReason {
             NodeReason::Gang(GangShortfall::Incomplete { .. }) => ReasonCode::GangIncomplete,
             NodeReason::Gang(GangShortfall::NotFit { .. }) => ReasonCode::GangNotFit,
             NodeReason::GangPlacement { .. } => ReasonCode::GangPlacement,
+            NodeReason::MoveDestination { .. } => ReasonCode::MoveDestination,
             NodeReason::NodeLockBusy(_) => ReasonCode::NodeLockBusy,
             NodeReason::NotBestNode(_) => ReasonCode::NotBestNode,
             NodeReason::NumaTopologiesListing => ReasonCode::NumaTopologiesListing,
@@ -174,6 +183,10 @@ impl fmt::Display for NodeReason {
             NodeReason::GangPlacement { node } => write!(
                 f,
                 "GangPlacement (the group is placed together; this member's place is node {node})"
+            ),
+            NodeReason::MoveDestination { node } => write!(
+                f,
+                "MoveDestination (this pod replaces one moved to make room; its place is held on node {node})"
             ),
             NodeReason::NodeLockBusy(why) => {
                 write!(f, "NodeLockBusy ({why}; other nodes can hold the pod now)")
@@ -293,6 +306,7 @@ mod tests {
                 min_available: 2,
             }),
             NodeReason::GangPlacement { node: "n".into() },
+            NodeReason::MoveDestination { node: "n".into() },
             NodeReason::NodeLockBusy("lock held".into()),
             NodeReason::NotBestNode(NodePolicy::Binpack),
             NodeReason::NumaTopologiesListing,

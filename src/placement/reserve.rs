@@ -6,7 +6,7 @@
 use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
-use crate::cluster::view::{Reservation, TakenHolds};
+use crate::cluster::view::{Reservation, TakenDestination, TakenHolds};
 use crate::config::Config;
 use crate::engine::gang::GangShortfall;
 use crate::engine::{Allocation, ApplyError, Rejection};
@@ -91,15 +91,29 @@ pub fn reserve(
     // Members are placed on the state without their group's holds; the
     // holds are recomputed below, or put back on failure.
     let taken = label.map(|l| view.take_gang_holds(&l.key));
+    // A replacement of a moved pod binds with its held place free; the
+    // place ends with its reservation, wherever it lands.
+    let place = match label {
+        None => {
+            super::defrag::held_destination(view, pod).and_then(|(k, _)| view.take_destination(&k))
+        }
+        Some(_) => None,
+    };
     let restore = |view: &mut ClusterView, taken: Option<TakenHolds>| {
         if let Some(taken) = taken {
             taken.restore(view);
+        }
+    };
+    let restore_place = |view: &mut ClusterView, place: Option<TakenDestination>| {
+        if let Some(place) = place {
+            place.restore(view);
         }
     };
     let allocation = match view.state().assign(&pod.plan, node) {
         Ok(a) => a,
         Err(rejection) => {
             restore(view, taken);
+            restore_place(view, place);
             return Err(ReserveError::DoesNotFit {
                 node: node.to_string(),
                 rejection,
@@ -108,12 +122,14 @@ pub fn reserve(
     };
     if let Err(q) = quota::check_allocation(&namespace_quota, &allocation) {
         restore(view, taken);
+        restore_place(view, place);
         return Err(ReserveError::Quota(q));
     }
     let reservation = match view.reserve(key, pod.pod(), allocation.clone()) {
         Ok(r) => r,
         Err(e) => {
             restore(view, taken);
+            restore_place(view, place);
             return Err(ReserveError::Ledger(e));
         }
     };

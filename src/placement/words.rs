@@ -92,6 +92,9 @@ pub fn in_words(reason: &NodeReason) -> String {
         NodeReason::GangPlacement { node } => format!(
             "its gang group is placed together, and this member's place in it is node {node}"
         ),
+        NodeReason::MoveDestination { node } => format!(
+            "it replaces a pod moved to make room for another, and its place is held on node {node}"
+        ),
         NodeReason::NodeLockBusy(why) => format!(
             "a bind here would wait ({why}), and other nodes can take the pod now"
         ),

@@ -163,6 +163,9 @@ impl ClusterView {
         self.state.remove(key);
         self.quotas.release_used(&old.namespace, old.amount);
         self.victim_freed(key);
+        if self.destination_count() > 0 {
+            self.retry_destinations();
+        }
     }
 
     /// The ledger's allocations that are not counted on any node, with why.

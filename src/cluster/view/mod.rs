@@ -18,6 +18,7 @@
 //! a file.
 
 mod budgets;
+mod destinations;
 mod gangs;
 mod ledger;
 mod nominations;
@@ -39,6 +40,7 @@ use crate::engine::{Allocation, ClusterState, Node, QuotaAmount};
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
 
 pub use budgets::{BudgetedPod, Budgets, PackedLabels};
+pub use destinations::TakenDestination;
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use reservations::{BindInProgress, Expired, Reservation, TakenHolds};
@@ -150,6 +152,8 @@ pub struct ClusterView {
     seen_locks: SeenLocks,
     /// Pods gpugate preempts for, and the victims they wait for.
     nominations: nominations::Nominations,
+    /// Places held for the replacements of pods defragmentation moved.
+    destinations: destinations::Destinations,
     /// When each node's NodeResourceTopology was last written by its
     /// exporter, by node name; `None` while the API server does not serve
     /// the kind. The engine's state holds the topologies themselves (see

@@ -84,6 +84,8 @@ pub struct Expired {
     pub gang_holds: usize,
     /// Pods gpugate's preemption had freed GPUs for.
     pub nominations: usize,
+    /// Places held for the replacements of moved pods.
+    pub destinations: usize,
 }
 
 /// Another bind of the pod holds a reservation in flight.
@@ -131,6 +133,7 @@ impl ClusterView {
             assumed: self.expire_assumed(now_ms),
             gang_holds: self.expire_gang_holds(now_ms),
             nominations: self.expire_nominations(now_ms),
+            destinations: self.expire_destinations(now_ms),
         }
     }
 
@@ -188,7 +191,10 @@ impl ClusterView {
     /// Whether anything may be due: assumptions, gang holds or
     /// nominations (cheap: a sweep is skipped when nothing is held).
     pub fn has_expiring(&self) -> bool {
-        self.has_assumed() || self.gang_hold_count() > 0 || self.nomination_count() > 0
+        self.has_assumed()
+            || self.gang_hold_count() > 0
+            || self.nomination_count() > 0
+            || self.destination_count() > 0
     }
 
     /// Holds an allocation on the node kube-scheduler is likely to choose

@@ -1,0 +1,193 @@
+//! Places held for the replacements of pods that defragmentation moved:
+//! the capacity a plan found for each moved pod on another node, held in
+//! the state (as a gang member's is: no namespace quota counts it) from
+//! the eviction until a pod of the same owner and the same plan binds, or
+//! the time is up. A place that is not free yet (a chain: another moved
+//! pod still holds it) is held as soon as it is.
+
+use std::collections::BTreeMap;
+
+use crate::engine::PodPlan;
+
+use super::ClusterView;
+
+#[derive(Debug, Clone)]
+struct Destination {
+    /// UID of the controller (ReplicaSet, StatefulSet, Job) that recreates
+    /// the moved pod.
+    owner: String,
+    plan: PodPlan,
+    node: String,
+    /// The plan it is part of (the pending pod's UID).
+    group: String,
+    /// Unix ms.
+    until_ms: i64,
+    /// Held in the state now.
+    held: bool,
+}
+
+/// A place taken out while its replacement is reserved.
+#[derive(Debug)]
+#[must_use = "a taken place is restored, or dropped once its replacement is reserved"]
+pub struct TakenDestination {
+    key: String,
+    destination: Destination,
+}
+
+impl TakenDestination {
+    /// Puts the place back (held again if it still fits).
+    pub fn restore(self, view: &mut ClusterView) {
+        view.destinations
+            .by_key
+            .insert(self.key.clone(), self.destination);
+        view.try_hold_destination(&self.key);
+    }
+}
+
+/// By key: `defrag/<pending pod UID>/<moved pod UID>`.
+#[derive(Debug, Clone, Default)]
+pub struct Destinations {
+    by_key: BTreeMap<String, Destination>,
+}
+
+impl ClusterView {
+    /// Holds a place on `node` for the replacement of `moved` (recreated by
+    /// `owner`, planned as `plan`) until `until_ms`, for the plan `group`.
+    /// Whether it could be held at once (otherwise, as soon as it fits).
+    #[allow(clippy::too_many_arguments)]
+    pub fn hold_destination(
+        &mut self,
+        group: &str,
+        moved: &str,
+        owner: &str,
+        plan: &PodPlan,
+        node: &str,
+        until_ms: i64,
+    ) -> bool {
+        let key = format!("defrag/{group}/{moved}");
+        self.release_destination(&key);
+        self.destinations.by_key.insert(
+            key.clone(),
+            Destination {
+                owner: owner.to_string(),
+                plan: plan.clone(),
+                node: node.to_string(),
+                group: group.to_string(),
+                until_ms,
+                held: false,
+            },
+        );
+        self.try_hold_destination(&key)
+    }
+
+    fn try_hold_destination(&mut self, key: &str) -> bool {
+        let Some(d) = self.destinations.by_key.get(key).filter(|d| !d.held) else {
+            return false;
+        };
+        let Ok(allocation) = self.state.assign(&d.plan, &d.node) else {
+            return false;
+        };
+        let held = self.state.apply_hold(key, allocation).is_ok();
+        if let Some(d) = self.destinations.by_key.get_mut(key) {
+            d.held = held;
+        }
+        held
+    }
+
+    /// Capacity was freed: holds the places that were waiting for it.
+    pub(super) fn retry_destinations(&mut self) {
+        let waiting: Vec<String> = self
+            .destinations
+            .by_key
+            .iter()
+            .filter(|(_, d)| !d.held)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in waiting {
+            self.try_hold_destination(&key);
+        }
+    }
+
+    /// The place held for a replacement recreated by `owner` with `plan`:
+    /// its key and node (the first by key when several match).
+    pub fn destination_for(&self, owner: &str, plan: &PodPlan) -> Option<(&str, &str)> {
+        self.destinations
+            .by_key
+            .iter()
+            .find(|(_, d)| d.owner == owner && d.plan == *plan)
+            .map(|(k, d)| (k.as_str(), d.node.as_str()))
+    }
+
+    /// The state without the place `key` holds: what its replacement is
+    /// judged on.
+    pub fn state_without_destination(&self, key: &str) -> crate::engine::ClusterState {
+        let mut state = self.state.clone();
+        if self.destinations.by_key.get(key).is_some_and(|d| d.held) {
+            state.remove_hold(key);
+        }
+        state
+    }
+
+    /// Ends the place `key` (its replacement is being bound, or the plan
+    /// was abandoned). Whether there was one.
+    pub fn release_destination(&mut self, key: &str) -> bool {
+        match self.destinations.by_key.remove(key) {
+            Some(d) => {
+                if d.held {
+                    self.state.remove_hold(key);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the place `key` out (its replacement is being bound): put
+    /// back with [`TakenDestination::restore`] if the bind's reservation
+    /// fails.
+    pub fn take_destination(&mut self, key: &str) -> Option<TakenDestination> {
+        let d = self.destinations.by_key.get(key)?.clone();
+        self.release_destination(key);
+        Some(TakenDestination {
+            key: key.to_string(),
+            destination: Destination { held: false, ..d },
+        })
+    }
+
+    /// Ends the places of plan `group` except those for the pods `keep`
+    /// (moved already: their replacements keep their places).
+    pub fn release_destinations(&mut self, group: &str, keep: &[String]) {
+        let keys: Vec<String> = self
+            .destinations
+            .by_key
+            .iter()
+            .filter(|(k, d)| {
+                d.group == group && !keep.iter().any(|m| k.ends_with(&format!("/{m}")))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.release_destination(&k);
+        }
+    }
+
+    /// Ends places whose time is up; returns how many.
+    pub(super) fn expire_destinations(&mut self, now_ms: i64) -> usize {
+        let ended: Vec<String> = self
+            .destinations
+            .by_key
+            .iter()
+            .filter(|(_, d)| d.until_ms <= now_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &ended {
+            self.release_destination(k);
+        }
+        ended.len()
+    }
+
+    /// Places held or waiting.
+    pub fn destination_count(&self) -> usize {
+        self.destinations.by_key.len()
+    }
+}

@@ -1,0 +1,413 @@
+//! Defragmentation, acted on: for a pod `/filter` left without a node and
+//! that preemption cannot help (same or lower priority than the GPU
+//! holders, or nothing to preempt), the plan of `placement::defrag`, made
+//! like gpugate's own preemption (`controllers::preemption`, which calls
+//! it after its grace):
+//!
+//! 1. the movable pods of opted-in namespaces are listed, the plan is
+//!    searched on a copy of the view's state (no lock held meanwhile);
+//! 2. the destination nodes are read, and a plan whose replacement
+//!    kube-scheduler would not let onto its destination (nodeSelector,
+//!    affinity, taints) is searched again without that node;
+//! 3. the pending pod is claimed (`gpugate.io/defragmentation`, written
+//!    only if the pod is unchanged: one replica acts), within the moves per
+//!    minute;
+//! 4. the GPUs the moved pods free on the target are nominated for it (held
+//!    once they are gone, then the pod is nudged), and a place is held for
+//!    each replacement on its destination;
+//! 5. the moved pods are evicted through the Eviction API (which refuses
+//!    to break a PodDisruptionBudget); if one is refused, the plan stops:
+//!    the pending pod's nomination and the places of pods not moved are
+//!    given back.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use crate::cluster::SharedCluster;
+use crate::cluster::api::ApiCalls;
+use crate::cluster::events::{EventSink, PodEvent};
+use crate::config::Config;
+use crate::placement::PodToPlace;
+use crate::placement::defrag::{DefragPlan, Inputs, Outcome, movers, namespace_movable, plan_on};
+use crate::placement::scheduler_checks;
+
+/// Defragmentation's claim on the pending pod: `<node>,<unix seconds>`.
+/// Only gpugate writes it (the validating webhook refuses it on create).
+pub const CLAIM: &str = "gpugate.io/defragmentation";
+
+/// Searches again at most this often when a destination turns out to be
+/// one kube-scheduler would not use.
+const REPLANS: usize = 3;
+
+/// What an attempt came to, for `gpugate_defrag_plans_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefragOutcome {
+    /// Moved: the pods are evicted, the places held.
+    Moved,
+    /// No plan (nothing movable, or no set of moves makes room).
+    NoPlan,
+    /// The plan needs more moves than the minute's limit leaves.
+    RateLimited,
+    /// Another replica claimed the pod, or it fits now.
+    Handled,
+    /// An eviction was refused (a PodDisruptionBudget) or a call failed:
+    /// the plan was abandoned.
+    Abandoned,
+}
+
+impl DefragOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DefragOutcome::Moved => "moved",
+            DefragOutcome::NoPlan => "no_plan",
+            DefragOutcome::RateLimited => "rate_limited",
+            DefragOutcome::Handled => "handled",
+            DefragOutcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// The moves of the last minute, and the metrics.
+#[derive(Debug, Default)]
+pub struct Defragmenter {
+    moves: Mutex<VecDeque<Instant>>,
+    pub metrics: DefragMetrics,
+}
+
+impl Defragmenter {
+    pub fn new(metrics: DefragMetrics) -> Self {
+        Self {
+            moves: Mutex::default(),
+            metrics,
+        }
+    }
+
+    /// Moves left in the current minute.
+    fn moves_left(&self, per_minute: u32) -> usize {
+        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
+        while moves
+            .front()
+            .is_some_and(|t| t.elapsed() >= Duration::from_secs(60))
+        {
+            moves.pop_front();
+        }
+        (per_minute as usize).saturating_sub(moves.len())
+    }
+
+    fn count_moves(&self, n: usize) {
+        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
+        moves.extend(std::iter::repeat_n(Instant::now(), n));
+    }
+
+    /// One attempt for `pod` (read just now, unbound, unclaimed), among
+    /// `nodes` (those `/filter` refused for capacity).
+    pub async fn make_room(
+        &self,
+        (api, events): (&ApiCalls, &EventSink),
+        cluster: &SharedCluster,
+        config: &Config,
+        pod: &PodToPlace,
+        nodes: &[String],
+    ) -> DefragOutcome {
+        let outcome = self
+            .attempt((api, events), cluster, config, pod, nodes)
+            .await;
+        self.metrics.plan(outcome.as_str());
+        outcome
+    }
+
+    async fn attempt(
+        &self,
+        (api, events): (&ApiCalls, &EventSink),
+        cluster: &SharedCluster,
+        config: &Config,
+        pod: &PodToPlace,
+        nodes: &[String],
+    ) -> DefragOutcome {
+        let who = pod.who().to_string();
+        let d = &config.scheduler.defragmentation;
+        let namespaces: Vec<String> = {
+            let view = cluster.read();
+            view.quotas()
+                .used_namespaces()
+                .filter(|ns| namespace_movable(&view, config, ns))
+                .map(str::to_string)
+                .collect()
+        };
+        if namespaces.is_empty() {
+            return DefragOutcome::NoPlan;
+        }
+        let mut pods: Vec<Pod> = Vec::new();
+        for ns in &namespaces {
+            match api.list_pods(ns).await {
+                Ok(mut p) => pods.append(&mut p),
+                Err(e) => {
+                    tracing::warn!(pod = %who, "defragmentation: {e}");
+                    return DefragOutcome::Abandoned;
+                }
+            }
+        }
+        let mut barred: Vec<(String, String)> = Vec::new();
+        let mut node_objects: Vec<Node> = Vec::new();
+        let plan = 'plan: {
+            for _ in 0..=REPLANS {
+                // A copy of the state, so that no lock is held while the
+                // search runs.
+                let (state, budgets, movers) = {
+                    let view = cluster.read();
+                    (
+                        view.state().clone(),
+                        view.budgets().clone(),
+                        movers(&view, config, pod, &pods, Timestamp::now()),
+                    )
+                };
+                let inputs = Inputs {
+                    nodes: Some(nodes),
+                    pods: &pods,
+                    node_objects: Some(&node_objects),
+                    barred: &barred,
+                };
+                let started = Instant::now();
+                let outcome = plan_on(&state, &budgets, config, pod, movers, &inputs);
+                self.metrics
+                    .search_micros
+                    .inc_by(started.elapsed().as_micros() as u64);
+                let plan = match outcome {
+                    Outcome::Plan(p) => p,
+                    Outcome::NotNeeded => return DefragOutcome::Handled,
+                    Outcome::GangMember => return DefragOutcome::NoPlan,
+                    Outcome::NoPlan {
+                        exhaustive,
+                        movable,
+                    } => {
+                        tracing::info!(pod = %who, movable, exhaustive, "defragmentation: no set of at most {} moves makes room", d.max_moves);
+                        return DefragOutcome::NoPlan;
+                    }
+                };
+                // kube-scheduler's own filters on each destination.
+                let mut refused = false;
+                for m in &plan.moves {
+                    if !node_objects
+                        .iter()
+                        .any(|n| n.metadata.name.as_deref() == Some(&m.to))
+                    {
+                        match api.get_node(&m.to).await {
+                            Ok(n) => node_objects.push(n),
+                            Err(e) => {
+                                tracing::warn!(pod = %who, "defragmentation: {e}");
+                                return DefragOutcome::Abandoned;
+                            }
+                        }
+                    }
+                    let node = node_objects
+                        .iter()
+                        .find(|n| n.metadata.name.as_deref() == Some(&m.to));
+                    let moved = pods
+                        .iter()
+                        .find(|p| p.metadata.uid.as_deref() == Some(&m.uid));
+                    if let (Some(n), Some(p)) = (node, moved)
+                        && scheduler_checks::excluded(p, n).is_some()
+                    {
+                        barred.push((m.uid.clone(), m.to.clone()));
+                        refused = true;
+                    }
+                }
+                if !refused {
+                    break 'plan plan;
+                }
+            }
+            return DefragOutcome::NoPlan;
+        };
+        if plan.moves.len() > self.moves_left(d.moves_per_minute) {
+            tracing::info!(pod = %who, moves = plan.moves.len(), "defragmentation: the plan needs more moves than the minute's limit leaves; tried again on its next attempt");
+            return DefragOutcome::RateLimited;
+        }
+        // The claim: only on the pod as read, so one replica acts.
+        let (namespace, name) = who.split_once('/').unwrap_or(("", ""));
+        let claim = json!({"metadata": {
+            "resourceVersion": pod.pod().metadata.resource_version,
+            "annotations": {CLAIM: format!("{},{}", plan.node, Timestamp::now().as_second())},
+        }});
+        if let Err(e) = api.merge_patch_pod(namespace, name, &claim).await {
+            if e.is_conflict() {
+                return DefragOutcome::Handled;
+            }
+            tracing::warn!(pod = %who, "defragmentation: claim failed: {e}");
+            return DefragOutcome::Abandoned;
+        }
+        self.count_moves(plan.moves.len());
+        self.hold(cluster, pod, &plan, d.hold_seconds);
+        tracing::info!(pod = %who, plan = %plan.describe(), "defragmentation: moving");
+        events.emit(PodEvent::new(
+            pod.pod(),
+            false,
+            "Defragmenting",
+            format!(
+                "{}; the freed GPUs and each replacement's place are held {} s",
+                plan.describe(),
+                d.hold_seconds
+            ),
+        ));
+        let mut moved: Vec<String> = Vec::new();
+        for m in &plan.moves {
+            let Some((ns, name)) = m.pod.split_once('/') else {
+                continue;
+            };
+            match api.evict_pod(ns, name, &m.uid).await {
+                Ok(()) => {
+                    moved.push(m.uid.clone());
+                    self.metrics.moves.inc();
+                    events.emit(PodEvent::new(
+                        &stub_pod(ns, name, &m.uid),
+                        false,
+                        "Moved",
+                        format!(
+                            "evicted from node {} to make room for {who} (GPU fragmentation); its {} recreates it, and its place is held on node {}",
+                            m.from, m.owner.0, m.to
+                        ),
+                    ));
+                }
+                Err(e) if e.is_not_found() => moved.push(m.uid.clone()),
+                Err(e) => {
+                    tracing::warn!(pod = %who, victim = %m.pod, "defragmentation: eviction refused, plan abandoned: {e}");
+                    events.emit(PodEvent::new(
+                        pod.pod(),
+                        true,
+                        "DefragmentationAbandoned",
+                        format!("moving {} from node {}: {e}", m.pod, m.from),
+                    ));
+                    let mut view = cluster.write();
+                    view.abandon_nominations(pod.uid());
+                    view.release_destinations(pod.uid(), &moved);
+                    return DefragOutcome::Abandoned;
+                }
+            }
+        }
+        self.metrics
+            .gpus_freed
+            .inc_by(plan.allocation.grant_count() as u64);
+        DefragOutcome::Moved
+    }
+
+    /// Nominates the target's freed GPUs for the pending pod and holds a
+    /// place for each replacement, until `hold_seconds` from now.
+    fn hold(
+        &self,
+        cluster: &SharedCluster,
+        pod: &PodToPlace,
+        plan: &DefragPlan,
+        hold_seconds: u64,
+    ) {
+        let until = Timestamp::now().as_millisecond()
+            + i64::try_from(hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let uid = pod.uid();
+        let on_target: Vec<String> = plan
+            .moves
+            .iter()
+            .filter(|m| m.from == plan.node)
+            .map(|m| m.uid.clone())
+            .collect();
+        let mut view = cluster.write();
+        view.nominate(
+            uid,
+            uid,
+            pod.pod(),
+            &pod.plan,
+            &plan.node,
+            &on_target,
+            until,
+        );
+        for m in &plan.moves {
+            view.hold_destination(uid, &m.uid, &m.owner.1, &m.plan, &m.to, until);
+        }
+    }
+}
+
+/// A pod reference for an event on a moved pod.
+fn stub_pod(namespace: &str, name: &str, uid: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.namespace = Some(namespace.to_string());
+    p.metadata.name = Some(name.to_string());
+    p.metadata.uid = Some(uid.to_string());
+    p
+}
+
+/// What defragmentation reports to Prometheus.
+#[derive(Debug, Clone, Default)]
+pub struct DefragMetrics {
+    plans: Family<PlanLabels, Counter>,
+    /// Pods evicted to be moved.
+    pub moves: Counter,
+    /// GPUs the pending pods were given room on.
+    pub gpus_freed: Counter,
+    /// Time spent searching, in microseconds.
+    pub search_micros: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanLabels {
+    outcome: &'static str,
+}
+
+impl DefragMetrics {
+    pub fn plan(&self, outcome: &'static str) {
+        self.plans.get_or_create(&PlanLabels { outcome }).inc();
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_defrag_plans",
+            "Defragmentation attempts for pods that fit nowhere, by outcome (moved, no_plan, \
+             rate_limited, handled: another replica or it fits now, abandoned: an eviction \
+             refused or a call failed)",
+            self.plans.clone(),
+        );
+        registry.register(
+            "gpugate_defrag_moves",
+            "Pods evicted by defragmentation to be recreated elsewhere",
+            self.moves.clone(),
+        );
+        registry.register(
+            "gpugate_defrag_gpus_freed",
+            "GPUs pending pods were given room on by defragmentation",
+            self.gpus_freed.clone(),
+        );
+        registry.register(
+            "gpugate_defrag_search_microseconds",
+            "Time defragmentation's plan searches took, in microseconds",
+            self.search_micros.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The minute's limit counts moves, and forgets those older than a
+    /// minute.
+    #[test]
+    fn moves_per_minute_are_counted() {
+        let d = Defragmenter::default();
+        assert_eq!(d.moves_left(5), 5);
+        d.count_moves(3);
+        assert_eq!(d.moves_left(5), 2);
+        d.count_moves(4);
+        assert_eq!(d.moves_left(5), 0);
+        d.moves
+            .lock()
+            .unwrap()
+            .iter_mut()
+            .for_each(|t| *t = t.checked_sub(Duration::from_secs(61)).unwrap());
+        assert_eq!(d.moves_left(5), 5);
+    }
+}
