@@ -40,6 +40,10 @@ pub enum Command {
     /// nodes and what they lack, the pods whose eviction would make room,
     /// and quota or namespace policy refusals.
     Explain(ExplainArgs),
+    /// Defragmentation's plans, acting on nothing: for a pending pod (or
+    /// every pending GPU pod), the pods whose moving to other nodes lets it
+    /// fit, from a snapshot file or the API server (read once).
+    Defrag(DefragArgs),
 }
 
 /// Logging, for every command.
@@ -316,6 +320,24 @@ pub struct ExplainArgs {
     pub source: ClusterSource,
     /// gpugate config file: namespace policies and defaults, as the
     /// server uses them (defaults: HAMi's NVIDIA defaults).
+    #[arg(long, value_name = "gpugate.yaml", env = "GPUGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct DefragArgs {
+    /// Print the plans (the one thing `defrag` does from the command line:
+    /// `gpugate serve` acts on them, for namespaces that opted in).
+    #[arg(long, required = true, env = "GPUGATE_DEFRAG_PLAN")]
+    pub plan: bool,
+    /// The pending pod, as NAMESPACE/NAME; every pending GPU pod without it.
+    #[arg(value_name = "NAMESPACE/POD", env = "GPUGATE_DEFRAG_POD")]
+    pub pod: Option<String>,
+    #[command(flatten)]
+    pub source: ClusterSource,
+    /// gpugate config file: which namespaces opted in, and the limits.
     #[arg(long, value_name = "gpugate.yaml", env = "GPUGATE_CONFIG")]
     pub config: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Output::Table, env = "GPUGATE_OUTPUT")]

@@ -20,6 +20,7 @@ use crate::engine::checks::{check_gpu, holds_when_empty};
 use crate::engine::reason::ZoneSubject;
 use crate::engine::request::{GpuRequest, Memory};
 use crate::engine::{Node, PodPlan, Reason, Rejection};
+use crate::placement::defrag;
 use crate::placement::preemption::capacity_shortage;
 use crate::placement::scheduler_checks;
 use crate::placement::victims::gpu_victims;
@@ -63,8 +64,39 @@ pub struct Explanation {
     /// numbers (the request, the largest GPU, the largest MIG profile).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub never: Option<String>,
+    /// Defragmentation's plan, for a pod that fits nowhere: the pods
+    /// whose moving lets it fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<Defragmentation>,
     /// The verdict in one sentence.
     pub summary: String,
+}
+
+/// What defragmentation would do for the pod.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Defragmentation {
+    /// The plan in one sentence, or why there is none.
+    pub verdict: String,
+    /// The node the pod would go to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The pods moved, each from its node to another.
+    pub moves: Vec<PlannedMoveView>,
+    /// Whether gpugate acts on it: `scheduler.defragmentation.enabled`,
+    /// and every moved pod's namespace opted in.
+    pub enabled: bool,
+    /// Namespaces that would have to opt in (`movable: true`) for the
+    /// plan: none when it moves only pods of namespaces that did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub opt_in: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedMoveView {
+    pub pod: String,
+    pub from: String,
+    pub to: String,
 }
 
 /// One reason, three ways: the stable code, the text kube-scheduler and
@@ -135,7 +167,264 @@ pub fn explain(
     for node in &cluster.nodes {
         view.note_node_lock(node);
     }
-    Ok(explain_pod(&view, &cluster.nodes, pod, config, now))
+    let mut e = explain_pod(&view, &cluster.nodes, pod, config, now);
+    if e.status == "pending" && e.everywhere.is_none() && !e.nodes.iter().any(|n| n.fits) {
+        e.defragmentation = defragmentation(&view, cluster, pod, config, now);
+        if let Some(d) = &e.defragmentation {
+            let _ = write!(e.summary, "; defragmentation: {}", d.verdict);
+        }
+    }
+    Ok(e)
+}
+
+/// `gpugate defrag --plan`: each pending GPU pod's plan (or the one
+/// named), each for that pod alone on the cluster as it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DefragReport {
+    pub pods: Vec<PodPlanView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodPlanView {
+    pub pod: String,
+    /// `fits now`, `invalid`, or the plan's verdict.
+    pub verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<Defragmentation>,
+}
+
+/// The plans for the pending GPU pods of `cluster` (or only `only`,
+/// `(namespace, name)`), acting on nothing.
+pub fn defrag_plans(
+    cluster: &Snapshot,
+    only: Option<(&str, &str)>,
+    config: &Config,
+    now: Timestamp,
+) -> Result<DefragReport, ExplainError> {
+    let (view, _) = cluster.to_view();
+    if let Some((namespace, name)) = only
+        && !cluster
+            .pods
+            .iter()
+            .any(|p| pod_namespace(p) == namespace && pod_own_name(p) == name)
+    {
+        return Err(ExplainError::NotFound(format!("{namespace}/{name}")));
+    }
+    let mut pods = Vec::new();
+    for pod in &cluster.pods {
+        if only.is_some_and(|(ns, name)| pod_namespace(pod) != ns || pod_own_name(pod) != name) {
+            continue;
+        }
+        let pending = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none())
+            && !crate::cluster::convert::pod_finished(pod);
+        if !pending {
+            continue;
+        }
+        let verdict = match PodToPlace::read(pod.clone(), config, &view) {
+            Err(e) => format!("its GPU request cannot be read: {e}"),
+            Ok(p) if !p.plan.request.has_gpus() => continue,
+            Ok(_) => match defragmentation(&view, cluster, pod, config, now) {
+                None => "fits now: nothing to move".to_string(),
+                Some(d) => {
+                    pods.push(PodPlanView {
+                        pod: pod_name(pod),
+                        verdict: d.verdict.clone(),
+                        defragmentation: Some(d),
+                    });
+                    continue;
+                }
+            },
+        };
+        pods.push(PodPlanView {
+            pod: pod_name(pod),
+            verdict,
+            defragmentation: None,
+        });
+    }
+    Ok(DefragReport { pods })
+}
+
+impl DefragReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        if self.pods.is_empty() {
+            out.push_str("no pending GPU pod\n");
+            return out;
+        }
+        let mut rows = vec![vec![
+            "PENDING".to_string(),
+            "TO".into(),
+            "MOVE".into(),
+            "FROM".into(),
+            "TO".into(),
+        ]];
+        for p in &self.pods {
+            let d = p.defragmentation.as_ref();
+            let moves = d.map(|d| d.moves.as_slice()).unwrap_or_default();
+            if moves.is_empty() {
+                continue;
+            }
+            for (i, m) in moves.iter().enumerate() {
+                rows.push(vec![
+                    if i == 0 { p.pod.clone() } else { String::new() },
+                    if i == 0 {
+                        d.and_then(|d| d.node.clone()).unwrap_or_default()
+                    } else {
+                        String::new()
+                    },
+                    m.pod.clone(),
+                    m.from.clone(),
+                    m.to.clone(),
+                ]);
+            }
+        }
+        if rows.len() > 1 {
+            out.push_str(&render(&rows));
+            out.push('\n');
+        }
+        for p in &self.pods {
+            let _ = writeln!(out, "{}: {}", p.pod, p.verdict);
+        }
+        out
+    }
+}
+
+/// Defragmentation's plan for the pending `pod` among the nodes
+/// kube-scheduler would offer it, moving pods of `cluster`.
+pub fn defragmentation(
+    view: &ClusterView,
+    cluster: &Snapshot,
+    pod: &Pod,
+    config: &Config,
+    now: Timestamp,
+) -> Option<Defragmentation> {
+    let placing = PodToPlace::read(pod.clone(), config, view).ok()?;
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|n| scheduler_checks::excluded(pod, n).is_none())
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let outcome = defrag::plan(
+        view,
+        config,
+        &placing,
+        Some(&nodes),
+        &cluster.pods,
+        Some(&cluster.nodes),
+        now,
+    );
+    let enabled = config.scheduler.defragmentation.enabled;
+    // Without a plan from the namespaces that opted in: the plan if every
+    // namespace did, and which ones it needs.
+    let mut opt_in: Vec<String> = Vec::new();
+    let outcome = match outcome {
+        defrag::Outcome::NoPlan { .. } => {
+            let mut every = config.clone();
+            for p in &mut every.namespace_policies {
+                p.movable = true;
+            }
+            every.namespace_policies.push(
+                serde_yaml_ng::from_str(
+                    "{name: every-namespace, namespaces: ['*'], movable: true}",
+                )
+                .ok()?,
+            );
+            match defrag::plan(
+                view,
+                &every,
+                &placing,
+                Some(&nodes),
+                &cluster.pods,
+                Some(&cluster.nodes),
+                now,
+            ) {
+                defrag::Outcome::Plan(p) => {
+                    opt_in = p
+                        .moves
+                        .iter()
+                        .filter_map(|m| m.pod.split_once('/').map(|(ns, _)| ns))
+                        .filter(|ns| !defrag::namespace_movable(view, config, ns))
+                        .map(str::to_string)
+                        .collect();
+                    opt_in.sort();
+                    opt_in.dedup();
+                    defrag::Outcome::Plan(p)
+                }
+                _ => outcome,
+            }
+        }
+        other => other,
+    };
+    let (verdict, node, moves) = match outcome {
+        defrag::Outcome::NotNeeded => return None,
+        defrag::Outcome::GangMember => (
+            "not planned for gang members (a gang is placed whole)".to_string(),
+            None,
+            Vec::new(),
+        ),
+        defrag::Outcome::NoPlan { movable: 0, .. } => (
+            "no pod could move (none is recreated by a ReplicaSet, StatefulSet or Job, outside a gang, at or below its priority and not moved recently)".to_string(),
+            None,
+            Vec::new(),
+        ),
+        defrag::Outcome::NoPlan {
+            exhaustive,
+            movable,
+        } => (
+            format!(
+                "no set of at most {} moves of the {movable} pods that may move makes room{}",
+                config.scheduler.defragmentation.max_moves,
+                if exhaustive {
+                    ""
+                } else {
+                    " within the search budget"
+                }
+            ),
+            None,
+            Vec::new(),
+        ),
+        defrag::Outcome::Plan(p) if !opt_in.is_empty() => (
+            format!(
+                "it {} if namespace{} {} opted in (namespace policy movable: true); nothing moves until then",
+                p.describe(),
+                if opt_in.len() == 1 { "" } else { "s" },
+                opt_in.join(", ")
+            ),
+            Some(p.node.clone()),
+            p.moves
+                .iter()
+                .map(|m| PlannedMoveView {
+                    pod: m.pod.clone(),
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                })
+                .collect(),
+        ),
+        defrag::Outcome::Plan(p) => (
+            p.describe(),
+            Some(p.node.clone()),
+            p.moves
+                .iter()
+                .map(|m| PlannedMoveView {
+                    pod: m.pod.clone(),
+                    from: m.from.clone(),
+                    to: m.to.clone(),
+                })
+                .collect(),
+        ),
+    };
+    Some(Defragmentation {
+        verdict,
+        node,
+        moves,
+        enabled: enabled && opt_in.is_empty(),
+        opt_in,
+    })
 }
 
 /// Explains `pod` on the view of `nodes`.
@@ -162,6 +451,7 @@ pub fn explain_pod(
         nodes: Vec::new(),
         nearest: Vec::new(),
         never: None,
+        defragmentation: None,
         summary: String::new(),
     };
     let placing = match PodToPlace::read(pod.clone(), config, view) {
@@ -728,6 +1018,28 @@ impl Explanation {
                 out,
                 "\nPREEMPT (lower-priority pods whose eviction makes room: kube-scheduler preempts through gpugate where its own checks need a victim too; where only GPU is short, gpugate evicts them itself, scheduler.preemption)"
             );
+            out.push_str(&render(&rows));
+        }
+        if let Some(d) = self
+            .defragmentation
+            .as_ref()
+            .filter(|d| !d.moves.is_empty())
+        {
+            let _ = writeln!(
+                out,
+                "\nMOVE (defragmentation: these pods are evicted and recreated by their controllers, each with its place held on its new node; {})",
+                if d.enabled {
+                    "gpugate acts on it when preemption cannot help"
+                } else if !d.opt_in.is_empty() {
+                    "not acted on: their namespaces have not opted in"
+                } else {
+                    "scheduler.defragmentation.enabled is false: gpugate does not act on it"
+                }
+            );
+            let mut rows = vec![vec!["POD".to_string(), "FROM".into(), "TO".into()]];
+            for m in &d.moves {
+                rows.push(vec![m.pod.clone(), m.from.clone(), m.to.clone()]);
+            }
             out.push_str(&render(&rows));
         }
         if !self.nodes.is_empty() {

@@ -7,8 +7,8 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 use gpugate::cli::{
-    CertsCommand, CertsGenerateArgs, Cli, ClusterSource, Command, ExplainArgs, Output, ServeArgs,
-    SimulateArgs, TopArgs,
+    CertsCommand, CertsGenerateArgs, Cli, ClusterSource, Command, DefragArgs, ExplainArgs, Output,
+    ServeArgs, SimulateArgs, TopArgs,
 };
 use gpugate::cluster::Snapshot;
 use gpugate::config::Config;
@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
         Command::Top(args) => top(args),
         Command::Explain(args) => explain(args),
+        Command::Defrag(args) => defrag(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -129,6 +130,28 @@ fn explain(args: ExplainArgs) -> anyhow::Result<()> {
     match args.output {
         Output::Json => println!("{}", explanation.to_json()),
         Output::Table => print!("{}", explanation.to_table()),
+    }
+    Ok(())
+}
+
+fn defrag(args: DefragArgs) -> anyhow::Result<()> {
+    let only = match &args.pod {
+        Some(pod) => match pod.split_once('/') {
+            Some((ns, name)) => Some((ns.to_string(), name.to_string())),
+            None => anyhow::bail!("{pod:?}: give the pod as NAMESPACE/NAME"),
+        },
+        None => None,
+    };
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let cluster = read_cluster(&args.source)?;
+    let only = only.as_ref().map(|(ns, name)| (ns.as_str(), name.as_str()));
+    let report = gpugate::explain::defrag_plans(&cluster, only, &config, jiff::Timestamp::now())?;
+    match args.output {
+        Output::Json => println!("{}", report.to_json()),
+        Output::Table => print!("{}", report.to_table()),
     }
     Ok(())
 }

@@ -305,7 +305,7 @@ fn the_nearest_node_and_whom_to_evict() {
         e.summary
             .contains("nearest is shared-1, which needs 8000 MiB")
             && e.summary
-                .ends_with("evicting lower-priority pods would make room (see PREEMPT)"),
+                .contains("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no pod could move (none is recreated by a ReplicaSet"),
         "{}",
         e.summary
     );

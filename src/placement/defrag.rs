@@ -375,3 +375,106 @@ impl DefragPlan {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Snapshot;
+    use crate::placement::{NodeReason, Verdict, judge, reserve};
+
+    /// Two one-GPU nodes (16,000 MiB), n1 with 4,000 MiB used.
+    fn cluster() -> Snapshot {
+        let node = |n: &str| {
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n  annotations:\n    hami.io/node-nvidia-register: '[{{\"id\":\"{n}-0\",\"index\":0,\"count\":10,\"devmem\":16000,\"devcore\":100,\"type\":\"T4\",\"health\":true}}]'\n"
+            )
+        };
+        let running = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: old\n  namespace: apps\n  uid: old\n  annotations:\n    hami.io/vgpu-node: n1\n    hami.io/vgpu-devices-allocated: 'n1-0,NVIDIA,4000,0:;'\nspec:\n  nodeName: n1\n  containers: [{name: c}]\nstatus: {phase: Running}\n";
+        Snapshot::from_yaml(
+            &[node("n1"), node("n2"), running.into()].join("---\n"),
+            "test",
+        )
+        .unwrap()
+    }
+
+    fn pod(name: &str, owner: Option<&str>, mib: u32) -> Pod {
+        let mut p = serde_json::json!({
+            "metadata": {"name": name, "namespace": "apps", "uid": name},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem": mib.to_string()}}}]},
+        });
+        if let Some(owner) = owner {
+            p["metadata"]["ownerReferences"] = serde_json::json!([{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
+                "uid": owner, "controller": true}]);
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    /// A place held on n2 for a replacement of ReplicaSet rs: other pods
+    /// do not get it; the replacement (same owner, same plan) is judged
+    /// with it free and sent there; its reservation takes the place, and
+    /// a failed one gives it back.
+    #[test]
+    fn a_held_place_is_for_the_replacement_only() {
+        let (mut view, _) = cluster().to_view();
+        let config = Config::default();
+        let now = Timestamp::now();
+        let replacement = PodToPlace::read(pod("new", Some("rs"), 12000), &config, &view).unwrap();
+        assert!(view.hold_destination("pending", "moved", "rs", &replacement.plan, "n2", i64::MAX));
+        // 12,000 MiB on n2 held: a stranger of 5,000 MiB fits only on n1.
+        let stranger = PodToPlace::read(pod("other", None, 5000), &config, &view).unwrap();
+        let Verdict::Nodes(v) = judge(&view, &config, &stranger, None, now) else {
+            panic!()
+        };
+        let feasible: Vec<&str> = v.feasible.iter().map(|f| f.node.as_str()).collect();
+        assert_eq!(feasible, ["n1"]);
+        // Same owner, another shape: not the replacement.
+        let other_shape = PodToPlace::read(pod("new2", Some("rs"), 2000), &config, &view).unwrap();
+        assert_eq!(held_destination(&view, &other_shape), None);
+        // The replacement: only n2, n1 set aside for it.
+        let Verdict::Nodes(v) = judge(&view, &config, &replacement, None, now) else {
+            panic!()
+        };
+        let feasible: Vec<&str> = v.feasible.iter().map(|f| f.node.as_str()).collect();
+        assert_eq!(feasible, ["n2"]);
+        assert!(v.rejected.contains(&(
+            "n1".to_string(),
+            NodeReason::MoveDestination { node: "n2".into() }
+        )));
+        // A reservation that fails (an unknown node) gives the place back.
+        assert!(reserve(&mut view, &config, &replacement, "new", "n9", now).is_err());
+        assert_eq!(view.destination_count(), 1);
+        let (_, r) = reserve(&mut view, &config, &replacement, "new", "n2", now).unwrap();
+        r.settle(&mut view);
+        assert_eq!(view.destination_count(), 0);
+        // The place is the replacement's own now: nothing is held twice.
+        let after = PodToPlace::read(pod("late", None, 4000), &config, &view).unwrap();
+        let Verdict::Nodes(v) = judge(&view, &config, &after, Some(&["n2".to_string()]), now)
+        else {
+            panic!()
+        };
+        assert_eq!(v.feasible.len(), 1);
+    }
+
+    /// A place that is not free yet (another moved pod still holds it) is
+    /// held the moment it is, and ends with its time.
+    #[test]
+    fn a_place_is_held_once_free_and_ends_by_time() {
+        let (mut view, _) = cluster().to_view();
+        let config = Config::default();
+        let big = PodToPlace::read(pod("new", Some("rs"), 14000), &config, &view).unwrap();
+        assert!(!view.hold_destination("pending", "moved", "rs", &big.plan, "n1", 1_000));
+        let n1 = ["n1".to_string()];
+        let fits_n1 = |view: &ClusterView, mib| {
+            let p = PodToPlace::read(pod("x", None, mib), &config, view).unwrap();
+            matches!(judge(view, &config, &p, Some(&n1), Timestamp::now()), Verdict::Nodes(v) if !v.feasible.is_empty())
+        };
+        assert!(fits_n1(&view, 12000));
+        view.delete_pod("old");
+        assert!(!fits_n1(&view, 2001));
+        assert!(fits_n1(&view, 2000));
+        assert_eq!(view.expire(1_000).destinations, 1);
+        assert!(fits_n1(&view, 16000));
+    }
+}
