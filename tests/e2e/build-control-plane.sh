@@ -61,13 +61,21 @@ fi
 mkdir -p "$DIR"
 ln -sfn "$TOOLS" "$DIR/tools"
 
-if [[ -x "$BIN/etcd" && -x "$BIN/kube-apiserver" && -x "$BIN/kube-scheduler" ]]; then
+K8S_CMDS=(kube-apiserver kube-scheduler kube-controller-manager)
+missing=()
+for cmd in "${K8S_CMDS[@]}"; do
+    [[ -x "$BIN/$cmd" ]] || missing+=("$cmd")
+done
+if [[ -x "$BIN/etcd" && ${#missing[@]} -eq 0 ]]; then
     echo "$BIN"
     exit 0
 fi
 mkdir -p "$BIN" "$DIR/k8s" "$DIR/etcd"
 
-# --- kube-apiserver and kube-scheduler -----------------------------------
+# --- kube-apiserver, kube-scheduler, kube-controller-manager (only the
+# replicaset and deployment controllers run, in the defragmentation
+# scenario) --------------------------------------------------------------
+if [[ ${#missing[@]} -gt 0 ]]; then
 cd "$DIR/k8s"
 minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 staging_version="v0.${K8S_VERSION#v1.}"
@@ -88,12 +96,14 @@ ldflags="-s -w \
  -X k8s.io/component-base/version.gitMajor=1 \
  -X k8s.io/component-base/version.gitMinor=$minor \
  -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-for cmd in kube-apiserver kube-scheduler; do
+for cmd in "${missing[@]}"; do
     go build -trimpath -ldflags "$ldflags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
     mv "$BIN/$cmd.tmp" "$BIN/$cmd"
 done
+fi
 
 # --- etcd (its own module: MVS must not unify its client with k8s's) ----
+if [[ ! -x "$BIN/etcd" ]]; then
 cd "$DIR/etcd"
 cat > go.mod <<MOD
 module gpugate.invalid/e2e/etcd
@@ -103,5 +113,6 @@ MOD
 go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 || go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
 mv "$BIN/etcd.tmp" "$BIN/etcd"
+fi
 
 echo "$BIN"

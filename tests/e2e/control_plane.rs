@@ -580,8 +580,20 @@ fn gpugate_config(deployed: &[Value]) -> anyhow::Result<String> {
       gpucores: 25
       nodeSchedulerPolicy: spread
       gpuSchedulerPolicy: binpack
+  - name: e2e-defrag
+    namespaces: [e2e-defrag]
+    movable: true
 "
     ));
+    // Defragmentation moves pods created more than 5 s ago (the scenario's
+    // are seconds old), not 600.
+    let Some(at) = format!("\n{text}").find("\nscheduler:\n") else {
+        bail!("deploy/'s config has no scheduler section");
+    };
+    text.insert_str(
+        at + "scheduler:\n".len(),
+        "  defragmentation: {minSecondsBetweenMoves: 5}\n",
+    );
     Ok(text)
 }
 

@@ -10,6 +10,7 @@
 
 mod burst;
 mod control_plane;
+mod defrag;
 mod device_plugin;
 mod fixtures;
 mod ha;

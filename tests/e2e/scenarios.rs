@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 23] = [
+pub const SCENARIOS: [(&str, &str, &str); 24] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -177,6 +177,11 @@ pub const SCENARIOS: [(&str, &str, &str); 23] = [
         "e2e-ha-half",
         "ha-half",
     ),
+    (
+        "defragmentation: a whole-GPU pod after moving a slice of a Deployment",
+        "e2e-defrag",
+        "defrag",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -211,6 +216,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         20 => crate::ha::cut_off(ctx, ns, scenario).await,
         21 => crate::ha::watch_faults(ctx, ns, scenario).await,
         22 => crate::ha::half_done_binds(ctx, ns, scenario).await,
+        23 => crate::defrag::defragmentation(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
