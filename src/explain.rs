@@ -577,14 +577,14 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
                 .sum()
         };
         let some_node_could = nodes.iter().any(|n| grants(n) >= g.count as usize);
-        let any_accepted = nodes.iter().flat_map(|n| &n.gpus).any(&accepted);
+        let any_accepted = nodes.iter().flat_map(|n| n.gpus.iter()).any(&accepted);
         if some_node_could || !any_accepted {
             continue;
         }
         let mut text = format!("container {} asks {}", c.name, gpu_words(&g));
         let sliced = nodes
             .iter()
-            .flat_map(|n| &n.gpus)
+            .flat_map(|n| n.gpus.iter())
             .filter(|gpu| accepted(gpu) && !gpu.is_mig())
             .max_by_key(|gpu| (gpu.capacity.mem_mib, gpu.capacity.cores));
         if let Some(gpu) = sliced {
@@ -596,7 +596,7 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
         }
         let profile = nodes
             .iter()
-            .flat_map(|n| &n.gpus)
+            .flat_map(|n| n.gpus.iter())
             .filter(|gpu| accepted(gpu))
             .flat_map(|gpu| plan.selection.mig_profiles_holding(gpu, 0).map(|(p, _)| p))
             .max_by_key(|p| (p.memory_mib, std::cmp::Reverse(p.slice_count)));

@@ -117,8 +117,11 @@ pub struct DefragmentationConfig {
     /// destinations for the replacements (from the evictions).
     pub hold_seconds: u64,
     /// The search's bound, in node fits tried (evaluating every node for
-    /// one pod counts each node); the plan's cost is bounded by it.
+    /// one pod counts each node): the same cluster gives the same plan.
     pub search_budget: u64,
+    /// The search's bound in time, whichever comes first (a plan found by
+    /// then is taken; none, and the pod is tried again later).
+    pub search_millis: u64,
 }
 
 impl Default for DefragmentationConfig {
@@ -130,6 +133,7 @@ impl Default for DefragmentationConfig {
             min_seconds_between_moves: 600,
             hold_seconds: 180,
             search_budget: 2_000_000,
+            search_millis: 500,
         }
     }
 }
@@ -455,6 +459,12 @@ impl Config {
             return Err(format!(
                 "scheduler.defragmentation.searchBudget is {}, allowed 1000 to 100000000",
                 d.search_budget
+            ));
+        }
+        if !(10..=10_000).contains(&d.search_millis) {
+            return Err(format!(
+                "scheduler.defragmentation.searchMillis is {}, allowed 10 to 10000",
+                d.search_millis
             ));
         }
         if self.scheduler.numa.weight > 100 {

@@ -37,7 +37,9 @@ use crate::cluster::api::ApiCalls;
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::config::Config;
 use crate::placement::PodToPlace;
-use crate::placement::defrag::{DefragPlan, Inputs, Outcome, movers, namespace_movable, plan_on};
+use crate::placement::defrag::{
+    DefragPlan, Inputs, Outcome, finish_movers, held_movers, namespace_movable, plan_on,
+};
 use crate::placement::scheduler_checks;
 
 /// Defragmentation's claim on the pending pod: `<node>,<unix seconds>`.
@@ -144,6 +146,7 @@ impl Defragmenter {
                 .collect()
         };
         if namespaces.is_empty() {
+            tracing::debug!(pod = %who, "defragmentation: no namespace holding GPUs lets its pods move (namespace policy movable: true)");
             return DefragOutcome::NoPlan;
         }
         let mut pods: Vec<Pod> = Vec::new();
@@ -162,14 +165,21 @@ impl Defragmenter {
             for _ in 0..=REPLANS {
                 // A copy of the state, so that no lock is held while the
                 // search runs.
-                let (state, budgets, movers) = {
+                // Under the view's lock: who may move, and a copy of the
+                // state that only they can leave (GPU inventories shared).
+                let (state, budgets, held) = {
                     let view = cluster.read();
+                    let held = held_movers(&view, config, pod, &pods, Timestamp::now());
+                    let keys = held
+                        .iter()
+                        .filter_map(|(i, _)| pods.get(*i)?.metadata.uid.as_deref());
                     (
-                        view.state().clone(),
+                        view.state().copy_for_moves(keys),
                         view.budgets().clone(),
-                        movers(&view, config, pod, &pods, Timestamp::now()),
+                        held,
                     )
                 };
+                let movers = finish_movers(config, &pods, held);
                 let inputs = Inputs {
                     nodes: Some(nodes),
                     pods: &pods,
@@ -177,7 +187,9 @@ impl Defragmenter {
                     barred: &barred,
                 };
                 let started = Instant::now();
-                let outcome = plan_on(&state, &budgets, config, pod, movers, &inputs);
+                let deadline = started + Duration::from_millis(d.search_millis);
+                let out_of_time = || Instant::now() >= deadline;
+                let outcome = plan_on(state, &budgets, config, pod, movers, &inputs, &out_of_time);
                 self.metrics
                     .search_micros
                     .inc_by(started.elapsed().as_micros() as u64);

@@ -55,6 +55,9 @@ pub struct Rules<'r> {
     /// Whether the movable pod's replacement may land on the node (its own
     /// node is never offered): kube-scheduler's own filters.
     pub may_land: &'r dyn Fn(&Movable, &str) -> bool,
+    /// Asked as the budget is spent: true stops the search as if the
+    /// budget ran out (the caller's clock; the search itself reads none).
+    pub stop: &'r dyn Fn() -> bool,
 }
 
 /// One pod moved: evicted from `from`, its replacement placed on `to`.
@@ -93,9 +96,11 @@ pub enum Search {
 const PENDING_KEY: &str = "defrag/pending";
 
 /// The search for `pending`, which may go to `nodes` (every node when
-/// `None`), moving some of `movable`.
+/// `None`), moving some of `movable`, on `state` (a copy it changes and
+/// gives back as it was: [`ClusterState::copy_for_moves`] of the movable
+/// pods' keys will do).
 pub fn search(
-    state: &ClusterState,
+    state: ClusterState,
     pending: &PodPlan,
     nodes: Option<&[String]>,
     movable: &[Movable],
@@ -105,7 +110,7 @@ pub fn search(
         return Search::FitsNow;
     }
     let mut s = Searcher {
-        work: state.clone(),
+        work: state,
         pending,
         movable,
         rules,
@@ -121,23 +126,37 @@ pub fn search(
     let allowed = |node: &str| nodes.is_none_or(|ns| ns.iter().any(|n| n == node));
     // Targets: the pod's nodes where it fits once every movable pod there
     // is gone, in name order, each with its movable pods.
-    let mut targets: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut by_node: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
     for &i in &order {
         let node = movable[i].node.as_str();
-        if !allowed(node) {
-            continue;
-        }
-        match targets.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, on)) => on.push(i),
-            None => targets.push((node, vec![i])),
+        if allowed(node) {
+            by_node.entry(node).or_default().push(i);
         }
     }
-    targets.sort_by(|a, b| a.0.cmp(b.0));
+    let mut targets: Vec<(&str, Vec<usize>)> = by_node.into_iter().collect();
     targets.retain(|(node, on)| s.fits_without(node, on));
+    let is_target: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();
     if s.out_of_budget {
         return Search::NoPlan { exhaustive: false };
     }
-    for k in 1..=rules.max_moves.min(movable.len()) {
+    // One move: the first valid in preference order is the best one.
+    if rules.max_moves >= 1 {
+        for &i in &order {
+            let node = movable[i].node.as_str();
+            if !is_target.contains(node) {
+                continue;
+            }
+            if s.fits_without(node, &[i])
+                && let Some(plan) = s.try_set(node, &[i])
+            {
+                return Search::Found(plan);
+            }
+            if s.out_of_budget {
+                return Search::NoPlan { exhaustive: false };
+            }
+        }
+    }
+    for k in 2..=rules.max_moves.min(movable.len()) {
         let mut best: Option<(Preference, Plan)> = None;
         'sizes: for t in (1..=k).rev() {
             for (node, on) in &targets {
@@ -195,15 +214,18 @@ impl Searcher<'_, '_> {
     /// Counts `fits` node fits; false (and out of budget) past the budget.
     fn spend(&mut self, fits: u64) -> bool {
         self.spent += fits;
-        if self.spent > self.rules.budget {
+        if self.spent > self.rules.budget || (self.rules.stop)() {
             self.out_of_budget = true;
         }
         !self.out_of_budget
     }
 
-    /// Whether the pending pod fits on `node` with the movable pods `gone`.
+    /// Whether the pending pod fits on `node` with the movable pods `gone`
+    /// (counted as one fit per GPU of the node: a pod of many GPUs tries
+    /// many sets of them).
     fn fits_without(&mut self, node: &str, gone: &[usize]) -> bool {
-        if !self.spend(1) {
+        let gpus = self.work.node(node).map_or(1, |n| n.gpus.len().max(1)) as u64;
+        if !self.spend(gpus) {
             return false;
         }
         let removed: Vec<(&str, &Allocation)> = gone

@@ -315,12 +315,14 @@ fn mig_placement_order(profile: &MigProfile) -> Vec<MigPlacement> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     pub name: String,
-    /// Sorted by `index`.
-    pub gpus: Vec<Gpu>,
+    /// Sorted by `index`. Shared between copies of the state (a search's
+    /// copy changes only usage).
+    pub gpus: std::sync::Arc<[Gpu]>,
     /// `usage[i]` is what is allocated of `gpus[i]`.
     pub usage: Vec<Usage>,
-    /// Row-major `gpus.len()²` matrix of pair scores (0 when unknown).
-    pub(crate) pair_scores: Vec<i32>,
+    /// Row-major `gpus.len()²` matrix of pair scores (0 when unknown),
+    /// shared between copies like `gpus`.
+    pub(crate) pair_scores: std::sync::Arc<[i32]>,
     pub(crate) totals: NodeTotals,
 }
 
@@ -339,10 +341,16 @@ impl Node {
         Node {
             name: name.into(),
             usage: vec![Usage::default(); n],
-            pair_scores: vec![0; n * n],
-            gpus,
+            pair_scores: vec![0; n * n].into(),
+            gpus: gpus.into(),
             totals,
         }
+    }
+
+    /// The GPUs, to change (tests, and a node read anew): copied first if
+    /// another copy of the state shares them.
+    pub fn gpus_mut(&mut self) -> &mut [Gpu] {
+        std::sync::Arc::make_mut(&mut self.gpus)
     }
 
     /// Sets the symmetric pair score of two GPUs (by UUID); unknown UUIDs are
@@ -352,8 +360,9 @@ impl Node {
             return false;
         };
         let n = self.gpus.len();
-        self.pair_scores[i * n + j] = score;
-        self.pair_scores[j * n + i] = score;
+        let scores = std::sync::Arc::make_mut(&mut self.pair_scores);
+        scores[i * n + j] = score;
+        scores[j * n + i] = score;
         true
     }
 
@@ -455,7 +464,7 @@ mod tests {
         assert_eq!(n.totals().mem_used_mib, 1000);
         n.sub_usage(1, &d);
         n.sub_usage(1, &d);
-        assert_eq!(*n.totals(), Node::new("x", n.gpus.clone()).totals);
+        assert_eq!(*n.totals(), Node::new("x", n.gpus.to_vec()).totals);
         assert!(n.set_pair_score("a", "b", 7));
         assert_eq!(n.pair_score(1, 0), 7);
         assert!(!n.set_pair_score("a", "zz", 7));

@@ -603,11 +603,11 @@ mod tests {
     fn reasons_aggregate_per_gpu_like_hami() {
         let mut n = node(4);
         n.add_usage(0, &used(1, 40000, 0));
-        n.gpus[1].model = "NVIDIA-Tesla T4".into();
-        n.gpus[1].model_words =
+        n.gpus_mut()[1].model = "NVIDIA-Tesla T4".into();
+        n.gpus_mut()[1].model_words =
             crate::engine::device::model_words("NVIDIA-Tesla T4").into_boxed_slice();
-        n.gpus[2].healthy = false;
-        n.gpus[3].healthy = false;
+        n.gpus_mut()[2].healthy = false;
+        n.gpus_mut()[3].healthy = false;
         let mut p = plan(vec![(false, Some(req(2, 2000, 0)))], GpuPolicy::Spread);
         p.selection.use_models = vec![ModelPattern::parse("A100").unwrap()];
         let mut s = Scratch::default();
@@ -617,7 +617,7 @@ mod tests {
             "1/4 CardInsufficientMemory, 2/4 CardNotHealth, 1/4 CardTypeMismatch"
         );
         // Partial success adds AllocatedCardsInsufficientRequest.
-        n.gpus[2].healthy = true;
+        n.gpus_mut()[2].healthy = true;
         let e = fit_pod(&n, &p, &mut s).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -792,7 +792,7 @@ mod tests {
     fn numa_bind_keeps_a_container_on_one_numa_node() {
         let mut n = node(4);
         for (i, numa) in [0, 1, 0, 1].into_iter().enumerate() {
-            n.gpus[i].numa = numa;
+            n.gpus_mut()[i].numa = numa;
         }
         let mut p = plan(vec![(false, Some(req(2, 100, 0)))], GpuPolicy::Spread);
         p.selection.numa_bind = true;
@@ -805,8 +805,8 @@ mod tests {
         assert_eq!(grants(&s), [(0, 0), (0, 1)]);
         // One free GPU per NUMA node: numa-bind cannot place two.
         p.selection.numa_bind = true;
-        n.gpus[0].healthy = false;
-        n.gpus[1].healthy = false;
+        n.gpus_mut()[0].healthy = false;
+        n.gpus_mut()[1].healthy = false;
         let e = fit_pod(&n, &p, &mut s).unwrap_err();
         assert_eq!(e.to_string(), "2/4 CardNotHealth, 2/4 NumaNotFit");
     }
@@ -872,8 +872,8 @@ mod tests {
     /// GPU 0 and GPU 2 holding the same slice.
     fn two_numa_node() -> Node {
         let mut n = node(4);
-        n.gpus[2].numa = 1;
-        n.gpus[3].numa = 1;
+        n.gpus_mut()[2].numa = 1;
+        n.gpus_mut()[3].numa = 1;
         n.add_usage(0, &used(1, 4096, 10));
         n.add_usage(2, &used(1, 4096, 10));
         n

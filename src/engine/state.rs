@@ -204,6 +204,26 @@ impl ClusterState {
         self.allocations.get(uid)
     }
 
+    /// A copy for a search that only removes the allocations of `keys` and
+    /// adds new ones (defragmentation's): every node with its usage, the
+    /// holds, NUMA layouts and zone takes, but of the pods' allocations
+    /// only those of `keys`; the others' usage stays counted on their
+    /// nodes, and they cannot be removed from the copy. GPU inventories
+    /// and pair scores are shared, so the copy costs the nodes' usage and
+    /// the allocations of `keys`, not every pod's.
+    pub fn copy_for_moves<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> ClusterState {
+        ClusterState {
+            nodes: self.nodes.clone(),
+            allocations: keys
+                .into_iter()
+                .filter_map(|k| Some((k.to_string(), self.allocations.get(k)?.clone())))
+                .collect(),
+            holds: self.holds.clone(),
+            topologies: self.topologies.clone(),
+            zone_takes: self.zone_takes.clone(),
+        }
+    }
+
     pub fn allocations(&self) -> impl Iterator<Item = (&str, &Allocation)> {
         self.allocations.iter().map(|(k, v)| (k.as_str(), v))
     }

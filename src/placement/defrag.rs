@@ -92,6 +92,21 @@ pub fn movable(
     pod: &Pod,
     now: Timestamp,
 ) -> Result<Movable, Unmovable> {
+    let opted_in = namespace_movable(view, config, pod_namespace(pod));
+    let node = may_move(view, config, pending, pod, now, opted_in)?;
+    as_movable(config, pod, node)
+}
+
+/// Every rule but the plan (which needs no view and is the costly part):
+/// the node the pod may be moved from.
+fn may_move(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    pod: &Pod,
+    now: Timestamp,
+    opted_in: bool,
+) -> Result<String, Unmovable> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let namespace = pod_namespace(pod);
     let node = view
@@ -106,10 +121,10 @@ pub fn movable(
         && pod.metadata.deletion_timestamp.is_none()
         && !pod_finished(pod)
         && uid != pending.uid();
-    if !settled {
+    let Some(node) = node.filter(|_| settled) else {
         return Err(Unmovable::NotSettled);
-    }
-    if !namespace_movable(view, config, namespace) {
+    };
+    if !opted_in {
         return Err(Unmovable::NamespaceNotOptedIn);
     }
     let annotations = pod.metadata.annotations.as_ref();
@@ -125,29 +140,83 @@ pub fn movable(
     if view.gang_of(uid).is_some() || group_key(namespace, membership(pod)).is_some() {
         return Err(Unmovable::GangMember);
     }
-    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    if priority > pending.priority {
+    if pod_priority(pod) > pending.priority {
         return Err(Unmovable::HigherPriority);
     }
-    let since = pod
-        .metadata
+    let window = i64::try_from(config.scheduler.defragmentation.min_seconds_between_moves)
+        .unwrap_or(i64::MAX);
+    if now.as_second().saturating_sub(created(pod)) < window {
+        return Err(Unmovable::MovedRecently);
+    }
+    Ok(node)
+}
+
+fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// When the pod was created (Unix seconds; never, when unknown).
+fn created(pod: &Pod) -> i64 {
+    pod.metadata
         .creation_timestamp
         .as_ref()
         .map(|t| t.0.as_second())
-        .unwrap_or(i64::MAX);
-    let window = i64::try_from(config.scheduler.defragmentation.min_seconds_between_moves)
-        .unwrap_or(i64::MAX);
-    if now.as_second().saturating_sub(since) < window {
-        return Err(Unmovable::MovedRecently);
-    }
+        .unwrap_or(i64::MAX)
+}
+
+/// `pod`, which may move from `node`, with its replacement's plan.
+fn as_movable(config: &Config, pod: &Pod, node: String) -> Result<Movable, Unmovable> {
     let plan = plan_of(pod, config).map_err(|_| Unmovable::NotSettled)?;
     Ok(Movable {
-        key: uid.to_string(),
-        node: node.unwrap_or_default(),
+        key: pod.metadata.uid.clone().unwrap_or_default(),
+        node,
         plan,
-        priority,
-        since,
+        priority: pod_priority(pod),
+        since: created(pod),
     })
+}
+
+/// The pods of `pods` that may move for `pending`.
+pub fn movers(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    pods: &[Pod],
+    now: Timestamp,
+) -> Vec<Movable> {
+    let held = held_movers(view, config, pending, pods, now);
+    finish_movers(config, pods, held)
+}
+
+/// Which of `pods` may move as far as the view says (every rule but the
+/// plan): their index in `pods` and their node. The cheap part, under the
+/// view's lock in `serve`.
+pub fn held_movers(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    pods: &[Pod],
+    now: Timestamp,
+) -> Vec<(usize, String)> {
+    // The namespace policy is judged once per namespace.
+    let mut opted_in: HashMap<&str, bool> = HashMap::new();
+    pods.iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let ns = pod_namespace(p);
+            let ok = *opted_in
+                .entry(ns)
+                .or_insert_with(|| namespace_movable(view, config, ns));
+            Some((i, may_move(view, config, pending, p, now, ok).ok()?))
+        })
+        .collect()
+}
+
+/// [`held_movers`] with their replacements' plans: no view needed.
+pub fn finish_movers(config: &Config, pods: &[Pod], held: Vec<(usize, String)>) -> Vec<Movable> {
+    held.into_iter()
+        .filter_map(|(i, node)| as_movable(config, pods.get(i)?, node).ok())
+        .collect()
 }
 
 /// The place held for `pod` if it replaces a moved pod (same owner, same
@@ -224,27 +293,18 @@ pub fn plan(
         node_objects,
         barred: &[],
     };
+    let state = view
+        .state()
+        .copy_for_moves(movers.iter().map(|m| m.key.as_str()));
     plan_on(
-        view.state(),
+        state,
         view.budgets(),
         config,
         pending,
         movers,
         &inputs,
+        &|| false,
     )
-}
-
-/// The pods of `pods` that may move for `pending`.
-pub fn movers(
-    view: &ClusterView,
-    config: &Config,
-    pending: &PodToPlace,
-    pods: &[Pod],
-    now: Timestamp,
-) -> Vec<Movable> {
-    pods.iter()
-        .filter_map(|p| movable(view, config, pending, p, now).ok())
-        .collect()
 }
 
 /// What a plan is searched among, beside the state.
@@ -261,15 +321,18 @@ pub struct Inputs<'a> {
     pub barred: &'a [(String, String)],
 }
 
-/// The search on `state` (a copy of the view's, so that no lock is held
-/// while it runs) with the view's `budgets`.
+/// The search on `state` (a copy of the view's,
+/// [`ClusterState::copy_for_moves`] of the movers, so that no lock is held
+/// while it runs) with the view's `budgets`; `stop` ends it early (a
+/// deadline).
 pub fn plan_on(
-    state: &ClusterState,
+    state: ClusterState,
     budgets: &Budgets,
     config: &Config,
     pending: &PodToPlace,
     movers: Vec<Movable>,
     inputs: &Inputs<'_>,
+    stop: &dyn Fn() -> bool,
 ) -> Outcome {
     if !pending.plan.request.has_gpus() {
         return Outcome::NotNeeded;
@@ -319,6 +382,7 @@ pub fn plan_on(
         budget: d.search_budget,
         breaks_budget: &breaks,
         may_land: &may_land,
+        stop,
     };
     match search(state, &pending.plan, inputs.nodes, &movers, &rules) {
         Search::FitsNow => Outcome::NotNeeded,

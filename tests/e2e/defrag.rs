@@ -138,7 +138,7 @@ async fn fragment(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<Vec<Pod
         || async move {
             let text = metrics(port).await.map_err(|e| e.to_string())?;
             match gauge(&text, "gpugate_cluster_nodes") {
-                Some(n) if n == 3.0 => Ok(()),
+                Some(3.0) => Ok(()),
                 n => Err(format!("{n:?} nodes")),
             }
         },
