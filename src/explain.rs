@@ -177,6 +177,17 @@ pub fn explain(
     Ok(e)
 }
 
+fn move_views(p: &defrag::DefragPlan) -> Vec<PlannedMoveView> {
+    p.moves
+        .iter()
+        .map(|m| PlannedMoveView {
+            pod: m.pod.clone(),
+            from: m.from.clone(),
+            to: m.to.clone(),
+        })
+        .collect()
+}
+
 /// `gpugate defrag --plan`: each pending GPU pod's plan (or the one
 /// named), each for that pod alone on the cluster as it is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -396,27 +407,9 @@ pub fn defragmentation(
                 opt_in.join(", ")
             ),
             Some(p.node.clone()),
-            p.moves
-                .iter()
-                .map(|m| PlannedMoveView {
-                    pod: m.pod.clone(),
-                    from: m.from.clone(),
-                    to: m.to.clone(),
-                })
-                .collect(),
+            move_views(&p),
         ),
-        defrag::Outcome::Plan(p) => (
-            p.describe(),
-            Some(p.node.clone()),
-            p.moves
-                .iter()
-                .map(|m| PlannedMoveView {
-                    pod: m.pod.clone(),
-                    from: m.from.clone(),
-                    to: m.to.clone(),
-                })
-                .collect(),
-        ),
+        defrag::Outcome::Plan(p) => (p.describe(), Some(p.node.clone()), move_views(&p)),
     };
     Some(Defragmentation {
         verdict,

@@ -196,6 +196,16 @@ async fn publish(recorder: &Recorder, ev: &PodEvent) {
     }
 }
 
+/// A reference to a pod known only by namespace, name and UID (a victim or
+/// a moved pod, not read again), for an event about it.
+pub fn pod_ref(namespace: &str, name: &str, uid: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.namespace = Some(namespace.to_string());
+    p.metadata.name = Some(name.to_string());
+    p.metadata.uid = Some(uid.to_string());
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

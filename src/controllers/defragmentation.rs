@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::api::ApiCalls;
-use crate::cluster::events::{EventSink, PodEvent};
+use crate::cluster::events::{EventSink, PodEvent, pod_ref};
 use crate::config::Config;
 use crate::placement::PodToPlace;
 use crate::placement::defrag::{
@@ -279,7 +279,7 @@ impl Defragmenter {
                     moved.push(m.uid.clone());
                     self.metrics.moves.inc();
                     events.emit(PodEvent::new(
-                        &stub_pod(ns, name, &m.uid),
+                        &pod_ref(ns, name, &m.uid),
                         false,
                         "Moved",
                         format!(
@@ -342,15 +342,6 @@ impl Defragmenter {
             view.hold_destination(uid, &m.uid, &m.owner.1, &m.plan, &m.to, until);
         }
     }
-}
-
-/// A pod reference for an event on a moved pod.
-fn stub_pod(namespace: &str, name: &str, uid: &str) -> Pod {
-    let mut p = Pod::default();
-    p.metadata.namespace = Some(namespace.to_string());
-    p.metadata.name = Some(name.to_string());
-    p.metadata.uid = Some(uid.to_string());
-    p
 }
 
 /// What defragmentation reports to Prometheus.

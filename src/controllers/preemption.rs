@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,7 +39,7 @@ use prometheus_client::registry::Registry;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::api::ApiCalls;
-use crate::cluster::events::{EventSink, PodEvent};
+use crate::cluster::events::{EventSink, PodEvent, pod_ref};
 use crate::config::Config;
 use crate::placement::PodToPlace;
 
@@ -411,7 +410,7 @@ impl Preemptor {
                 Ok(()) => {
                     self.metrics.victims.inc();
                     self.events.emit(PodEvent::new(
-                        &stub_pod(ns, name, victim_uid),
+                        &pod_ref(ns, name, victim_uid),
                         false,
                         "Preempted",
                         format!("by {who} (priority {priority}) on node {}", decision.nodes),
@@ -513,15 +512,6 @@ fn decide(
     })
 }
 
-/// A pod reference for an event on a victim.
-fn stub_pod(namespace: &str, name: &str, uid: &str) -> Pod {
-    let mut p = Pod::default();
-    p.metadata.namespace = Some(namespace.to_string());
-    p.metadata.name = Some(name.to_string());
-    p.metadata.uid = Some(uid.to_string());
-    p
-}
-
 /// What gpugate's own preemption reports to Prometheus.
 #[derive(Debug, Clone, Default)]
 pub struct PreemptionMetrics {
@@ -567,6 +557,7 @@ impl PreemptionMetrics {
 mod tests {
     use super::*;
     use crate::cluster::pod_name;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn pod(uid: &str, priority: i32) -> PodToPlace {
         let pod: Pod = serde_json::from_value(json!({
