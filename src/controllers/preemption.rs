@@ -54,6 +54,17 @@ pub const CLAIM: &str = "gpugate.io/preemption";
 /// which makes kube-scheduler try the pod again.
 pub const GPUS_FREED: &str = "gpugate.io/gpus-freed";
 
+/// Whether gpugate may make room for a pod `/filter` left without a node:
+/// preempt for it (preemption on, a priority above 0, `preemptionPolicy`
+/// not `Never`) or move pods for it (defragmentation on, and some
+/// namespace policy lets its pods move). Others are not noted: nothing
+/// would be done for them but reading them again.
+pub fn may_make_room(config: &Config, pod: &PodToPlace) -> bool {
+    let s = &config.scheduler;
+    (s.preemption.enabled && pod.priority > 0 && pod.preempts)
+        || (s.defragmentation.enabled && config.namespace_policies.iter().any(|p| p.movable))
+}
+
 /// Pods noted at most; more wait for their next `/filter`.
 const CAPACITY: usize = 256;
 /// Nodes kept per pod at most (those refused for capacity, in name order):
@@ -567,6 +578,26 @@ mod tests {
         .unwrap();
         let groups = crate::engine::gang::PodGroups::NotServed;
         PodToPlace::with_groups(pod, &Config::default(), groups).unwrap()
+    }
+
+    /// A pod is noted only if something can be done for it: preemption
+    /// for a priority above 0, defragmentation once a namespace opted in.
+    #[test]
+    fn only_pods_room_can_be_made_for_are_noted() {
+        let mut config = Config::default();
+        assert!(!may_make_room(&config, &pod("zero", 0)));
+        assert!(may_make_room(&config, &pod("high", 100)));
+        config.scheduler.preemption.enabled = false;
+        assert!(!may_make_room(&config, &pod("high", 100)));
+        config.namespace_policies = Config::from_yaml(
+            "namespacePolicies: [{name: apps, namespaces: [apps], movable: true}]",
+            "test",
+        )
+        .unwrap()
+        .namespace_policies;
+        assert!(may_make_room(&config, &pod("zero", 0)));
+        config.scheduler.defragmentation.enabled = false;
+        assert!(!may_make_room(&config, &pod("zero", 0)));
     }
 
     /// Pods are due after the grace, once; a handled one never; one of

@@ -150,8 +150,7 @@ impl Extender {
                 // kube-scheduler may preempt for it; if it does not,
                 // gpugate does, or moves pods to make room.
                 Effect::Unplaced { shortage } => {
-                    if (config.scheduler.preemption.enabled
-                        || config.scheduler.defragmentation.enabled)
+                    if crate::controllers::preemption::may_make_room(config, pod)
                         && let Some(p) = &self.preemptor
                     {
                         p.unplaced(pod, shortage);
