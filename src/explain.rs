@@ -177,6 +177,33 @@ pub fn explain(
     Ok(e)
 }
 
+/// Why the GPU holders of `pods` may not move for `pending`, counted:
+/// "3 no ReplicaSet, StatefulSet or Job recreates it, 1 member of a gang
+/// group".
+fn unmovable_counts(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    pods: &[Pod],
+    now: Timestamp,
+) -> String {
+    let mut why: std::collections::BTreeMap<defrag::Unmovable, usize> = Default::default();
+    for p in pods {
+        match defrag::movable(view, config, pending, p, now) {
+            // Pods that hold no GPU on a node are not holders at all.
+            Err(defrag::Unmovable::NotSettled) | Ok(_) => {}
+            Err(u) => *why.entry(u).or_default() += 1,
+        }
+    }
+    if why.is_empty() {
+        return "no pod holds GPUs it could give up".to_string();
+    }
+    why.iter()
+        .map(|(u, n)| format!("{n} {}", u.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn move_views(p: &defrag::DefragPlan) -> Vec<PlannedMoveView> {
     p.moves
         .iter()
@@ -333,6 +360,7 @@ pub fn defragmentation(
     // Without a plan from the namespaces that opted in: the plan if every
     // namespace did, and which ones it needs.
     let mut opt_in: Vec<String> = Vec::new();
+    let mut why_not = String::new();
     let outcome = match outcome {
         defrag::Outcome::NoPlan { .. } => {
             let mut every = config.clone();
@@ -366,7 +394,10 @@ pub fn defragmentation(
                     opt_in.dedup();
                     defrag::Outcome::Plan(p)
                 }
-                _ => outcome,
+                what_if => {
+                    why_not = unmovable_counts(view, &every, &placing, &cluster.pods, now);
+                    what_if
+                }
             }
         }
         other => other,
@@ -379,7 +410,7 @@ pub fn defragmentation(
             Vec::new(),
         ),
         defrag::Outcome::NoPlan { movable: 0, .. } => (
-            "no pod could move (none is recreated by a ReplicaSet, StatefulSet or Job, outside a gang, at or below its priority and not moved recently)".to_string(),
+            format!("no GPU holder could move, even if every namespace opted in ({why_not})"),
             None,
             Vec::new(),
         ),

@@ -28,7 +28,8 @@ pub const MOVABLE: &str = "gpugate.io/movable";
 /// Owner kinds whose controllers recreate an evicted pod.
 const RECREATING_OWNERS: [&str; 3] = ["ReplicaSet", "StatefulSet", "Job"];
 
-/// Why a GPU holder may not be moved (for `explain`).
+/// Why a GPU holder may not be moved (`explain` counts them; `as_str`
+/// reads after a count: "3 not recreated by …").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Unmovable {
     /// Its namespace's policy does not say `movable: true`.
@@ -51,11 +52,11 @@ pub enum Unmovable {
 impl Unmovable {
     pub fn as_str(self) -> &'static str {
         match self {
-            Unmovable::NamespaceNotOptedIn => "namespace not opted in (policy movable: false)",
+            Unmovable::NamespaceNotOptedIn => "in a namespace that did not opt in",
             Unmovable::OptedOut => "annotated gpugate.io/movable: \"false\"",
-            Unmovable::NotRecreated => "no ReplicaSet, StatefulSet or Job recreates it",
-            Unmovable::GangMember => "member of a gang group",
-            Unmovable::HigherPriority => "priority above the pending pod's",
+            Unmovable::NotRecreated => "not recreated by a ReplicaSet, StatefulSet or Job",
+            Unmovable::GangMember => "in a gang group",
+            Unmovable::HigherPriority => "of a higher priority",
             Unmovable::MovedRecently => "created or moved too recently",
             Unmovable::NotSettled => "not settled on its node",
         }
