@@ -178,7 +178,7 @@ pub fn explain(
 }
 
 /// Why the GPU holders of `pods` may not move for `pending`, counted:
-/// "3 no ReplicaSet, StatefulSet or Job recreates it, 1 member of a gang
+/// "3 not recreated by a ReplicaSet or StatefulSet, 1 in a gang
 /// group".
 fn unmovable_counts(
     view: &ClusterView,

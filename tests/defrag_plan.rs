@@ -98,7 +98,7 @@ fn the_worked_example() {
 
 /// Without the opt-in the same plans are shown, not acted on, naming the
 /// namespace that would have to opt in; with serve-7d9f's pods kept (the
-/// switch off, or everything opted in but them), the Job's pod in batch is
+/// switch off, or everything opted in but them), the StatefulSet's pod in batch is
 /// what a plan would move.
 #[test]
 fn without_the_opt_in_the_plan_is_shown_and_not_acted_on() {
@@ -124,12 +124,12 @@ fn without_the_opt_in_the_plan_is_shown_and_not_acted_on() {
             .contains("not acted on: their namespaces have not opted in")
     );
 
-    // serve-7d9f's pods opted out: the Job's pod on gpu-3 goes to the
+    // serve-7d9f's pods opted out: the StatefulSet's pod on gpu-3 goes to the
     // fullest node it fits on (binpack), gpu-2.
     let yaml = std::fs::read_to_string(std::path::Path::new(DIR).join("cluster.yaml"))
         .unwrap()
         .replace("  annotations:\n    hami.io/vgpu-node", "  annotations:\n    gpugate.io/movable: \"false\"\n    hami.io/vgpu-node")
-        .replace("  name: etl-x2k\n  namespace: batch\n  uid: uid-etl-x2k\n  creationTimestamp: \"2026-11-25T11:00:00Z\"\n  ownerReferences:\n  - {apiVersion: batch/v1, kind: Job, name: etl, uid: uid-etl, controller: true}\n  annotations:\n    gpugate.io/movable: \"false\"\n", "  name: etl-x2k\n  namespace: batch\n  uid: uid-etl-x2k\n  creationTimestamp: \"2026-11-25T11:00:00Z\"\n  ownerReferences:\n  - {apiVersion: batch/v1, kind: Job, name: etl, uid: uid-etl, controller: true}\n  annotations:\n");
+        .replace("  name: etl-x2k\n  namespace: batch\n  uid: uid-etl-x2k\n  creationTimestamp: \"2026-11-25T11:00:00Z\"\n  ownerReferences:\n  - {apiVersion: apps/v1, kind: StatefulSet, name: etl, uid: uid-etl, controller: true}\n  annotations:\n    gpugate.io/movable: \"false\"\n", "  name: etl-x2k\n  namespace: batch\n  uid: uid-etl-x2k\n  creationTimestamp: \"2026-11-25T11:00:00Z\"\n  ownerReferences:\n  - {apiVersion: apps/v1, kind: StatefulSet, name: etl, uid: uid-etl, controller: true}\n  annotations:\n");
     let snapshot = Snapshot::from_yaml(&yaml, "test").unwrap();
     let report = defrag_plans(
         &snapshot,

@@ -305,7 +305,7 @@ fn the_nearest_node_and_whom_to_evict() {
         e.summary
             .contains("nearest is shared-1, which needs 8000 MiB")
             && e.summary
-                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (5 not recreated by a ReplicaSet, StatefulSet or Job)"),
+                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (5 not recreated by a ReplicaSet or StatefulSet)"),
         "{}",
         e.summary
     );

@@ -443,6 +443,12 @@ impl Config {
                 d.moves_per_minute
             ));
         }
+        if (d.moves_per_minute as usize) < d.max_moves {
+            return Err(format!(
+                "scheduler.defragmentation.movesPerMinute ({}) is below maxMoves ({}): a plan of maxMoves would never fit in a minute",
+                d.moves_per_minute, d.max_moves
+            ));
+        }
         if d.min_seconds_between_moves > 7 * 24 * 3600 {
             return Err(format!(
                 "scheduler.defragmentation.minSecondsBetweenMoves is {}, allowed 0 to 604800",

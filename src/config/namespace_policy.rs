@@ -36,7 +36,7 @@ pub struct NamespacePolicy {
     #[serde(default)]
     pub limits: PolicyLimits,
     /// Defragmentation may move this namespace's pods (those a
-    /// ReplicaSet, StatefulSet or Job recreates) to make room for a pod
+    /// ReplicaSet or StatefulSet recreates) to make room for a pod
     /// that fits nowhere only because free GPU is scattered
     /// (docs/policies.md, "Defragmentation"). Off by default.
     #[serde(default)]

@@ -137,6 +137,10 @@ impl Defragmenter {
     ) -> DefragOutcome {
         let who = pod.who().to_string();
         let d = &config.scheduler.defragmentation;
+        if !matches!(pod.gang(), Ok(None)) {
+            // Gangs are preempted for whole, not defragmented for.
+            return DefragOutcome::NoPlan;
+        }
         let namespaces: Vec<String> = {
             let view = cluster.read();
             view.quotas()
@@ -256,8 +260,14 @@ impl Defragmenter {
             tracing::warn!(pod = %who, "defragmentation: claim failed: {e}");
             return DefragOutcome::Abandoned;
         }
+        if let Err(why) = self.hold(cluster, pod, &plan, d.hold_seconds) {
+            // Binds since the search took part of the plan: nothing is
+            // evicted, and the pod may be planned again at once.
+            tracing::info!(pod = %who, "defragmentation: the plan no longer holds ({why}); nothing evicted");
+            release_claim(api, namespace, name, &who).await;
+            return DefragOutcome::Abandoned;
+        }
         self.count_moves(plan.moves.len());
-        self.hold(cluster, pod, &plan, d.hold_seconds);
         tracing::info!(pod = %who, plan = %plan.describe(), "defragmentation: moving");
         events.emit(PodEvent::new(
             pod.pod(),
@@ -271,15 +281,15 @@ impl Defragmenter {
         ));
         let mut moved: Vec<String> = Vec::new();
         for m in &plan.moves {
-            let Some((ns, name)) = m.pod.split_once('/') else {
+            let Some((moved_ns, moved_name)) = m.pod.split_once('/') else {
                 continue;
             };
-            match api.evict_pod(ns, name, &m.uid).await {
+            match api.evict_pod(moved_ns, moved_name, &m.uid).await {
                 Ok(()) => {
                     moved.push(m.uid.clone());
                     self.metrics.moves.inc();
                     events.emit(PodEvent::new(
-                        &pod_ref(ns, name, &m.uid),
+                        &pod_ref(moved_ns, moved_name, &m.uid),
                         false,
                         "Moved",
                         format!(
@@ -297,9 +307,12 @@ impl Defragmenter {
                         "DefragmentationAbandoned",
                         format!("moving {} from node {}: {e}", m.pod, m.from),
                     ));
-                    let mut view = cluster.write();
-                    view.abandon_nominations(pod.uid());
-                    view.release_destinations(pod.uid(), &moved);
+                    {
+                        let mut view = cluster.write();
+                        view.abandon_nominations(pod.uid());
+                        view.release_destinations(pod.uid(), &moved);
+                    }
+                    release_claim(api, namespace, name, &who).await;
                     return DefragOutcome::Abandoned;
                 }
             }
@@ -311,24 +324,43 @@ impl Defragmenter {
     }
 
     /// Nominates the target's freed GPUs for the pending pod and holds a
-    /// place for each replacement, until `hold_seconds` from now.
+    /// place for each replacement, until `hold_seconds` from now, after
+    /// checking under the write lock that the plan, made on a copy, still
+    /// holds: every moved pod where it was, the pending pod fitting on the
+    /// target once they are gone, and every place free now but those on a
+    /// node another moved pod leaves (a chain: held once it has). If not,
+    /// nothing is held and why is returned.
     fn hold(
         &self,
         cluster: &SharedCluster,
         pod: &PodToPlace,
         plan: &DefragPlan,
         hold_seconds: u64,
-    ) {
+    ) -> Result<(), String> {
         let until = Timestamp::now().as_millisecond()
             + i64::try_from(hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let uid = pod.uid();
+        let mut view = cluster.write();
+        for m in &plan.moves {
+            if view.held_allocation(&m.uid).map(|a| a.node.as_str()) != Some(m.from.as_str())
+                || !view.held_bound(&m.uid)
+            {
+                return Err(format!("{} is no longer on node {}", m.pod, m.from));
+            }
+        }
         let on_target: Vec<String> = plan
             .moves
             .iter()
             .filter(|m| m.from == plan.node)
             .map(|m| m.uid.clone())
             .collect();
-        let mut view = cluster.write();
+        let removed: Vec<(&str, &crate::engine::Allocation)> = on_target
+            .iter()
+            .filter_map(|u| Some((u.as_str(), view.state().allocation(u)?)))
+            .collect();
+        if let Err(r) = view.state().fit_without(&pod.plan, &plan.node, &removed) {
+            return Err(format!("node {} was taken meanwhile: {r}", plan.node));
+        }
         view.nominate(
             uid,
             uid,
@@ -338,9 +370,27 @@ impl Defragmenter {
             &on_target,
             until,
         );
+        let left: std::collections::HashSet<&str> =
+            plan.moves.iter().map(|m| m.from.as_str()).collect();
         for m in &plan.moves {
-            view.hold_destination(uid, &m.uid, &m.owner.1, &m.plan, &m.to, until);
+            let held = view.hold_destination(uid, &m.uid, &m.owner.1, &m.plan, &m.to, until);
+            if !held && !left.contains(m.to.as_str()) {
+                view.abandon_nominations(uid);
+                view.release_destinations(uid, &[]);
+                return Err(format!("node {} no longer has room for {}", m.to, m.pod));
+            }
         }
+        Ok(())
+    }
+}
+
+/// Removes the claim from a pod whose plan was abandoned, so that it may be
+/// planned again on its next failed `/filter` (a failure is logged: the
+/// claim then lapses after `holdSeconds`).
+async fn release_claim(api: &ApiCalls, namespace: &str, name: &str, who: &str) {
+    let patch = json!({"metadata": {"annotations": {CLAIM: null}}});
+    if let Err(e) = api.merge_patch_pod(namespace, name, &patch).await {
+        tracing::warn!(pod = %who, "defragmentation: the claim could not be removed ({e}); it lapses after holdSeconds");
     }
 }
 

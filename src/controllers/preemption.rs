@@ -305,7 +305,7 @@ impl Preemptor {
                 .as_ref()
                 .and_then(|a| a.get(key))
                 .and_then(|v| v.rsplit_once(',')?.1.parse::<i64>().ok())
-                .is_some_and(|at| Timestamp::now().as_second() - at < hold as i64)
+                .is_some_and(|at| Timestamp::now().as_second().saturating_sub(at) < hold as i64)
         };
         let claimed = claimed_within(CLAIM, config.scheduler.preemption.hold_seconds)
             || claimed_within(
@@ -330,6 +330,11 @@ impl Preemptor {
         let Ok(pod) = PodToPlace::read(pod, config, &cluster.read()) else {
             return Some(Outcome::Nowhere);
         };
+        // A replacement of a moved pod waits for its held place (a chain's
+        // is held once another moved pod has left): nothing to do for it.
+        if crate::placement::defrag::held_destination(&cluster.read(), &pod).is_some() {
+            return Some(Outcome::Handled);
+        }
         // Preemption first (it may: enabled, a priority above 0, not
         // `preemptionPolicy: Never`); where it cannot help, defragmentation.
         let may_preempt = config.scheduler.preemption.enabled && pod.priority > 0 && pod.preempts;

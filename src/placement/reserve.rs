@@ -192,6 +192,10 @@ pub fn assume(
     if view.held_allocation(uid).is_some() {
         return false;
     }
+    // A replacement of a moved pod has its place held already.
+    if super::defrag::held_destination(view, pod).is_some() {
+        return false;
+    }
     let Ok(allocation) = view.state().assign(&pod.plan, node) else {
         return false;
     };

@@ -13,7 +13,7 @@ use super::ClusterView;
 
 #[derive(Debug, Clone)]
 struct Destination {
-    /// UID of the controller (ReplicaSet, StatefulSet, Job) that recreates
+    /// UID of the controller (ReplicaSet, StatefulSet) that recreates
     /// the moved pod.
     owner: String,
     plan: PodPlan,
@@ -116,6 +116,11 @@ impl ClusterView {
             .iter()
             .find(|(_, d)| d.owner == owner && d.plan == *plan)
             .map(|(k, d)| (k.as_str(), d.node.as_str()))
+    }
+
+    /// Whether the place `key` is held in the state now.
+    pub fn destination_held(&self, key: &str) -> bool {
+        self.destinations.by_key.get(key).is_some_and(|d| d.held)
     }
 
     /// The state without the place `key` holds: what its replacement is
