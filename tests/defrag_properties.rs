@@ -41,6 +41,9 @@ struct Case {
     pending_count: u32,
     pending_mib: u32,
     pending_priority: i32,
+    /// Which nodes kube-scheduler offers the pending pod (all when none
+    /// is picked): destinations may be any node.
+    offered: Vec<bool>,
 }
 
 fn arb_running() -> impl Strategy<Value = Running> {
@@ -88,15 +91,19 @@ fn arb_case() -> impl Strategy<Value = Case> {
         1u32..=2,
         prop_oneof![Just(12000u32), Just(14000), Just(16000), Just(16000)],
         prop_oneof![Just(10i32), Just(100)],
+        prop::collection::vec(prop::bool::weighted(0.7), 3),
     )
         .prop_map(
-            |(gpus, running, allowed, pending_count, pending_mib, pending_priority)| Case {
-                gpus,
-                running,
-                allowed,
-                pending_count,
-                pending_mib,
-                pending_priority,
+            |(gpus, running, allowed, pending_count, pending_mib, pending_priority, offered)| {
+                Case {
+                    gpus,
+                    running,
+                    allowed,
+                    pending_count,
+                    pending_mib,
+                    pending_priority,
+                    offered,
+                }
             },
         )
 }
@@ -207,7 +214,7 @@ fn brute_force_valid(
     placed: &[Running],
     plans: &[PodPlan],
     set: &[usize],
-    nodes: &[String],
+    (targets, nodes): (&[String], &[String]),
 ) -> bool {
     let mut s = state.clone();
     for &i in set {
@@ -240,7 +247,7 @@ fn brute_force_valid(
         .iter()
         .map(|&i| format!("n{}", placed[i].node))
         .collect();
-    nodes.iter().any(|target| {
+    targets.iter().any(|target| {
         let mut t = s.clone();
         let Ok(a) = t.assign(pending, target) else {
             return false;
@@ -257,7 +264,7 @@ fn brute_force(
     placed: &[Running],
     plans: &[PodPlan],
     case: &Case,
-    nodes: &[String],
+    (targets, nodes): (&[String], &[String]),
 ) -> Option<usize> {
     // Key order is name order ("p10" < "p2" does not arise: at most 9).
     let eligible: Vec<usize> = (0..placed.len())
@@ -269,7 +276,7 @@ fn brute_force(
             let set: Vec<usize> = pick.iter().map(|&p| eligible[p]).collect();
             let guarded = set.iter().filter(|&&i| placed[i].guarded).count() as i32;
             if guarded <= case.allowed
-                && brute_force_valid(state, pending, placed, plans, &set, nodes)
+                && brute_force_valid(state, pending, placed, plans, &set, (targets, nodes))
             {
                 return Some(k);
             }
@@ -299,8 +306,17 @@ proptest! {
         let pending = PodToPlace::read(pending_pod, &config, &view).unwrap();
         let now: Timestamp = NOW.parse().unwrap();
         let nodes: Vec<String> = (0..case.gpus.len()).map(|n| format!("n{n}")).collect();
-        let outcome = plan(&view, &config, &pending, None, &snapshot.pods, Some(&snapshot.nodes), now);
-        let fits_now = view.state().evaluate(&pending.plan, None).best().is_some();
+        let mut offered: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| case.offered[*i])
+            .map(|(_, n)| n.clone())
+            .collect();
+        if offered.is_empty() {
+            offered = nodes.clone();
+        }
+        let outcome = plan(&view, &config, &pending, Some(&offered), &snapshot.pods, Some(&snapshot.nodes), now);
+        let fits_now = view.state().evaluate(&pending.plan, Some(&offered)).best().is_some();
         // Each running pod's replacement: the same pod, read again.
         let plans: Vec<PodPlan> = (0..placed.len())
             .map(|i| {
@@ -308,7 +324,7 @@ proptest! {
                 PodToPlace::read(pod.clone(), &config, &view).unwrap().plan
             })
             .collect();
-        let smallest = brute_force(view.state(), &pending.plan, &placed, &plans, &case, &nodes);
+        let smallest = brute_force(view.state(), &pending.plan, &placed, &plans, &case, (&offered, &nodes));
         match outcome {
             Outcome::NotNeeded => prop_assert!(fits_now),
             Outcome::GangMember => prop_assert!(false, "no gangs here"),
@@ -338,6 +354,7 @@ proptest! {
                 prop_assert!(guarded <= case.allowed, "budget broken");
                 state.apply("pending", p.allocation.clone()).unwrap();
                 prop_assert_eq!(&p.allocation.node, &p.node);
+                prop_assert!(offered.contains(&p.node), "{} was not offered", p.node);
                 for m in &p.moves {
                     prop_assert_eq!(&m.allocation.node, &m.to);
                     state.apply(&format!("moved/{}", m.uid), m.allocation.clone()).unwrap();

@@ -193,7 +193,9 @@ impl Defragmenter {
                 let started = Instant::now();
                 let deadline = started + Duration::from_millis(d.search_millis);
                 let out_of_time = || Instant::now() >= deadline;
-                let outcome = plan_on(state, &budgets, config, pod, movers, &inputs, &out_of_time);
+                let outcome = off_the_runtime(|| {
+                    plan_on(state, &budgets, config, pod, movers, &inputs, &out_of_time)
+                });
                 self.metrics
                     .search_micros
                     .inc_by(started.elapsed().as_micros() as u64);
@@ -384,6 +386,16 @@ impl Defragmenter {
     }
 }
 
+/// Runs `work` (the search: up to `searchMillis` of CPU) where it does not
+/// hold up the runtime's other tasks: on a multi-threaded runtime (serve's)
+/// the worker hands its tasks to another first; elsewhere inline.
+fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 /// Removes the claim from a pod whose plan was abandoned, so that it may be
 /// planned again on its next failed `/filter` (a failure is logged: the
 /// claim then lapses after `holdSeconds`).
@@ -445,6 +457,18 @@ impl DefragMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The search runs inline on a single-threaded runtime and hands the
+    /// worker's tasks over on a multi-threaded one; either way it runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_search_runs_off_a_multi_threaded_runtime() {
+        assert_eq!(off_the_runtime(|| 7), 7);
+    }
+
+    #[tokio::test]
+    async fn the_search_runs_inline_on_a_single_threaded_runtime() {
+        assert_eq!(off_the_runtime(|| 8), 8);
+    }
 
     /// The minute's limit counts moves, and forgets those older than a
     /// minute.
