@@ -167,10 +167,9 @@ impl Defragmenter {
         let mut node_objects: Vec<Node> = Vec::new();
         let plan = 'plan: {
             for _ in 0..=REPLANS {
-                // A copy of the state, so that no lock is held while the
-                // search runs.
                 // Under the view's lock: who may move, and a copy of the
-                // state that only they can leave (GPU inventories shared).
+                // state that only they can leave (GPU inventories shared),
+                // so that no lock is held while the search runs.
                 let (state, budgets, held) = {
                     let view = cluster.read();
                     let held = held_movers(&view, config, pod, &pods, Timestamp::now());
