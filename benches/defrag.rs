@@ -21,7 +21,7 @@ use criterion::{Criterion, criterion_group};
 use gpugate::cluster::{ClusterView, Snapshot};
 use gpugate::config::Config;
 use gpugate::placement::PodToPlace;
-use gpugate::placement::defrag::{Inputs, Outcome, finish_movers, held_movers, movers, plan_on};
+use gpugate::placement::defrag::{Inputs, Outcome, finish_movers, held_movers, movers, plan_among};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
@@ -86,18 +86,7 @@ fn benches(c: &mut Criterion) {
     // budget only), printed once.
     for (name, pod) in [("whole_gpu", &one), ("eight_whole_gpus", &eight)] {
         let started = std::time::Instant::now();
-        let state = view
-            .state()
-            .copy_for_moves(all.iter().map(|m| m.key.as_str()));
-        let outcome = plan_on(
-            state,
-            view.budgets(),
-            &config,
-            pod,
-            all.clone(),
-            &inputs,
-            &|| false,
-        );
+        let outcome = plan_among(&view, &config, pod, all.clone(), &inputs, &|| false);
         let took = started.elapsed();
         let what = match &outcome {
             Outcome::Plan(p) => p.describe(),
@@ -147,19 +136,9 @@ fn benches(c: &mut Criterion) {
     for (name, pod) in [("whole_gpu", &one), ("eight_whole_gpus", &eight)] {
         g.bench_function(format!("plan/{name}"), |b| {
             b.iter(|| {
-                let state = view
-                    .state()
-                    .copy_for_moves(all.iter().map(|m| m.key.as_str()));
                 let deadline = std::time::Instant::now() + std::time::Duration::from_millis(millis);
-                black_box(plan_on(
-                    state,
-                    view.budgets(),
-                    &config,
-                    pod,
-                    all.clone(),
-                    &inputs,
-                    &|| std::time::Instant::now() >= deadline,
-                ))
+                let stop = || std::time::Instant::now() >= deadline;
+                black_box(plan_among(&view, &config, pod, all.clone(), &inputs, &stop))
             })
         });
     }

@@ -213,6 +213,11 @@ pub fn pod_name(pod: &Pod) -> String {
     format!("{}/{}", pod_namespace(pod), pod_own_name(pod))
 }
 
+/// `spec.priority`, 0 when unset.
+pub fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
 /// Whether the pod has finished (phase Succeeded or Failed): it holds no
 /// GPUs any more.
 pub fn pod_finished(pod: &Pod) -> bool {

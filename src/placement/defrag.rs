@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::cluster::convert::{membership, pod_finished};
+use crate::cluster::convert::{membership, pod_finished, pod_priority};
 use crate::cluster::view::{BudgetedPod, Budgets};
 use crate::cluster::{ClusterView, pod_name, pod_namespace};
 use crate::config::Config;
@@ -165,10 +165,6 @@ fn may_move(
     Ok(node)
 }
 
-fn pod_priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
-}
-
 /// When the pod was created (Unix seconds; never, when unknown).
 fn created(pod: &Pod) -> i64 {
     pod.metadata
@@ -307,18 +303,24 @@ pub fn plan(
         node_objects,
         barred: &[],
     };
+    plan_among(view, config, pending, movers, &inputs, &|| false)
+}
+
+/// The search among `movers` on a copy of the view's state (in `serve`
+/// the copy is taken under the lock and the search runs without:
+/// [`plan_on`]).
+pub fn plan_among(
+    view: &ClusterView,
+    config: &Config,
+    pending: &PodToPlace,
+    movers: Vec<Movable>,
+    inputs: &Inputs<'_>,
+    stop: &dyn Fn() -> bool,
+) -> Outcome {
     let state = view
         .state()
         .copy_for_moves(movers.iter().map(|m| m.key.as_str()));
-    plan_on(
-        state,
-        view.budgets(),
-        config,
-        pending,
-        movers,
-        &inputs,
-        &|| false,
-    )
+    plan_on(state, view.budgets(), config, pending, movers, inputs, stop)
 }
 
 /// What a plan is searched among, beside the state.

@@ -157,31 +157,29 @@ pub fn judge(
     };
     let mut eval = judged.state.evaluate(plan, candidates);
     let mut rejected: Vec<(String, NodeReason)> = Vec::new();
+    // Every feasible node but `place` set aside, with the reason.
+    let mut keep_only =
+        |eval: &mut crate::engine::state::Evaluation<'_>, place: &str, why: NodeReason| {
+            for f in eval.feasible.iter().filter(|f| f.node != place) {
+                rejected.push((f.node.to_string(), why.clone()));
+            }
+            eval.retain_feasible(|f| f.node == place);
+        };
     if let Some((_, place)) = &destination
         && eval.feasible.iter().any(|f| f.node == place)
     {
-        for f in eval.feasible.iter().filter(|f| f.node != place) {
-            rejected.push((
-                f.node.to_string(),
-                NodeReason::MoveDestination {
-                    node: place.clone(),
-                },
-            ));
-        }
-        eval.retain_feasible(|f| f.node == place);
+        let why = NodeReason::MoveDestination {
+            node: place.clone(),
+        };
+        keep_only(&mut eval, place, why);
     }
     if let Some(place) = &judged.node {
         // A group still being placed: this member goes where the group's
         // placement puts it, so that the rest still fit.
-        for f in eval.feasible.iter().filter(|f| f.node != place) {
-            rejected.push((
-                f.node.to_string(),
-                NodeReason::GangPlacement {
-                    node: place.clone(),
-                },
-            ));
-        }
-        eval.retain_feasible(|f| f.node == place);
+        let why = NodeReason::GangPlacement {
+            node: place.clone(),
+        };
+        keep_only(&mut eval, place, why);
     }
     if let Some(busy) =
         steering::busy_nodes(view, config, eval.feasible.iter().map(|f| f.node), now)

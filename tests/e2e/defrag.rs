@@ -33,7 +33,7 @@ use crate::fixtures::{
     create_node, create_pod, delete_all_pods, gpu_node, gpu_pod, is_bound, ledger_matches,
     usage_by_gpu, wait_event,
 };
-use crate::http::{gauge, metrics, samples};
+use crate::http::{gauge, metrics};
 use crate::procs::{Proc, free_port};
 use crate::scenarios::Ctx;
 use crate::wait::eventually;
@@ -171,11 +171,11 @@ fn whole(name: &str) -> serde_json::Value {
 /// `gpugate_defrag_plans_total{outcome}`.
 async fn plans(ctx: &Ctx, outcome: &str) -> anyhow::Result<f64> {
     let text = metrics(ctx.cp.gpugate_admin_port).await?;
-    Ok(samples(&text, "gpugate_defrag_plans_total")
-        .iter()
-        .filter(|s| s.label("outcome") == outcome)
-        .map(|s| s.value)
-        .sum())
+    Ok(crate::ha::counter(
+        &text,
+        "gpugate_defrag_plans_total",
+        ("outcome", outcome),
+    ))
 }
 
 /// Waits `NOTHING_MOVES_FOR`, then checks that every slice is the one
@@ -313,24 +313,7 @@ async fn opted_in(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
         || {
             let (pods, now) = (pods.clone(), now.clone());
             async move {
-                let all = pods
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                for p in all
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_some())
-                {
-                    let _ = pods
-                        .delete(p.metadata.name.as_deref().unwrap_or(""), &now)
-                        .await;
-                }
-                let standing: Vec<Pod> = all
-                    .items
-                    .into_iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
+                let standing = crate::fixtures::finish_evictions(&pods, &now).await?;
                 let whole_bound = standing
                     .iter()
                     .any(|p| p.metadata.name.as_deref() == Some("whole") && is_bound(p));

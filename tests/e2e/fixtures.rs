@@ -241,6 +241,27 @@ pub async fn wait_event(
     .await
 }
 
+/// Plays the kubelet for evictions: deletes the pods of `api` that are
+/// being deleted with `now` (grace period 0; no kubelet runs here, so an
+/// evicted pod stays terminating, its GPUs counted, until then). Returns
+/// the pods not being deleted.
+pub async fn finish_evictions(api: &Api<Pod>, now: &DeleteParams) -> Result<Vec<Pod>, String> {
+    let all = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (going, standing): (Vec<Pod>, Vec<Pod>) = all
+        .items
+        .into_iter()
+        .partition(|p| p.metadata.deletion_timestamp.is_some());
+    for p in going {
+        let _ = api
+            .delete(p.metadata.name.as_deref().unwrap_or(""), now)
+            .await;
+    }
+    Ok(standing)
+}
+
 /// Deletes every pod of `ns` (grace period 0: no kubelet would confirm) and
 /// waits until none is left, deleting again what a late create added.
 pub async fn delete_all_pods(client: &Client, ns: &str, timeout: Duration) -> anyhow::Result<()> {

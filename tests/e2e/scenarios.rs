@@ -2049,18 +2049,7 @@ async fn bound_finishing_evictions(
         &format!("{name} bound after preemption"),
         Duration::from_secs(90),
         || async move {
-            let pods = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            for p in pods
-                .items
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_some())
-            {
-                let victim = p.metadata.name.clone().unwrap_or_default();
-                let _ = api.delete(&victim, now).await;
-            }
+            crate::fixtures::finish_evictions(api, now).await?;
             let p = api.get(name).await.map_err(|e| e.to_string())?;
             if is_bound(&p) {
                 Ok(p)

@@ -123,16 +123,6 @@ impl ClusterView {
         self.destinations.by_key.get(key).is_some_and(|d| d.held)
     }
 
-    /// The state without the place `key` holds: what its replacement is
-    /// judged on.
-    pub fn state_without_destination(&self, key: &str) -> crate::engine::ClusterState {
-        let mut state = self.state.clone();
-        if self.destinations.by_key.get(key).is_some_and(|d| d.held) {
-            state.remove_hold(key);
-        }
-        state
-    }
-
     /// Ends the place `key` (its replacement is being bound, or the plan
     /// was abandoned). Whether there was one.
     pub fn release_destination(&mut self, key: &str) -> bool {

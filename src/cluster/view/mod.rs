@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota}
 use crate::engine::gang::GangKey;
 use crate::engine::{Allocation, ClusterState, Node, QuotaAmount};
 
-use super::convert::{node_from_k8s, pod_namespace, pod_own_name};
+use super::convert::{node_from_k8s, pod_namespace, pod_own_name, pod_priority};
 
 pub use budgets::{BudgetedPod, Budgets, PackedLabels};
 pub use destinations::TakenDestination;
@@ -524,9 +524,4 @@ fn node_sources(node: &K8sNode) -> SourcesDigest {
 /// `status.startTime`, when the kubelet has acknowledged the pod.
 fn pod_started(pod: &Pod) -> Option<jiff::Timestamp> {
     pod.status.as_ref()?.start_time.as_ref().map(|t| t.0)
-}
-
-/// `spec.priority`, 0 when unset.
-fn pod_priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
