@@ -443,6 +443,7 @@ async fn phase(
         .map(|t| burst::schedule_attempts(&t, profile));
     let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
     let costs_before = costs::sample(cp).await;
+    let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
     let outcome = burst::run(
         &cp.admin,
         &Burst {
@@ -455,6 +456,9 @@ async fn phase(
         },
     )
     .await?;
+    if let Some(p) = profiles {
+        let _ = p.join();
+    }
     let costs = match (costs_before, costs::sample(cp).await) {
         (Ok(before), Ok(after)) => Ok(costs::PerPod::of(&before, &after, outcome.bound)),
         (Err(e), _) | (_, Err(e)) => Err(format!("{e:#}")),
@@ -486,6 +490,55 @@ async fn phase(
         binds,
         placement,
         costs,
+    })
+}
+
+/// `GPUGATE_PROFILE=1`: 10 s CPU profiles of kube-apiserver and
+/// kube-scheduler, 4 s into the phase, written to
+/// `profiles/<phase>-{apiserver,scheduler}.pb.gz` in the work directory
+/// (read them with `go tool pprof -top FILE`).
+fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> {
+    let dir = cp.dir.join("profiles");
+    let _ = std::fs::create_dir_all(&dir);
+    let pki = |n: &str| cp.pki.path(n).display().to_string();
+    let targets = [
+        (
+            format!("{prefix}-apiserver.pb.gz"),
+            cp.api_port,
+            vec![
+                "--cacert".to_string(),
+                pki("ca.crt"),
+                "--cert".into(),
+                pki("admin.crt"),
+                "--key".into(),
+                pki("admin.key"),
+            ],
+        ),
+        (
+            format!("{prefix}-scheduler.pb.gz"),
+            cp.scheduler_port(),
+            vec!["-k".to_string()],
+        ),
+    ];
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(4));
+        let running: Vec<_> = targets
+            .into_iter()
+            .filter_map(|(file, port, tls)| {
+                std::process::Command::new("curl")
+                    .args(["-s", "-o"])
+                    .arg(dir.join(&file))
+                    .args(tls)
+                    .arg(format!(
+                        "https://127.0.0.1:{port}/debug/pprof/profile?seconds=10"
+                    ))
+                    .spawn()
+                    .ok()
+            })
+            .collect();
+        for mut c in running {
+            let _ = c.wait();
+        }
     })
 }
 

@@ -7,6 +7,7 @@ mod support {
     pub mod fake_api;
 }
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,6 +173,18 @@ impl Rig {
             .answer
     }
 
+    /// Every node `/filter` turned down and why (the answer names them only
+    /// when no node is offered).
+    fn refused(&self, pod: &Value, nodes: &[&str]) -> BTreeMap<String, String> {
+        let body = json!({"Pod": pod, "NodeNames": nodes});
+        self.extender
+            .filter(&self.config, body.to_string().as_bytes())
+            .rejected
+            .into_iter()
+            .map(|(node, why)| (node, why.to_string()))
+            .collect()
+    }
+
     fn prioritize(&self, pod: &Value, nodes: &[&str]) -> Vec<(String, i64)> {
         let body = json!({"Pod": pod, "NodeNames": nodes});
         self.extender
@@ -224,10 +237,12 @@ fn has_allocation_annotations(pod: &Value) -> bool {
 
 #[tokio::test]
 async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
+    let mut c = config(1.0);
+    c.scheduler.binding_succeeded_events = true;
     let mut rig = Rig::new(
         &[node("gpu-1", 2)],
         &[pod("ml", "train-0", "u-0", 4000, 30)],
-        config(1.0),
+        c,
     );
     assert_eq!(rig.bind("ml", "train-0", "u-0", "gpu-1").await, "");
 
@@ -304,6 +319,26 @@ async fn a_bind_locks_the_node_annotates_the_pod_and_creates_the_binding() {
     // ... but not to another node.
     let e = rig.bind("ml", "train-0", "u-0", "gpu-2").await;
     assert!(e.contains("already bound to node gpu-1"), "{e}");
+}
+
+/// By default a bind that succeeds sends no event (kube-scheduler's
+/// `Scheduled` says where the pod went); one that fails does.
+#[tokio::test]
+async fn a_successful_bind_sends_no_event_by_default() {
+    let mut rig = Rig::new(
+        &[node("gpu-1", 1)],
+        &[
+            pod("ml", "a", "u-a", 16384, 100),
+            pod("ml", "b", "u-b", 16384, 100),
+        ],
+        config(0.2),
+    );
+    assert_eq!(rig.bind("ml", "a", "u-a", "gpu-1").await, "");
+    assert!(rig.drain_events().is_empty());
+    assert_ne!(rig.bind("ml", "b", "u-b", "gpu-1").await, "");
+    let events = rig.drain_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].reason, "BindingFailed");
 }
 
 #[tokio::test]
@@ -886,7 +921,10 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
         r.node_names,
         Some(vec!["gpu-2".to_string(), "gpu-3".to_string()])
     );
-    let why = &r.failed_nodes["gpu-1"];
+    // Reasons are not sent while some node is offered (kube-scheduler
+    // would drop them); gpugate still knows them.
+    assert!(r.failed_nodes.is_empty(), "{r:?}");
+    let why = &rig.refused(&p, &all)["gpu-1"];
     assert!(
         why.starts_with("NodeLockBusy (hami.io/mutex.lock held by pod ml/holder"),
         "{why}"
@@ -900,17 +938,33 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     // The next pod: gpu-2 now has p's assumption, gpu-1 the lock.
     let r = rig.filter(&q, &all);
     assert_eq!(r.node_names, Some(vec!["gpu-3".to_string()]));
-    assert!(
-        r.failed_nodes["gpu-2"].contains("being bound there by gpugate"),
-        "{:?}",
-        r.failed_nodes
-    );
-    // Every feasible node busy: none is refused for it (the bind waits).
+    let why = &rig.refused(&q, &all)["gpu-2"];
+    assert!(why.contains("1 pod(s) promised there by gpugate"), "{why}");
+    // Every feasible node promised as much: none is refused for it (the
+    // bind waits).
     let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
     assert_eq!(
         r.node_names,
         Some(vec!["gpu-1".to_string(), "gpu-2".to_string()])
     );
+    // A node promised more than the others is set aside even when none is
+    // free: gpu-1 has its lock and an assumption, gpu-2 one assumption.
+    let held = rig.held("u-p").unwrap();
+    let mut on_gpu1 = held.clone();
+    on_gpu1.node = "gpu-1".into();
+    for d in on_gpu1.containers.iter_mut().flatten() {
+        d.uuid = "GPU-gpu-1-0".into();
+    }
+    let other: Pod = serde_json::from_value(pod("ml", "o", "u-o", 1000, 0)).unwrap();
+    assert!(rig.cluster.write().assume("u-o", &other, on_gpu1, i64::MAX));
+    let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
+    assert_eq!(r.node_names, Some(vec!["gpu-2".to_string()]));
+    let why = &rig.refused(&q, &["gpu-1", "gpu-2"])["gpu-1"];
+    assert!(
+        why.contains("2 lock hold(s) ahead; other nodes have 1"),
+        "{why}"
+    );
+    assert!(rig.cluster.write().drop_assumed("u-o"));
 
     // kube-scheduler chose gpu-3 for p after all: the bind's reservation
     // replaces the assumption.

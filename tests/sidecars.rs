@@ -67,6 +67,13 @@ async fn a_sidecar_and_its_app_container_never_share_a_slot_twice() {
     // and app container hold 6,000 each), GPU-B-1 16,000: room for one
     // of the two containers only.
     assert_eq!(out["NodeNames"], json!(["free-pair"]), "{out}");
+    // The reasons, answered when no node is feasible.
+    let out = post_json(
+        &s,
+        "/filter",
+        json!({"Pod": sidecar_pod(), "NodeNames": ["one-gpu", "two-gpus"]}),
+    )
+    .await;
     let failed = &out["FailedNodes"];
     for node in ["one-gpu", "two-gpus"] {
         let reason = failed[node].as_str().unwrap_or_default();

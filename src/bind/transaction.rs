@@ -131,19 +131,21 @@ impl Transaction<'_> {
         }
         self.write_label(&annotations).await;
         tracing::info!(pod = %who, node = %self.bind.target.node, devices = %annotations.devices(), "bound");
-        self.bind
-            .binder
-            .events
-            .emit(crate::cluster::events::PodEvent::new(
-                pod.pod(),
-                false,
-                "BindingSucceeded",
-                format!(
-                    "bound to node {} with GPUs {}",
-                    self.bind.target.node,
-                    gpu_list(&allocation).join(", ")
-                ),
-            ));
+        if self.bind.config.scheduler.binding_succeeded_events {
+            self.bind
+                .binder
+                .events
+                .emit(crate::cluster::events::PodEvent::new(
+                    pod.pod(),
+                    false,
+                    "BindingSucceeded",
+                    format!(
+                        "bound to node {} with GPUs {}",
+                        self.bind.target.node,
+                        gpu_list(&allocation).join(", ")
+                    ),
+                ));
+        }
         Ok(BindCode::Bound)
     }
 

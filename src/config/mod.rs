@@ -84,6 +84,12 @@ pub struct SchedulerConfig {
     /// for the pod when no bind comes (kube-scheduler chose, then gave up
     /// before binding); a bind replaces them at once. 0 turns it off.
     pub assume_seconds: f64,
+    /// A `BindingSucceeded` event on each pod bound (the node and GPUs).
+    /// Off by default: kube-scheduler's own `Scheduled` event says where
+    /// the pod went, the GPUs are in its annotations, and at scale the
+    /// event is one more API write and etcd object per pod. Failures are
+    /// always reported (`BindingFailed`, `FilteringFailed`).
+    pub binding_succeeded_events: bool,
     /// Gang scheduling (pods labelled `pod-group.scheduling.sigs.k8s.io/name`).
     pub gang: GangConfig,
     /// NUMA alignment on nodes with a NodeResourceTopology object.
@@ -268,6 +274,7 @@ impl Default for SchedulerConfig {
             node_lock: NodeLockConfig::default(),
             bind_timeout_seconds: 25.0,
             assume_seconds: 5.0,
+            binding_succeeded_events: false,
             gang: GangConfig::default(),
             preemption: PreemptionConfig::default(),
             defragmentation: DefragmentationConfig::default(),

@@ -99,10 +99,18 @@ pub fn filter(
     // Many nodes often share one reason (the quota, the group): its text is
     // made once.
     let mut last: Option<(&NodeReason, String)> = None;
-    for (node, reason) in &rejected {
-        // Not a failure, and at 1,000 nodes about 100 KB of JSON per call that
-        // kube-scheduler would decode: nodes not named are simply not
-        // offered.
+    // kube-scheduler reads the reasons only when no node is feasible (its
+    // FitError and preemption); otherwise they are JSON it decodes and
+    // drops (about 20 KB per call at 1,000 nodes): a node not named is
+    // simply not offered. gpugate's metrics and `explain` still see every
+    // reason.
+    let reasons = if feasible.is_empty() {
+        rejected.as_slice()
+    } else {
+        &[]
+    };
+    for (node, reason) in reasons {
+        // Not a failure: nodes not named are simply not offered.
         if matches!(reason, NodeReason::NotBestNode(_)) {
             continue;
         }

@@ -1,8 +1,12 @@
-//! Steering around busy nodes: a node whose HAMi node lock is held, or
-//! where gpugate's own binds are in progress, would make a bind wait; while
-//! some other node can hold the pod now, the pod is offered those instead,
-//! so that binds run on many nodes at once (docs/operations.md,
-//! "Throughput at scale").
+//! Steering by promised work: each pod gpugate has assumed, is binding or
+//! has just bound on a node, and a held HAMi node lock, is one lock hold
+//! that a new bind there waits behind (HAMi's device plugin allocates one
+//! pod per node at a time). Of the feasible nodes only those promised the
+//! least are offered: a free node while there is one, else the nodes whose
+//! locks free first. A burst that kube-scheduler places faster than locks
+//! are released therefore spreads over as many locks as it needs, while
+//! the policy (binpack or spread) chooses among equally promised nodes
+//! (docs/operations.md, "Throughput at scale").
 
 use std::time::Duration;
 
@@ -11,9 +15,9 @@ use jiff::Timestamp;
 use crate::cluster::ClusterView;
 use crate::config::Config;
 
-/// Of the feasible `nodes`, those a bind would have to wait for, with why,
-/// when some other of them is free. `None` when steering is off or every
-/// one is busy (the bind then waits).
+/// Of the feasible `nodes`, those promised more than the least promised
+/// one, with why. `None` when steering is off or every one is promised as
+/// much as the others.
 pub fn busy_nodes<'n>(
     view: &ClusterView,
     config: &Config,
@@ -21,17 +25,30 @@ pub fn busy_nodes<'n>(
     now: Timestamp,
 ) -> Option<Vec<(&'n str, String)>> {
     let lock = &config.scheduler.node_lock;
-    let total = nodes.len();
-    if !(lock.enabled && lock.steer) || total < 2 {
+    if !(lock.enabled && lock.steer) || nodes.len() < 2 {
         return None;
     }
     let unsettled = view.unsettled_binds();
     let expiry = Duration::from_secs(lock.expiry_seconds);
-    let busy: Vec<(&'n str, String)> = nodes
-        .filter_map(|node| {
-            view.node_busy(node, &unsettled, now, expiry)
-                .map(|why| (node, why))
+    let promised: Vec<(&'n str, crate::cluster::view::PromisedWork)> = nodes
+        .map(|node| (node, view.promised_work(node, &unsettled, now, expiry)))
+        .collect();
+    let least = promised.iter().map(|(_, w)| w.holds()).min()?;
+    let busy: Vec<(&'n str, String)> = promised
+        .into_iter()
+        .filter(|(_, w)| w.holds() > least)
+        .map(|(node, w)| {
+            let why = w.describe().unwrap_or_default();
+            let why = if least == 0 {
+                why
+            } else {
+                format!(
+                    "{why} ({} lock hold(s) ahead; other nodes have {least})",
+                    w.holds()
+                )
+            };
+            (node, why)
         })
         .collect();
-    (busy.len() < total).then_some(busy)
+    (!busy.is_empty()).then_some(busy)
 }

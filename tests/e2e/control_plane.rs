@@ -66,6 +66,12 @@ impl Drop for ControlPlane {
     }
 }
 
+/// `GPUGATE_PROFILE` set: kube-apiserver and kube-scheduler serve CPU
+/// profiles (`/debug/pprof/profile`), for the scale benchmark.
+pub fn profiling() -> bool {
+    std::env::var_os("GPUGATE_PROFILE").is_some()
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver, applies deploy/'s namespace and RBAC
     /// for real, then gpugate, the webhook configurations and kube-scheduler.
@@ -118,7 +124,7 @@ impl ControlPlane {
                 // No controller-manager, so no `default` ServiceAccount.
                 "--disable-admission-plugins=ServiceAccount".into(),
                 "--endpoint-reconciler-type=none".into(),
-                "--profiling=false".into(),
+                format!("--profiling={}", profiling()),
             ]),
             &logs,
         )?;
@@ -330,7 +336,14 @@ impl ControlPlane {
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
             "--authentication-skip-lookup=true".into(),
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+            format!(
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics{}",
+                if profiling() {
+                    ",/debug/pprof/profile"
+                } else {
+                    ""
+                }
+            ),
             "--v=2".into(),
         ]);
         cmd
@@ -360,6 +373,12 @@ impl ControlPlane {
         if let Some(mut p) = self.scheduler.lock().unwrap().take() {
             p.terminate(Duration::from_secs(10));
         }
+    }
+
+    /// kube-scheduler's secure port (the scale benchmark's profiles).
+    #[allow(dead_code)]
+    pub fn scheduler_port(&self) -> u16 {
+        *self.scheduler_port.lock().unwrap()
     }
 
     /// kube-scheduler's own metrics (its secure port, `/metrics`).

@@ -41,6 +41,10 @@ impl Pki {
         write("webhook-ca.crt", &webhook.ca_cert_pem)?;
         write("webhook.crt", &webhook.cert_pem)?;
         write("webhook.key", &webhook.key_pem)?;
+        // For tools outside the suite (curl for the scale benchmark's
+        // profiles).
+        write("admin.crt", &admin_cert_pem)?;
+        write("admin.key", &admin_key_pem)?;
         Ok(Pki {
             dir: dir.to_path_buf(),
             cluster,

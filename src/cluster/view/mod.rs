@@ -43,7 +43,7 @@ pub use budgets::{BudgetedPod, Budgets, PackedLabels};
 pub use destinations::TakenDestination;
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
-pub use reservations::{BindInProgress, Expired, Reservation, TakenHolds};
+pub use reservations::{BindInProgress, Expired, PromisedWork, Reservation, TakenHolds};
 pub use seen_locks::{SeenLock, SeenLocks};
 use served::Served;
 

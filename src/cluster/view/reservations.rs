@@ -349,22 +349,57 @@ impl ClusterView {
         out
     }
 
-    /// Why a new bind to `node` would have to wait, if it would: binds of
-    /// gpugate's running or just done there (`unsettled`, from
-    /// [`ClusterView::unsettled_binds`]), or HAMi's node lock held by a pod
-    /// (and not expired) as the watch last showed it.
-    pub fn node_busy(
+    /// What is already promised to `node`, which a new bind there would
+    /// wait behind: gpugate's binds running, just done or assumed there
+    /// (`unsettled`, from [`ClusterView::unsettled_binds`]), and HAMi's
+    /// node lock held by a pod (and not expired) as the watch last showed
+    /// it.
+    pub fn promised_work(
         &self,
         node: &str,
         unsettled: &HashMap<&str, u32>,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> Option<String> {
-        if let Some(n) = unsettled.get(node) {
-            return Some(format!(
-                "{n} pod(s) being bound there by gpugate, not yet confirmed"
-            ));
+    ) -> PromisedWork {
+        PromisedWork {
+            binds: unsettled.get(node).copied().unwrap_or(0),
+            lock_holder: self.seen_locks.held(node, now, expiry),
         }
-        self.seen_locks.held(node, now, expiry)
+    }
+}
+
+/// What a node is already promised: each is one lock hold (HAMi's device
+/// plugin allocates one pod at a time per node) before a new bind there
+/// gets the lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromisedWork {
+    /// gpugate's binds to the node running, bound and not yet seen by the
+    /// watch, or assumed by `/filter` or `/prioritize` (kube-scheduler's
+    /// bind is on its way).
+    pub binds: u32,
+    /// Who holds HAMi's node lock, when a pod does (its holder may be one
+    /// of `binds`, counted once more: the lock then has that much longer
+    /// to run, on average, than a bind not yet started).
+    pub lock_holder: Option<String>,
+}
+
+impl PromisedWork {
+    /// Lock holds ahead of a new bind.
+    pub fn holds(&self) -> u32 {
+        self.binds + u32::from(self.lock_holder.is_some())
+    }
+
+    /// Why a bind there would wait, if it would.
+    pub fn describe(&self) -> Option<String> {
+        match (self.binds, &self.lock_holder) {
+            (0, None) => None,
+            (0, Some(holder)) => Some(holder.clone()),
+            (n, None) => Some(format!(
+                "{n} pod(s) promised there by gpugate (assumed or being bound), not yet confirmed"
+            )),
+            (n, Some(holder)) => Some(format!(
+                "{n} pod(s) promised there by gpugate (assumed or being bound), not yet confirmed; {holder}"
+            )),
+        }
     }
 }

@@ -311,14 +311,24 @@ fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     let none = HashMap::new();
     let now = jiff::Timestamp::now();
     let expiry = std::time::Duration::from_secs(300);
-    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+    assert_eq!(
+        view.promised_work("n1", &none, now, expiry).describe(),
+        None
+    );
 
     assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 1);
     let unsettled = view.unsettled_binds();
     assert_eq!(unsettled.get("n1"), Some(&1));
-    assert!(view.node_busy("n1", &unsettled, now, expiry).is_some());
-    assert_eq!(view.node_busy("n2", &unsettled, now, expiry), None);
+    assert!(
+        view.promised_work("n1", &unsettled, now, expiry)
+            .describe()
+            .is_some()
+    );
+    assert_eq!(
+        view.promised_work("n2", &unsettled, now, expiry).describe(),
+        None
+    );
     // Only a pod that holds nothing is assumed; watch events of the
     // unbound pod keep it.
     assert!(!view.assume("uid-p", &p, on_n1.clone(), 2_000));
@@ -377,16 +387,29 @@ fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
         n
     };
     view.note_node_lock(&lock(&format!("{now},ml,holder")));
-    let why = view.node_busy("n1", &none, now, expiry).unwrap();
+    let why = view
+        .promised_work("n1", &none, now, expiry)
+        .describe()
+        .unwrap();
     assert!(why.contains("ml/holder"), "{why}");
     // Expired, or unreadable (bind reports it): not steered around.
     view.note_node_lock(&lock("2020-01-01T00:00:00Z,ml,old"));
-    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+    assert_eq!(
+        view.promised_work("n1", &none, now, expiry).describe(),
+        None
+    );
     view.note_node_lock(&lock("garbage"));
-    assert_eq!(view.node_busy("n1", &none, now, expiry), None);
+    assert_eq!(
+        view.promised_work("n1", &none, now, expiry).describe(),
+        None
+    );
     // A write's answer updates only nodes the watch has shown.
     view.note_node_lock_if_watched(&lock(&format!("{now},ml,other")));
-    assert!(view.node_busy("n1", &none, now, expiry).is_some());
+    assert!(
+        view.promised_work("n1", &none, now, expiry)
+            .describe()
+            .is_some()
+    );
     let mut stranger = lock(&format!("{now},ml,other"));
     stranger.metadata.name = Some("n9".into());
     view.note_node_lock_if_watched(&stranger);
