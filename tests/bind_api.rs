@@ -931,7 +931,7 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     );
     // Ranked: the free nodes only; the first of them is assumed.
     let scores = rig.prioritize(&p, &["gpu-2", "gpu-3"]);
-    assert_eq!(scores.len(), 2);
+    assert!(scores.iter().all(|(h, _)| h != "gpu-1"), "{scores:?}");
     assert_eq!(rig.held("u-p").unwrap().node, "gpu-2");
     assert_eq!(rig.extender.api_binder().unwrap().metrics.assumed.get(), 1);
 
@@ -1078,10 +1078,12 @@ async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
     }
     let new = pod("ml", "d", "u-d", 1000, 0);
     let scores = rig.prioritize(&new, &["gpu-1", "gpu-2", "gpu-3"]);
-    let score = |n: &str| scores.iter().find(|(h, _)| h == n).unwrap().1;
+    // A node not listed scores 0.
+    let score = |n: &str| scores.iter().find(|(h, _)| h == n).map_or(0, |s| s.1);
     assert!(score("gpu-2") > score("gpu-1"), "{scores:?}");
     assert!(score("gpu-1") >= score("gpu-3"), "{scores:?}");
     assert_eq!(score("gpu-3"), 0, "empty");
+    assert!(scores.iter().all(|(_, s)| *s > 0), "{scores:?}");
     // The pod is assumed on the node ranked best.
     assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
 }
@@ -1105,7 +1107,7 @@ async fn each_verb_plans_the_pod_once_per_call() {
     assert_eq!(plans() - before, 1, "/filter");
     let before = plans();
     let scores = rig.prioritize(&p, &["gpu-1"]);
-    assert_eq!(scores.len(), 1);
+    assert!(scores.len() <= 1, "{scores:?}");
     assert_eq!(plans() - before, 1, "/prioritize");
     let before = plans();
     assert_eq!(rig.bind("ml", "p", "u-p", "gpu-1").await, "");

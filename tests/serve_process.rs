@@ -585,14 +585,20 @@ async fn simulate_and_serve_place_the_same_pods_the_same_way() {
             continue;
         }
         let (_, scores) = post(&g, g.listen, "/prioritize", args.as_bytes()).await;
+        // As kube-scheduler adds them up: a feasible node not listed
+        // scores 0.
+        let listed: std::collections::HashMap<&str, i64> = scores
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["Host"].as_str().unwrap(), s["Score"].as_i64().unwrap()))
+            .collect();
         let mut best: Option<(i64, String)> = None;
-        for s in scores.as_array().unwrap() {
-            let (host, score) = (s["Host"].as_str().unwrap(), s["Score"].as_i64().unwrap());
-            let candidate = feasible.iter().any(|f| f == host);
-            if candidate
-                && best
-                    .as_ref()
-                    .is_none_or(|(b, n)| score > *b || (score == *b && host < n.as_str()))
+        for host in feasible.iter().filter_map(Value::as_str) {
+            let score = listed.get(host).copied().unwrap_or(0);
+            if best
+                .as_ref()
+                .is_none_or(|(b, n)| score > *b || (score == *b && host < n.as_str()))
             {
                 best = Some((score, host.to_string()));
             }

@@ -193,10 +193,10 @@ pub struct Prioritized {
     pub likely: Option<String>,
 }
 
-/// 0..=10 per candidate, in the order given: the node policy's priority for
-/// nodes that can hold the pod (sharpened at the top, see
-/// [`placement::NodeVerdicts::priorities`]), 0 for the others; and the
-/// likely node.
+/// 1..=10 per candidate that scores above 0, in the order given: the node
+/// policy's priority for nodes that can hold the pod (sharpened at the
+/// top, see [`placement::NodeVerdicts::priorities`]); the others are left
+/// out (0 to kube-scheduler); and the likely node.
 pub fn prioritize(
     view: &ClusterView,
     config: &Config,
@@ -216,11 +216,16 @@ pub fn prioritize(
         };
     };
     let priority: std::collections::HashMap<&str, u8> = verdicts.priorities().collect();
+    // A node left out scores 0 to kube-scheduler (it adds up what is
+    // listed): at 1,000 nodes a full answer is about 30 KB it decodes.
     let scores = names
         .iter()
-        .map(|host| HostPriority {
-            host: host.clone(),
-            score: priority.get(host.as_str()).map_or(0, |p| i64::from(*p)),
+        .filter_map(|host| {
+            let score = priority.get(host.as_str()).map_or(0, |p| i64::from(*p));
+            (score > 0).then(|| HostPriority {
+                host: host.clone(),
+                score,
+            })
         })
         .collect();
     let likely = verdicts.best().map(|b| b.node.clone());
