@@ -496,7 +496,8 @@ async fn phase(
 /// `GPUGATE_PROFILE=1`: 10 s CPU profiles of kube-apiserver and
 /// kube-scheduler, 4 s into the phase, written to
 /// `profiles/<phase>-{apiserver,scheduler}.pb.gz` in the work directory
-/// (read them with `go tool pprof -top FILE`).
+/// (read them with `go tool pprof -top FILE`), and of gpugate with `perf
+/// record` when perf is installed (`<phase>-gpugate.perf.data`).
 fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> {
     let dir = cp.dir.join("profiles");
     let _ = std::fs::create_dir_all(&dir);
@@ -520,8 +521,31 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
             vec!["-k".to_string()],
         ),
     ];
+    let gpugate = cp.gpugate.lock().unwrap().as_ref().map(|p| p.pid());
+    let prefix = prefix.to_string();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(4));
+        // gpugate through `perf record` (flat: the bench profile keeps
+        // symbols, not frame pointers), when perf is there.
+        // `GPUGATE_PROFILE=dwarf`: with call graphs (build with
+        // `CARGO_PROFILE_BENCH_DEBUG=line-tables-only`; costs gpugate CPU).
+        let dwarf = std::env::var("GPUGATE_PROFILE").is_ok_and(|v| v == "dwarf");
+        let perf = gpugate.and_then(|pid| {
+            std::process::Command::new("perf")
+                .args(["record", "-q", "-F", "499", "-p", &pid.to_string()])
+                .args(if dwarf {
+                    &["--call-graph", "dwarf"][..]
+                } else {
+                    &[]
+                })
+                .arg("-o")
+                .arg(dir.join(format!("{prefix}-gpugate.perf.data")))
+                .args(["--", "sleep", "10"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()
+        });
         let running: Vec<_> = targets
             .into_iter()
             .filter_map(|(file, port, tls)| {
@@ -536,7 +560,7 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
                     .ok()
             })
             .collect();
-        for mut c in running {
+        for mut c in running.into_iter().chain(perf) {
             let _ = c.wait();
         }
     })

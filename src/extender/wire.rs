@@ -19,12 +19,48 @@ pub struct WireError(pub String);
 /// The key of `map` that stands for `name`: `name` itself, or else the
 /// first key equal to it in any letter case (an exact match wins, as in Go).
 fn key_of<'a>(map: &'a Map<String, Value>, name: &'a str) -> Option<&'a str> {
-    if map.contains_key(name) {
+    key_among(map.contains_key(name), map.keys(), name)
+}
+
+/// [`key_of`]'s rule over any map's keys (in their order), `exact` telling
+/// whether `name` itself is one of them.
+fn key_among<'a>(
+    exact: bool,
+    mut keys: impl Iterator<Item = &'a String>,
+    name: &'a str,
+) -> Option<&'a str> {
+    if exact {
         return Some(name);
     }
-    map.keys()
-        .find(|k| k.eq_ignore_ascii_case(name))
+    keys.find(|k| k.eq_ignore_ascii_case(name))
         .map(String::as_str)
+}
+
+/// The body as a JSON object whose values are left unparsed (borrowed
+/// from the body), so that each field is read once, straight into its
+/// type: a `/filter` call carries the pod and every candidate's name.
+fn raw_fields<'a>(body: &'a [u8], what: &str) -> Result<RawFields<'a>, WireError> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => WireError(format!("{what} is not a JSON object")),
+        _ => WireError(format!("{what}: invalid JSON: {e}")),
+    })
+}
+
+type RawFields<'a> = BTreeMap<String, &'a serde_json::value::RawValue>;
+
+/// The value of `name` (see [`key_of`]) taken out of a map of unparsed
+/// values; `null` is absent, as [`field`] reads it.
+fn take_raw<'a>(map: &mut RawFields<'a>, name: &str) -> Option<&'a serde_json::value::RawValue> {
+    let key = key_among(map.contains_key(name), map.keys(), name)?.to_string();
+    map.remove(&key).filter(|v| v.get() != "null")
+}
+
+/// A field's unparsed value read into its type.
+fn typed_raw<T: serde::de::DeserializeOwned>(
+    raw: &serde_json::value::RawValue,
+    what: &str,
+) -> Result<T, WireError> {
+    serde_json::from_str(raw.get()).map_err(|e| WireError(format!("{what}: {e}")))
 }
 
 /// The value of `name` in `map` (see [`key_of`]); `null` is absent.
@@ -32,14 +68,6 @@ fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     key_of(map, name)
         .and_then(|k| map.get(k))
         .filter(|v| !v.is_null())
-}
-
-/// [`field`], taken out of `map`, so that reading it into a typed value
-/// moves its strings instead of copying them (5,000 node names in a
-/// `/filter` call).
-fn take(map: &mut Map<String, Value>, name: &str) -> Option<Value> {
-    let key = key_of(map, name)?.to_string();
-    map.remove(&key).filter(|v| !v.is_null())
 }
 
 /// The body as a JSON object, which every verb's arguments are.
@@ -53,11 +81,6 @@ fn body_object(body: &[u8], what: &str) -> Result<Map<String, Value>, WireError>
 
 fn typed<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> Result<T, WireError> {
     T::deserialize(value).map_err(|e| WireError(format!("{what}: {e}")))
-}
-
-/// [`typed`] from an owned value: strings are moved, not copied.
-fn typed_owned<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, WireError> {
-    serde_json::from_value(value).map_err(|e| WireError(format!("{what}: {e}")))
 }
 
 fn string(map: &Map<String, Value>, name: &str, what: &str) -> Result<String, WireError> {
@@ -153,22 +176,20 @@ pub fn node_name(node: &Value) -> &str {
 impl ExtenderArgs {
     pub fn parse(body: &[u8]) -> Result<Self, WireError> {
         const WHAT: &str = "ExtenderArgs";
-        let mut object = body_object(body, WHAT)?;
-        let map = &mut object;
-        let pod =
-            take(map, "Pod").ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
-        let pod: Pod = typed_owned(pod, "ExtenderArgs.Pod")?;
+        let mut map = raw_fields(body, WHAT)?;
+        let pod = take_raw(&mut map, "Pod")
+            .ok_or_else(|| WireError("ExtenderArgs: Pod is missing".into()))?;
+        let pod: Pod = typed_raw(pod, "ExtenderArgs.Pod")?;
         check_pod_identity(&pod, "ExtenderArgs.Pod")?;
-        let candidates = match (take(map, "NodeNames"), take(map, "Nodes")) {
-            (Some(names), _) => Candidates::Names(typed_owned(names, "ExtenderArgs.NodeNames")?),
-            (None, Some(mut nodes)) => {
-                let Value::Object(list) = &mut nodes else {
-                    return Err(WireError(
-                        "ExtenderArgs.Nodes is not a JSON object".to_string(),
-                    ));
+        let candidates = match (take_raw(&mut map, "NodeNames"), take_raw(&mut map, "Nodes")) {
+            (Some(names), _) => Candidates::Names(typed_raw(names, "ExtenderArgs.NodeNames")?),
+            (None, Some(nodes)) => {
+                let mut list = raw_fields(nodes.get().as_bytes(), "ExtenderArgs.Nodes")?;
+                let items = match take_raw(&mut list, "items") {
+                    Some(items) => typed_raw(items, "ExtenderArgs.Nodes.items")?,
+                    None => Vec::new(),
                 };
-                let items = take(list, "items").unwrap_or(Value::Array(Vec::new()));
-                Candidates::Nodes(typed_owned(items, "ExtenderArgs.Nodes.items")?)
+                Candidates::Nodes(items)
             }
             (None, None) => {
                 return Err(WireError(
@@ -366,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn take_picks_the_field_that_field_reads() {
+    fn take_raw_picks_the_field_that_field_reads() {
         let maps = [
             json!({"NodeNames": ["a"], "nodenames": ["b"]}),
             json!({"NodeNames": null, "nodenames": ["b"]}),
@@ -375,16 +396,15 @@ mod tests {
             json!({"Nodes": ["e"]}),
         ];
         for map in maps {
+            let body = map.to_string();
             let Value::Object(map) = map else {
                 unreachable!()
             };
             for name in ["NodeNames", "Nodes", "Pod"] {
-                let mut owned = map.clone();
-                assert_eq!(
-                    take(&mut owned, name),
-                    field(&map, name).cloned(),
-                    "{name} in {map:?}"
-                );
+                let mut raw = raw_fields(body.as_bytes(), "test").unwrap();
+                let taken = take_raw(&mut raw, name)
+                    .map(|v| serde_json::from_str::<Value>(v.get()).unwrap());
+                assert_eq!(taken, field(&map, name).cloned(), "{name} in {map:?}");
             }
         }
     }

@@ -184,7 +184,8 @@ pub fn judge(
     if let Some(busy) =
         steering::busy_nodes(view, config, eval.feasible.iter().map(|f| f.node), now)
     {
-        eval.retain_feasible(|f| !busy.iter().any(|(n, _)| *n == f.node));
+        let set_aside: std::collections::HashSet<&str> = busy.iter().map(|(n, _)| *n).collect();
+        eval.retain_feasible(|f| !set_aside.contains(f.node));
         for (node, why) in busy {
             rejected.push((node.to_string(), NodeReason::NodeLockBusy(why)));
         }

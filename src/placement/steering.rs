@@ -13,6 +13,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
+use crate::cluster::view::PromisedWork;
 use crate::config::Config;
 
 /// Of the feasible `nodes`, those promised more than the least promised
@@ -28,10 +29,11 @@ pub fn busy_nodes<'n>(
     if !(lock.enabled && lock.steer) || nodes.len() < 2 {
         return None;
     }
-    let unsettled = view.unsettled_binds();
     let expiry = Duration::from_secs(lock.expiry_seconds);
-    let promised: Vec<(&'n str, crate::cluster::view::PromisedWork)> = nodes
-        .map(|node| (node, view.promised_work(node, &unsettled, now, expiry)))
+    let all = view.promised_nodes(now, expiry);
+    let none = PromisedWork::default();
+    let promised: Vec<(&'n str, &PromisedWork)> = nodes
+        .map(|node| (node, all.get(node).unwrap_or(&none)))
         .collect();
     let least = promised.iter().map(|(_, w)| w.holds()).min()?;
     let busy: Vec<(&'n str, String)> = promised

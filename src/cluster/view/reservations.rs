@@ -339,32 +339,25 @@ impl ClusterView {
             .is_some_and(|p| p.stage != Stage::Settled)
     }
 
-    /// How many of gpugate's binds to each node are unsettled (running, or
-    /// bound and not yet seen by the watch). Small: only nodes with some.
-    pub fn unsettled_binds(&self) -> HashMap<&str, u32> {
-        let mut out: HashMap<&str, u32> = HashMap::new();
-        for node in self.unsettled.values() {
-            *out.entry(node.as_str()).or_default() += 1;
-        }
-        out
-    }
-
-    /// What is already promised to `node`, which a new bind there would
-    /// wait behind: gpugate's binds running, just done or assumed there
-    /// (`unsettled`, from [`ClusterView::unsettled_binds`]), and HAMi's
-    /// node lock held by a pod (and not expired) as the watch last showed
-    /// it.
-    pub fn promised_work(
+    /// What is already promised to each node, which a new bind there would
+    /// wait behind: gpugate's binds running, just done or assumed there,
+    /// and HAMi's node lock held by a pod (and not expired) as the watch
+    /// last showed it. A node not in it has nothing promised. Built from
+    /// the few nodes with binds or a held lock, so that `/filter` looks its
+    /// candidates up in a small map.
+    pub fn promised_nodes(
         &self,
-        node: &str,
-        unsettled: &HashMap<&str, u32>,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> PromisedWork {
-        PromisedWork {
-            binds: unsettled.get(node).copied().unwrap_or(0),
-            lock_holder: self.seen_locks.held(node, now, expiry),
+    ) -> HashMap<&str, PromisedWork> {
+        let mut out: HashMap<&str, PromisedWork> = HashMap::new();
+        for node in self.unsettled.values() {
+            out.entry(node.as_str()).or_default().binds += 1;
         }
+        for (node, holder) in self.seen_locks.all_held(now, expiry) {
+            out.entry(node).or_default().lock_holder = Some(holder);
+        }
+        out
     }
 }
 

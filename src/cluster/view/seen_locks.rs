@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::Node as K8sNode;
 
 use crate::hami::keys;
-use crate::hami::node_lock::decode_node_lock;
+use crate::hami::node_lock::{NodeLock, decode_node_lock};
 
 /// A node's lock annotation and resourceVersion, as last seen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,7 +19,10 @@ pub struct SeenLock {
 
 #[derive(Debug, Clone, Default)]
 pub struct SeenLocks {
-    by_node: HashMap<String, SeenLock>,
+    /// Each node's lock as seen, and the value decoded once (`None` when
+    /// there is none or it cannot be read): `/filter` asks about every
+    /// candidate node on every call.
+    by_node: HashMap<String, (SeenLock, Option<NodeLock>)>,
 }
 
 impl SeenLocks {
@@ -37,10 +40,11 @@ impl SeenLocks {
                 .cloned(),
             resource_version: node.metadata.resource_version.clone(),
         };
+        let decoded = seen.value.as_deref().and_then(|v| decode_node_lock(v).ok());
         match self.by_node.get_mut(name) {
-            Some(old) => *old = seen,
+            Some(old) => *old = (seen, decoded),
             None => {
-                self.by_node.insert(name.to_string(), seen);
+                self.by_node.insert(name.to_string(), (seen, decoded));
             }
         }
     }
@@ -50,14 +54,14 @@ impl SeenLocks {
     }
 
     pub fn get(&self, node: &str) -> Option<&SeenLock> {
-        self.by_node.get(node)
+        self.by_node.get(node).map(|(seen, _)| seen)
     }
 
     /// `(node, value)` of every lock annotation seen.
     pub fn held_values(&self) -> Vec<(String, String)> {
         self.by_node
             .iter()
-            .filter_map(|(node, seen)| Some((node.clone(), seen.value.clone()?)))
+            .filter_map(|(node, (seen, _))| Some((node.clone(), seen.value.clone()?)))
             .collect()
     }
 
@@ -65,22 +69,23 @@ impl SeenLocks {
         self.by_node.remove(node);
     }
 
-    /// Who holds the node's lock at `now`, as the watch last showed it,
-    /// unless it has expired or cannot be read.
-    pub fn held(
+    /// Every node whose lock is held at `now` (not expired, readable), with
+    /// who holds it: one pass over what is stored, no lookups.
+    pub fn all_held(
         &self,
-        node: &str,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> Option<String> {
-        let value = self.by_node.get(node)?.value.as_deref()?;
-        let lock = decode_node_lock(value).ok()?;
-        if lock.is_expired(now, expiry) {
-            return None;
-        }
-        Some(match &lock.holder {
-            Some(h) => format!("hami.io/mutex.lock held by pod {}/{}", h.namespace, h.name),
-            None => "hami.io/mutex.lock held".to_string(),
+    ) -> impl Iterator<Item = (&str, String)> {
+        self.by_node.iter().filter_map(move |(node, (_, lock))| {
+            let lock = lock.as_ref().filter(|l| !l.is_expired(now, expiry))?;
+            Some((node.as_str(), holder_text(lock)))
         })
+    }
+}
+
+fn holder_text(lock: &NodeLock) -> String {
+    match &lock.holder {
+        Some(h) => format!("hami.io/mutex.lock held by pod {}/{}", h.namespace, h.name),
+        None => "hami.io/mutex.lock held".to_string(),
     }
 }

@@ -300,6 +300,27 @@ fn a_reservation_survives_events_that_do_not_show_it_yet() {
     assert!(!r.release(&mut view), "not in flight any more");
 }
 
+/// Why a bind to `node` would wait, from the view's promised nodes.
+fn promised(
+    view: &ClusterView,
+    node: &str,
+    now: jiff::Timestamp,
+    expiry: std::time::Duration,
+) -> Option<String> {
+    view.promised_nodes(now, expiry)
+        .get(node)
+        .and_then(|w| w.describe())
+}
+
+/// gpugate's binds (assumed, running, unconfirmed) per node.
+fn binds(view: &ClusterView) -> HashMap<String, u32> {
+    view.promised_nodes(jiff::Timestamp::now(), std::time::Duration::from_secs(300))
+        .into_iter()
+        .filter(|(_, w)| w.binds > 0)
+        .map(|(n, w)| (n.to_string(), w.binds))
+        .collect()
+}
+
 #[test]
 fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     let mut view = ClusterView::new();
@@ -308,27 +329,16 @@ fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     let mut p = pod("ns", "p", "n1", "GPU-0,NVIDIA,1000,10:;", "Pending");
     let on_n1 = crate::cluster::pod_allocation(&p).unwrap().unwrap();
     p.metadata.annotations = None;
-    let none = HashMap::new();
     let now = jiff::Timestamp::now();
     let expiry = std::time::Duration::from_secs(300);
-    assert_eq!(
-        view.promised_work("n1", &none, now, expiry).describe(),
-        None
-    );
+    assert_eq!(promised(&view, "n1", now, expiry), None);
 
     assert!(view.assume("uid-p", &p, on_n1.clone(), 1_000));
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 1);
-    let unsettled = view.unsettled_binds();
+    let unsettled = binds(&view);
     assert_eq!(unsettled.get("n1"), Some(&1));
-    assert!(
-        view.promised_work("n1", &unsettled, now, expiry)
-            .describe()
-            .is_some()
-    );
-    assert_eq!(
-        view.promised_work("n2", &unsettled, now, expiry).describe(),
-        None
-    );
+    assert!(promised(&view, "n1", now, expiry).is_some());
+    assert_eq!(promised(&view, "n2", now, expiry), None);
     // Only a pod that holds nothing is assumed; watch events of the
     // unbound pod keep it.
     assert!(!view.assume("uid-p", &p, on_n1.clone(), 2_000));
@@ -340,7 +350,7 @@ fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     assert_eq!(view.expire_assumed(999), 0);
     assert_eq!(view.expire_assumed(1_000), 1);
     assert!(view.held_allocation("uid-p").is_none());
-    assert!(view.unsettled_binds().is_empty());
+    assert!(binds(&view).is_empty());
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
 
     // The bind chooses another node: its reservation replaces the
@@ -351,10 +361,10 @@ fn assumed_allocations_count_until_a_bind_replaces_them_or_they_expire() {
     let r = view.reserve("uid-p", &p, on_n2.clone()).unwrap();
     assert!(!view.is_assumed("uid-p"));
     assert_eq!(view.state().node("n1").unwrap().usage[0].slots, 0);
-    assert_eq!(view.unsettled_binds().get("n2"), Some(&1));
+    assert_eq!(binds(&view).get("n2"), Some(&1));
     assert_eq!(view.expire_assumed(i64::MAX), 0, "a bind is not assumed");
     r.settle(&mut view);
-    assert!(view.unsettled_binds().is_empty());
+    assert!(binds(&view).is_empty());
 
     // A new cycle of the pod drops what its last prioritize assumed.
     let q = pod("ns", "q", "n1", "", "Pending");
@@ -374,7 +384,6 @@ fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
     let seen = view.seen_lock("n1").unwrap();
     assert_eq!(seen.value, None);
     assert_eq!(seen.resource_version.as_deref(), Some("7"));
-    let none = HashMap::new();
     let expiry = std::time::Duration::from_secs(300);
     let now = jiff::Timestamp::now();
     let lock = |value: &str| {
@@ -387,29 +396,16 @@ fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
         n
     };
     view.note_node_lock(&lock(&format!("{now},ml,holder")));
-    let why = view
-        .promised_work("n1", &none, now, expiry)
-        .describe()
-        .unwrap();
+    let why = promised(&view, "n1", now, expiry).unwrap();
     assert!(why.contains("ml/holder"), "{why}");
     // Expired, or unreadable (bind reports it): not steered around.
     view.note_node_lock(&lock("2020-01-01T00:00:00Z,ml,old"));
-    assert_eq!(
-        view.promised_work("n1", &none, now, expiry).describe(),
-        None
-    );
+    assert_eq!(promised(&view, "n1", now, expiry), None);
     view.note_node_lock(&lock("garbage"));
-    assert_eq!(
-        view.promised_work("n1", &none, now, expiry).describe(),
-        None
-    );
+    assert_eq!(promised(&view, "n1", now, expiry), None);
     // A write's answer updates only nodes the watch has shown.
     view.note_node_lock_if_watched(&lock(&format!("{now},ml,other")));
-    assert!(
-        view.promised_work("n1", &none, now, expiry)
-            .describe()
-            .is_some()
-    );
+    assert!(promised(&view, "n1", now, expiry).is_some());
     let mut stranger = lock(&format!("{now},ml,other"));
     stranger.metadata.name = Some("n9".into());
     view.note_node_lock_if_watched(&stranger);
