@@ -388,7 +388,7 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
             }
             running = Some(want);
         }
-        let row = phase(&cp, args, workload, &format!("p{i}")).await?;
+        let row = phase(&cp, args, workload, &format!("p{i}"), &plugin.released).await?;
         print_row_details(&row);
         let t = Instant::now();
         let gpus = matches!(workload, Workload::Gpu { .. });
@@ -427,6 +427,7 @@ async fn phase(
     args: &Args,
     workload: &Workload,
     prefix: &str,
+    released: &std::sync::atomic::AtomicU64,
 ) -> anyhow::Result<Row> {
     let gpus = matches!(workload, Workload::Gpu { .. });
     let profile = workload.profile();
@@ -443,6 +444,7 @@ async fn phase(
         .map(|t| burst::schedule_attempts(&t, profile));
     let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
     let costs_before = costs::sample(cp).await;
+    let released_before = released.load(std::sync::atomic::Ordering::Relaxed);
     let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
     let outcome = burst::run(
         &cp.admin,
@@ -458,6 +460,16 @@ async fn phase(
     .await?;
     if let Some(p) = profiles {
         let _ = p.join();
+    }
+    // The device plugin's work for the last pods bound (a lock release
+    // each) belongs to the phase: wait for it before the costs are read
+    // (at most 60 s; a GPU pod's lock is released a delay after its bind).
+    if gpus {
+        let want = released_before + outcome.bound as u64;
+        let until = Instant::now() + Duration::from_secs(60);
+        while released.load(std::sync::atomic::Ordering::Relaxed) < want && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     let costs = match (costs_before, costs::sample(cp).await) {
         (Ok(before), Ok(after)) => Ok(costs::PerPod::of(&before, &after, outcome.bound)),
