@@ -184,29 +184,21 @@ fn check_answer(
         .iter()
         .map(|v| v.as_str().expect("a name"))
         .collect();
-    let rejected: Vec<&str> = eval.rejected.iter().map(|(n, _)| n.as_str()).collect();
+    // Some node is offered: the reasons stay out of the answer
+    // (kube-scheduler reads them only when none is).
+    assert!(
+        failed.is_empty() && unresolvable.is_empty(),
+        "{}: reasons sent beside feasible nodes",
+        case.label
+    );
     match case.config.scheduler.filter_mode {
         FilterMode::All => {
             let feasible: Vec<&str> = eval.feasible.iter().map(|f| f.node).collect();
             assert_eq!(got, feasible, "{}: NodeNames", case.label);
-            let mut failed_all: Vec<&str> = failed
-                .iter()
-                .chain(&unresolvable)
-                .map(String::as_str)
-                .collect();
-            failed_all.sort();
-            assert_eq!(failed_all, rejected, "{}: failed nodes", case.label);
         }
         FilterMode::Best => {
             let best = eval.best().expect("a best node").node;
             assert_eq!(got, [best], "{}: NodeNames", case.label);
-            assert_eq!(
-                failed.len() + unresolvable.len(),
-                names.len() - 1,
-                "{}: every other candidate is failed",
-                case.label
-            );
-            assert!(answer["FailedNodes"][best].is_null());
         }
     }
     (eval.feasible.len(), eval.rejected.len())

@@ -459,7 +459,8 @@ async fn phase(
     )
     .await?;
     if let Some(p) = profiles {
-        let _ = p.join();
+        // Off the runtime's workers: the device plugin's releases run there.
+        let _ = tokio::task::spawn_blocking(move || p.join()).await;
     }
     // The device plugin's work for the last pods bound (a lock release
     // each) belongs to the phase: wait for it before the costs are read

@@ -142,7 +142,7 @@ fn every_reason_code_in_words() {
             "locked-1",
             "NodeLockBusy",
             "a bind here would wait (hami.io/mutex.lock held by pod ml/other), and other nodes \
-             can take the pod now",
+             have fewer lock holds ahead",
         ),
         (
             "ml/whole",

@@ -235,10 +235,10 @@ pub struct NodeLockConfig {
     /// (kube-scheduler then retries). Capped by `bindTimeoutSeconds`
     /// less the time the Binding itself needs.
     pub wait_seconds: f64,
-    /// `/filter` and `/prioritize` steer pods away from nodes whose lock is
-    /// held or that have binds in progress, as long as other nodes can hold
-    /// the pod: binds then run on many nodes at once instead of queueing
-    /// on one (the node policy still orders the free nodes).
+    /// `/filter` offers only the feasible nodes promised the fewest lock
+    /// holds (a held lock, gpugate's binds in progress or assumed there):
+    /// binds then run on many nodes at once instead of queueing on one
+    /// (the node policy still orders the nodes offered).
     pub steer: bool,
 }
 

@@ -196,7 +196,9 @@ pub struct Prioritized {
 /// 1..=10 per candidate that scores above 0, in the order given: the node
 /// policy's priority for nodes that can hold the pod (sharpened at the
 /// top, see [`placement::NodeVerdicts::priorities`]); the others are left
-/// out (0 to kube-scheduler); and the likely node.
+/// out (0 to kube-scheduler), except when no node can hold the pod (or it
+/// asks for no GPUs): then every candidate is listed at 0 (a few calls,
+/// not the common case); and the likely node.
 pub fn prioritize(
     view: &ClusterView,
     config: &Config,

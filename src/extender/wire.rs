@@ -60,7 +60,15 @@ fn typed_raw<T: serde::de::DeserializeOwned>(
     raw: &serde_json::value::RawValue,
     what: &str,
 ) -> Result<T, WireError> {
-    serde_json::from_str(raw.get()).map_err(|e| WireError(format!("{what}: {e}")))
+    serde_json::from_str(raw.get()).map_err(|e| {
+        // The position would count within the field's own text, not the
+        // body: left out, as reading from a parsed value left it out.
+        let text = e.to_string();
+        let text = text
+            .rsplit_once(" at line ")
+            .map_or(text.as_str(), |(t, _)| t);
+        WireError(format!("{what}: {text}"))
+    })
 }
 
 /// The value of `name` in `map` (see [`key_of`]); `null` is absent.

@@ -122,8 +122,8 @@ pub enum NodeReason {
     MoveDestination {
         node: String,
     },
-    /// A bind here would wait (node lock held, binds in progress), and
-    /// other nodes can hold the pod now.
+    /// A bind here would wait behind more lock holds (node lock held,
+    /// binds in progress or assumed) than on the nodes offered.
     NodeLockBusy(String),
     /// `filterMode: best` offers only the best node.
     NotBestNode(NodePolicy),
@@ -189,7 +189,7 @@ impl fmt::Display for NodeReason {
                 "MoveDestination (this pod replaces one moved to make room; its place is held on node {node})"
             ),
             NodeReason::NodeLockBusy(why) => {
-                write!(f, "NodeLockBusy ({why}; other nodes can hold the pod now)")
+                write!(f, "NodeLockBusy ({why}; other nodes have fewer lock holds ahead)")
             }
             NodeReason::NotBestNode(policy) => write!(
                 f,

@@ -96,7 +96,7 @@ pub fn in_words(reason: &NodeReason) -> String {
             "it replaces a pod moved to make room for another, and its place is held on node {node}"
         ),
         NodeReason::NodeLockBusy(why) => format!(
-            "a bind here would wait ({why}), and other nodes can take the pod now"
+            "a bind here would wait ({why}), and other nodes have fewer lock holds ahead"
         ),
         NodeReason::NotBestNode(policy) => format!(
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the {policy} policy"
