@@ -384,15 +384,15 @@ impl PromisedWork {
 
     /// Why a bind there would wait, if it would.
     pub fn describe(&self) -> Option<String> {
-        match (self.binds, &self.lock_holder) {
-            (0, None) => None,
-            (0, Some(holder)) => Some(holder.clone()),
-            (n, None) => Some(format!(
-                "{n} pod(s) promised there by gpugate (assumed or being bound), not yet confirmed"
-            )),
-            (n, Some(holder)) => Some(format!(
-                "{n} pod(s) promised there by gpugate (assumed or being bound), not yet confirmed; {holder}"
-            )),
+        let binds = (self.binds > 0).then(|| {
+            format!(
+                "{} pod(s) promised there by gpugate (assumed or being bound), not yet confirmed",
+                self.binds
+            )
+        });
+        match (binds, &self.lock_holder) {
+            (Some(binds), Some(holder)) => Some(format!("{binds}; {holder}")),
+            (binds, holder) => binds.or_else(|| holder.clone()),
         }
     }
 }
