@@ -90,6 +90,7 @@ usage: cargo bench --bench scale -- [flags]
   --node-creators C    clients creating nodes at once (default 32)
   --scheduler-qps Q    kube-scheduler's client QPS, burst 2 x Q (default deploy/'s, 50)
   --filter-mode M      gpugate's scheduler.filterMode: all (deploy/'s) or best
+  --queue-depth N      gpugate's scheduler.nodeLock.queueDepth (default deploy/'s)
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -109,6 +110,8 @@ struct Args {
     scheduler_qps: Option<u32>,
     /// gpugate's `scheduler.filterMode`, when not deploy/'s.
     filter_mode: Option<String>,
+    /// gpugate's `scheduler.nodeLock.queueDepth`, when not deploy/'s.
+    queue_depth: Option<u32>,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -147,6 +150,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         node_creators: 32,
         scheduler_qps: None,
         filter_mode: None,
+        queue_depth: None,
         given: Vec::new(),
     };
     let mut it = raw.iter();
@@ -218,6 +222,13 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
                     "best" => Some("best".to_string()),
                     other => return Err(format!("--filter-mode: all or best, not {other:?}")),
                 }
+            }
+            "--queue-depth" => {
+                let v = value()?;
+                a.queue_depth = Some(
+                    v.parse()
+                        .map_err(|_| format!("--queue-depth: a whole number, not {v:?}"))?,
+                );
             }
             other => return Err(format!("unknown flag {other:?}")),
         }
@@ -335,8 +346,8 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         args.node_creators,
         t.elapsed().as_secs_f64()
     );
-    if let Some(mode) = &args.filter_mode {
-        set_filter_mode(&cp, mode).await?;
+    if args.filter_mode.is_some() || args.queue_depth.is_some() {
+        set_scheduler_options(&cp, args.filter_mode.as_deref(), args.queue_depth).await?;
     }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
     control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
@@ -579,12 +590,22 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
     })
 }
 
-/// Writes gpugate's config file with `scheduler.filterMode` set and waits
-/// until gpugate has put the new version in force (it re-reads the file
-/// every second).
-async fn set_filter_mode(cp: &ControlPlane, mode: &str) -> anyhow::Result<()> {
+/// Writes gpugate's config file with `scheduler.filterMode` and
+/// `scheduler.nodeLock.queueDepth` set (those given) and waits until
+/// gpugate has put the new version in force (it re-reads the file every
+/// second).
+async fn set_scheduler_options(
+    cp: &ControlPlane,
+    filter_mode: Option<&str>,
+    queue_depth: Option<u32>,
+) -> anyhow::Result<()> {
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cp.gpugate_config)?;
-    config["scheduler"]["filterMode"] = mode.into();
+    if let Some(mode) = filter_mode {
+        config["scheduler"]["filterMode"] = mode.into();
+    }
+    if let Some(depth) = queue_depth {
+        config["scheduler"]["nodeLock"]["queueDepth"] = depth.into();
+    }
     let loaded = |text: &str| http::gauge(text, "gpugate_config_loaded_timestamp_seconds");
     let before = loaded(&http::metrics(cp.gpugate_admin_port).await?);
     std::fs::write(
@@ -606,7 +627,11 @@ async fn set_filter_mode(cp: &ControlPlane, mode: &str) -> anyhow::Result<()> {
         },
     )
     .await?;
-    println!("scale: gpugate's scheduler.filterMode is now {mode}");
+    println!(
+        "scale: gpugate's scheduler.filterMode is now {}, nodeLock.queueDepth {}",
+        filter_mode.unwrap_or("deploy/'s"),
+        queue_depth.map_or("deploy/'s".to_string(), |d| d.to_string())
+    );
     Ok(())
 }
 
@@ -723,7 +748,7 @@ fn print_table(args: &Args, rows: &[Row]) {
     println!(
         "Date: {}; {} nodes × 8 {} (split {}), {} pods per phase created by {} clients, \
          device plugin Allocate delay {} ms, kube-scheduler client QPS {} burst {}, \
-         gpugate filterMode {}, deadline {} s",
+         gpugate filterMode {}, queueDepth {}, deadline {} s",
         jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .unwrap_or(jiff::Timestamp::now()),
@@ -737,6 +762,8 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.scheduler_qps
             .map_or(manifests::SCHEDULER_BURST, |q| 2 * q),
         args.filter_mode.as_deref().unwrap_or("all"),
+        args.queue_depth
+            .map_or("deploy/'s".to_string(), |d| d.to_string()),
         args.deadline.as_secs(),
     );
     println!("Load average at the end (1, 5, 15 min): {}", load_average());

@@ -709,6 +709,16 @@ async fn binds_to_one_node_wait_for_the_lock_the_device_plugin_releases() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(plugin.await.unwrap() >= 5);
+    // Each bind read its own pod once; a waiting bind took its holder's
+    // life from the view (a pod gpugate itself is binding or bound there),
+    // not from the API server.
+    let pod_reads = rig
+        .api
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::GET && s.path.contains("/pods/"))
+        .count();
+    assert_eq!(pod_reads, 6);
     rig.deliver_watch_events();
     check_consistent(&rig);
 }
@@ -992,6 +1002,71 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     let p_now = rig.pod("ml", "p");
     assert_eq!(annotations(&p_now)["hami.io/vgpu-node"], "gpu-3");
     assert_eq!(p_now["metadata"]["labels"]["hami.io/vgpu-node"], "gpu-3");
+}
+
+/// `nodeLock.queueDepth: 1`: while a node is free, a node with one lock
+/// hold ahead is still offered beside it (binpack then keeps filling it);
+/// a node with two is not; once no node is free, only the least promised
+/// are offered, as with depth 0.
+#[tokio::test]
+async fn queue_depth_offers_begun_nodes_beside_free_ones() {
+    let holder = pod("ml", "holder", "u-h", 1000, 0);
+    let mut locked = node("gpu-1", 1);
+    let since = jiff::Timestamp::now().to_string();
+    locked["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
+    let (p, q) = (
+        pod("ml", "p", "u-p", 1000, 0),
+        pod("ml", "q", "u-q", 1000, 0),
+    );
+    let mut c = config(1.0);
+    c.scheduler.node_lock.queue_depth = 1;
+    let rig = Rig::new(
+        &[locked, node("gpu-2", 1), node("gpu-3", 1)],
+        &[holder, p.clone(), q.clone()],
+        c,
+    );
+    rig.deliver_node_events();
+    let all = ["gpu-1", "gpu-2", "gpu-3"];
+
+    // gpu-1's lock is one hold: within the depth, offered beside the free
+    // nodes (depth 0 would offer gpu-2 and gpu-3 only, the test above).
+    let r = rig.filter(&p, &all);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".into(), "gpu-2".into(), "gpu-3".into()])
+    );
+    // p is assumed on gpu-1: its lock and p are two holds, beyond the depth
+    // while gpu-2 and gpu-3 are free.
+    let held_elsewhere = |uid: &str, name: &str, on: &str| {
+        let mut a = rig.held("u-p").unwrap();
+        a.node = on.into();
+        for d in a.containers.iter_mut().flatten() {
+            d.uuid = format!("GPU-{on}-0");
+        }
+        let other: Pod = serde_json::from_value(pod("ml", name, uid, 1000, 0)).unwrap();
+        assert!(rig.cluster.write().assume(uid, &other, a, i64::MAX));
+    };
+    rig.prioritize(&p, &["gpu-1"]);
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-1");
+    let r = rig.filter(&q, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-2".into(), "gpu-3".into()]));
+    let why = &rig.refused(&q, &all)["gpu-1"];
+    assert!(
+        why.contains("2 lock holds ahead, more than nodeLock.queueDepth 1"),
+        "{why}"
+    );
+    // Every node promised something: gpu-2 one hold, gpu-3 two, gpu-1 two.
+    // Only the least promised is offered, whatever the depth.
+    held_elsewhere("u-a", "a", "gpu-2");
+    held_elsewhere("u-b", "b", "gpu-3");
+    held_elsewhere("u-c", "c", "gpu-3");
+    let r = rig.filter(&q, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-2".into()]));
+    let why = &rig.refused(&q, &all)["gpu-3"];
+    assert!(
+        why.contains("2 lock hold(s) ahead; other nodes have 1"),
+        "{why}"
+    );
 }
 
 /// A bind's budget (scheduler.bindTimeoutSeconds) covers the wait for the

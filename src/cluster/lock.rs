@@ -11,7 +11,8 @@
 //! - held by the same pod: already ours (a retried bind);
 //! - held by another live pod: wait until the deadline, watching the node
 //!   (the watch's copy, no API calls) and asking about the holder again
-//!   every few seconds;
+//!   every few seconds (a holder the watch shows bound to the node, or
+//!   being bound there, is not asked about);
 //! - unreadable: refused with the value, never overwritten (a writer gpugate
 //!   does not understand may rely on it).
 //!
@@ -237,7 +238,7 @@ impl NodeLocks {
                             lock.time,
                             expiry.as_secs()
                         ))
-                    } else if checked {
+                    } else if checked || holder_bound_here(cluster, node, &lock) {
                         None
                     } else {
                         let why = holder_gone(api, node, &lock).await?;
@@ -266,6 +267,16 @@ impl NodeLocks {
                                 });
                             }
                             tokio::time::sleep(pause).await;
+                            if from_watch {
+                                wait_for_change(
+                                    cluster,
+                                    node,
+                                    seen.resource_version.as_deref(),
+                                    api_read_at + CACHE_TRUST,
+                                    deadline,
+                                )
+                                .await;
+                            }
                             continue;
                         }
                     }
@@ -465,6 +476,47 @@ pub async fn release_if_orphaned(
         Err(e) if e.is_conflict() => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Waits until the watch shows `node` changed since `seen_version`, `trust_until`
+/// has passed (the API server is then asked) or `deadline` is one poll
+/// away: the waiting bind looks again at the lock and its holder only then.
+/// One bind per node waits here (the others queue on the in-process
+/// mutex), and each look at the view is one map lookup: at a thousand
+/// busy nodes that is cheap, where decoding the lock and asking about its
+/// holder every poll was not.
+async fn wait_for_change(
+    cluster: &SharedCluster,
+    node: &str,
+    seen_version: Option<&str>,
+    trust_until: Instant,
+    deadline: Instant,
+) {
+    loop {
+        let next = Instant::now() + WATCH_POLL;
+        if next >= trust_until || next + WATCH_POLL > deadline {
+            return;
+        }
+        let unchanged = cluster
+            .read()
+            .seen_lock(node)
+            .is_some_and(|now| now.resource_version.as_deref() == seen_version);
+        if !unchanged {
+            return;
+        }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+/// Whether the watch shows the lock's holder bound to `node`, or being
+/// bound there by gpugate: alive, with no API read (the usual holder, a pod
+/// this gpugate just bound, while the device plugin sets it up). Anything
+/// else is asked of the API server ([`holder_gone`]): only a live holder
+/// is taken from the view, never a gone one.
+fn holder_bound_here(cluster: &SharedCluster, node: &str, lock: &NodeLock) -> bool {
+    lock.holder
+        .as_ref()
+        .is_some_and(|h| cluster.read().holds_on(&h.namespace, &h.name, node))
 }
 
 /// Why a lock held by a pod may be taken over, if it may: the pod is gone,

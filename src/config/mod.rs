@@ -221,6 +221,11 @@ impl Default for GangConfig {
     }
 }
 
+/// The deepest `scheduler.nodeLock.queueDepth` accepted: a bind behind
+/// more lock holds would wait longer than `waitSeconds`' default (20 s) at
+/// the pace of HAMi's own device plugin (about 2 s a hold).
+pub const MAX_QUEUE_DEPTH: u32 = 10;
+
 /// HAMi's node lock (`hami.io/mutex.lock`, hami-compat.md 4.3).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -240,6 +245,14 @@ pub struct NodeLockConfig {
     /// binds then run on many nodes at once instead of queueing on one
     /// (the node policy still orders the nodes offered).
     pub steer: bool,
+    /// While some feasible node has nothing promised, a node with up to
+    /// this many lock holds ahead is still offered beside it (the node
+    /// policy then chooses: binpack keeps filling the nodes it has begun
+    /// instead of opening a free one for every pod that arrives while
+    /// their locks are held). 0 offers only the least promised nodes.
+    /// Once every node has more than this, only the least promised are
+    /// offered, whatever this is.
+    pub queue_depth: u32,
 }
 
 impl Default for NodeLockConfig {
@@ -249,6 +262,7 @@ impl Default for NodeLockConfig {
             expiry_seconds: 300,
             wait_seconds: 20.0,
             steer: true,
+            queue_depth: 0,
         }
     }
 }
@@ -404,6 +418,12 @@ impl Config {
             return Err(format!(
                 "scheduler.nodeLock.waitSeconds is {}, allowed 0 to 600",
                 lock.wait_seconds
+            ));
+        }
+        if lock.queue_depth > MAX_QUEUE_DEPTH {
+            return Err(format!(
+                "scheduler.nodeLock.queueDepth is {}, allowed 0 to {MAX_QUEUE_DEPTH}",
+                lock.queue_depth
             ));
         }
         let bind = self.scheduler.bind_timeout_seconds;

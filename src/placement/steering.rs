@@ -6,7 +6,10 @@
 //! locks free first. A burst that kube-scheduler places faster than locks
 //! are released therefore spreads over as many locks as it needs, while
 //! the policy (binpack or spread) chooses among equally promised nodes
-//! (docs/operations.md, "Throughput at scale").
+//! (docs/operations.md, "Throughput at scale"). `nodeLock.queueDepth`
+//! loosens this while a free node exists: nodes with up to that many holds
+//! ahead are offered beside it, so that binpack keeps filling the nodes it
+//! has begun at a rate their locks alone could not serve.
 
 use std::time::Duration;
 
@@ -16,9 +19,9 @@ use crate::cluster::ClusterView;
 use crate::cluster::view::PromisedWork;
 use crate::config::Config;
 
-/// Of the feasible `nodes`, those promised more than the least promised
-/// one, with why. `None` when steering is off or every one is promised as
-/// much as the others.
+/// Of the feasible `nodes`, those promised more lock holds than the least
+/// promised one (or than `queueDepth`, when that is more), with why.
+/// `None` when steering is off or none is promised more than that.
 pub fn busy_nodes<'n>(
     view: &ClusterView,
     config: &Config,
@@ -36,12 +39,19 @@ pub fn busy_nodes<'n>(
         .map(|node| (node, all.get(node).unwrap_or(&none)))
         .collect();
     let least = promised.iter().map(|(_, w)| w.holds()).min()?;
+    let offered_up_to = least.max(lock.queue_depth);
     let busy: Vec<(&'n str, String)> = promised
         .into_iter()
-        .filter(|(_, w)| w.holds() > least)
+        .filter(|(_, w)| w.holds() > offered_up_to)
         .map(|(node, w)| {
             let why = w.describe().unwrap_or_default();
-            let why = if least == 0 {
+            let why = if least < lock.queue_depth {
+                format!(
+                    "{why} ({} lock holds ahead, more than nodeLock.queueDepth {})",
+                    w.holds(),
+                    lock.queue_depth
+                )
+            } else if least == 0 {
                 why
             } else {
                 format!(

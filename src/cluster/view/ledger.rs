@@ -93,8 +93,42 @@ impl ClusterView {
     pub(super) fn hold(&mut self, key: &str, pod: HeldPod) -> Option<String> {
         self.quotas.add_used(&pod.namespace, pod.amount);
         let unaccounted = pod.unaccounted.clone();
-        self.pods.insert(key.to_string(), pod);
+        self.held_names.insert(pod.who(), key.to_string());
+        if let Some(old) = self.pods.insert(key.to_string(), pod) {
+            self.forget_name(key, &old);
+        }
         unaccounted
+    }
+
+    /// Takes a pod out of the ledger (its GPUs and quota are the caller's
+    /// to release).
+    pub(super) fn unhold(&mut self, key: &str) -> Option<HeldPod> {
+        let old = self.pods.remove(key)?;
+        self.forget_name(key, &old);
+        Some(old)
+    }
+
+    /// Drops `old`'s name from the index unless another UID, or `key`
+    /// under its current name, has it now.
+    fn forget_name(&mut self, key: &str, old: &HeldPod) {
+        let who = old.who();
+        let renamed = self.pods.get(key).is_none_or(|now| now.who() != who);
+        if renamed && self.held_names.get(&who).is_some_and(|k| k == key) {
+            self.held_names.remove(&who);
+        }
+    }
+
+    /// Whether the ledger holds pod `namespace/name` on `node`, bound
+    /// there or being bound by gpugate (not merely assumed): a live holder
+    /// of that node's lock as far as the watch has shown.
+    pub fn holds_on(&self, namespace: &str, name: &str, node: &str) -> bool {
+        self.held_names
+            .get(&format!("{namespace}/{name}"))
+            .and_then(|key| self.pods.get(key))
+            .is_some_and(|p| {
+                !matches!(p.stage, Stage::Assumed { .. })
+                    && p.allocation.as_ref().is_some_and(|a| a.node == node)
+            })
     }
 
     /// A complete list lacks the pod: it was deleted while the watch was
@@ -157,7 +191,7 @@ impl ClusterView {
     /// Frees what a pod holds (GPUs and quota); the pod itself may live on.
     pub(super) fn forget_allocation(&mut self, key: &str) {
         self.unsettled.remove(key);
-        let Some(old) = self.pods.remove(key) else {
+        let Some(old) = self.unhold(key) else {
             return;
         };
         self.state.remove(key);

@@ -134,6 +134,9 @@ impl HeldPod {
 pub struct ClusterView {
     state: ClusterState,
     pods: HashMap<String, HeldPod>,
+    /// `namespace/name` of each pod in `pods`: its UID (HAMi's node lock
+    /// names its holder so).
+    held_names: HashMap<String, String>,
     node_problems: BTreeMap<String, Vec<String>>,
     /// Nodes without a GPU inventory annotation (CPU nodes): known, quiet.
     plain_nodes: std::collections::HashSet<String>,

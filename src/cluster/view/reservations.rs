@@ -262,7 +262,7 @@ impl ClusterView {
         stage: Stage,
         ticket: u64,
     ) -> Result<(), ApplyError> {
-        let old = self.pods.remove(key);
+        let old = self.unhold(key);
         if let Some(old) = &old {
             self.state.remove(key);
             self.quotas.release_used(&old.namespace, old.amount);

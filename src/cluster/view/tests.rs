@@ -758,3 +758,30 @@ fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
     assert!(notices[0].problem.contains("GPU-0 is not in MIG mode"));
     assert_eq!(v.counts().mig_inconsistent_gpus, 1);
 }
+
+/// HAMi's lock names its holder `namespace/name`: the ledger finds it by
+/// that name while the pod holds GPUs on the node, and forgets the name
+/// with the pod (finished, deleted, or a new pod of the same name).
+#[test]
+fn lock_holders_are_found_by_name_while_they_hold_gpus_there() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let p = pod("team", "a", "n1", "GPU-0,NVIDIA,1000,0:;", "Running");
+    v.upsert_pod("uid-a", &p);
+    assert!(v.holds_on("team", "a", "n1"));
+    assert!(!v.holds_on("team", "a", "n2"));
+    assert!(!v.holds_on("other", "a", "n1"));
+    v.upsert_pod(
+        "uid-a",
+        &pod("team", "a", "n1", "GPU-0,NVIDIA,1000,0:;", "Succeeded"),
+    );
+    assert!(!v.holds_on("team", "a", "n1"));
+    // The same name again, a new UID; the old UID's deletion leaves it.
+    v.upsert_pod("uid-a", &p);
+    v.upsert_pod("uid-a2", &p);
+    v.delete_pod("uid-a");
+    assert!(v.holds_on("team", "a", "n1"));
+    v.delete_pod("uid-a2");
+    assert!(!v.holds_on("team", "a", "n1"));
+    assert!(v.held_names.is_empty());
+}
