@@ -186,8 +186,8 @@ pub fn judge(
     {
         let set_aside: std::collections::HashSet<&str> = busy.iter().map(|(n, _)| *n).collect();
         eval.retain_feasible(|f| !set_aside.contains(f.node));
-        for (node, why) in busy {
-            rejected.push((node.to_string(), NodeReason::NodeLockBusy(why)));
+        for (node, busy) in busy {
+            rejected.push((node.to_string(), NodeReason::NodeLockBusy(busy)));
         }
     }
     rejected.extend(

@@ -103,6 +103,56 @@ impl fmt::Display for QuotaRefusal {
     }
 }
 
+/// What steering found promised on a node it set aside
+/// (`placement::steering`), kept as numbers and put in words only when
+/// the reason is read: `/filter` sets hundreds of nodes aside per call at
+/// full rate, and reads the reasons only when it offers none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockBusy {
+    /// gpugate's binds promised there (assumed, running, unconfirmed).
+    pub binds: u32,
+    /// The node's lock, when a pod holds it.
+    pub lock: Option<crate::hami::NodeLock>,
+    /// The fewest lock holds ahead on a feasible node.
+    pub least: u32,
+    /// `nodeLock.queueDepth` as applied.
+    pub queue_depth: u32,
+}
+
+impl LockBusy {
+    /// Lock holds ahead of a new bind.
+    pub fn holds(&self) -> u32 {
+        self.binds + u32::from(self.lock.is_some())
+    }
+}
+
+impl fmt::Display for LockBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let work = crate::cluster::view::PromisedWork {
+            binds: self.binds,
+            lock: self.lock.as_ref(),
+        };
+        f.write_str(&work.describe().unwrap_or_default())?;
+        if self.least < self.queue_depth {
+            write!(
+                f,
+                " ({} lock holds ahead, more than nodeLock.queueDepth {})",
+                self.holds(),
+                self.queue_depth
+            )
+        } else if self.least > 0 {
+            write!(
+                f,
+                " ({} lock hold(s) ahead; other nodes have {})",
+                self.holds(),
+                self.least
+            )
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// Why a node cannot take the pod.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeReason {
@@ -124,7 +174,7 @@ pub enum NodeReason {
     },
     /// A bind here would wait behind more lock holds (node lock held,
     /// binds in progress or assumed) than on the nodes offered.
-    NodeLockBusy(String),
+    NodeLockBusy(LockBusy),
     /// `filterMode: best` offers only the best node.
     NotBestNode(NodePolicy),
     /// A Guaranteed pod while NodeResourceTopology objects are still being
@@ -188,8 +238,8 @@ impl fmt::Display for NodeReason {
                 f,
                 "MoveDestination (this pod replaces one moved to make room; its place is held on node {node})"
             ),
-            NodeReason::NodeLockBusy(why) => {
-                write!(f, "NodeLockBusy ({why}; other nodes have fewer lock holds ahead)")
+            NodeReason::NodeLockBusy(busy) => {
+                write!(f, "NodeLockBusy ({busy}; other nodes have fewer lock holds ahead)")
             }
             NodeReason::NotBestNode(policy) => write!(
                 f,
@@ -307,7 +357,12 @@ mod tests {
             }),
             NodeReason::GangPlacement { node: "n".into() },
             NodeReason::MoveDestination { node: "n".into() },
-            NodeReason::NodeLockBusy("lock held".into()),
+            NodeReason::NodeLockBusy(LockBusy {
+                binds: 1,
+                lock: None,
+                least: 0,
+                queue_depth: 0,
+            }),
             NodeReason::NotBestNode(NodePolicy::Binpack),
             NodeReason::NumaTopologiesListing,
         ];

@@ -18,48 +18,45 @@ use jiff::Timestamp;
 use crate::cluster::ClusterView;
 use crate::cluster::view::PromisedWork;
 use crate::config::Config;
+use crate::placement::reason::LockBusy;
 
 /// Of the feasible `nodes`, those promised more lock holds than the least
-/// promised one (or than `queueDepth`, when that is more), with why.
-/// `None` when steering is off or none is promised more than that.
+/// promised one (or than `queueDepth`, when that is more), with what is
+/// promised there. `None` when steering is off or none is promised more
+/// than that.
 pub fn busy_nodes<'n>(
     view: &ClusterView,
     config: &Config,
     nodes: impl ExactSizeIterator<Item = &'n str>,
     now: Timestamp,
-) -> Option<Vec<(&'n str, String)>> {
+) -> Option<Vec<(&'n str, LockBusy)>> {
     let lock = &config.scheduler.node_lock;
     if !(lock.enabled && lock.steer) || nodes.len() < 2 {
         return None;
     }
     let expiry = Duration::from_secs(lock.expiry_seconds);
     let all = view.promised_nodes(now, expiry);
-    let none = PromisedWork::default();
-    let promised: Vec<(&'n str, &PromisedWork)> = nodes
-        .map(|node| (node, all.get(node).unwrap_or(&none)))
-        .collect();
-    let least = promised.iter().map(|(_, w)| w.holds()).min()?;
+    if all.is_empty() {
+        return None;
+    }
+    let promised: Vec<(&'n str, Option<&PromisedWork>)> =
+        nodes.map(|node| (node, all.get(node))).collect();
+    let holds = |w: Option<&PromisedWork>| w.map_or(0, PromisedWork::holds);
+    let least = promised.iter().map(|(_, w)| holds(*w)).min()?;
     let offered_up_to = least.max(lock.queue_depth);
-    let busy: Vec<(&'n str, String)> = promised
+    let busy: Vec<(&'n str, LockBusy)> = promised
         .into_iter()
-        .filter(|(_, w)| w.holds() > offered_up_to)
-        .map(|(node, w)| {
-            let why = w.describe().unwrap_or_default();
-            let why = if least < lock.queue_depth {
-                format!(
-                    "{why} ({} lock holds ahead, more than nodeLock.queueDepth {})",
-                    w.holds(),
-                    lock.queue_depth
-                )
-            } else if least == 0 {
-                why
-            } else {
-                format!(
-                    "{why} ({} lock hold(s) ahead; other nodes have {least})",
-                    w.holds()
-                )
-            };
-            (node, why)
+        .filter_map(|(node, w)| {
+            let w = w.filter(|w| w.holds() > offered_up_to)?;
+            Some((
+                node,
+                LockBusy {
+                    binds: w.binds,
+                    lock: w.lock.cloned(),
+                    least,
+                    queue_depth: lock.queue_depth,
+                },
+            ))
         })
         .collect();
     (!busy.is_empty()).then_some(busy)

@@ -35,6 +35,9 @@ pub struct BodyBudget {
     timeout: Duration,
     metrics: ConnMetrics,
     listener: &'static str,
+    /// The listener's `gpugate_body_bytes` series, looked up once per
+    /// connection rather than once per request.
+    bytes_held: Gauge,
 }
 
 impl BodyBudget {
@@ -45,24 +48,29 @@ impl BodyBudget {
         metrics: ConnMetrics,
         listener: &'static str,
     ) -> Self {
+        let bytes_held = Self::gauge_of(&metrics, listener);
         Self {
             own: Arc::new(Semaphore::new(allowance)),
             shared,
             timeout: limits.body,
             metrics,
             listener,
+            bytes_held,
         }
     }
 
     /// For a router called without a listener (tests, tools): no budget,
     /// the default body timeout.
     fn unbounded() -> Self {
+        let metrics = ConnMetrics::default();
+        let bytes_held = Self::gauge_of(&metrics, "none");
         Self {
             own: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             shared: Arc::new(Semaphore::new(0)),
             timeout: Limits::default().body,
-            metrics: ConnMetrics::default(),
+            metrics,
             listener: "none",
+            bytes_held,
         }
     }
 
@@ -76,12 +84,10 @@ impl BodyBudget {
             .inc();
     }
 
-    fn gauge(&self) -> Gauge {
-        self.metrics
+    fn gauge_of(metrics: &ConnMetrics, listener: &'static str) -> Gauge {
+        metrics
             .body_bytes
-            .get_or_create(&ListenerLabels {
-                listener: self.listener,
-            })
+            .get_or_create(&ListenerLabels { listener })
             .clone()
     }
 }
@@ -185,7 +191,7 @@ async fn read(
     let mut held = Held {
         permits: Vec::new(),
         bytes: 0,
-        gauge: budget.gauge(),
+        gauge: budget.bytes_held.clone(),
     };
     // The buffer never grows past what the body can be.
     let ceiling = declared.unwrap_or(max_body).min(max_body);

@@ -349,13 +349,13 @@ impl ClusterView {
         &self,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> HashMap<&str, PromisedWork> {
+    ) -> HashMap<&str, PromisedWork<'_>> {
         let mut out: HashMap<&str, PromisedWork> = HashMap::new();
         for node in self.unsettled.values() {
             out.entry(node.as_str()).or_default().binds += 1;
         }
-        for (node, holder) in self.seen_locks.all_held(now, expiry) {
-            out.entry(node).or_default().lock_holder = Some(holder);
+        for (node, lock) in self.seen_locks.all_held(now, expiry) {
+            out.entry(node).or_default().lock = Some(lock);
         }
         out
     }
@@ -364,22 +364,22 @@ impl ClusterView {
 /// What a node is already promised: each is one lock hold (HAMi's device
 /// plugin allocates one pod at a time per node) before a new bind there
 /// gets the lock.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PromisedWork {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromisedWork<'v> {
     /// gpugate's binds to the node running, bound and not yet seen by the
     /// watch, or assumed by `/filter` or `/prioritize` (kube-scheduler's
     /// bind is on its way).
     pub binds: u32,
-    /// Who holds HAMi's node lock, when a pod does (its holder may be one
-    /// of `binds`, counted once more: the lock then has that much longer
-    /// to run, on average, than a bind not yet started).
-    pub lock_holder: Option<String>,
+    /// HAMi's node lock, when a pod holds it (its holder may be one of
+    /// `binds`, counted once more: the lock then has that much longer to
+    /// run, on average, than a bind not yet started).
+    pub lock: Option<&'v crate::hami::NodeLock>,
 }
 
-impl PromisedWork {
+impl PromisedWork<'_> {
     /// Lock holds ahead of a new bind.
     pub fn holds(&self) -> u32 {
-        self.binds + u32::from(self.lock_holder.is_some())
+        self.binds + u32::from(self.lock.is_some())
     }
 
     /// Why a bind there would wait, if it would.
@@ -390,9 +390,10 @@ impl PromisedWork {
                 self.binds
             )
         });
-        match (binds, &self.lock_holder) {
+        let holder = self.lock.map(super::seen_locks::holder_text);
+        match (binds, holder) {
             (Some(binds), Some(holder)) => Some(format!("{binds}; {holder}")),
-            (binds, holder) => binds.or_else(|| holder.clone()),
+            (binds, holder) => binds.or(holder),
         }
     }
 }

@@ -19,10 +19,12 @@ pub struct SeenLock {
 
 #[derive(Debug, Clone, Default)]
 pub struct SeenLocks {
-    /// Each node's lock as seen, and the value decoded once (`None` when
-    /// there is none or it cannot be read): `/filter` asks about every
-    /// candidate node on every call.
-    by_node: HashMap<String, (SeenLock, Option<NodeLock>)>,
+    /// Each node's lock annotation and resourceVersion as seen (a bind
+    /// takes the lock with that resourceVersion as precondition).
+    by_node: HashMap<String, SeenLock>,
+    /// The readable locks among them, decoded once: `/filter` steers
+    /// around them on every call, and walks these few, not every node.
+    locks: HashMap<String, NodeLock>,
 }
 
 impl SeenLocks {
@@ -40,11 +42,18 @@ impl SeenLocks {
                 .cloned(),
             resource_version: node.metadata.resource_version.clone(),
         };
-        let decoded = seen.value.as_deref().and_then(|v| decode_node_lock(v).ok());
-        match self.by_node.get_mut(name) {
-            Some(old) => *old = (seen, decoded),
+        match seen.value.as_deref().and_then(|v| decode_node_lock(v).ok()) {
+            Some(lock) => {
+                self.locks.insert(name.to_string(), lock);
+            }
             None => {
-                self.by_node.insert(name.to_string(), (seen, decoded));
+                self.locks.remove(name);
+            }
+        }
+        match self.by_node.get_mut(name) {
+            Some(old) => *old = seen,
+            None => {
+                self.by_node.insert(name.to_string(), seen);
             }
         }
     }
@@ -54,36 +63,38 @@ impl SeenLocks {
     }
 
     pub fn get(&self, node: &str) -> Option<&SeenLock> {
-        self.by_node.get(node).map(|(seen, _)| seen)
+        self.by_node.get(node)
     }
 
     /// `(node, value)` of every lock annotation seen.
     pub fn held_values(&self) -> Vec<(String, String)> {
         self.by_node
             .iter()
-            .filter_map(|(node, (seen, _))| Some((node.clone(), seen.value.clone()?)))
+            .filter_map(|(node, seen)| Some((node.clone(), seen.value.clone()?)))
             .collect()
     }
 
     pub fn forget(&mut self, node: &str) {
         self.by_node.remove(node);
+        self.locks.remove(node);
     }
 
     /// Every node whose lock is held at `now` (not expired, readable), with
-    /// who holds it: one pass over what is stored, no lookups.
+    /// the lock: one pass over the locks, no lookups, nothing copied.
     pub fn all_held(
         &self,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> impl Iterator<Item = (&str, String)> {
-        self.by_node.iter().filter_map(move |(node, (_, lock))| {
-            let lock = lock.as_ref().filter(|l| !l.is_expired(now, expiry))?;
-            Some((node.as_str(), holder_text(lock)))
-        })
+    ) -> impl Iterator<Item = (&str, &NodeLock)> {
+        self.locks
+            .iter()
+            .filter(move |(_, lock)| !lock.is_expired(now, expiry))
+            .map(|(node, lock)| (node.as_str(), lock))
     }
 }
 
-fn holder_text(lock: &NodeLock) -> String {
+/// Who holds a lock, in words.
+pub fn holder_text(lock: &NodeLock) -> String {
     match &lock.holder {
         Some(h) => format!("hami.io/mutex.lock held by pod {}/{}", h.namespace, h.name),
         None => "hami.io/mutex.lock held".to_string(),
