@@ -1020,7 +1020,7 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     );
     let mut c = config(1.0);
     c.scheduler.node_lock.queue_depth = 1;
-    let rig = Rig::new(
+    let mut rig = Rig::new(
         &[locked, node("gpu-2", 1), node("gpu-3", 1)],
         &[holder, p.clone(), q.clone()],
         c,
@@ -1066,6 +1066,14 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     assert!(
         why.contains("2 lock hold(s) ahead; other nodes have 1"),
         "{why}"
+    );
+    // Depth 2: the fewest holds (1) is below it, so every node with up to
+    // 2 is offered.
+    rig.config.scheduler.node_lock.queue_depth = 2;
+    let r = rig.filter(&q, &all);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".into(), "gpu-2".into(), "gpu-3".into()])
     );
 }
 

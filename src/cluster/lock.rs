@@ -268,11 +268,18 @@ impl NodeLocks {
                             }
                             tokio::time::sleep(pause).await;
                             if from_watch {
+                                // Looked at again when the node changes,
+                                // the watch's copy is too old to trust, or
+                                // the lock expires (it is then taken over).
+                                let mut until = api_read_at + CACHE_TRUST;
+                                if let Some(left) = lock.expires_in(Timestamp::now(), expiry) {
+                                    until = until.min(Instant::now() + left);
+                                }
                                 wait_for_change(
                                     cluster,
                                     node,
                                     seen.resource_version.as_deref(),
-                                    api_read_at + CACHE_TRUST,
+                                    until,
                                     deadline,
                                 )
                                 .await;
@@ -478,9 +485,10 @@ pub async fn release_if_orphaned(
     }
 }
 
-/// Waits until the watch shows `node` changed since `seen_version`, `trust_until`
-/// has passed (the API server is then asked) or `deadline` is one poll
-/// away: the waiting bind looks again at the lock and its holder only then.
+/// Waits until the watch shows `node` changed since `seen_version`, `until`
+/// has passed (the watch's copy is then too old to trust, or the lock has
+/// expired) or `deadline` is one poll away: the waiting bind looks again at
+/// the lock and its holder only then.
 /// One bind per node waits here (the others queue on the in-process
 /// mutex), and each look at the view is one map lookup: at a thousand
 /// busy nodes that is cheap, where decoding the lock and asking about its
@@ -489,12 +497,12 @@ async fn wait_for_change(
     cluster: &SharedCluster,
     node: &str,
     seen_version: Option<&str>,
-    trust_until: Instant,
+    until: Instant,
     deadline: Instant,
 ) {
     loop {
         let next = Instant::now() + WATCH_POLL;
-        if next >= trust_until || next + WATCH_POLL > deadline {
+        if next >= until || next + WATCH_POLL > deadline {
             return;
         }
         let unchanged = cluster

@@ -245,13 +245,12 @@ pub struct NodeLockConfig {
     /// binds then run on many nodes at once instead of queueing on one
     /// (the node policy still orders the nodes offered).
     pub steer: bool,
-    /// While some feasible node has nothing promised, a node with up to
-    /// this many lock holds ahead is still offered beside it (the node
-    /// policy then chooses: binpack keeps filling the nodes it has begun
-    /// instead of opening a free one for every pod that arrives while
-    /// their locks are held). 0 offers only the least promised nodes.
-    /// Once every node has more than this, only the least promised are
-    /// offered, whatever this is.
+    /// `/filter` offers the feasible nodes with at most this many lock
+    /// holds ahead, or with the fewest any feasible node has when that is
+    /// more (the node policy then chooses among them: binpack keeps
+    /// filling the nodes it has begun instead of opening a free one for
+    /// every pod that arrives while their locks are held). 0: only the
+    /// least promised nodes.
     pub queue_depth: u32,
 }
 
@@ -516,6 +515,16 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_depth_is_bounded() {
+        let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 10}}", "test").unwrap();
+        assert_eq!(c.scheduler.node_lock.queue_depth, 10);
+        let e = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 11}}", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queueDepth is 11, allowed 0 to 10"), "{e}");
+    }
 
     #[test]
     fn empty_file_gives_hami_defaults() {

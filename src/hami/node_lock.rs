@@ -51,6 +51,14 @@ impl NodeLock {
         }
     }
 
+    /// How long from `now` until the lock is older than `timeout` (zero
+    /// once it is; `None` when that is beyond reach).
+    pub fn expires_in(&self, now: Timestamp, timeout: Duration) -> Option<Duration> {
+        let timeout = SignedDuration::try_from(timeout).ok()?;
+        let left = timeout.checked_sub(now.duration_since(self.time))?;
+        Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
+    }
+
     /// The lock names the pod `namespace/name` as its holder.
     pub fn is_held_by(&self, namespace: &str, name: &str) -> bool {
         self.holder

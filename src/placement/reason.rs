@@ -111,8 +111,8 @@ impl fmt::Display for QuotaRefusal {
 pub struct LockBusy {
     /// gpugate's binds promised there (assumed, running, unconfirmed).
     pub binds: u32,
-    /// The node's lock, when a pod holds it.
-    pub lock: Option<crate::hami::NodeLock>,
+    /// The node's lock, when a pod holds it (shared with the view).
+    pub lock: Option<std::sync::Arc<crate::hami::NodeLock>>,
     /// The fewest lock holds ahead on a feasible node.
     pub least: u32,
     /// `nodeLock.queueDepth` as applied.

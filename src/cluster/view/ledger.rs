@@ -49,6 +49,7 @@ impl ClusterView {
                     }
                     held.labels = super::PackedLabels::pack(pod.metadata.labels.as_ref());
                     held.bound = bound;
+                    held.bound_elsewhere = super::bound_elsewhere(pod, Some(&allocation));
                     // The device plugin adds an instance's runtime ids
                     // after bind; the allocation itself is unchanged.
                     held.mig_ready = crate::cluster::pod_annotations::pod_mig_ready(pod);
@@ -118,15 +119,18 @@ impl ClusterView {
         }
     }
 
-    /// Whether the ledger holds pod `namespace/name` on `node`, bound
-    /// there or being bound by gpugate (not merely assumed): a live holder
-    /// of that node's lock as far as the watch has shown.
+    /// Whether the ledger holds pod `namespace/name` on `node` (not
+    /// merely assumed there by `/filter` or `/prioritize`) and the pod is
+    /// bound to no other node: a live holder of that node's lock as far as
+    /// the watch has shown, by the same rule the API server is asked by
+    /// (it exists, has not finished, is not bound elsewhere).
     pub fn holds_on(&self, namespace: &str, name: &str, node: &str) -> bool {
         self.held_names
             .get(&format!("{namespace}/{name}"))
             .and_then(|key| self.pods.get(key))
             .is_some_and(|p| {
                 !matches!(p.stage, Stage::Assumed { .. })
+                    && !p.bound_elsewhere
                     && p.allocation.as_ref().is_some_and(|a| a.node == node)
             })
     }

@@ -59,6 +59,9 @@ struct HeldPod {
     labels: PackedLabels,
     /// `spec.nodeName` is set: only such pods can be preemption victims.
     bound: bool,
+    /// `spec.nodeName` names another node than the allocation: not a live
+    /// holder of the allocation node's lock.
+    bound_elsewhere: bool,
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
@@ -94,6 +97,12 @@ enum Stage {
     Assumed { until_ms: i64 },
 }
 
+/// Whether `pod` is bound to another node than its `allocation`'s.
+fn bound_elsewhere(pod: &Pod, allocation: Option<&Allocation>) -> bool {
+    let on = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    matches!((on, allocation), (Some(on), Some(a)) if on != a.node)
+}
+
 impl HeldPod {
     /// What `pod` holds: `allocation` (none when it cannot be read), with
     /// why it is not on a node when it is not.
@@ -109,6 +118,7 @@ impl HeldPod {
             priority: pod_priority(pod),
             labels: PackedLabels::pack(pod.metadata.labels.as_ref()),
             bound: pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()),
+            bound_elsewhere: bound_elsewhere(pod, allocation.as_ref()),
             started: pod_started(pod),
             amount: allocation
                 .as_ref()
@@ -122,7 +132,7 @@ impl HeldPod {
         }
     }
 
-    /// `namespace/name`, for messages.
+    /// `namespace/name`, for messages and the name index.
     fn who(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }

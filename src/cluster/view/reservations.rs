@@ -373,7 +373,7 @@ pub struct PromisedWork<'v> {
     /// HAMi's node lock, when a pod holds it (its holder may be one of
     /// `binds`, counted once more: the lock then has that much longer to
     /// run, on average, than a bind not yet started).
-    pub lock: Option<&'v crate::hami::NodeLock>,
+    pub lock: Option<&'v std::sync::Arc<crate::hami::NodeLock>>,
 }
 
 impl PromisedWork<'_> {
@@ -390,7 +390,7 @@ impl PromisedWork<'_> {
                 self.binds
             )
         });
-        let holder = self.lock.map(super::seen_locks::holder_text);
+        let holder = self.lock.map(|l| super::seen_locks::holder_text(l));
         match (binds, holder) {
             (Some(binds), Some(holder)) => Some(format!("{binds}; {holder}")),
             (binds, holder) => binds.or(holder),

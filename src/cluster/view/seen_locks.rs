@@ -3,6 +3,7 @@
 //! server and `/filter` can steer around held locks.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node as K8sNode;
 
@@ -24,7 +25,7 @@ pub struct SeenLocks {
     by_node: HashMap<String, SeenLock>,
     /// The readable locks among them, decoded once: `/filter` steers
     /// around them on every call, and walks these few, not every node.
-    locks: HashMap<String, NodeLock>,
+    locks: HashMap<String, Arc<NodeLock>>,
 }
 
 impl SeenLocks {
@@ -43,9 +44,12 @@ impl SeenLocks {
             resource_version: node.metadata.resource_version.clone(),
         };
         match seen.value.as_deref().and_then(|v| decode_node_lock(v).ok()) {
-            Some(lock) => {
-                self.locks.insert(name.to_string(), lock);
-            }
+            Some(lock) => match self.locks.get_mut(name) {
+                Some(old) => *old = Arc::new(lock),
+                None => {
+                    self.locks.insert(name.to_string(), Arc::new(lock));
+                }
+            },
             None => {
                 self.locks.remove(name);
             }
@@ -85,7 +89,7 @@ impl SeenLocks {
         &self,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
-    ) -> impl Iterator<Item = (&str, &NodeLock)> {
+    ) -> impl Iterator<Item = (&str, &Arc<NodeLock>)> {
         self.locks
             .iter()
             .filter(move |(_, lock)| !lock.is_expired(now, expiry))

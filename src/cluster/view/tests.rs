@@ -785,3 +785,23 @@ fn lock_holders_are_found_by_name_while_they_hold_gpus_there() {
     assert!(!v.holds_on("team", "a", "n1"));
     assert!(v.held_names.is_empty());
 }
+
+/// A pod only assumed on a node (by `/filter` or `/prioritize`), or bound
+/// to another node than its annotations name, is not taken as the node
+/// lock's live holder from the view: the API server is asked.
+#[test]
+fn assumed_or_elsewhere_bound_pods_are_not_lock_holders() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let mut p = pod("team", "a", "n1", "GPU-0,NVIDIA,1000,0:;", "Pending");
+    let on_n1 = crate::cluster::pod_allocation(&p).unwrap().unwrap();
+    assert!(v.assume("uid-a", &p, on_n1, i64::MAX));
+    assert!(!v.holds_on("team", "a", "n1"));
+    assert!(v.drop_assumed("uid-a"));
+    p.spec.as_mut().unwrap().node_name = Some("n2".into());
+    v.upsert_pod("uid-a", &p);
+    assert!(!v.holds_on("team", "a", "n1"));
+    p.spec.as_mut().unwrap().node_name = Some("n1".into());
+    v.upsert_pod("uid-a", &p);
+    assert!(v.holds_on("team", "a", "n1"));
+}
