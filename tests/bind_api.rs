@@ -903,13 +903,9 @@ async fn a_gang_members_failed_bind_keeps_the_groups_capacity_held() {
     assert_eq!(rig.cluster.read().gang_hold_count(), 0);
 }
 
-/// kube-scheduler's cycle for two pods at once, as at scale: the first
-/// pod's `/prioritize` holds its GPUs on the node it ranked first, the
-/// second pod is steered away from that node and from a node whose lock is
-/// held, and the first pod's bind takes the pod from its `/filter` call
-/// (no read) and writes only the lock and the Binding.
-#[tokio::test]
-async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
+/// Three one-GPU nodes, gpu-1's lock held by pod ml/holder, and pods p
+/// and q to place, under `config`: the steering tests' start.
+fn steering_rig(config: Config) -> (Rig, Value, Value) {
     let holder = pod("ml", "holder", "u-h", 1000, 0);
     let mut locked = node("gpu-1", 1);
     let since = jiff::Timestamp::now().to_string();
@@ -921,9 +917,35 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     let rig = Rig::new(
         &[locked, node("gpu-2", 1), node("gpu-3", 1)],
         &[holder, p.clone(), q.clone()],
-        config(1.0),
+        config,
     );
     rig.deliver_node_events();
+    (rig, p, q)
+}
+
+impl Rig {
+    /// Assumes pod `ns/name` (UID `uid`) on `on`'s first GPU, with the
+    /// allocation `like` holds but moved there: one more bind promised to
+    /// that node.
+    fn assume_like(&self, like: &str, (uid, name): (&str, &str), on: &str) {
+        let mut a = self.held(like).unwrap();
+        a.node = on.into();
+        for d in a.containers.iter_mut().flatten() {
+            d.uuid = format!("GPU-{on}-0");
+        }
+        let other: Pod = serde_json::from_value(pod("ml", name, uid, 1000, 0)).unwrap();
+        assert!(self.cluster.write().assume(uid, &other, a, i64::MAX));
+    }
+}
+
+/// kube-scheduler's cycle for two pods at once, as at scale: the first
+/// pod's `/prioritize` holds its GPUs on the node it ranked first, the
+/// second pod is steered away from that node and from a node whose lock is
+/// held, and the first pod's bind takes the pod from its `/filter` call
+/// (no read) and writes only the lock and the Binding.
+#[tokio::test]
+async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
+    let (rig, p, q) = steering_rig(config(1.0));
     let all = ["gpu-1", "gpu-2", "gpu-3"];
 
     let r = rig.filter(&p, &all);
@@ -960,14 +982,7 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     );
     // A node promised more than the others is set aside even when none is
     // free: gpu-1 has its lock and an assumption, gpu-2 one assumption.
-    let held = rig.held("u-p").unwrap();
-    let mut on_gpu1 = held.clone();
-    on_gpu1.node = "gpu-1".into();
-    for d in on_gpu1.containers.iter_mut().flatten() {
-        d.uuid = "GPU-gpu-1-0".into();
-    }
-    let other: Pod = serde_json::from_value(pod("ml", "o", "u-o", 1000, 0)).unwrap();
-    assert!(rig.cluster.write().assume("u-o", &other, on_gpu1, i64::MAX));
+    rig.assume_like("u-p", ("u-o", "o"), "gpu-1");
     let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
     assert_eq!(r.node_names, Some(vec!["gpu-2".to_string()]));
     let why = &rig.refused(&q, &["gpu-1", "gpu-2"])["gpu-1"];
@@ -1010,22 +1025,9 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
 /// are offered, as with depth 0.
 #[tokio::test]
 async fn queue_depth_offers_begun_nodes_beside_free_ones() {
-    let holder = pod("ml", "holder", "u-h", 1000, 0);
-    let mut locked = node("gpu-1", 1);
-    let since = jiff::Timestamp::now().to_string();
-    locked["metadata"]["annotations"][LOCK] = json!(format!("{since},ml,holder"));
-    let (p, q) = (
-        pod("ml", "p", "u-p", 1000, 0),
-        pod("ml", "q", "u-q", 1000, 0),
-    );
     let mut c = config(1.0);
     c.scheduler.node_lock.queue_depth = 1;
-    let mut rig = Rig::new(
-        &[locked, node("gpu-2", 1), node("gpu-3", 1)],
-        &[holder, p.clone(), q.clone()],
-        c,
-    );
-    rig.deliver_node_events();
+    let (mut rig, p, q) = steering_rig(c);
     let all = ["gpu-1", "gpu-2", "gpu-3"];
 
     // gpu-1's lock is one hold: within the depth, offered beside the free
@@ -1037,15 +1039,6 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     );
     // p is assumed on gpu-1: its lock and p are two holds, beyond the depth
     // while gpu-2 and gpu-3 are free.
-    let held_elsewhere = |uid: &str, name: &str, on: &str| {
-        let mut a = rig.held("u-p").unwrap();
-        a.node = on.into();
-        for d in a.containers.iter_mut().flatten() {
-            d.uuid = format!("GPU-{on}-0");
-        }
-        let other: Pod = serde_json::from_value(pod("ml", name, uid, 1000, 0)).unwrap();
-        assert!(rig.cluster.write().assume(uid, &other, a, i64::MAX));
-    };
     rig.prioritize(&p, &["gpu-1"]);
     assert_eq!(rig.held("u-p").unwrap().node, "gpu-1");
     let r = rig.filter(&q, &all);
@@ -1057,9 +1050,9 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     );
     // Every node promised something: gpu-2 one hold, gpu-3 two, gpu-1 two.
     // Only the least promised is offered, whatever the depth.
-    held_elsewhere("u-a", "a", "gpu-2");
-    held_elsewhere("u-b", "b", "gpu-3");
-    held_elsewhere("u-c", "c", "gpu-3");
+    rig.assume_like("u-p", ("u-a", "a"), "gpu-2");
+    rig.assume_like("u-p", ("u-b", "b"), "gpu-3");
+    rig.assume_like("u-p", ("u-c", "c"), "gpu-3");
     let r = rig.filter(&q, &all);
     assert_eq!(r.node_names, Some(vec!["gpu-2".into()]));
     let why = &rig.refused(&q, &all)["gpu-3"];
