@@ -7,9 +7,10 @@
 //! are released therefore spreads over as many locks as it needs, while
 //! the policy (binpack or spread) chooses among equally promised nodes
 //! (docs/operations.md, "Throughput at scale"). `nodeLock.queueDepth`
-//! loosens this while a free node exists: nodes with up to that many holds
-//! ahead are offered beside it, so that binpack keeps filling the nodes it
-//! has begun at a rate their locks alone could not serve.
+//! loosens this: the nodes with up to that many holds ahead are offered
+//! too (or those with the fewest any node has, when that is more), so that
+//! binpack keeps filling the nodes it has begun at a rate their locks
+//! alone could not serve.
 
 use std::time::Duration;
 
