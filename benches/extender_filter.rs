@@ -103,9 +103,9 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let best = {
+    let mode = |m| {
         let mut c = Config::default();
-        c.scheduler.filter_mode = FilterMode::Best;
+        c.scheduler.filter_mode = m;
         c
     };
     vec![
@@ -122,7 +122,12 @@ fn cases() -> Vec<Case> {
         Case {
             label: "1 GPU, spread, filterMode best",
             pod: pending_pod(1, json!({})),
-            config: best,
+            config: mode(FilterMode::Best),
+        },
+        Case {
+            label: "1 GPU, spread, filterMode top (10)",
+            pod: pending_pod(1, json!({})),
+            config: mode(FilterMode::Top),
         },
     ]
 }
@@ -199,6 +204,12 @@ fn check_answer(
         FilterMode::Best => {
             let best = eval.best().expect("a best node").node;
             assert_eq!(got, [best], "{}: NodeNames", case.label);
+        }
+        FilterMode::Top => {
+            let k = case.config.scheduler.filter_top_nodes;
+            assert_eq!(got.len(), k.min(eval.feasible.len()), "{}", case.label);
+            let best = eval.best().expect("a best node").node;
+            assert!(got.contains(&best), "{}: the best node offered", case.label);
         }
     }
     (eval.feasible.len(), eval.rejected.len())

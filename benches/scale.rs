@@ -89,7 +89,8 @@ usage: cargo bench --bench scale -- [flags]
   --creators C         clients creating pods at once (default 64)
   --node-creators C    clients creating nodes at once (default 32)
   --scheduler-qps Q    kube-scheduler's client QPS, burst 2 x Q (default deploy/'s, 50)
-  --filter-mode M      gpugate's scheduler.filterMode: all (deploy/'s) or best
+  --filter-mode M      gpugate's scheduler.filterMode: all (deploy/'s), best or top
+  --filter-top K       gpugate's scheduler.filterTopNodes (default gpugate's, 10)
   --queue-depth N      gpugate's scheduler.nodeLock.queueDepth (default deploy/'s)
   --help               this text
 
@@ -110,6 +111,8 @@ struct Args {
     scheduler_qps: Option<u32>,
     /// gpugate's `scheduler.filterMode`, when not deploy/'s.
     filter_mode: Option<String>,
+    /// gpugate's `scheduler.filterTopNodes`, when not gpugate's default.
+    filter_top: Option<u32>,
     /// gpugate's `scheduler.nodeLock.queueDepth`, when not deploy/'s.
     queue_depth: Option<u32>,
     /// The flags as given, for the report.
@@ -150,6 +153,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         node_creators: 32,
         scheduler_qps: None,
         filter_mode: None,
+        filter_top: None,
         queue_depth: None,
         given: Vec::new(),
     };
@@ -220,8 +224,18 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
                 a.filter_mode = match value()?.as_str() {
                     "all" => None,
                     "best" => Some("best".to_string()),
-                    other => return Err(format!("--filter-mode: all or best, not {other:?}")),
+                    "top" => Some("top".to_string()),
+                    other => {
+                        return Err(format!("--filter-mode: all, best or top, not {other:?}"));
+                    }
                 }
+            }
+            "--filter-top" => {
+                let v = value()?;
+                a.filter_top = Some(
+                    v.parse()
+                        .map_err(|_| format!("--filter-top: a whole number, not {v:?}"))?,
+                );
             }
             "--queue-depth" => {
                 let v = value()?;
@@ -346,8 +360,8 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         args.node_creators,
         t.elapsed().as_secs_f64()
     );
-    if args.filter_mode.is_some() || args.queue_depth.is_some() {
-        set_scheduler_options(&cp, args.filter_mode.as_deref(), args.queue_depth).await?;
+    if args.filter_mode.is_some() || args.filter_top.is_some() || args.queue_depth.is_some() {
+        set_scheduler_options(&cp, args).await?;
     }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
     control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
@@ -594,14 +608,14 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
 /// `scheduler.nodeLock.queueDepth` set (those given) and waits until
 /// gpugate has put the new version in force (it re-reads the file every
 /// second).
-async fn set_scheduler_options(
-    cp: &ControlPlane,
-    filter_mode: Option<&str>,
-    queue_depth: Option<u32>,
-) -> anyhow::Result<()> {
+async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result<()> {
+    let (filter_mode, queue_depth) = (args.filter_mode.as_deref(), args.queue_depth);
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cp.gpugate_config)?;
     if let Some(mode) = filter_mode {
         config["scheduler"]["filterMode"] = mode.into();
+    }
+    if let Some(top) = args.filter_top {
+        config["scheduler"]["filterTopNodes"] = top.into();
     }
     if let Some(depth) = queue_depth {
         config["scheduler"]["nodeLock"]["queueDepth"] = depth.into();
@@ -628,8 +642,10 @@ async fn set_scheduler_options(
     )
     .await?;
     println!(
-        "scale: gpugate's scheduler.filterMode is now {}, nodeLock.queueDepth {}",
+        "scale: gpugate's scheduler.filterMode is now {} (filterTopNodes {}), nodeLock.queueDepth {}",
         filter_mode.unwrap_or("deploy/'s"),
+        args.filter_top
+            .map_or("gpugate's".to_string(), |k| k.to_string()),
         queue_depth.map_or("deploy/'s".to_string(), |d| d.to_string())
     );
     Ok(())

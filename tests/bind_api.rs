@@ -985,11 +985,16 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
     rig.assume_like("u-p", ("u-o", "o"), "gpu-1");
     let r = rig.filter(&q, &["gpu-1", "gpu-2"]);
     assert_eq!(r.node_names, Some(vec!["gpu-2".to_string()]));
+    // One node offered: kube-scheduler takes it without `/prioritize`, so
+    // q is held there at once.
+    assert_eq!(rig.held("u-q").unwrap().node, "gpu-2");
+    assert!(rig.cluster.write().drop_assumed("u-q"));
     let why = &rig.refused(&q, &["gpu-1", "gpu-2"])["gpu-1"];
     assert!(
         why.contains("2 lock hold(s) ahead; other nodes have 1"),
         "{why}"
     );
+    assert!(rig.cluster.write().drop_assumed("u-q"));
     assert!(rig.cluster.write().drop_assumed("u-o"));
 
     // kube-scheduler chose gpu-3 for p after all: the bind's reservation
@@ -1165,6 +1170,65 @@ async fn the_node_binpack_ranks_best_stands_out_of_its_level() {
     assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
 }
 
+/// Under spread most candidates often share the lowest level (in an
+/// empty cluster every node is at 10): `/prioritize` takes the lowest
+/// level off every candidate, which ranks them exactly as before once
+/// kube-scheduler adds its own scores, and lists only those above it. A
+/// candidate that can no longer hold the pod keeps the floor at 0.
+#[tokio::test]
+async fn prioritize_leaves_out_the_lowest_level_under_spread() {
+    let mut spread = config(1.0);
+    spread.scheduler.node_scheduler_policy = gpugate::engine::NodePolicy::Spread;
+    // Without steering: the holds `/prioritize` makes would set nodes aside.
+    spread.scheduler.node_lock.steer = false;
+    let nodes = ["gpu-1", "gpu-2", "gpu-3", "gpu-4"];
+    let rig = Rig::new(&nodes.map(|n| node(n, 2)), &[], spread);
+    {
+        // gpu-1 more than half used: below the empty nodes' 10.
+        let used = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "ml", "uid": "u-a"},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "main", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "50"}}}]},
+            "status": {"phase": "Pending"}
+        });
+        let mut view = rig.cluster.write();
+        let k: Pod = serde_json::from_value(used).unwrap();
+        let plan = gpugate::cluster::convert::pod_plan(&k, &rig.config).unwrap();
+        let alloc = view.state().assign(&plan, "gpu-1").unwrap();
+        view.reserve("u-a", &k, alloc).unwrap().settle(&mut view);
+    }
+    let new = pod("ml", "d", "u-d", 1000, 0);
+    let scores = rig.prioritize(&new, &nodes);
+    // The empty nodes share the top level, one step or more above gpu-1,
+    // which is the floor and left out.
+    let levels: Vec<(&str, i64)> = scores.iter().map(|(h, s)| (h.as_str(), *s)).collect();
+    let top = levels.first().map_or(0, |l| l.1);
+    assert!(top > 0, "{scores:?}");
+    assert_eq!(
+        levels,
+        [("gpu-2", top), ("gpu-3", top), ("gpu-4", top)],
+        "{scores:?}"
+    );
+    assert_eq!(rig.held("u-d").unwrap().node, "gpu-2");
+
+    // Only empty candidates: all at the floor, nothing listed (kube-scheduler
+    // ranks them by its own scores, as it would with all at 10).
+    let other = pod("ml", "e", "u-e", 1000, 0);
+    assert_eq!(rig.prioritize(&other, &["gpu-3", "gpu-4"]), []);
+    // Still assumed on the node gpugate ranks first.
+    assert_eq!(rig.held("u-e").unwrap().node, "gpu-3");
+
+    // A candidate that cannot hold the pod any more (10 GB does not fit
+    // beside gpu-1's slices) scores 0, and the floor with it: the others
+    // keep their whole level.
+    let big = pod("ml", "f", "u-f", 10000, 0);
+    let scores = rig.prioritize(&big, &["gpu-1", "gpu-3", "gpu-4"]);
+    let hosts: Vec<&str> = scores.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(hosts, ["gpu-3", "gpu-4"], "{scores:?}");
+    assert!(scores.iter().all(|(_, s)| *s >= 9), "{scores:?}");
+}
+
 /// Each verb reads the pod once: `/filter`, `/prioritize` and `/bind`
 /// (through the API server, and standalone) each make one plan per call
 /// for a pod in no gang group. (Counted on this thread: a
@@ -1325,4 +1389,93 @@ async fn filter_mode_best_offers_one_node_and_holds_it() {
     let other = b.node_names.clone().unwrap();
     assert_eq!(other.len(), 1, "{b:?}");
     assert_ne!(other, offered, "the first pod's GPU was offered again");
+}
+
+/// `filterMode: top`: the `filterTopNodes` nodes binpack ranks first, in
+/// name order, the others turned down as `NotBestNode` (not named in the
+/// answer); `/prioritize` then ranks the offered ones and holds the pod on
+/// the first.
+#[tokio::test]
+async fn filter_mode_top_offers_the_best_few() {
+    let mut c = config(1.0);
+    c.scheduler.filter_mode = gpugate::config::FilterMode::Top;
+    c.scheduler.filter_top_nodes = 2;
+    let nodes = ["gpu-1", "gpu-2", "gpu-3", "gpu-4"];
+    let rig = Rig::new(&nodes.map(|n| node(n, 2)), &[], c);
+    {
+        // Two slices on gpu-3, one on gpu-1: binpack ranks gpu-3, gpu-1,
+        // then the empty ones.
+        let mut view = rig.cluster.write();
+        for (uid, n) in [("u-a", "gpu-3"), ("u-b", "gpu-3"), ("u-c", "gpu-1")] {
+            let k: Pod = serde_json::from_value(pod("ml", uid, uid, 4000, 10)).unwrap();
+            let plan = gpugate::cluster::convert::pod_plan(&k, &rig.config).unwrap();
+            let alloc = view.state().assign(&plan, n).unwrap();
+            view.reserve(uid, &k, alloc).unwrap().settle(&mut view);
+        }
+    }
+    let p = pod("ml", "p", "u-p", 1000, 0);
+    let r = rig.filter(&p, &nodes);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".to_string(), "gpu-3".to_string()])
+    );
+    assert!(r.failed_nodes.is_empty(), "{r:?}");
+    assert!(
+        !rig.cluster.read().is_assumed("u-p"),
+        "two offered: held at /prioritize"
+    );
+    let why = rig.refused(&p, &nodes);
+    assert_eq!(why.len(), 2, "{why:?}");
+    assert_eq!(
+        why["gpu-2"],
+        "NotBestNode (filterMode top keeps only the 2 best nodes under the binpack node policy)"
+    );
+    assert!(why.contains_key("gpu-4"), "{why:?}");
+    let scores = rig.prioritize(&p, &["gpu-1", "gpu-3"]);
+    let score = |n: &str| scores.iter().find(|(h, _)| h == n).map_or(0, |s| s.1);
+    assert!(score("gpu-3") > score("gpu-1"), "{scores:?}");
+    assert_eq!(rig.held("u-p").unwrap().node, "gpu-3");
+
+    // As many feasible nodes as offered, or fewer: all of them.
+    let big = pod("ml", "big", "u-big", 12000, 0);
+    let r = rig.filter(&big, &["gpu-2", "gpu-4"]);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-2".to_string(), "gpu-4".to_string()])
+    );
+}
+
+/// A single node offered is held at `/filter` whatever the mode:
+/// kube-scheduler takes it without `/prioritize`, so no other hold would be
+/// made before the bind, and the next pod's filter would offer the same
+/// GPU.
+#[tokio::test]
+async fn a_single_node_offered_is_held_under_filter_mode_all() {
+    let c = config(1.0);
+    assert_eq!(c.scheduler.filter_mode, gpugate::config::FilterMode::All);
+    let first = pod("ml", "first", "u-first", 16384, 100);
+    let second = pod("ml", "second", "u-second", 16384, 100);
+    let rig = Rig::new(&[node("n1", 1), node("n2", 1)], &[], c);
+    let a = rig.filter(&first, &["n1"]);
+    assert_eq!(a.node_names, Some(vec!["n1".to_string()]));
+    assert_eq!(rig.held("u-first").unwrap().node, "n1");
+    let b = rig.filter(&second, &["n1", "n2"]);
+    assert_eq!(
+        b.node_names,
+        Some(vec!["n2".to_string()]),
+        "n1's GPU is held"
+    );
+    // Two offered: nothing held until `/prioritize`.
+    let third = pod("ml", "third", "u-third", 1000, 0);
+    let r = rig.filter(&third, &["n1", "n2"]);
+    assert_eq!(
+        r.node_names.map(|n| n.len()),
+        Some(0),
+        "both GPUs are taken"
+    );
+    let fourth = pod("ml", "fourth", "u-fourth", 1000, 0);
+    let rig2 = Rig::new(&[node("n1", 1), node("n2", 1)], &[], config(1.0));
+    let r = rig2.filter(&fourth, &["n1", "n2"]);
+    assert_eq!(r.node_names.map(|n| n.len()), Some(2));
+    assert!(rig2.held("u-fourth").is_none());
 }

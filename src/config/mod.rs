@@ -69,9 +69,13 @@ pub struct SchedulerConfig {
     /// (HAMi: `--force-overwrite-default-scheduler`).
     pub force_overwrite_default_scheduler: bool,
     /// What `/filter` answers: every feasible node (`all`, so that
-    /// kube-scheduler's own scoring and `/prioritize` choose), or only the
-    /// best one under the node policy (`best`, as HAMi does).
+    /// kube-scheduler's own scoring and `/prioritize` choose), only the
+    /// best one under the node policy (`best`, as HAMi does), or the
+    /// `filterTopNodes` best (`top`: kube-scheduler's own scoring chooses
+    /// among them, with `/prioritize`).
     pub filter_mode: FilterMode,
+    /// How many nodes `filterMode: top` offers (1 to [`MAX_FILTER_TOP_NODES`]).
+    pub filter_top_nodes: usize,
     /// HAMi's node lock, taken by `/bind` against an API server.
     pub node_lock: NodeLockConfig,
     /// Everything one `/bind` does against the API server (waiting for its
@@ -273,7 +277,12 @@ pub enum FilterMode {
     #[default]
     All,
     Best,
+    Top,
 }
+
+/// The most nodes `filterMode: top` may offer: beyond this, `all` costs
+/// about the same.
+pub const MAX_FILTER_TOP_NODES: usize = 100;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -283,6 +292,7 @@ impl Default for SchedulerConfig {
             gpu_scheduler_policy: GpuPolicy::Spread,
             force_overwrite_default_scheduler: true,
             filter_mode: FilterMode::All,
+            filter_top_nodes: 10,
             numa: NumaConfig::default(),
             node_lock: NodeLockConfig::default(),
             bind_timeout_seconds: 25.0,
@@ -409,6 +419,12 @@ impl Config {
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());
         }
+        let top = self.scheduler.filter_top_nodes;
+        if !(1..=MAX_FILTER_TOP_NODES).contains(&top) {
+            return Err(format!(
+                "scheduler.filterTopNodes is {top}, allowed 1 to {MAX_FILTER_TOP_NODES}"
+            ));
+        }
         let lock = &self.scheduler.node_lock;
         if lock.expiry_seconds == 0 {
             return Err("scheduler.nodeLock.expirySeconds must be at least 1".to_string());
@@ -515,6 +531,27 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filter_top_nodes_is_bounded() {
+        let c =
+            Config::from_yaml("scheduler: {filterMode: top, filterTopNodes: 3}", "test").unwrap();
+        assert_eq!(c.scheduler.filter_mode, FilterMode::Top);
+        assert_eq!(c.scheduler.filter_top_nodes, 3);
+        for bad in [0, 101] {
+            let e = Config::from_yaml(&format!("scheduler: {{filterTopNodes: {bad}}}"), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("filterTopNodes is {bad}, allowed 1 to 100")),
+                "{e}"
+            );
+        }
+        let e = Config::from_yaml("scheduler: {filterMode: some}", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("filterMode"), "{e}");
+    }
 
     #[test]
     fn queue_depth_is_bounded() {

@@ -24,10 +24,11 @@ pub struct Filtered {
     /// the metrics, left out of the answer).
     pub rejected: Vec<(String, NodeReason)>,
     pub effects: Vec<Effect>,
-    /// `filterMode: best`: the one node offered, which kube-scheduler then
-    /// takes without scoring or calling `/prioritize` (it skips both for a
-    /// single feasible node), so the caller may hold the pod's GPUs there
-    /// now, as `/prioritize` would (`placement::assume`).
+    /// The one node offered (`filterMode: best`, or the only feasible
+    /// node), which kube-scheduler then takes without scoring or calling
+    /// `/prioritize` (it skips both for a single feasible node), so the
+    /// caller may hold the pod's GPUs there now, as `/prioritize` would
+    /// (`placement::assume`).
     pub chosen: Option<String>,
 }
 
@@ -75,24 +76,37 @@ pub fn filter(
             names.iter().map(|n| (n.clone(), reason.clone())).collect(),
         ),
         Verdict::Nodes(mut verdicts) => {
-            let best = match config.scheduler.filter_mode {
+            let offered = match config.scheduler.filter_mode {
                 FilterMode::All => None,
-                FilterMode::Best => Some(verdicts.best().map(|b| b.node.clone())),
+                FilterMode::Best => Some(1),
+                FilterMode::Top => Some(config.scheduler.filter_top_nodes),
             };
-            let mut feasible = Vec::with_capacity(verdicts.feasible.len());
+            // Fewer feasible nodes than that: all of them.
+            let offered = offered.filter(|k| *k < verdicts.feasible.len());
+            let kept: Option<HashSet<String>> = offered.map(|k| {
+                let top = verdicts.top(k);
+                top.into_iter().map(|f| f.node.clone()).collect()
+            });
+            let mut feasible = Vec::with_capacity(offered.unwrap_or(verdicts.feasible.len()));
             for f in std::mem::take(&mut verdicts.feasible) {
-                match &best {
-                    Some(best) if best.as_ref() != Some(&f.node) => verdicts
-                        .rejected
-                        .push((f.node, NodeReason::NotBestNode(plan.node_policy))),
+                match (&kept, offered) {
+                    (Some(kept), Some(offered)) if !kept.contains(&f.node) => {
+                        let why = NodeReason::NotBestNode {
+                            policy: plan.node_policy,
+                            offered,
+                        };
+                        verdicts.rejected.push((f.node, why));
+                    }
                     _ => feasible.push(f.node),
                 }
             }
             (feasible, verdicts.rejected)
         }
     };
-    let chosen = match (config.scheduler.filter_mode, feasible.as_slice()) {
-        (FilterMode::Best, [one]) if pod.has_gpus() => Some(one.clone()),
+    // kube-scheduler takes a single feasible node without `/prioritize`,
+    // whichever mode offered it.
+    let chosen = match feasible.as_slice() {
+        [one] if pod.has_gpus() => Some(one.clone()),
         _ => None,
     };
     let mut answer = FilterResult::default();
@@ -111,7 +125,7 @@ pub fn filter(
     };
     for (node, reason) in reasons {
         // Not a failure: nodes not named are simply not offered.
-        if matches!(reason, NodeReason::NotBestNode(_)) {
+        if matches!(reason, NodeReason::NotBestNode { .. }) {
             continue;
         }
         let text = match &last {
@@ -195,10 +209,18 @@ pub struct Prioritized {
 
 /// 1..=10 per candidate that scores above 0, in the order given: the node
 /// policy's priority for nodes that can hold the pod (sharpened at the
-/// top, see [`placement::NodeVerdicts::priorities`]); the others are left
-/// out (0 to kube-scheduler), except when no node can hold the pod (or it
-/// asks for no GPUs): then every candidate is listed at 0 (a few calls,
-/// not the common case); and the likely node.
+/// top, see [`placement::NodeVerdicts::priorities`]), less the lowest any
+/// candidate has; the others are left out (0 to kube-scheduler), except
+/// when no node can hold the pod (or it asks for no GPUs): then every
+/// candidate is listed at 0 (a few calls, not the common case); and the
+/// likely node.
+///
+/// Taking the lowest off is exact: kube-scheduler adds each extender's
+/// score, times a weight, to every node's own total and takes the highest,
+/// so the same amount taken off every candidate changes no ranking and no
+/// tie. What it changes is the answer's size: under spread many nodes
+/// share the lowest level (in an empty cluster every node is at 10), and
+/// listing them was 166 KB per call at 5,000 nodes.
 pub fn prioritize(
     view: &ClusterView,
     config: &Config,
@@ -218,12 +240,16 @@ pub fn prioritize(
         };
     };
     let priority: std::collections::HashMap<&str, u8> = verdicts.priorities().collect();
+    let level = |host: &String| priority.get(host.as_str()).map_or(0, |p| i64::from(*p));
+    // A candidate that cannot hold the pod (the view moved since /filter)
+    // is at 0, and so is the floor then.
+    let floor = names.iter().map(level).min().unwrap_or(0);
     // A node left out scores 0 to kube-scheduler (it adds up what is
     // listed): at 1,000 nodes a full answer is about 30 KB it decodes.
     let scores = names
         .iter()
         .filter_map(|host| {
-            let score = priority.get(host.as_str()).map_or(0, |p| i64::from(*p));
+            let score = level(host) - floor;
             (score > 0).then(|| HostPriority {
                 host: host.clone(),
                 score,

@@ -175,8 +175,12 @@ pub enum NodeReason {
     /// A bind here would wait behind more lock holds (node lock held,
     /// binds in progress or assumed) than on the nodes offered.
     NodeLockBusy(LockBusy),
-    /// `filterMode: best` offers only the best node.
-    NotBestNode(NodePolicy),
+    /// `filterMode: best` offers only the best node, `top` only the
+    /// `offered` best.
+    NotBestNode {
+        policy: NodePolicy,
+        offered: usize,
+    },
     /// A Guaranteed pod while NodeResourceTopology objects are still being
     /// listed: which nodes align it is not known yet.
     NumaTopologiesListing,
@@ -205,7 +209,7 @@ impl NodeReason {
             NodeReason::GangPlacement { .. } => ReasonCode::GangPlacement,
             NodeReason::MoveDestination { .. } => ReasonCode::MoveDestination,
             NodeReason::NodeLockBusy(_) => ReasonCode::NodeLockBusy,
-            NodeReason::NotBestNode(_) => ReasonCode::NotBestNode,
+            NodeReason::NotBestNode { .. } => ReasonCode::NotBestNode,
             NodeReason::NumaTopologiesListing => ReasonCode::NumaTopologiesListing,
         }
     }
@@ -241,9 +245,13 @@ impl fmt::Display for NodeReason {
             NodeReason::NodeLockBusy(busy) => {
                 write!(f, "NodeLockBusy ({busy}; other nodes have fewer lock holds ahead)")
             }
-            NodeReason::NotBestNode(policy) => write!(
+            NodeReason::NotBestNode { policy, offered: 1 } => write!(
                 f,
                 "NotBestNode (filterMode best keeps only the best node under the {policy} node policy)"
+            ),
+            NodeReason::NotBestNode { policy, offered } => write!(
+                f,
+                "NotBestNode (filterMode top keeps only the {offered} best nodes under the {policy} node policy)"
             ),
             NodeReason::NumaTopologiesListing => f.write_str(
                 "NumaTopologiesListing (NodeResourceTopology objects are still being listed; a Guaranteed pod is placed once they are, a second or so)",
@@ -363,7 +371,10 @@ mod tests {
                 least: 0,
                 queue_depth: 0,
             }),
-            NodeReason::NotBestNode(NodePolicy::Binpack),
+            NodeReason::NotBestNode {
+                policy: NodePolicy::Binpack,
+                offered: 1,
+            },
             NodeReason::NumaTopologiesListing,
         ];
         let mut seen = std::collections::BTreeSet::new();

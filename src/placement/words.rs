@@ -98,8 +98,11 @@ pub fn in_words(reason: &NodeReason) -> String {
         NodeReason::NodeLockBusy(why) => format!(
             "a bind here would wait ({why}), and other nodes have fewer lock holds ahead"
         ),
-        NodeReason::NotBestNode(policy) => format!(
+        NodeReason::NotBestNode { policy, offered: 1 } => format!(
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the {policy} policy"
+        ),
+        NodeReason::NotBestNode { policy, offered } => format!(
+            "the pod fits, but filterMode top offers kube-scheduler only the {offered} best nodes under the {policy} policy"
         ),
         NodeReason::NumaTopologiesListing => "gpugate is still reading the nodes' NodeResourceTopology objects; a Guaranteed pod is placed once it has them (a second or so)".to_string(),
     }
@@ -140,13 +143,24 @@ mod tests {
     use crate::engine::NodePolicy;
 
     /// The two codes `gpugate explain` never gives (tests/explain.rs has
-    /// every other one, from a snapshot): `/filter`'s `filterMode: best`,
+    /// every other one, from a snapshot): `/filter`'s `filterMode: best`
+    /// and `top`,
     /// and a server still listing NodeResourceTopology objects.
     #[test]
     fn words_of_the_codes_explain_does_not_give() {
         assert_eq!(
-            in_words(&NodeReason::NotBestNode(NodePolicy::Binpack)),
+            in_words(&NodeReason::NotBestNode {
+                policy: NodePolicy::Binpack,
+                offered: 1
+            }),
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the binpack policy"
+        );
+        assert_eq!(
+            in_words(&NodeReason::NotBestNode {
+                policy: NodePolicy::Spread,
+                offered: 10
+            }),
+            "the pod fits, but filterMode top offers kube-scheduler only the 10 best nodes under the spread policy"
         );
         assert_eq!(
             in_words(&NodeReason::NumaTopologiesListing),
