@@ -83,14 +83,16 @@ pub fn filter(
             };
             // Fewer feasible nodes than that: all of them.
             let offered = offered.filter(|k| *k < verdicts.feasible.len());
-            let kept: Option<HashSet<String>> = offered.map(|k| {
-                let top = verdicts.top(k);
-                top.into_iter().map(|f| f.node.clone()).collect()
-            });
+            // Marked by position: thousands of nodes, a few kept.
+            let mut kept = vec![offered.is_none(); verdicts.feasible.len()];
+            for i in offered.map(|k| verdicts.top_indices(k)).unwrap_or_default() {
+                kept[i] = true;
+            }
             let mut feasible = Vec::with_capacity(offered.unwrap_or(verdicts.feasible.len()));
-            for f in std::mem::take(&mut verdicts.feasible) {
-                match (&kept, offered) {
-                    (Some(kept), Some(offered)) if !kept.contains(&f.node) => {
+            let taken = std::mem::take(&mut verdicts.feasible);
+            for (f, kept) in taken.into_iter().zip(kept) {
+                match offered {
+                    Some(offered) if !kept => {
                         let why = NodeReason::NotBestNode {
                             policy: plan.node_policy,
                             offered,

@@ -10,6 +10,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::filter::Filtered;
+use crate::placement::ReasonCode;
 
 /// A label set of `N` labels with fixed names and values from fixed sets
 /// (`verb`: `filter`, `prioritize`, `bind`, `preempt`; `result`; `reason`:
@@ -90,13 +91,19 @@ impl ExtenderMetrics {
         self.filter_decisions
             .get_or_create(&[("result", result)])
             .inc();
-        let mut counts: std::collections::HashMap<&'static str, u64> = Default::default();
+        // A few codes over up to thousands of nodes (every node not
+        // offered under filterMode best): a short list, not a hash per node.
+        let mut counts: Vec<(ReasonCode, u64)> = Vec::new();
         for (_, reason) in &filtered.rejected {
-            *counts.entry(reason.code().as_str()).or_default() += 1;
+            let code = reason.code();
+            match counts.iter_mut().find(|(c, _)| *c == code) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((code, 1)),
+            }
         }
-        for (reason, n) in counts {
+        for (code, n) in counts {
             self.filter_rejections
-                .get_or_create(&[("reason", reason)])
+                .get_or_create(&[("reason", code.as_str())])
                 .inc_by(n);
         }
     }

@@ -88,20 +88,30 @@ impl NodeVerdicts {
     /// name): `filterMode: top`'s offer. In time linear in the feasible
     /// nodes (5,000 at scale), not a sort of them all.
     pub fn top(&self, k: usize) -> Vec<&Feasible> {
-        let order = |a: &&Feasible, b: &&Feasible| {
-            let (ka, kb) = ((a.rank, a.score), (b.rank, b.score));
+        self.top_indices(k)
+            .into_iter()
+            .map(|i| &self.feasible[i])
+            .collect()
+    }
+
+    /// [`Self::top`] as indices into `feasible`.
+    pub fn top_indices(&self, k: usize) -> Vec<usize> {
+        let f = &self.feasible;
+        let order = |&a: &usize, &b: &usize| {
+            let (ka, kb) = ((f[a].rank, f[a].score), (f[b].rank, f[b].score));
             if ranks_before(self.policy, ka, kb) {
                 std::cmp::Ordering::Less
             } else if ranks_before(self.policy, kb, ka) {
                 std::cmp::Ordering::Greater
             } else {
-                a.node.cmp(&b.node)
+                // `feasible` is in name order.
+                a.cmp(&b)
             }
         };
-        let mut top: Vec<&Feasible> = self.feasible.iter().collect();
         if k == 0 {
             return Vec::new();
         }
+        let mut top: Vec<usize> = (0..f.len()).collect();
         if k < top.len() {
             top.select_nth_unstable_by(k - 1, order);
             top.truncate(k);
@@ -211,7 +221,8 @@ pub fn judge(
     if let Some(busy) =
         steering::busy_nodes(view, config, eval.feasible.iter().map(|f| f.node), now)
     {
-        let set_aside: std::collections::HashSet<&str> = busy.iter().map(|(n, _)| *n).collect();
+        let set_aside: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+            busy.iter().map(|(n, _)| *n).collect();
         eval.retain_feasible(|f| !set_aside.contains(f.node));
         for (node, busy) in busy {
             rejected.push((node.to_string(), NodeReason::NodeLockBusy(busy)));
