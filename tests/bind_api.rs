@@ -1428,7 +1428,7 @@ async fn filter_mode_top_offers_the_best_few() {
     assert_eq!(why.len(), 2, "{why:?}");
     assert_eq!(
         why["gpu-2"],
-        "NotBestNode (filterMode top keeps only the 2 best nodes under the binpack node policy)"
+        "NotBestNode (filterMode top keeps only the 2 best node(s) under the binpack node policy)"
     );
     assert!(why.contains_key("gpu-4"), "{why:?}");
     let scores = rig.prioritize(&p, &["gpu-1", "gpu-3"]);
@@ -1443,6 +1443,11 @@ async fn filter_mode_top_offers_the_best_few() {
         r.node_names,
         Some(vec!["gpu-2".to_string(), "gpu-4".to_string()])
     );
+    assert!(rig.held("u-big").is_none(), "two offered");
+    // One: held at once, kube-scheduler takes it without `/prioritize`.
+    let r = rig.filter(&big, &["gpu-4"]);
+    assert_eq!(r.node_names, Some(vec!["gpu-4".to_string()]));
+    assert_eq!(rig.held("u-big").unwrap().node, "gpu-4");
 }
 
 /// A single node offered is held at `/filter` whatever the mode:

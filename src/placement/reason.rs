@@ -175,11 +175,11 @@ pub enum NodeReason {
     /// A bind here would wait behind more lock holds (node lock held,
     /// binds in progress or assumed) than on the nodes offered.
     NodeLockBusy(LockBusy),
-    /// `filterMode: best` offers only the best node, `top` only the
-    /// `offered` best.
+    /// `filterMode: best` offers only the best node, `top` (`Some(k)`)
+    /// only the `k` best.
     NotBestNode {
         policy: NodePolicy,
-        offered: usize,
+        top: Option<usize>,
     },
     /// A Guaranteed pod while NodeResourceTopology objects are still being
     /// listed: which nodes align it is not known yet.
@@ -245,13 +245,16 @@ impl fmt::Display for NodeReason {
             NodeReason::NodeLockBusy(busy) => {
                 write!(f, "NodeLockBusy ({busy}; other nodes have fewer lock holds ahead)")
             }
-            NodeReason::NotBestNode { policy, offered: 1 } => write!(
+            NodeReason::NotBestNode { policy, top: None } => write!(
                 f,
                 "NotBestNode (filterMode best keeps only the best node under the {policy} node policy)"
             ),
-            NodeReason::NotBestNode { policy, offered } => write!(
+            NodeReason::NotBestNode {
+                policy,
+                top: Some(k),
+            } => write!(
                 f,
-                "NotBestNode (filterMode top keeps only the {offered} best nodes under the {policy} node policy)"
+                "NotBestNode (filterMode top keeps only the {k} best node(s) under the {policy} node policy)"
             ),
             NodeReason::NumaTopologiesListing => f.write_str(
                 "NumaTopologiesListing (NodeResourceTopology objects are still being listed; a Guaranteed pod is placed once they are, a second or so)",
@@ -373,7 +376,7 @@ mod tests {
             }),
             NodeReason::NotBestNode {
                 policy: NodePolicy::Binpack,
-                offered: 1,
+                top: None,
             },
             NodeReason::NumaTopologiesListing,
         ];

@@ -98,11 +98,14 @@ pub fn in_words(reason: &NodeReason) -> String {
         NodeReason::NodeLockBusy(why) => format!(
             "a bind here would wait ({why}), and other nodes have fewer lock holds ahead"
         ),
-        NodeReason::NotBestNode { policy, offered: 1 } => format!(
+        NodeReason::NotBestNode { policy, top: None } => format!(
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the {policy} policy"
         ),
-        NodeReason::NotBestNode { policy, offered } => format!(
-            "the pod fits, but filterMode top offers kube-scheduler only the {offered} best nodes under the {policy} policy"
+        NodeReason::NotBestNode {
+            policy,
+            top: Some(k),
+        } => format!(
+            "the pod fits, but filterMode top offers kube-scheduler only the {k} best node(s) under the {policy} policy"
         ),
         NodeReason::NumaTopologiesListing => "gpugate is still reading the nodes' NodeResourceTopology objects; a Guaranteed pod is placed once it has them (a second or so)".to_string(),
     }
@@ -151,16 +154,16 @@ mod tests {
         assert_eq!(
             in_words(&NodeReason::NotBestNode {
                 policy: NodePolicy::Binpack,
-                offered: 1
+                top: None
             }),
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the binpack policy"
         );
         assert_eq!(
             in_words(&NodeReason::NotBestNode {
                 policy: NodePolicy::Spread,
-                offered: 10
+                top: Some(10)
             }),
-            "the pod fits, but filterMode top offers kube-scheduler only the 10 best nodes under the spread policy"
+            "the pod fits, but filterMode top offers kube-scheduler only the 10 best node(s) under the spread policy"
         );
         assert_eq!(
             in_words(&NodeReason::NumaTopologiesListing),
