@@ -1470,7 +1470,6 @@ async fn a_single_node_offered_is_held_under_filter_mode_all() {
         Some(vec!["n2".to_string()]),
         "n1's GPU is held"
     );
-    // Two offered: nothing held until `/prioritize`.
     let third = pod("ml", "third", "u-third", 1000, 0);
     let r = rig.filter(&third, &["n1", "n2"]);
     assert_eq!(
@@ -1478,6 +1477,7 @@ async fn a_single_node_offered_is_held_under_filter_mode_all() {
         Some(0),
         "both GPUs are taken"
     );
+    // Two offered: nothing held until `/prioritize`.
     let fourth = pod("ml", "fourth", "u-fourth", 1000, 0);
     let rig2 = Rig::new(&[node("n1", 1), node("n2", 1)], &[], config(1.0));
     let r = rig2.filter(&fourth, &["n1", "n2"]);

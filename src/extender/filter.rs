@@ -75,7 +75,7 @@ pub fn filter(
             Vec::new(),
             names.iter().map(|n| (n.clone(), reason.clone())).collect(),
         ),
-        Verdict::Nodes(mut verdicts) => {
+        Verdict::Nodes(verdicts) => {
             let mode = config.scheduler.filter_mode;
             let offered = match mode {
                 FilterMode::All => None,
@@ -84,27 +84,32 @@ pub fn filter(
                 FilterMode::Top => Some(config.scheduler.filter_top_nodes.max(1)),
             };
             // Fewer feasible nodes than that: all of them.
-            let offered = offered.filter(|k| *k < verdicts.feasible.len());
-            // Marked by position: thousands of nodes, a few kept.
-            let mut kept = vec![offered.is_none(); verdicts.feasible.len()];
-            for i in offered.map(|k| verdicts.top_indices(k)).unwrap_or_default() {
-                kept[i] = true;
-            }
-            let mut feasible = Vec::with_capacity(offered.unwrap_or(verdicts.feasible.len()));
-            let taken = std::mem::take(&mut verdicts.feasible);
-            for (f, kept) in taken.into_iter().zip(kept) {
-                match offered {
-                    Some(offered) if !kept => {
-                        let why = NodeReason::NotBestNode {
-                            policy: plan.node_policy,
-                            top: (mode == FilterMode::Top).then_some(offered),
-                        };
-                        verdicts.rejected.push((f.node, why));
+            match offered.filter(|k| *k < verdicts.feasible.len()) {
+                None => (
+                    verdicts.feasible.into_iter().map(|f| f.node).collect(),
+                    verdicts.rejected,
+                ),
+                Some(k) => {
+                    // Marked by position: thousands of nodes, a few kept.
+                    let mut kept = vec![false; verdicts.feasible.len()];
+                    for i in verdicts.top_indices(k) {
+                        kept[i] = true;
                     }
-                    _ => feasible.push(f.node),
+                    let why = NodeReason::NotBestNode {
+                        policy: plan.node_policy,
+                        top: (mode == FilterMode::Top).then_some(k),
+                    };
+                    let (mut feasible, mut rejected) = (Vec::with_capacity(k), verdicts.rejected);
+                    for (f, kept) in verdicts.feasible.into_iter().zip(kept) {
+                        if kept {
+                            feasible.push(f.node);
+                        } else {
+                            rejected.push((f.node, why.clone()));
+                        }
+                    }
+                    (feasible, rejected)
                 }
             }
-            (feasible, verdicts.rejected)
         }
     };
     // kube-scheduler takes a single feasible node without `/prioritize`,

@@ -83,18 +83,11 @@ impl NodeVerdicts {
         best
     }
 
-    /// The `k` nodes that rank first, best first, in the order of
-    /// [`Self::best`] (rank, then the node policy on HAMi's score, then
-    /// name): `filterMode: top`'s offer. In time linear in the feasible
-    /// nodes (5,000 at scale), not a sort of them all.
-    pub fn top(&self, k: usize) -> Vec<&Feasible> {
-        self.top_indices(k)
-            .into_iter()
-            .map(|i| &self.feasible[i])
-            .collect()
-    }
-
-    /// [`Self::top`] as indices into `feasible`.
+    /// The positions in `feasible` of the `k` nodes that rank first, best
+    /// first, in the order of [`Self::best`] (rank, then the node policy
+    /// on HAMi's score, then name): `filterMode: top`'s offer. In time
+    /// linear in the feasible nodes (5,000 at scale), not a sort of them
+    /// all.
     pub fn top_indices(&self, k: usize) -> Vec<usize> {
         let f = &self.feasible;
         let order = |&a: &usize, &b: &usize| {
@@ -265,7 +258,7 @@ mod tests {
         .unwrap()
     }
 
-    /// `top(k)` is the first `k` of every feasible node ordered as
+    /// `top_indices(k)` is the first `k` of every feasible node ordered as
     /// `best` picks (rank, then the policy on the score, then name), for
     /// every `k`, under both policies.
     #[test]
@@ -300,7 +293,11 @@ mod tests {
             };
             assert_eq!(verdicts.best().unwrap().node, expected[0], "{policy}");
             for k in 0..=nodes.len() + 1 {
-                let top: Vec<&str> = verdicts.top(k).iter().map(|f| f.node.as_str()).collect();
+                let top: Vec<&str> = verdicts
+                    .top_indices(k)
+                    .into_iter()
+                    .map(|i| verdicts.feasible[i].node.as_str())
+                    .collect();
                 assert_eq!(top, expected[..k.min(nodes.len())], "{policy}, k = {k}");
             }
         }

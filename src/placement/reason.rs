@@ -120,19 +120,23 @@ pub struct LockBusy {
 }
 
 impl LockBusy {
+    /// The promised work these numbers came from.
+    fn work(&self) -> crate::cluster::view::PromisedWork<'_> {
+        crate::cluster::view::PromisedWork {
+            binds: self.binds,
+            lock: self.lock.as_ref(),
+        }
+    }
+
     /// Lock holds ahead of a new bind.
     pub fn holds(&self) -> u32 {
-        self.binds + u32::from(self.lock.is_some())
+        self.work().holds()
     }
 }
 
 impl fmt::Display for LockBusy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let work = crate::cluster::view::PromisedWork {
-            binds: self.binds,
-            lock: self.lock.as_ref(),
-        };
-        f.write_str(&work.describe().unwrap_or_default())?;
+        f.write_str(&self.work().describe().unwrap_or_default())?;
         if self.least < self.queue_depth {
             write!(
                 f,
