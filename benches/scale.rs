@@ -89,9 +89,9 @@ usage: cargo bench --bench scale -- [flags]
   --creators C         clients creating pods at once (default 64)
   --node-creators C    clients creating nodes at once (default 32)
   --scheduler-qps Q    kube-scheduler's client QPS, burst 2 x Q (default deploy/'s, 50)
-  --filter-mode M      gpugate's scheduler.filterMode: all (deploy/'s), best or top
+  --filter-mode M      gpugate's scheduler.filterMode: top (deploy/'s), all or best
   --filter-top K       gpugate's scheduler.filterTopNodes (default gpugate's, 10)
-  --queue-depth N      gpugate's scheduler.nodeLock.queueDepth (default deploy/'s)
+  --queue-depth N      gpugate's scheduler.nodeLock.queueDepth: N or auto (default deploy/'s)
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -114,7 +114,7 @@ struct Args {
     /// gpugate's `scheduler.filterTopNodes`, when not gpugate's default.
     filter_top: Option<u32>,
     /// gpugate's `scheduler.nodeLock.queueDepth`, when not deploy/'s.
-    queue_depth: Option<u32>,
+    queue_depth: Option<String>,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -222,7 +222,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
             "--no-reference" => a.reference = false,
             "--filter-mode" => {
                 a.filter_mode = match value()?.as_str() {
-                    "all" => None,
+                    "all" => Some("all".to_string()),
                     "best" => Some("best".to_string()),
                     "top" => Some("top".to_string()),
                     other => {
@@ -239,10 +239,10 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
             }
             "--queue-depth" => {
                 let v = value()?;
-                a.queue_depth = Some(
-                    v.parse()
-                        .map_err(|_| format!("--queue-depth: a whole number, not {v:?}"))?,
-                );
+                if v != "auto" && v.parse::<u32>().is_err() {
+                    return Err(format!("--queue-depth: a whole number or auto, not {v:?}"));
+                }
+                a.queue_depth = Some(v);
             }
             other => return Err(format!("unknown flag {other:?}")),
         }
@@ -609,7 +609,7 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
 /// gpugate has put the new version in force (it re-reads the file every
 /// second).
 async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result<()> {
-    let (filter_mode, queue_depth) = (args.filter_mode.as_deref(), args.queue_depth);
+    let (filter_mode, queue_depth) = (args.filter_mode.as_deref(), args.queue_depth.as_deref());
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cp.gpugate_config)?;
     if let Some(mode) = filter_mode {
         config["scheduler"]["filterMode"] = mode.into();
@@ -618,7 +618,10 @@ async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result
         config["scheduler"]["filterTopNodes"] = top.into();
     }
     if let Some(depth) = queue_depth {
-        config["scheduler"]["nodeLock"]["queueDepth"] = depth.into();
+        config["scheduler"]["nodeLock"]["queueDepth"] = match depth.parse::<u32>() {
+            Ok(holds) => holds.into(),
+            Err(_) => depth.into(),
+        };
     }
     let loaded = |text: &str| http::gauge(text, "gpugate_config_loaded_timestamp_seconds");
     let before = loaded(&http::metrics(cp.gpugate_admin_port).await?);
@@ -646,7 +649,7 @@ async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result
         filter_mode.unwrap_or("deploy/'s"),
         args.filter_top
             .map_or("gpugate's".to_string(), |k| k.to_string()),
-        queue_depth.map_or("deploy/'s".to_string(), |d| d.to_string())
+        queue_depth.unwrap_or("deploy/'s")
     );
     Ok(())
 }
@@ -777,9 +780,8 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.scheduler_qps.unwrap_or(manifests::SCHEDULER_QPS),
         args.scheduler_qps
             .map_or(manifests::SCHEDULER_BURST, |q| 2 * q),
-        args.filter_mode.as_deref().unwrap_or("all"),
-        args.queue_depth
-            .map_or("deploy/'s".to_string(), |d| d.to_string()),
+        args.filter_mode.as_deref().unwrap_or("deploy/'s"),
+        args.queue_depth.as_deref().unwrap_or("deploy/'s"),
         args.deadline.as_secs(),
     );
     println!("Load average at the end (1, 5, 15 min): {}", load_average());

@@ -15,8 +15,8 @@ use gpugate::bind::{ApiBinder, BindMetrics};
 use gpugate::cluster::api::ApiCalls;
 use gpugate::cluster::events::{EventSink, PodEvent};
 use gpugate::cluster::{ClusterView, SharedCluster, pod_allocation};
-use gpugate::config::Config;
 use gpugate::config::api::ApiLimits;
+use gpugate::config::{Config, QueueDepth};
 use gpugate::extender::{BindMode, Extender};
 use http::Method;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -945,7 +945,9 @@ impl Rig {
 /// (no read) and writes only the lock and the Binding.
 #[tokio::test]
 async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
-    let (rig, p, q) = steering_rig(config(1.0));
+    let mut c = config(1.0);
+    c.scheduler.node_lock.queue_depth = QueueDepth::Holds(0);
+    let (rig, p, q) = steering_rig(c);
     let all = ["gpu-1", "gpu-2", "gpu-3"];
 
     let r = rig.filter(&p, &all);
@@ -1031,7 +1033,7 @@ async fn pods_are_steered_to_free_nodes_and_bind_takes_the_filtered_pod() {
 #[tokio::test]
 async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     let mut c = config(1.0);
-    c.scheduler.node_lock.queue_depth = 1;
+    c.scheduler.node_lock.queue_depth = QueueDepth::Holds(1);
     let (mut rig, p, q) = steering_rig(c);
     let all = ["gpu-1", "gpu-2", "gpu-3"];
 
@@ -1067,11 +1069,37 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     );
     // Depth 2: the fewest holds (1) is below it, so every node with up to
     // 2 is offered.
-    rig.config.scheduler.node_lock.queue_depth = 2;
+    rig.config.scheduler.node_lock.queue_depth = QueueDepth::Holds(2);
     let r = rig.filter(&q, &all);
     assert_eq!(
         r.node_names,
         Some(vec!["gpu-1".into(), "gpu-2".into(), "gpu-3".into()])
+    );
+}
+
+/// `nodeLock.queueDepth: auto` (the default) is depth 1 for a binpack pod
+/// and depth 0 for a spread pod: a node with one lock hold ahead is
+/// offered beside the free ones to the first, not to the second.
+#[tokio::test]
+async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
+    let c = config(1.0);
+    assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Auto);
+    let (rig, p, _) = steering_rig(c);
+    let all = ["gpu-1", "gpu-2", "gpu-3"];
+    // deploy/'s default node policy is binpack.
+    let r = rig.filter(&p, &all);
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-1".into(), "gpu-2".into(), "gpu-3".into()])
+    );
+    let mut spread = pod("ml", "s", "u-s", 1000, 0);
+    spread["metadata"]["annotations"]["hami.io/node-scheduler-policy"] = json!("spread");
+    let r = rig.filter(&spread, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-2".into(), "gpu-3".into()]));
+    let why = &rig.refused(&spread, &all)["gpu-1"];
+    assert!(
+        why.contains("held by pod ml/holder; other nodes have fewer"),
+        "{why}"
     );
 }
 
@@ -1456,8 +1484,8 @@ async fn filter_mode_top_offers_the_best_few() {
 /// GPU.
 #[tokio::test]
 async fn a_single_node_offered_is_held_under_filter_mode_all() {
-    let c = config(1.0);
-    assert_eq!(c.scheduler.filter_mode, gpugate::config::FilterMode::All);
+    let mut c = config(1.0);
+    c.scheduler.filter_mode = gpugate::config::FilterMode::All;
     let first = pod("ml", "first", "u-first", 16384, 100);
     let second = pod("ml", "second", "u-second", 16384, 100);
     let rig = Rig::new(&[node("n1", 1), node("n2", 1)], &[], c);

@@ -138,13 +138,6 @@ fn every_reason_code_in_words() {
              no cores cannot share them",
         ),
         (
-            "ml/small",
-            "locked-1",
-            "NodeLockBusy",
-            "a bind here would wait (hami.io/mutex.lock held by pod ml/other), and other nodes \
-             have fewer lock holds ahead",
-        ),
-        (
             "ml/whole",
             "shared-2",
             "ExclusiveDeviceAllocateConflict",
@@ -245,6 +238,26 @@ fn every_reason_code_in_words() {
         );
         seen.insert(code.to_string());
     }
+    // locked-1's lock is one hold ahead: within `queueDepth: auto`'s depth
+    // for a binpack pod (1), beyond depth 0.
+    assert!(
+        explained("ml/small")
+            .nodes
+            .iter()
+            .any(|n| n.node == "locked-1" && n.refusal.is_none())
+    );
+    let mut depth_zero = Config::default();
+    depth_zero.scheduler.node_lock.queue_depth = gpugate::config::QueueDepth::Holds(0);
+    assert_eq!(
+        verdict(&explained_with("ml/small", &depth_zero), "locked-1"),
+        (
+            "NodeLockBusy".to_string(),
+            "a bind here would wait (hami.io/mutex.lock held by pod ml/other), and other nodes \
+             have fewer lock holds ahead"
+                .to_string()
+        )
+    );
+    seen.insert("NodeLockBusy".to_string());
     for (pod, code, words) in everywhere {
         let e = explained(pod);
         let r = e.everywhere.as_ref().unwrap_or_else(|| panic!("{e:#?}"));
@@ -432,7 +445,7 @@ fn pods_that_are_not_pending_here() {
     assert_eq!(e.status, "pending");
     assert!(
         e.summary
-            .starts_with("4 of 9 nodes can hold it now; gpugate ranks"),
+            .starts_with("5 of 9 nodes can hold it now; gpugate ranks"),
         "{}",
         e.summary
     );

@@ -68,11 +68,12 @@ pub struct SchedulerConfig {
     /// Take over vGPU pods whose schedulerName is `default-scheduler`
     /// (HAMi: `--force-overwrite-default-scheduler`).
     pub force_overwrite_default_scheduler: bool,
-    /// What `/filter` answers: every feasible node (`all`, so that
-    /// kube-scheduler's own scoring and `/prioritize` choose), only the
-    /// best one under the node policy (`best`, as HAMi does), or the
-    /// `filterTopNodes` best (`top`: kube-scheduler's own scoring chooses
-    /// among them, with `/prioritize`).
+    /// What `/filter` answers: the `filterTopNodes` best under the node
+    /// policy (`top`, the default: kube-scheduler's own scoring chooses
+    /// among them, with `/prioritize`), every feasible node (`all`, so
+    /// that kube-scheduler's own scoring and `/prioritize` choose among
+    /// all; it costs kube-scheduler and gpugate per node, docs/benchmarks.md)
+    /// or only the best one (`best`, as HAMi does).
     pub filter_mode: FilterMode,
     /// How many nodes `filterMode: top` offers (1 to [`MAX_FILTER_TOP_NODES`]).
     pub filter_top_nodes: usize,
@@ -254,8 +255,66 @@ pub struct NodeLockConfig {
     /// more (the node policy then chooses among them: binpack keeps
     /// filling the nodes it has begun instead of opening a free one for
     /// every pod that arrives while their locks are held). 0: only the
-    /// least promised nodes.
-    pub queue_depth: u32,
+    /// least promised nodes. `auto` (the default): 1 for binpack pods, 0
+    /// for spread pods ([`QueueDepth::for_policy`]).
+    pub queue_depth: QueueDepth,
+}
+
+/// `scheduler.nodeLock.queueDepth`: a number of lock holds, or `auto`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueDepth {
+    /// By the pod's node policy: binpack 1 (it keeps filling the nodes it
+    /// has begun, a bind waits behind at most one hold), spread 0 (its
+    /// pods prefer empty nodes anyway, and would only wait longer).
+    #[default]
+    Auto,
+    /// The same depth for every pod.
+    Holds(u32),
+}
+
+impl QueueDepth {
+    /// The depth applied to a pod placed under `policy`.
+    pub fn for_policy(self, policy: NodePolicy) -> u32 {
+        match (self, policy) {
+            (Self::Holds(depth), _) => depth,
+            (Self::Auto, NodePolicy::Binpack) => 1,
+            (Self::Auto, NodePolicy::Spread) => 0,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueDepth {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Depth;
+        impl serde::de::Visitor<'_> for Depth {
+            type Value = QueueDepth;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number of lock holds (0 to 10) or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<QueueDepth, E> {
+                // Out of u32 is out of range too; `validate` gives the range.
+                Ok(QueueDepth::Holds(u32::try_from(v).unwrap_or(u32::MAX)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<QueueDepth, E> {
+                u64::try_from(v)
+                    .map_err(|_| {
+                        E::custom(format!(
+                            "queueDepth is {v}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
+                        ))
+                    })
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueDepth, E> {
+                match v {
+                    "auto" => Ok(QueueDepth::Auto),
+                    _ => Err(E::custom(format!(
+                        "queueDepth is {v:?}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(Depth)
+    }
 }
 
 impl Default for NodeLockConfig {
@@ -265,7 +324,7 @@ impl Default for NodeLockConfig {
             expiry_seconds: 300,
             wait_seconds: 20.0,
             steer: true,
-            queue_depth: 0,
+            queue_depth: QueueDepth::Auto,
         }
     }
 }
@@ -274,9 +333,9 @@ impl Default for NodeLockConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FilterMode {
-    #[default]
     All,
     Best,
+    #[default]
     Top,
 }
 
@@ -291,7 +350,7 @@ impl Default for SchedulerConfig {
             node_scheduler_policy: NodePolicy::Binpack,
             gpu_scheduler_policy: GpuPolicy::Spread,
             force_overwrite_default_scheduler: true,
-            filter_mode: FilterMode::All,
+            filter_mode: FilterMode::Top,
             filter_top_nodes: 10,
             numa: NumaConfig::default(),
             node_lock: NodeLockConfig::default(),
@@ -435,10 +494,11 @@ impl Config {
                 lock.wait_seconds
             ));
         }
-        if lock.queue_depth > MAX_QUEUE_DEPTH {
+        if let QueueDepth::Holds(depth) = lock.queue_depth
+            && depth > MAX_QUEUE_DEPTH
+        {
             return Err(format!(
-                "scheduler.nodeLock.queueDepth is {}, allowed 0 to {MAX_QUEUE_DEPTH}",
-                lock.queue_depth
+                "scheduler.nodeLock.queueDepth is {depth}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
             ));
         }
         let bind = self.scheduler.bind_timeout_seconds;
@@ -556,11 +616,31 @@ mod tests {
     #[test]
     fn queue_depth_is_bounded() {
         let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 10}}", "test").unwrap();
-        assert_eq!(c.scheduler.node_lock.queue_depth, 10);
+        assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Holds(10));
+        for bad in ["11", "4294967296", "-1", "deep", "true", "1.5"] {
+            let yaml = format!("scheduler: {{nodeLock: {{queueDepth: {bad}}}}}");
+            let e = Config::from_yaml(&yaml, "test").unwrap_err().to_string();
+            assert!(e.contains("queueDepth"), "{bad}: {e}");
+        }
         let e = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 11}}", "test")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("queueDepth is 11, allowed 0 to 10"), "{e}");
+        assert!(
+            e.contains("queueDepth is 11, allowed 0 to 10 or auto"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn queue_depth_auto_follows_the_node_policy() {
+        let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: auto}}", "test").unwrap();
+        assert_eq!(c, Config::default());
+        let auto = c.scheduler.node_lock.queue_depth;
+        assert_eq!(auto.for_policy(NodePolicy::Binpack), 1);
+        assert_eq!(auto.for_policy(NodePolicy::Spread), 0);
+        let fixed = QueueDepth::Holds(0);
+        assert_eq!(fixed.for_policy(NodePolicy::Binpack), 0);
+        assert_eq!(QueueDepth::Holds(3).for_policy(NodePolicy::Spread), 3);
     }
 
     #[test]

@@ -211,9 +211,13 @@ pub fn judge(
         };
         keep_only(&mut eval, place, why);
     }
-    if let Some(busy) =
-        steering::busy_nodes(view, config, eval.feasible.iter().map(|f| f.node), now)
-    {
+    if let Some(busy) = steering::busy_nodes(
+        view,
+        config,
+        plan.node_policy,
+        eval.feasible.iter().map(|f| f.node),
+        now,
+    ) {
         let set_aside: std::collections::HashSet<&str, foldhash::fast::RandomState> =
             busy.iter().map(|(n, _)| *n).collect();
         eval.retain_feasible(|f| !set_aside.contains(f.node));

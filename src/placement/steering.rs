@@ -10,7 +10,8 @@
 //! loosens this: the nodes with up to that many holds ahead are offered
 //! too (or those with the fewest any node has, when that is more), so that
 //! binpack keeps filling the nodes it has begun at a rate their locks
-//! alone could not serve.
+//! alone could not serve (`auto`, the default: 1 for binpack pods, 0 for
+//! spread pods).
 
 use std::time::Duration;
 
@@ -19,15 +20,17 @@ use jiff::Timestamp;
 use crate::cluster::ClusterView;
 use crate::cluster::view::PromisedWork;
 use crate::config::Config;
+use crate::engine::policy::NodePolicy;
 use crate::placement::reason::LockBusy;
 
 /// Of the feasible `nodes`, those promised more lock holds than the least
-/// promised one (or than `queueDepth`, when that is more), with what is
-/// promised there. `None` when steering is off or none is promised more
-/// than that.
+/// promised one (or than `queueDepth` for a pod under `policy`, when that
+/// is more), with what is promised there. `None` when steering is off or
+/// none is promised more than that.
 pub fn busy_nodes<'n>(
     view: &ClusterView,
     config: &Config,
+    policy: NodePolicy,
     nodes: impl ExactSizeIterator<Item = &'n str>,
     now: Timestamp,
 ) -> Option<Vec<(&'n str, LockBusy)>> {
@@ -44,7 +47,8 @@ pub fn busy_nodes<'n>(
         nodes.map(|node| (node, all.get(node))).collect();
     let holds = |w: Option<&PromisedWork>| w.map_or(0, PromisedWork::holds);
     let least = promised.iter().map(|(_, w)| holds(*w)).min()?;
-    let offered_up_to = least.max(lock.queue_depth);
+    let queue_depth = lock.queue_depth.for_policy(policy);
+    let offered_up_to = least.max(queue_depth);
     let busy: Vec<(&'n str, LockBusy)> = promised
         .into_iter()
         .filter_map(|(node, w)| {
@@ -55,7 +59,7 @@ pub fn busy_nodes<'n>(
                     binds: w.binds,
                     lock: w.lock.cloned(),
                     least,
-                    queue_depth: lock.queue_depth,
+                    queue_depth,
                 },
             ))
         })
