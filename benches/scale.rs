@@ -532,7 +532,8 @@ async fn phase(
 }
 
 /// `GPUGATE_PROFILE=1`: 10 s CPU profiles of kube-apiserver and
-/// kube-scheduler, 4 s into the phase, written to
+/// kube-scheduler, 4 s into the phase (`GPUGATE_PROFILE_AT=S`: S seconds
+/// in, to see a long phase after its pods are created), written to
 /// `profiles/<phase>-{apiserver,scheduler}.pb.gz` in the work directory
 /// (read them with `go tool pprof -top FILE`), and of gpugate with `perf
 /// record` when perf is installed (`<phase>-gpugate.perf.data`).
@@ -561,8 +562,12 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
     ];
     let gpugate = cp.gpugate.lock().unwrap().as_ref().map(|p| p.pid());
     let prefix = prefix.to_string();
+    let at = std::env::var("GPUGATE_PROFILE_AT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
     std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(4));
+        std::thread::sleep(Duration::from_secs(at));
         // gpugate through `perf record` (flat: the bench profile keeps
         // symbols, not frame pointers), when perf is there.
         // `GPUGATE_PROFILE=dwarf`: with call graphs (build with
