@@ -562,10 +562,13 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
     ];
     let gpugate = cp.gpugate.lock().unwrap().as_ref().map(|p| p.pid());
     let prefix = prefix.to_string();
-    let at = std::env::var("GPUGATE_PROFILE_AT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+    let at = match std::env::var("GPUGATE_PROFILE_AT") {
+        Err(_) => 4,
+        Ok(s) => s.parse().unwrap_or_else(|_| {
+            eprintln!("scale: GPUGATE_PROFILE_AT={s:?} is not whole seconds; profiling 4 s in");
+            4
+        }),
+    };
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(at));
         // gpugate through `perf record` (flat: the bench profile keeps

@@ -1084,7 +1084,7 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
 async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
     let c = config(1.0);
     assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Auto);
-    let (rig, p, _) = steering_rig(c);
+    let (rig, p, q) = steering_rig(c);
     let all = ["gpu-1", "gpu-2", "gpu-3"];
     // deploy/'s default node policy is binpack.
     let r = rig.filter(&p, &all);
@@ -1099,6 +1099,18 @@ async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
     let why = &rig.refused(&spread, &all)["gpu-1"];
     assert!(
         why.contains("held by pod ml/holder; other nodes have fewer"),
+        "{why}"
+    );
+    // p assumed on gpu-1 makes two holds there: beyond auto's depth for
+    // the next binpack pod, and the words say where the 1 came from.
+    rig.prioritize(&p, &["gpu-1"]);
+    let r = rig.filter(&q, &all);
+    assert_eq!(r.node_names, Some(vec!["gpu-2".into(), "gpu-3".into()]));
+    let why = &rig.refused(&q, &all)["gpu-1"];
+    assert!(
+        why.contains(
+            "2 lock holds ahead, more than the queue depth 1 that nodeLock.queueDepth auto gives binpack pods"
+        ),
         "{why}"
     );
 }

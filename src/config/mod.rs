@@ -6,6 +6,7 @@
 //! fall back to a default. The `nvidia` section uses the key names of HAMi's
 //! device config so that it can be copied over when migrating.
 
+use std::fmt;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -286,30 +287,47 @@ impl QueueDepth {
 impl<'de> Deserialize<'de> for QueueDepth {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Depth;
+        fn out_of_range<E: serde::de::Error>(v: impl fmt::Display) -> E {
+            E::custom(format!(
+                "queueDepth is {v}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
+            ))
+        }
         impl serde::de::Visitor<'_> for Depth {
             type Value = QueueDepth;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a number of lock holds (0 to 10) or \"auto\"")
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<QueueDepth, E> {
-                // Out of u32 is out of range too; `validate` gives the range.
-                Ok(QueueDepth::Holds(u32::try_from(v).unwrap_or(u32::MAX)))
+                match u32::try_from(v) {
+                    Ok(depth) if depth <= MAX_QUEUE_DEPTH => Ok(QueueDepth::Holds(depth)),
+                    _ => Err(out_of_range(v)),
+                }
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<QueueDepth, E> {
                 u64::try_from(v)
-                    .map_err(|_| {
-                        E::custom(format!(
-                            "queueDepth is {v}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
-                        ))
-                    })
+                    .map_err(|_| out_of_range(v))
                     .and_then(|v| self.visit_u64(v))
             }
+            fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<QueueDepth, E> {
+                u64::try_from(v)
+                    .map_err(|_| out_of_range(v))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<QueueDepth, E> {
+                u64::try_from(v)
+                    .map_err(|_| out_of_range(v))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            /// `auto`, or a number written as a string (what
+            /// `helm --set-string` renders).
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueueDepth, E> {
                 match v {
                     "auto" => Ok(QueueDepth::Auto),
-                    _ => Err(E::custom(format!(
-                        "queueDepth is {v:?}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
-                    ))),
+                    _ if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
+                        .parse::<u64>()
+                        .map_err(|_| out_of_range(format_args!("{v:?}")))
+                        .and_then(|n| self.visit_u64(n)),
+                    _ => Err(out_of_range(format_args!("{v:?}"))),
                 }
             }
         }
@@ -617,11 +635,32 @@ mod tests {
     fn queue_depth_is_bounded() {
         let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 10}}", "test").unwrap();
         assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Holds(10));
-        for bad in ["11", "4294967296", "-1", "deep", "true", "1.5"] {
+        for bad in [
+            "11",
+            "4294967296",
+            "-1",
+            "99999999999999999999999",
+            "deep",
+            "true",
+            "1.5",
+            "\"\"",
+            "[1]",
+        ] {
             let yaml = format!("scheduler: {{nodeLock: {{queueDepth: {bad}}}}}");
             let e = Config::from_yaml(&yaml, "test").unwrap_err().to_string();
             assert!(e.contains("queueDepth"), "{bad}: {e}");
         }
+        // The number given is the number said, not a clamped one.
+        let e = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 4294967296}}", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("queueDepth is 4294967296, allowed 0 to 10 or auto"),
+            "{e}"
+        );
+        // A number written as a string, as `helm --set-string` renders it.
+        let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: \"2\"}}", "test").unwrap();
+        assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Holds(2));
         let e = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 11}}", "test")
             .unwrap_err()
             .to_string();

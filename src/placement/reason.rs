@@ -117,6 +117,9 @@ pub struct LockBusy {
     pub least: u32,
     /// `nodeLock.queueDepth` as applied.
     pub queue_depth: u32,
+    /// Whether that depth came from `queueDepth: auto` (the pod's node
+    /// policy), not a number in the config.
+    pub queue_depth_auto: bool,
 }
 
 impl LockBusy {
@@ -137,7 +140,15 @@ impl LockBusy {
 impl fmt::Display for LockBusy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.work().describe().unwrap_or_default())?;
-        if self.least < self.queue_depth {
+        if self.least < self.queue_depth && self.queue_depth_auto {
+            write!(
+                f,
+                " ({} lock holds ahead, more than the queue depth {} that nodeLock.queueDepth auto \
+                 gives binpack pods)",
+                self.holds(),
+                self.queue_depth
+            )
+        } else if self.least < self.queue_depth {
             write!(
                 f,
                 " ({} lock holds ahead, more than nodeLock.queueDepth {})",
@@ -377,6 +388,7 @@ mod tests {
                 lock: None,
                 least: 0,
                 queue_depth: 0,
+                queue_depth_auto: false,
             }),
             NodeReason::NotBestNode {
                 policy: NodePolicy::Binpack,

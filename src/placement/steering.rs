@@ -19,7 +19,7 @@ use jiff::Timestamp;
 
 use crate::cluster::ClusterView;
 use crate::cluster::view::PromisedWork;
-use crate::config::Config;
+use crate::config::{Config, QueueDepth};
 use crate::engine::policy::NodePolicy;
 use crate::placement::reason::LockBusy;
 
@@ -60,6 +60,7 @@ pub fn busy_nodes<'n>(
                     lock: w.lock.cloned(),
                     least,
                     queue_depth,
+                    queue_depth_auto: lock.queue_depth == QueueDepth::Auto,
                 },
             ))
         })
