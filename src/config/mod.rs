@@ -295,7 +295,10 @@ impl<'de> Deserialize<'de> for QueueDepth {
         impl serde::de::Visitor<'_> for Depth {
             type Value = QueueDepth;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number of lock holds (0 to 10) or \"auto\"")
+                write!(
+                    f,
+                    "a number of lock holds (0 to {MAX_QUEUE_DEPTH}) or \"auto\""
+                )
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<QueueDepth, E> {
                 match u32::try_from(v) {
