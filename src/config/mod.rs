@@ -292,6 +292,17 @@ impl<'de> Deserialize<'de> for QueueDepth {
                 "queueDepth is {v}, allowed 0 to {MAX_QUEUE_DEPTH} or auto"
             ))
         }
+        /// Any other integer: through u64, or out of range as given.
+        fn narrowed<E, N>(v: N) -> Result<QueueDepth, E>
+        where
+            E: serde::de::Error,
+            N: TryInto<u64> + fmt::Display + Copy,
+        {
+            use serde::de::Visitor;
+            v.try_into()
+                .map_err(|_| out_of_range(v))
+                .and_then(|v| Depth.visit_u64(v))
+        }
         impl serde::de::Visitor<'_> for Depth {
             type Value = QueueDepth;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -307,19 +318,13 @@ impl<'de> Deserialize<'de> for QueueDepth {
                 }
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<QueueDepth, E> {
-                u64::try_from(v)
-                    .map_err(|_| out_of_range(v))
-                    .and_then(|v| self.visit_u64(v))
+                narrowed(v)
             }
             fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<QueueDepth, E> {
-                u64::try_from(v)
-                    .map_err(|_| out_of_range(v))
-                    .and_then(|v| self.visit_u64(v))
+                narrowed(v)
             }
             fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<QueueDepth, E> {
-                u64::try_from(v)
-                    .map_err(|_| out_of_range(v))
-                    .and_then(|v| self.visit_u64(v))
+                narrowed(v)
             }
             /// `auto`, or a number written as a string (what
             /// `helm --set-string` renders).

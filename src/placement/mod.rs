@@ -70,41 +70,38 @@ pub struct NodeVerdicts {
 }
 
 impl NodeVerdicts {
-    /// The best node: highest rank, then highest score for binpack,
-    /// lowest for spread, then lowest name.
-    pub fn best(&self) -> Option<&Feasible> {
-        let mut best: Option<&Feasible> = None;
-        for f in &self.feasible {
-            if best.is_none_or(|b| ranks_before(self.policy, (f.rank, f.score), (b.rank, b.score)))
-            {
-                best = Some(f);
-            }
+    /// How the feasible nodes at positions `a` and `b` rank: highest rank
+    /// first, then highest score for binpack and lowest for spread, then
+    /// name (`feasible` is in name order).
+    fn order(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        let f = &self.feasible;
+        let (ka, kb) = ((f[a].rank, f[a].score), (f[b].rank, f[b].score));
+        if ranks_before(self.policy, ka, kb) {
+            std::cmp::Ordering::Less
+        } else if ranks_before(self.policy, kb, ka) {
+            std::cmp::Ordering::Greater
+        } else {
+            a.cmp(&b)
         }
-        best
+    }
+
+    /// The best node: the first in [`Self::order`].
+    pub fn best(&self) -> Option<&Feasible> {
+        (0..self.feasible.len())
+            .min_by(|&a, &b| self.order(a, b))
+            .map(|i| &self.feasible[i])
     }
 
     /// The positions in `feasible` of the `k` nodes that rank first, best
-    /// first, in the order of [`Self::best`] (rank, then the node policy
-    /// on HAMi's score, then name): `filterMode: top`'s offer. In time
+    /// first, in [`Self::order`]: `filterMode: top`'s offer. In time
     /// linear in the feasible nodes (5,000 at scale), not a sort of them
     /// all.
     pub fn top_indices(&self, k: usize) -> Vec<usize> {
-        let f = &self.feasible;
-        let order = |&a: &usize, &b: &usize| {
-            let (ka, kb) = ((f[a].rank, f[a].score), (f[b].rank, f[b].score));
-            if ranks_before(self.policy, ka, kb) {
-                std::cmp::Ordering::Less
-            } else if ranks_before(self.policy, kb, ka) {
-                std::cmp::Ordering::Greater
-            } else {
-                // `feasible` is in name order.
-                a.cmp(&b)
-            }
-        };
+        let order = |&a: &usize, &b: &usize| self.order(a, b);
         if k == 0 {
             return Vec::new();
         }
-        let mut top: Vec<usize> = (0..f.len()).collect();
+        let mut top: Vec<usize> = (0..self.feasible.len()).collect();
         if k < top.len() {
             top.select_nth_unstable_by(k - 1, order);
             top.truncate(k);

@@ -140,21 +140,20 @@ impl LockBusy {
 impl fmt::Display for LockBusy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.work().describe().unwrap_or_default())?;
-        if self.least < self.queue_depth && self.queue_depth_auto {
-            write!(
-                f,
-                " ({} lock holds ahead, more than the queue depth {} that nodeLock.queueDepth auto \
-                 gives binpack pods)",
-                self.holds(),
-                self.queue_depth
-            )
-        } else if self.least < self.queue_depth {
-            write!(
-                f,
-                " ({} lock holds ahead, more than nodeLock.queueDepth {})",
-                self.holds(),
-                self.queue_depth
-            )
+        if self.least < self.queue_depth {
+            let (holds, depth) = (self.holds(), self.queue_depth);
+            if self.queue_depth_auto {
+                write!(
+                    f,
+                    " ({holds} lock holds ahead, more than the queue depth {depth} that \
+                     nodeLock.queueDepth auto gives binpack pods)"
+                )
+            } else {
+                write!(
+                    f,
+                    " ({holds} lock holds ahead, more than nodeLock.queueDepth {depth})"
+                )
+            }
         } else if self.least > 0 {
             write!(
                 f,
