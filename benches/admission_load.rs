@@ -8,6 +8,10 @@
 //!
 //! Prints one table row per (pod size, connections) with req/s, p50 and p99
 //! of each, and gpugate's ratio to both.
+//!
+//! `cargo bench --bench admission_load -- --wrk` loads the same three
+//! servers with wrk instead (Debian's `wrk` package), a separate process,
+//! so that the client's work is not scheduled on the servers' runtime.
 
 use std::time::Duration;
 
@@ -21,9 +25,13 @@ use gpugate::server::tls;
 
 #[path = "support/pod_review.rs"]
 mod pod_review;
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
 #[allow(dead_code)]
 #[path = "support/tls_load.rs"]
 mod tls_load;
+#[path = "support/wrk.rs"]
+mod wrk;
 use pod_review::review;
 use tls_load::{Run, SelfSigned, load, ms, start, start_reference};
 
@@ -54,6 +62,10 @@ fn main() {
         // The independent reference: no gpugate server code at all.
         let (reference_addr, _stop3) = start_reference(&certs.bundle, fixed).await;
 
+        if std::env::args().any(|a| a == "--wrk") {
+            with_wrk([gpugate_addr, zero_addr, reference_addr]).await;
+            return;
+        }
         println!(
             "| pod review | connections | gpugate req/s | p50 | p99 | zero-logic (gpugate's stack) req/s | ratio | reference (rustls + hyper) req/s | p99 | ratio | errors |"
         );
@@ -81,4 +93,62 @@ fn main() {
             }
         }
     });
+}
+
+/// The same table with wrk as the client: 2 threads (1 for one
+/// connection), 4 s per server and row after one second of warm-up, and
+/// the CPU time this process (the servers; wrk is another process) spent
+/// per request, which the machine's noise moves less than the rates.
+async fn with_wrk(servers: [std::net::SocketAddr; 3]) {
+    assert!(
+        wrk::available(),
+        "--wrk needs wrk on PATH (Debian: apt-get install wrk)"
+    );
+    let dir = std::env::temp_dir().join(format!("gpugate-wrk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let me = Some(std::process::id());
+    println!(
+        "| pod review | connections | gpugate req/s | p50 | p99 | CPU per request | zero-logic (gpugate's stack) req/s | CPU per request | reference (rustls + hyper) req/s | p99 | CPU per request | gpugate / reference: rate, CPU | errors |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for size in [4_500usize, 8_000, 20_000] {
+        let body = review(size);
+        let file = dir.join(format!("review-{size}.json"));
+        std::fs::write(&file, &body).expect("write the review");
+        let script = wrk::script(&file);
+        for connections in [1usize, 4, 16] {
+            let [g, z, r] = servers.map(|addr| {
+                let url = format!("https://{addr}/mutate");
+                wrk::run(&url, &script, connections, 2, Duration::from_secs(1), None);
+                wrk::run(&url, &script, connections, 2, RUN.duration, me)
+            });
+            let us = |r: &wrk::Report| {
+                r.cpu_per_request.map_or("–".to_string(), |d| {
+                    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+                })
+            };
+            let cpu_ratio = match (g.cpu_per_request, r.cpu_per_request) {
+                (Some(g), Some(r)) if !r.is_zero() => {
+                    format!("{:.2}×", g.as_secs_f64() / r.as_secs_f64())
+                }
+                _ => "–".to_string(),
+            };
+            println!(
+                "| {:.1} KB | {connections} | {:.0} | {} | {} | {} | {:.0} | {} | {:.0} | {} | {} | {:.0}%, {cpu_ratio} | {} |",
+                body.len() as f64 / 1000.0,
+                g.rate,
+                ms(g.p50),
+                ms(g.p99),
+                us(&g),
+                z.rate,
+                us(&z),
+                r.rate,
+                ms(r.p99),
+                us(&r),
+                100.0 * g.rate / r.rate.max(1.0),
+                g.errors + z.errors + r.errors,
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,6 +56,8 @@ mod manifests;
 #[allow(dead_code)]
 #[path = "../tests/e2e/pki.rs"]
 mod pki;
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
 #[allow(dead_code)]
 #[path = "../tests/e2e/procs.rs"]
 mod procs;

@@ -199,25 +199,25 @@ pub fn policy_for_namespace<'a>(
     namespace: &str,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Option<&'a NamespacePolicy> {
-    let assumed;
-    let labels = match labels {
-        Some(l) => l,
-        None => {
-            assumed = BTreeMap::from([(
-                "kubernetes.io/metadata.name".to_string(),
-                namespace.to_string(),
-            )]);
-            &assumed
-        }
-    };
+    // Built only for a policy that has a selector: this runs for every
+    // admission review.
+    let mut assumed: Option<BTreeMap<String, String>> = None;
     policies.iter().find(|p| {
         (p.namespaces.is_empty()
             || p.namespaces
                 .iter()
                 .any(|pattern| glob_match(pattern, namespace)))
-            && p.namespace_selector
-                .as_ref()
-                .is_none_or(|s| s.matches(labels))
+            && p.namespace_selector.as_ref().is_none_or(|s| {
+                let labels = labels.unwrap_or_else(|| {
+                    assumed.get_or_insert_with(|| {
+                        BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_string(),
+                            namespace.to_string(),
+                        )])
+                    })
+                });
+                s.matches(labels)
+            })
     })
 }
 
