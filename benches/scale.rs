@@ -61,6 +61,8 @@ mod proc_cpu;
 #[allow(dead_code)]
 #[path = "../tests/e2e/procs.rs"]
 mod procs;
+#[path = "support/protocol_replay.rs"]
+mod protocol_replay;
 #[allow(dead_code)]
 #[path = "../tests/e2e/wait.rs"]
 mod wait;
@@ -94,6 +96,8 @@ usage: cargo bench --bench scale -- [flags]
   --filter-mode M      gpugate's scheduler.filterMode: top (deploy/'s), all or best
   --filter-top K       gpugate's scheduler.filterTopNodes (default gpugate's, 10)
   --queue-depth N      gpugate's scheduler.nodeLock.queueDepth: N or auto (default deploy/'s)
+  --protocol-floor     also kube-scheduler alone with HAMi's device-plugin protocol
+                       replayed for each pod it binds, no gpugate (after the reference)
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -117,6 +121,9 @@ struct Args {
     filter_top: Option<u32>,
     /// gpugate's `scheduler.nodeLock.queueDepth`, when not deploy/'s.
     queue_depth: Option<String>,
+    /// A phase of kube-scheduler alone with HAMi's protocol replayed
+    /// (`support/protocol_replay.rs`), after the reference.
+    protocol_floor: bool,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -157,6 +164,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         filter_mode: None,
         filter_top: None,
         queue_depth: None,
+        protocol_floor: false,
         given: Vec::new(),
     };
     let mut it = raw.iter();
@@ -222,6 +230,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
                 }
             }
             "--no-reference" => a.reference = false,
+            "--protocol-floor" => a.protocol_floor = true,
             "--filter-mode" => {
                 a.filter_mode = match value()?.as_str() {
                     "all" => Some("all".to_string()),
@@ -303,6 +312,8 @@ fn main() -> ExitCode {
 /// What one phase measured.
 struct Row {
     label: String,
+    /// kube-scheduler alone on plain pods: what the others are compared to.
+    reference: bool,
     gpus: bool,
     outcome: Outcome,
     /// kube-scheduler's attempts by result, or why they are unknown.
@@ -366,19 +377,34 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         set_scheduler_options(&cp, args).await?;
     }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
+    let replay = args.protocol_floor.then(|| {
+        let nodes = std::sync::Arc::new(names.clone());
+        protocol_replay::Replay::start(cp.admin.clone(), NAMESPACE, args.delay, nodes)
+    });
     control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
 
     let gpu_phases = args.policies.iter().map(|p| Workload::Gpu {
         node_policy: p.clone(),
     });
+    let mut references = Vec::new();
+    if args.reference {
+        references.push(Workload::Plain);
+    }
+    if args.protocol_floor {
+        let (annotations, labels) = protocol_replay::pod_metadata();
+        references.push(Workload::Replayed {
+            annotations,
+            labels,
+        });
+    }
+    // The references before or after gpugate's phases (`append` empties
+    // `references`, so they run once).
     let mut phases: Vec<Workload> = Vec::new();
-    if args.reference && args.reference_first {
-        phases.push(Workload::Plain);
+    if args.reference_first {
+        phases.append(&mut references);
     }
     phases.extend(gpu_phases);
-    if args.reference && !args.reference_first {
-        phases.push(Workload::Plain);
-    }
+    phases.append(&mut references);
 
     // The same client limits for both kube-schedulers.
     let with_extender = match args.scheduler_qps {
@@ -399,7 +425,7 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
     let mut rows = Vec::new();
     for (i, workload) in phases.iter().enumerate() {
         let want = match workload {
-            Workload::Plain => Scheduler::Alone,
+            Workload::Plain | Workload::Replayed { .. } => Scheduler::Alone,
             Workload::Gpu { .. } => Scheduler::WithExtender,
         };
         if Some(want) != running {
@@ -415,7 +441,11 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
             }
             running = Some(want);
         }
-        let row = phase(&cp, args, workload, &format!("p{i}"), &plugin.released).await?;
+        let done = match workload {
+            Workload::Replayed { .. } => replay.as_ref().map(|r| &*r.done),
+            _ => Some(&*plugin.released),
+        };
+        let row = phase(&cp, args, workload, &format!("p{i}"), done).await?;
         print_row_details(&row);
         let t = Instant::now();
         let gpus = matches!(workload, Workload::Gpu { .. });
@@ -439,6 +469,14 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
     plugin.stop().await;
+    if let Some(replay) = replay {
+        println!(
+            "scale: the protocol replay made {} pods' requests ({} errors)",
+            replay.done.load(std::sync::atomic::Ordering::Relaxed),
+            replay.errors.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        replay.stop().await;
+    }
 
     let ok = rows.iter().all(|r| {
         r.outcome.unbound_count == 0
@@ -454,7 +492,9 @@ async fn phase(
     args: &Args,
     workload: &Workload,
     prefix: &str,
-    released: &std::sync::atomic::AtomicU64,
+    // Counts the device plugin's (or the protocol replay's) work done for
+    // a bound pod; `None`: nothing to wait for.
+    released: Option<&std::sync::atomic::AtomicU64>,
 ) -> anyhow::Result<Row> {
     let gpus = matches!(workload, Workload::Gpu { .. });
     let profile = workload.profile();
@@ -471,7 +511,7 @@ async fn phase(
         .map(|t| burst::schedule_attempts(&t, profile));
     let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
     let costs_before = costs::sample(cp).await;
-    let released_before = released.load(std::sync::atomic::Ordering::Relaxed);
+    let released_before = released.map(|r| r.load(std::sync::atomic::Ordering::Relaxed));
     let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
     let outcome = burst::run(
         &cp.admin,
@@ -490,14 +530,21 @@ async fn phase(
         let _ = tokio::task::spawn_blocking(move || p.join()).await;
     }
     // The device plugin's work for the last pods bound (a lock release
-    // each) belongs to the phase: wait for it before the costs are read
-    // (at most 60 s; a GPU pod's lock is released a delay after its bind).
-    if gpus {
-        let want = released_before + outcome.bound as u64;
-        let until = Instant::now() + Duration::from_secs(60);
+    // each; the replay's requests for the floor) belongs to the phase: wait
+    // for it before the costs are read (at most 60 s; a GPU pod's lock is
+    // released a delay after its bind).
+    let plain = matches!(workload, Workload::Plain);
+    if let (Some(released), Some(before), false) = (released, released_before, plain) {
+        let want = before + outcome.bound as u64;
+        let waited = Instant::now();
+        let until = waited + Duration::from_secs(60);
         while released.load(std::sync::atomic::Ordering::Relaxed) < want && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        println!(
+            "scale: the device plugin's work (or the replay's) ended {:.1} s after the last pod was bound",
+            waited.elapsed().as_secs_f64()
+        );
     }
     let costs = match (costs_before, costs::sample(cp).await) {
         (Ok(before), Ok(after)) => Ok(costs::PerPod::of(&before, &after, outcome.bound)),
@@ -524,6 +571,7 @@ async fn phase(
     .await?;
     Ok(Row {
         label: workload.label(),
+        reference: plain,
         gpus,
         outcome,
         attempts,
@@ -830,7 +878,7 @@ fn print_table(args: &Args, rows: &[Row]) {
             },
         );
     }
-    if let Some(reference) = rows.iter().find(|r| !r.gpus) {
+    if let Some(reference) = rows.iter().find(|r| r.reference) {
         let ratio = |a: f64, b: f64| {
             if b > 0.0 {
                 format!("{:.3}×", a / b)
@@ -838,7 +886,7 @@ fn print_table(args: &Args, rows: &[Row]) {
                 "—".to_string()
             }
         };
-        for r in rows.iter().filter(|r| r.gpus) {
+        for r in rows.iter().filter(|r| !r.reference) {
             let (o, b) = (&r.outcome, &reference.outcome);
             println!(
                 "| ratio {} / {} | | {} | {} | {} | {} | | | | |",
@@ -943,8 +991,8 @@ fn print_costs(rows: &[Row]) {
             );
         }
     }
-    if let Some((_, reference)) = costed.iter().find(|(r, _)| !r.gpus) {
-        for (r, c) in costed.iter().filter(|(r, _)| r.gpus) {
+    if let Some((_, reference)) = costed.iter().find(|(r, _)| r.reference) {
+        for (r, c) in costed.iter().filter(|(r, _)| !r.reference) {
             println!(
                 "\n{}: control-plane CPU per bound pod {:.2}× the reference's, API requests {:.2}×, watch events {:.2}×",
                 r.label,

@@ -86,6 +86,11 @@ pub enum Workload {
     /// `default-scheduler` (the benchmark's reference).
     #[allow(dead_code)]
     Plain,
+    /// A plain pod with these annotations and labels, for which the scale
+    /// benchmark replays HAMi's device-plugin protocol
+    /// (`benches/support/protocol_replay.rs`).
+    #[allow(dead_code)]
+    Replayed { annotations: Value, labels: Value },
 }
 
 impl Workload {
@@ -94,6 +99,7 @@ impl Workload {
         match self {
             Workload::Gpu { node_policy } => format!("gpugate {node_policy}"),
             Workload::Plain => "kube-scheduler alone".to_string(),
+            Workload::Replayed { .. } => "kube-scheduler alone + HAMi's protocol".to_string(),
         }
     }
 
@@ -101,12 +107,14 @@ impl Workload {
     pub fn profile(&self) -> &'static str {
         match self {
             Workload::Gpu { .. } => "hami-scheduler",
-            Workload::Plain => "default-scheduler",
+            Workload::Plain | Workload::Replayed { .. } => "default-scheduler",
         }
     }
 
     pub fn pod(&self, name: &str) -> Value {
-        let (resources, annotations) = match self {
+        let plain = json!({"requests": {"cpu": "100m", "memory": "64Mi"},
+                           "limits": {"cpu": "100m", "memory": "64Mi"}});
+        let (resources, annotations, labels) = match self {
             Workload::Gpu { node_policy } => (
                 json!({"limits": {
                     "nvidia.com/gpu": "1",
@@ -114,16 +122,17 @@ impl Workload {
                     "nvidia.com/gpucores": POD_CORES.to_string(),
                 }}),
                 json!({NODE_SCHEDULER_POLICY: node_policy}),
-            ),
-            Workload::Plain => (
-                json!({"requests": {"cpu": "100m", "memory": "64Mi"},
-                       "limits": {"cpu": "100m", "memory": "64Mi"}}),
                 json!({}),
             ),
+            Workload::Plain => (plain, json!({}), json!({})),
+            Workload::Replayed {
+                annotations,
+                labels,
+            } => (plain, annotations.clone(), labels.clone()),
         };
         json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations},
+            "metadata": {"name": name, "annotations": annotations, "labels": labels},
             "spec": {"containers": [{"name": "c", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
                 "command": ["sleep", "infinity"], "resources": resources}]}
         })
