@@ -377,10 +377,8 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         set_scheduler_options(&cp, args).await?;
     }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
-    let replay = args.protocol_floor.then(|| {
-        let nodes = std::sync::Arc::new(names.clone());
-        protocol_replay::Replay::start(cp.admin.clone(), NAMESPACE, args.delay, nodes)
-    });
+    let names = std::sync::Arc::new(names);
+    let mut replay_failures = 0;
     control_plane::ensure_namespace(&cp.admin, NAMESPACE).await?;
 
     let gpu_phases = args.policies.iter().map(|p| Workload::Gpu {
@@ -441,11 +439,35 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
             }
             running = Some(want);
         }
-        let done = match workload {
-            Workload::Replayed { .. } => replay.as_ref().map(|r| &*r.done),
-            _ => Some(&*plugin.released),
+        // The replay runs for its own phase only, so that its pod watch
+        // is not one more watcher in the others.
+        let replay = matches!(workload, Workload::Replayed { .. }).then(|| {
+            protocol_replay::Replay::start(cp.admin.clone(), NAMESPACE, args.delay, names.clone())
+        });
+        let after = match (workload, &replay) {
+            (Workload::Plain, _) => None,
+            (_, Some(r)) => Some(AfterBind {
+                done: &r.done,
+                failed: Some(&r.failed),
+            }),
+            _ => Some(AfterBind {
+                done: &plugin.released,
+                failed: None,
+            }),
         };
-        let row = phase(&cp, args, workload, &format!("p{i}"), done).await?;
+        let row = phase(&cp, args, workload, &format!("p{i}"), after).await?;
+        if let Some(replay) = replay {
+            let failed = replay.failed.load(std::sync::atomic::Ordering::Relaxed);
+            println!(
+                "scale: the protocol replay made {} pods' requests ({failed} failed, {} watch errors)",
+                replay.done.load(std::sync::atomic::Ordering::Relaxed),
+                replay
+                    .watch_errors
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            );
+            replay_failures += failed;
+            replay.stop().await;
+        }
         print_row_details(&row);
         let t = Instant::now();
         let gpus = matches!(workload, Workload::Gpu { .. });
@@ -469,20 +491,18 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
     plugin.stop().await;
-    if let Some(replay) = replay {
+    if replay_failures > 0 {
         println!(
-            "scale: the protocol replay made {} pods' requests ({} errors)",
-            replay.done.load(std::sync::atomic::Ordering::Relaxed),
-            replay.errors.load(std::sync::atomic::Ordering::Relaxed)
+            "scale: FAILED: {replay_failures} pods' protocol replay failed, so the floor's costs are too low"
         );
-        replay.stop().await;
     }
 
-    let ok = rows.iter().all(|r| {
-        r.outcome.unbound_count == 0
-            && r.placement.overcommitted.is_empty()
-            && r.placement.ledger_mismatch.is_none()
-    });
+    let ok = replay_failures == 0
+        && rows.iter().all(|r| {
+            r.outcome.unbound_count == 0
+                && r.placement.overcommitted.is_empty()
+                && r.placement.ledger_mismatch.is_none()
+        });
     print_table(args, &rows);
     Ok(ok)
 }
@@ -492,9 +512,7 @@ async fn phase(
     args: &Args,
     workload: &Workload,
     prefix: &str,
-    // Counts the device plugin's (or the protocol replay's) work done for
-    // a bound pod; `None`: nothing to wait for.
-    released: Option<&std::sync::atomic::AtomicU64>,
+    after: Option<AfterBind<'_>>,
 ) -> anyhow::Result<Row> {
     let gpus = matches!(workload, Workload::Gpu { .. });
     let profile = workload.profile();
@@ -511,7 +529,7 @@ async fn phase(
         .map(|t| burst::schedule_attempts(&t, profile));
     let binds_before = burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?);
     let costs_before = costs::sample(cp).await;
-    let released_before = released.map(|r| r.load(std::sync::atomic::Ordering::Relaxed));
+    let settled_before = after.as_ref().map(AfterBind::settled);
     let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
     let outcome = burst::run(
         &cp.admin,
@@ -533,18 +551,25 @@ async fn phase(
     // each; the replay's requests for the floor) belongs to the phase: wait
     // for it before the costs are read (at most 60 s; a GPU pod's lock is
     // released a delay after its bind).
-    let plain = matches!(workload, Workload::Plain);
-    if let (Some(released), Some(before), false) = (released, released_before, plain) {
+    if let (Some(after), Some(before)) = (&after, settled_before) {
         let want = before + outcome.bound as u64;
-        let waited = Instant::now();
-        let until = waited + Duration::from_secs(60);
-        while released.load(std::sync::atomic::Ordering::Relaxed) < want && Instant::now() < until {
+        let until = Instant::now() + Duration::from_secs(60);
+        while after.settled() < want && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        println!(
-            "scale: the device plugin's work (or the replay's) ended {:.1} s after the last pod was bound",
-            waited.elapsed().as_secs_f64()
-        );
+        match (
+            want.saturating_sub(after.settled()),
+            outcome.bound_at.last(),
+        ) {
+            (0, Some(last)) => println!(
+                "scale: the work after the binds (device plugin or replay) ended {:.1} s after the last pod was bound",
+                last.elapsed().as_secs_f64()
+            ),
+            (0, None) => {}
+            (missing, _) => println!(
+                "scale: gave up after 60 s on the work after the binds of {missing} pods; the costs below leave it out"
+            ),
+        }
     }
     let costs = match (costs_before, costs::sample(cp).await) {
         (Ok(before), Ok(after)) => Ok(costs::PerPod::of(&before, &after, outcome.bound)),
@@ -571,7 +596,7 @@ async fn phase(
     .await?;
     Ok(Row {
         label: workload.label(),
-        reference: plain,
+        reference: matches!(workload, Workload::Plain),
         gpus,
         outcome,
         attempts,
@@ -579,6 +604,23 @@ async fn phase(
         placement,
         costs,
     })
+}
+
+/// What a phase's bound pods set off after their bind, which belongs to the
+/// phase: the simulated device plugin's lock releases, or the protocol
+/// replay's sequences.
+struct AfterBind<'a> {
+    done: &'a std::sync::atomic::AtomicU64,
+    /// Pods whose work failed for good (never done).
+    failed: Option<&'a std::sync::atomic::AtomicU64>,
+}
+
+impl AfterBind<'_> {
+    /// Pods whose work is done or failed for good.
+    fn settled(&self) -> u64 {
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        load(self.done) + self.failed.map_or(0, load)
+    }
 }
 
 /// `GPUGATE_PROFILE=1`: 10 s CPU profiles of kube-apiserver and

@@ -84,8 +84,10 @@ pub fn pod_metadata() -> (Value, Value) {
 pub struct Replay {
     /// Pods whose whole sequence was made.
     pub done: Arc<AtomicU64>,
-    /// Requests that failed (the pod's sequence stops there).
-    pub errors: Arc<AtomicU64>,
+    /// Pods whose sequence stopped at a failed request.
+    pub failed: Arc<AtomicU64>,
+    /// Failed reads of the pod watch (it lists again and goes on).
+    pub watch_errors: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -100,18 +102,20 @@ impl Replay {
         nodes: Arc<Vec<String>>,
     ) -> Replay {
         let done = Arc::new(AtomicU64::new(0));
-        let errors = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let watch_errors = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(
             client,
             namespace.to_string(),
             (delay, nodes),
-            (done.clone(), errors.clone()),
+            [done.clone(), failed.clone(), watch_errors.clone()],
             stopped,
         ));
         Replay {
             done,
-            errors,
+            failed,
+            watch_errors,
             stop,
             task,
         }
@@ -128,7 +132,7 @@ async fn run(
     client: Client,
     namespace: String,
     (delay, nodes): (Duration, Arc<Vec<String>>),
-    (done, errors): (Arc<AtomicU64>, Arc<AtomicU64>),
+    [done, failed, watch_errors]: [Arc<AtomicU64>; 3],
     mut stopped: watch::Receiver<bool>,
 ) {
     let pods = watcher(
@@ -158,12 +162,12 @@ async fn run(
                             name,
                             node,
                         };
-                        let (writers, done, errors) =
-                            (writers.clone(), done.clone(), errors.clone());
+                        let (writers, done, failed) =
+                            (writers.clone(), done.clone(), failed.clone());
                         tasks.spawn(async move {
                             match one.replay(&writers, delay).await {
                                 Ok(()) => done.fetch_add(1, Ordering::Relaxed),
-                                Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                                Err(_) => failed.fetch_add(1, Ordering::Relaxed),
                             };
                         });
                     }
@@ -175,7 +179,7 @@ async fn run(
                 }
                 Ok(_) => {}
                 Err(_) => {
-                    errors.fetch_add(1, Ordering::Relaxed);
+                    watch_errors.fetch_add(1, Ordering::Relaxed);
                 }
             },
             Some(_) = tasks.join_next() => {}

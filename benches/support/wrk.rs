@@ -23,14 +23,15 @@ pub fn available() -> bool {
 /// it.
 pub fn script(body: &Path) -> PathBuf {
     let script = body.with_extension("lua");
+    // A Lua long string: no escapes to get wrong in the path.
     let lua = format!(
-        "local f = assert(io.open({:?}, \"rb\"))\n\
+        "local f = assert(io.open([==[{}]==], \"rb\"))\n\
          wrk.method = \"POST\"\n\
          wrk.body = f:read(\"*a\")\n\
          f:close()\n\
          wrk.headers[\"Content-Type\"] = \"application/json\"\n\
          wrk.headers[\"Host\"] = \"localhost\"\n",
-        body.display().to_string()
+        body.display()
     );
     std::fs::write(&script, lua).expect("write the wrk script");
     script
@@ -65,8 +66,8 @@ pub fn run(
 ) -> Report {
     let cpu_before = server.and_then(cpu_seconds);
     let out = Command::new("wrk")
-        .arg(format!("-t{}", threads.clamp(1, connections)))
-        .arg(format!("-c{connections}"))
+        .arg(format!("-t{}", threads.clamp(1, connections.max(1))))
+        .arg(format!("-c{}", connections.max(1)))
         .arg(format!("-d{}s", duration.as_secs().max(1)))
         .arg("--latency")
         .arg("-s")
@@ -93,14 +94,14 @@ pub fn run(
 /// Reads wrk's summary (with `--latency`).
 pub fn parse(text: &str) -> Option<Report> {
     let mut report = Report::default();
-    let mut rate = None;
+    let (mut rate, mut p50, mut p99) = (None, None, None);
     for line in text.lines().map(str::trim) {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["Requests/sec:", r] => rate = r.parse().ok(),
             [n, "requests", "in", ..] => report.requests = n.parse().ok()?,
-            ["50%", d] => report.p50 = duration(d)?,
-            ["99%", d] => report.p99 = duration(d)?,
+            ["50%", d] => p50 = duration(d),
+            ["99%", d] => p99 = duration(d),
             ["Non-2xx", "or", "3xx", "responses:", n] => report.errors += n.parse::<u64>().ok()?,
             ["Socket", "errors:", rest @ ..] => {
                 // connect N, read N, write N, timeout N
@@ -113,11 +114,15 @@ pub fn parse(text: &str) -> Option<Report> {
             _ => {}
         }
     }
+    // All three are required: a run without `--latency` (or a wrk that
+    // prints them otherwise) must not read as 0 ms.
     report.rate = rate?;
+    report.p50 = p50?;
+    report.p99 = p99?;
     Some(report)
 }
 
-/// wrk's durations: `812.00us`, `1.23ms`, `2.00s`, `1.50m`.
+/// wrk's durations: `812.00us`, `1.23ms`, `2.00s`, `1.50m`, `1.00h`.
 fn duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| c.is_ascii_alphabetic())?;
     let (n, unit) = text.split_at(split);
@@ -127,6 +132,7 @@ fn duration(text: &str) -> Option<Duration> {
         "ms" => n / 1e3,
         "s" => n,
         "m" => n * 60.0,
+        "h" => n * 3600.0,
         _ => return None,
     };
     Some(Duration::from_secs_f64(seconds))
