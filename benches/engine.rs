@@ -161,6 +161,7 @@ fn mig_cluster() -> ClusterState {
                         kind: gpugate::devices::KindId::NVIDIA,
                         mem_mib: u64::from(pr.memory_mib),
                         cores: pr.cores,
+                        slots: 1,
                         mig: Some(MigInstance {
                             profile: pr.name.clone(),
                             placement: MigPlacement {

@@ -406,6 +406,90 @@ async fn a_lock_that_expired_or_whose_holder_is_gone_is_taken_over() {
     assert!(e.contains("ml/waiting"), "{e}");
 }
 
+/// A pod bound to `node`, Pending with `hami.io/bind-phase: allocating`
+/// (the kubelet has not admitted it), created long ago.
+fn awaiting_allocation(name: &str, node: &str) -> Value {
+    let mut p = pod("ml", name, &format!("u-{name}"), 1000, 0);
+    p["metadata"]["creationTimestamp"] = json!("2019-01-01T00:00:00Z");
+    p["metadata"]["annotations"] = json!({"hami.io/bind-phase": "allocating"});
+    p["spec"]["nodeName"] = json!(node);
+    p
+}
+
+/// An expired lock whose holder is bound to the node and still waits for
+/// its device plugin is kept (HAMi #3096, master #3127): the bind waits,
+/// then fails naming the holder and why, and the lock is untouched. Once
+/// the holder is admitted (bind-phase success), no longer Pending, or the
+/// lock's name belongs to a pod created after it, the lock is taken over.
+#[tokio::test]
+async fn an_expired_lock_is_kept_while_its_holder_waits_for_its_device_plugin() {
+    let expired = "2020-01-01T00:00:00Z,ml,holder";
+    let mut n = node("gpu-1", 1);
+    n["metadata"]["annotations"][LOCK] = json!(expired);
+    let mut rig = Rig::new(
+        &[n],
+        &[
+            awaiting_allocation("holder", "gpu-1"),
+            pod("ml", "p", "u-p", 1000, 0),
+        ],
+        config(0.5),
+    );
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("node gpu-1 is locked by pod ml/holder"), "{e}");
+    assert!(e.contains("waited"), "{e}");
+    assert!(e.contains("for its device plugin"), "{e}");
+    assert!(e.contains("hami.io/bind-phase: allocating"), "{e}");
+    assert_eq!(rig.lock("gpu-1").as_deref(), Some(expired));
+    assert_eq!(rig.held("u-p"), None);
+    assert!(rig.writes().is_empty(), "{:?}", rig.writes());
+    let events = rig.drain_events();
+    assert_eq!(events[0].reason, "BindingFailed");
+    assert!(
+        events[0].note.contains("for its device plugin"),
+        "{:?}",
+        events[0]
+    );
+
+    // Each way the holder stops waiting lets the lock be taken over.
+    let admitted =
+        |p: &mut Value| p["metadata"]["annotations"]["hami.io/bind-phase"] = json!("success");
+    let running = |p: &mut Value| p["status"]["phase"] = json!("Running");
+    let replaced =
+        |p: &mut Value| p["metadata"]["creationTimestamp"] = json!("2020-01-01T00:00:06Z");
+    for (i, change) in [admitted, running, replaced].into_iter().enumerate() {
+        let mut holder = awaiting_allocation("holder", "gpu-1");
+        change(&mut holder);
+        rig.api.put(&pod_path("ml", "holder"), holder);
+        rig.api.update(&node_path("gpu-1"), |n| {
+            n["metadata"]["annotations"][LOCK] = json!(expired);
+        });
+        let (name, uid) = (format!("q{i}"), format!("u-q{i}"));
+        rig.api
+            .put(&pod_path("ml", &name), pod("ml", &name, &uid, 1000, 0));
+        assert_eq!(rig.bind("ml", &name, &uid, "gpu-1").await, "", "case {i}");
+        assert!(rig.lock("gpu-1").unwrap().ends_with(&format!(",ml,{name}")));
+    }
+}
+
+/// A pod whose only GPU is in an init container takes the node lock like
+/// any other: the kubelet calls Allocate for init containers too, and the
+/// device plugin finds the pod through the lock.
+#[tokio::test]
+async fn an_init_container_only_pod_takes_the_lock() {
+    let mut init_only = pod("ml", "init", "u-init", 1000, 0);
+    let container = init_only["spec"]["containers"][0].clone();
+    init_only["spec"]["initContainers"] = json!([container]);
+    init_only["spec"]["containers"] = json!([{"name": "app", "image": "busybox"}]);
+    let rig = Rig::new(&[node("gpu-1", 1)], &[init_only], config(0.5));
+    assert_eq!(rig.bind("ml", "init", "u-init", "gpu-1").await, "");
+    assert!(rig.lock("gpu-1").unwrap().ends_with(",ml,init"));
+    let bound = rig.pod("ml", "init");
+    assert_eq!(
+        annotations(&bound)["hami.io/vgpu-devices-allocated"],
+        json!("GPU-gpu-1-0,NVIDIA,1000,0:;;")
+    );
+}
+
 #[tokio::test]
 async fn an_unreadable_lock_is_never_overwritten() {
     let mut n = node("gpu-1", 1);
@@ -1323,7 +1407,7 @@ async fn each_verb_plans_the_pod_once_per_call() {
 async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
     use gpugate::cluster::lock::release_if_orphaned;
     use gpugate::hami::NodeLock;
-    use gpugate::hami::node_lock::encode_node_lock;
+    use gpugate::hami::node_lock::{LockRules, encode_node_lock};
     let old = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
     let young = jiff::Timestamp::now();
     let value = |at, name: &str| encode_node_lock(&NodeLock::new(at, "ml", name));
@@ -1332,13 +1416,22 @@ async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
     let mut bound_elsewhere = pod("ml", "bound-elsewhere", "u2", 1000, 10);
     bound_elsewhere["spec"]["nodeName"] = json!("n9");
     let unbound = pod("ml", "unbound", "u3", 1000, 10);
+    let ancient = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2);
     let rig = Rig::new(
         &[node("n1", 1)],
-        &[bound_here, bound_elsewhere, unbound],
+        &[
+            bound_here,
+            bound_elsewhere,
+            unbound,
+            awaiting_allocation("allocating", "n1"),
+        ],
         config(1.0),
     );
     let api = ApiCalls::new(rig.api.client(), &ApiLimits::default());
-    let min_age = Duration::from_secs(30);
+    let rules = LockRules {
+        expiry: Duration::from_secs(300),
+        unbound_after: Duration::from_secs(30),
+    };
     let set = |v: &str| {
         let v = v.to_string();
         rig.api.update(&node_path("n1"), move |n| {
@@ -1351,10 +1444,13 @@ async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
         (value(old, "bound-elsewhere"), true, "bound to node n9"),
         (value(old, "bound-here"), false, ""),
         (value(young, "unbound"), false, ""),
+        // Bound here and still waiting for its device plugin, however old
+        // the lock: never released by the sweep (HAMi #3096).
+        (value(ancient, "allocating"), false, ""),
     ];
     for (lock, released, why) in cases {
         set(&lock);
-        let answer = release_if_orphaned(&api, &rig.cluster, "n1", &lock, min_age)
+        let answer = release_if_orphaned(&api, &rig.cluster, "n1", &lock, rules)
             .await
             .unwrap();
         assert_eq!(answer.is_some(), released, "{lock}: {answer:?}");
@@ -1370,7 +1466,7 @@ async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
     let seen = value(old, "unbound");
     set(&value(young, "unbound"));
     assert_eq!(
-        release_if_orphaned(&api, &rig.cluster, "n1", &seen, min_age)
+        release_if_orphaned(&api, &rig.cluster, "n1", &seen, rules)
             .await
             .unwrap(),
         None

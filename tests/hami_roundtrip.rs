@@ -101,12 +101,15 @@ fn pod_devices() -> impl Strategy<Value = PodDevices> {
         prop_oneof!["NVIDIA", "[^,:;]{1,8}"],
         int32_u32(),
         int32_u32(),
+        // HAMi master's fifth field: 1 (not written) most of the time.
+        prop_oneof![3 => Just(1u32), 1 => 1..=i32::MAX as u32],
     )
-        .prop_map(|(uuid, vendor, mem_mib, cores)| ContainerDevice {
+        .prop_map(|(uuid, vendor, mem_mib, cores, slots)| ContainerDevice {
             uuid,
             vendor,
             mem_mib,
             cores,
+            slots,
         });
     vec(vec(device, 0..4), 0..6).prop_map(|containers| PodDevices { containers })
 }

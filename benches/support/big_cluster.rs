@@ -82,6 +82,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 kind: gpugate::devices::KindId::NVIDIA,
                 mem_mib,
                 cores,
+                slots: 1,
                 mig: None,
             }]],
             kinds: vec![],
@@ -162,6 +163,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                     vendor: gpugate::devices::nvidia::VENDOR.to_string(),
                     mem_mib: mem_mib as u32,
                     cores,
+                    slots: 1,
                 }]],
             };
             let mut metadata = annotated(

@@ -11,9 +11,9 @@
 //!    reserved under the pod's UID, with the namespace quota and gang
 //!    checked, under the ledger's write lock: from here on `/filter` and
 //!    `/prioritize` count them, while the bind waits;
-//! 4. the node: this process's turn on it, then HAMi's node lock (when a
-//!    regular container asks for GPUs), waiting for the watch to show it
-//!    free rather than polling the API server;
+//! 4. the node: this process's turn on it, then HAMi's node lock (when
+//!    any container asks for GPUs, init containers included), waiting for
+//!    the watch to show it free rather than polling the API server;
 //! 5. the Binding, carrying HAMi's allocation annotations and label: the
 //!    API server writes them onto the pod with the node in one write (a
 //!    pod already bound, or replaced, is refused by the API server).
@@ -277,9 +277,12 @@ impl Transaction<'_> {
     }
 
     /// Step 4: this process's turn on the node, then HAMi's node lock when
-    /// a regular container asks for GPUs (HAMi locks only for GPUs of
-    /// containers that are not init containers; a sidecar runs like an
-    /// app container, so it counts).
+    /// any container asks for GPUs. HAMi v2.10 locks only for containers
+    /// that are not init containers, but the kubelet calls Allocate for init
+    /// containers too, and HAMi's device plugin finds the pod an Allocate
+    /// is for through the lock: an init-only pod bound while another pod
+    /// holds the lock would get that pod's devices (and HAMi master's
+    /// plugin, #3126, fails every Allocate without a lock naming the pod).
     async fn node_turn(
         &self,
         until: Instant,
@@ -295,15 +298,7 @@ impl Transaction<'_> {
             .local_turn(&t.node, until)
             .await
             .map_err(|e| BindFailure::new(e.code().into(), format!("pod {who}: {e}")))?;
-        let lock = &self.bind.config.scheduler.node_lock;
-        let regular_gpus = pod
-            .plan
-            .request
-            .containers
-            .iter()
-            .any(|c| c.kind.runs_with_app() && c.gpu.is_some());
-        if lock.enabled && regular_gpus {
-            let expiry = Duration::from_secs(lock.expiry_seconds);
+        if self.bind.config.scheduler.node_lock.enabled && pod.has_gpus() {
             let taken = self
                 .bind
                 .binder
@@ -313,7 +308,7 @@ impl Transaction<'_> {
                     self.bind.cluster,
                     &t.node,
                     (&t.namespace, &t.name),
-                    expiry,
+                    crate::cluster::lock::rules(self.bind.config),
                     until,
                 )
                 .await

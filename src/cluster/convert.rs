@@ -227,6 +227,24 @@ pub fn pod_finished(pod: &Pod) -> bool {
     )
 }
 
+/// Whether the pod is bound and still waits for its device plugin: `Pending`
+/// (or no phase yet) with `hami.io/bind-phase: allocating`. The kubelet has
+/// not admitted it, and when it does, HAMi's device plugin finds it through
+/// the node lock it holds (HAMi master #3127).
+pub fn pod_awaiting_allocation(pod: &Pod) -> bool {
+    let pending = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        None | Some("Pending")
+    );
+    pending
+        && pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::hami::keys::BIND_PHASE))
+            .is_some_and(|phase| phase == "allocating")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,17 +2,20 @@
 //! hami-compat.md 4.3) so that HAMi's device plugin, which releases it when
 //! the pod's GPUs are set up, sees the same protocol as with hami-scheduler:
 //!
-//! - free, expired (older than the expiry, 5 minutes by default) or held by
-//!   a pod that no longer exists, has finished or is bound to another node
-//!   (its bind here was cut short, for example by a restart, and it was
-//!   placed elsewhere; the device plugin of this node will never release
-//!   it): taken, with a resourceVersion precondition, so two writers cannot
-//!   both win;
+//! - free: taken, with a resourceVersion precondition, so two writers
+//!   cannot both win;
 //! - held by the same pod: already ours (a retried bind);
-//! - held by another live pod: wait until the deadline, watching the node
-//!   (the watch's copy, no API calls) and asking about the holder again
-//!   every few seconds (a holder the watch shows bound to the node, or
-//!   being bound there, is not asked about);
+//! - held by another pod: taken over only as [`NodeLock::takeover`] allows
+//!   (the holder is gone, has finished, is bound to another node, was never
+//!   bound within a bind's budget, or the lock expired while the holder is
+//!   not waiting for its device plugin); otherwise waited for until the
+//!   deadline, watching the node (the watch's copy, no API calls) and
+//!   asking about the holder again every few seconds (a holder the watch
+//!   shows bound to the node, or being bound there, is not asked about
+//!   while the lock is young). A lock whose holder is bound to the node
+//!   and still waits for its device plugin is never taken over, however
+//!   old: the plugin finds the pod an `Allocate` is for through this lock
+//!   (HAMi #3096);
 //! - unreadable: refused with the value, never overwritten (a writer gpugate
 //!   does not understand may rely on it).
 //!
@@ -29,7 +32,9 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::hami::keys::NODE_LOCK;
-use crate::hami::node_lock::{decode_node_lock, encode_node_lock};
+use crate::hami::node_lock::{
+    HolderState, Kept, LockRules, Takeover, decode_node_lock, encode_node_lock,
+};
 use crate::hami::{LockHolder, NodeLock};
 
 use super::api::{ApiCalls, ApiError};
@@ -48,6 +53,22 @@ const CACHE_TRUST: Duration = Duration::from_secs(2);
 const HOLDER_RECHECK: Duration = Duration::from_secs(5);
 /// Release attempts when the node keeps changing under us.
 const RELEASE_ATTEMPTS: usize = 5;
+/// How much later than a lock's time a pod of the holder's name must have
+/// been created to be a new pod under that name (the lock's time is
+/// gpugate's clock, the creation time kube-apiserver's, both in seconds).
+const CLOCK_SKEW: Duration = Duration::from_secs(5);
+
+/// Beyond the bind budget (`scheduler.bindTimeoutSeconds`), before a lock
+/// whose holder is not bound counts as left behind.
+pub const BIND_MARGIN: Duration = Duration::from_secs(5);
+
+/// The lock rules of `config`: its expiry, and the longest a bind may run.
+pub fn rules(config: &crate::config::Config) -> LockRules {
+    LockRules {
+        expiry: Duration::from_secs(config.scheduler.node_lock.expiry_seconds),
+        unbound_after: Duration::from_secs_f64(config.scheduler.bind_timeout_seconds) + BIND_MARGIN,
+    }
+}
 
 /// Why the lock was not taken.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -62,6 +83,21 @@ pub enum LockError {
         holder: String,
         since: String,
         expiry_seconds: u64,
+        waited_ms: u128,
+    },
+    #[error(
+        "node {node} is locked by pod {holder} since {since} (hami.io/mutex.lock), which is bound \
+         to the node and has waited {waiting_minutes} min for its device plugin (Pending, \
+         hami.io/bind-phase: allocating); the lock is kept past its expiry until that pod is \
+         admitted or gone, because HAMi's device plugin finds the pod an Allocate is for through \
+         the lock: taken over, it would give {holder}'s containers another pod's devices; \
+         waited {waited_ms} ms"
+    )]
+    AwaitingAllocation {
+        node: String,
+        holder: String,
+        since: String,
+        waiting_minutes: i64,
         waited_ms: u128,
     },
     #[error("another bind to node {node} in this gpugate did not finish within {waited_ms} ms")]
@@ -87,6 +123,9 @@ pub enum LockCode {
     /// Held by another pod, or by another bind in this process, or the
     /// node kept changing: the bind may try again.
     Contention,
+    /// Expired, but held by a pod bound to the node that still waits for
+    /// its device plugin: kept until it is admitted or gone.
+    AwaitingAllocation,
     /// A value that cannot be read, left alone.
     Unreadable,
     Api,
@@ -96,6 +135,7 @@ impl LockCode {
     pub fn as_str(self) -> &'static str {
         match self {
             LockCode::Contention => "node_lock_contention",
+            LockCode::AwaitingAllocation => "node_lock_awaiting_allocation",
             LockCode::Unreadable => "node_lock_unreadable",
             LockCode::Api => "api_error",
         }
@@ -108,6 +148,7 @@ impl LockError {
             LockError::Contention { .. }
             | LockError::LocalBusy { .. }
             | LockError::Changing { .. } => LockCode::Contention,
+            LockError::AwaitingAllocation { .. } => LockCode::AwaitingAllocation,
             LockError::Unreadable { .. } => LockCode::Unreadable,
             LockError::Api(_) => LockCode::Api,
         }
@@ -120,8 +161,7 @@ pub enum Taken {
     Free,
     /// The same pod held it already (a retried bind).
     AlreadyOurs,
-    /// Taken over from a holder that expired, no longer exists or has
-    /// finished; says which.
+    /// Taken over as [`NodeLock::takeover`] allows; says why.
     TakenOver(String),
 }
 
@@ -159,8 +199,8 @@ impl NodeLocks {
         }
     }
 
-    /// Takes the lock on `node` for pod `namespace/name`, waiting for a
-    /// live holder until `deadline`; a lock older than `expiry` is stale.
+    /// Takes the lock on `node` for pod `namespace/name`, waiting until
+    /// `deadline` for a holder that keeps it under `rules`.
     ///
     /// The lock's state comes from the node watch (`cluster`): waiting
     /// costs no API call, and the lock is tried within milliseconds of the
@@ -173,13 +213,14 @@ impl NodeLocks {
         cluster: &SharedCluster,
         node: &str,
         (namespace, name): (&str, &str),
-        expiry: Duration,
+        rules: LockRules,
         deadline: Instant,
     ) -> Result<Taken, LockError> {
         let start = Instant::now();
+        let expiry = rules.expiry;
         let mut read_api = false;
-        // The holder last found alive, and when.
-        let mut alive: Option<(String, Instant)> = None;
+        // The lock value last found kept by its holder, how, and when.
+        let mut known: Option<(String, Kept, Instant)> = None;
         // The watch's copy is trusted for a while; a watch that broke must
         // not keep a bind waiting for a lock long released.
         let mut api_read_at = start;
@@ -229,50 +270,44 @@ impl NodeLocks {
                             .await
                             .map(|()| Taken::AlreadyOurs);
                     }
-                    let checked = alive
+                    let now = Timestamp::now();
+                    let recent = known
                         .as_ref()
-                        .is_some_and(|(v, at)| *v == value && at.elapsed() < HOLDER_RECHECK);
-                    let gone = if lock.is_expired(Timestamp::now(), expiry) {
-                        Some(format!(
-                            "expired (taken {}, expiry {} s)",
-                            lock.time,
-                            expiry.as_secs()
-                        ))
-                    } else if checked || holder_bound_here(cluster, node, &lock) {
-                        None
-                    } else {
-                        let why = holder_gone(api, node, &lock).await?;
-                        if why.is_none() {
-                            alive = Some((value.clone(), Instant::now()));
+                        .filter(|(v, _, at)| *v == value && at.elapsed() < HOLDER_RECHECK)
+                        .map(|(_, kept, _)| *kept);
+                    let verdict = match recent {
+                        Some(kept) => Takeover::Kept(kept),
+                        None if !lock.is_expired(now, expiry)
+                            && holder_bound_here(cluster, node, &lock) =>
+                        {
+                            Takeover::Kept(Kept::Live)
                         }
-                        why
-                    };
-                    match gone {
-                        Some(why) => Taken::TakenOver(why),
                         None => {
+                            let state = holder_state(api, node, &lock).await?;
+                            let verdict = lock.takeover(&state, now, rules);
+                            if let Takeover::Kept(kept) = verdict {
+                                known = Some((value.clone(), kept, Instant::now()));
+                            }
+                            verdict
+                        }
+                    };
+                    match verdict {
+                        Takeover::Allowed(why) => Taken::TakenOver(why),
+                        Takeover::Kept(kept) => {
                             let pause = if from_watch { WATCH_POLL } else { POLL };
                             if Instant::now() + pause > deadline {
-                                return Err(LockError::Contention {
-                                    node: node.to_string(),
-                                    holder: lock.holder.as_ref().map_or_else(
-                                        || "(unnamed, old HAMi)".to_string(),
-                                        |h| format!("{}/{}", h.namespace, h.name),
-                                    ),
-                                    since: encode_node_lock(&NodeLock {
-                                        time: lock.time,
-                                        holder: None,
-                                    }),
-                                    expiry_seconds: expiry.as_secs(),
-                                    waited_ms: start.elapsed().as_millis(),
-                                });
+                                return Err(kept_error(node, &lock, kept, expiry, start));
                             }
                             tokio::time::sleep(pause).await;
                             if from_watch {
                                 // Looked at again when the node changes,
                                 // the watch's copy is too old to trust, or
-                                // the lock expires (it is then taken over).
+                                // a live holder's lock expires (it may then
+                                // be taken over).
                                 let mut until = api_read_at + CACHE_TRUST;
-                                if let Some(left) = lock.expires_in(Timestamp::now(), expiry) {
+                                if let (Kept::Live, Some(left)) =
+                                    (kept, lock.expires_in(Timestamp::now(), expiry))
+                                {
                                     until = until.min(Instant::now() + left);
                                 }
                                 wait_for_change(
@@ -424,50 +459,33 @@ fn held_by(node: &k8s_openapi::api::core::v1::Node, namespace: &str, name: &str)
 
 /// Releases the node lock `value` (exactly that value, at the node's
 /// current resourceVersion) when a bind left it behind: it is older than
-/// `min_age` (longer than any bind may run) and its holder is gone, has
-/// finished, is bound to another node, or was never bound. A lock whose
-/// holder is bound to this node is the device plugin's to release; an
-/// unreadable or unnamed one is left to its expiry. Returns why it was
+/// `rules.unbound_after` (longer than any bind may run) and
+/// [`NodeLock::takeover`] allows it, its holder gone, finished, bound
+/// elsewhere or never bound. A lock whose holder is bound to this node is
+/// the device plugin's to release, and is left to it (or to a bind's
+/// takeover once expired, never while its holder waits for the plugin);
+/// an unreadable or unnamed one is left to its expiry. Returns why it was
 /// released.
 pub async fn release_if_orphaned(
     api: &ApiCalls,
     cluster: &SharedCluster,
     node: &str,
     value: &str,
-    min_age: Duration,
+    rules: LockRules,
 ) -> Result<Option<String>, ApiError> {
     let Ok(lock) = decode_node_lock(value) else {
         return Ok(None);
     };
-    let Some(LockHolder { namespace, name }) = &lock.holder else {
-        return Ok(None);
-    };
-    let age = Timestamp::now().duration_since(lock.time);
-    if age < jiff::SignedDuration::try_from(min_age).unwrap_or(jiff::SignedDuration::MAX) {
+    let now = Timestamp::now();
+    if lock.holder.is_none() || !lock.is_expired(now, rules.unbound_after) {
         return Ok(None);
     }
-    let why = match api.get_pod(namespace, name).await {
-        Err(e) if e.is_not_found() => format!("holder {namespace}/{name} is gone"),
-        Err(e) => return Err(e),
-        Ok(pod) => {
-            let bound_to = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .unwrap_or("");
-            if super::convert::pod_finished(&pod) {
-                format!("holder {namespace}/{name} has finished")
-            } else if bound_to.is_empty() {
-                format!(
-                    "holder {namespace}/{name} is not bound {:.0} s after the lock was taken: its bind ended without a Binding",
-                    age.as_secs_f64()
-                )
-            } else if bound_to != node {
-                format!("holder {namespace}/{name} is bound to node {bound_to}")
-            } else {
-                return Ok(None);
-            }
-        }
+    let state = holder_state(api, node, &lock).await?;
+    if matches!(state, HolderState::BoundHere { .. }) {
+        return Ok(None);
+    }
+    let Takeover::Allowed(why) = lock.takeover(&state, now, rules) else {
+        return Ok(None);
     };
     let current = match api.get_node(node).await {
         Ok(n) => n,
@@ -527,27 +545,76 @@ fn holder_bound_here(cluster: &SharedCluster, node: &str, lock: &NodeLock) -> bo
         .is_some_and(|h| cluster.read().holds_on(&h.namespace, &h.name, node))
 }
 
-/// Why a lock held by a pod may be taken over, if it may: the pod is gone,
-/// has finished, or is bound to another node.
-async fn holder_gone(
+/// The state of the pod `lock` names, from the API server.
+async fn holder_state(
     api: &ApiCalls,
     node: &str,
     lock: &NodeLock,
-) -> Result<Option<String>, ApiError> {
+) -> Result<HolderState, ApiError> {
     let Some(LockHolder { namespace, name }) = &lock.holder else {
-        return Ok(None);
+        return Ok(HolderState::Unnamed);
     };
     match api.get_pod(namespace, name).await {
-        Err(e) if e.is_not_found() => Ok(Some(format!("holder {namespace}/{name} is gone"))),
+        Err(e) if e.is_not_found() => Ok(HolderState::Gone { replaced: false }),
         Err(e) => Err(e),
-        Ok(pod) => {
-            if super::convert::pod_finished(&pod) {
-                return Ok(Some(format!("holder {namespace}/{name} has finished")));
-            }
-            let bound_to = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            Ok(bound_to
-                .filter(|n| !n.is_empty() && *n != node)
-                .map(|other| format!("holder {namespace}/{name} is bound to node {other}")))
-        }
+        Ok(pod) => Ok(holder_state_of(&pod, node, lock.time)),
+    }
+}
+
+/// The state of `pod`, named by a lock on `node` taken at `lock_time`.
+pub fn holder_state_of(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    node: &str,
+    lock_time: Timestamp,
+) -> HolderState {
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW).unwrap_or_default();
+    if created.is_some_and(|c| c.duration_since(lock_time) > skew) {
+        return HolderState::Gone { replaced: true };
+    }
+    if super::convert::pod_finished(pod) {
+        return HolderState::Finished;
+    }
+    match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        None | Some("") => HolderState::Unbound,
+        Some(other) if other != node => HolderState::BoundElsewhere(other.to_string()),
+        Some(_) => HolderState::BoundHere {
+            awaiting_allocation: super::convert::pod_awaiting_allocation(pod),
+        },
+    }
+}
+
+/// Why a bind gave up on a lock its holder keeps.
+fn kept_error(
+    node: &str,
+    lock: &NodeLock,
+    kept: Kept,
+    expiry: Duration,
+    start: Instant,
+) -> LockError {
+    let holder = lock.holder.as_ref().map_or_else(
+        || "(unnamed, old HAMi)".to_string(),
+        |h| format!("{}/{}", h.namespace, h.name),
+    );
+    let since = encode_node_lock(&NodeLock {
+        time: lock.time,
+        holder: None,
+    });
+    let waited_ms = start.elapsed().as_millis();
+    match kept {
+        Kept::Live => LockError::Contention {
+            node: node.to_string(),
+            holder,
+            since,
+            expiry_seconds: expiry.as_secs(),
+            waited_ms,
+        },
+        Kept::AwaitingAllocation => LockError::AwaitingAllocation {
+            node: node.to_string(),
+            holder,
+            since,
+            waiting_minutes: Timestamp::now().duration_since(lock.time).as_mins(),
+            waited_ms,
+        },
     }
 }

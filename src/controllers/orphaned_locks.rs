@@ -4,11 +4,14 @@
 //! another bind to it takes the lock over, or until it expires
 //! (`scheduler.nodeLock.expirySeconds`, 5 minutes). Every replica sweeps,
 //! every [`SWEEP`], from its current view: a lock older than the longest
-//! bind (`scheduler.bindTimeoutSeconds` + [`MARGIN`]) whose holder is gone,
-//! has finished, is bound elsewhere or was never bound is released (that
-//! exact value only, with a resourceVersion precondition; see
-//! [`crate::cluster::lock::release_if_orphaned`]). A retried bind of the
-//! same pod writes the lock anew, so a live bind's lock is never that old.
+//! bind (`scheduler.bindTimeoutSeconds` + [`BIND_MARGIN`]) whose holder is
+//! gone, has finished, is bound elsewhere or was never bound is released
+//! (that exact value only, with a resourceVersion precondition; see
+//! [`crate::cluster::lock::release_if_orphaned`]). A lock whose holder is
+//! bound to its node is never released here: it is the device plugin's,
+//! and while the holder waits for the plugin no one else's. A retried bind
+//! of the same pod writes the lock anew, so a live bind's lock is never
+//! that old.
 //!
 //! A bind that died after its Binding left nothing to undo: the allocation
 //! went in with the Binding, and the lock is the device plugin's to
@@ -22,12 +25,12 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::cluster::SharedCluster;
 use crate::cluster::api::ApiCalls;
+#[cfg(doc)]
+use crate::cluster::lock::BIND_MARGIN;
 use crate::config::Config;
 
 /// How often the view's node locks are looked at.
 pub const SWEEP: Duration = Duration::from_secs(5);
-/// Beyond the bind budget, before a lock counts as left behind.
-pub const MARGIN: Duration = Duration::from_secs(5);
 
 /// Sweeps until `stop`.
 pub async fn run(
@@ -49,10 +52,10 @@ pub async fn run(
         if !config.scheduler.node_lock.enabled || cluster.current().is_err() {
             continue;
         }
-        let min_age = Duration::from_secs_f64(config.scheduler.bind_timeout_seconds) + MARGIN;
+        let rules = crate::cluster::lock::rules(&config);
         let held = cluster.read().held_node_locks();
         for (node, value) in held {
-            match crate::cluster::lock::release_if_orphaned(&api, &cluster, &node, &value, min_age)
+            match crate::cluster::lock::release_if_orphaned(&api, &cluster, &node, &value, rules)
                 .await
             {
                 Ok(Some(why)) => {

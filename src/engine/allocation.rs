@@ -18,20 +18,23 @@ pub struct DeviceGrant {
     pub kind: KindId,
     pub mem_mib: u64,
     pub cores: u32,
+    /// Shares of the GPU's split count taken (HAMi master's fifth
+    /// device-list field; 1 for every grant gpugate makes).
+    pub slots: u32,
     /// On a MIG GPU, the instance granted (HAMi's
     /// `hami.io/vgpu-mig-allocations` entry).
     pub mig: Option<MigInstance>,
 }
 
 impl DeviceGrant {
-    /// What the grant takes of its GPU: one slot, its memory and cores,
-    /// and a MIG instance's slices.
+    /// What the grant takes of its GPU: its slots (one at least), its
+    /// memory and cores, and a MIG instance's slices.
     /// An instance whose placement no GPU has (past 16 slices, or empty)
     /// is inconsistent wherever it is: its GPU takes no new pod.
     pub fn usage(&self) -> Usage {
         let mask = self.mig.as_ref().map(|m| slice_mask(&m.placement));
         Usage {
-            slots: 1,
+            slots: self.slots.max(1),
             mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
             cores: self.cores,
             slices: mask.flatten().unwrap_or(0),
@@ -139,6 +142,7 @@ impl Allocation {
                             // for allocations the engine made.
                             mem_mib: u32::try_from(d.mem_mib).unwrap_or(u32::MAX),
                             cores: d.cores,
+                            slots: d.slots,
                         })
                         .collect()
                 })
@@ -163,6 +167,7 @@ impl Allocation {
                             kind,
                             mem_mib: u64::from(d.mem_mib),
                             cores: d.cores,
+                            slots: d.slots,
                             mig: None,
                         })
                         .collect()
@@ -193,6 +198,7 @@ mod tests {
             kind: KindId::NVIDIA,
             mem_mib: mem,
             cores,
+            slots: 1,
             mig: None,
         }
     }

@@ -287,6 +287,7 @@ mod tests {
             kind: crate::devices::KindId::NVIDIA,
             mem_mib,
             cores,
+            slots: 1,
             mig: None,
         };
         let a = Allocation {

@@ -406,6 +406,7 @@ impl ClusterState {
                     kind: gpu.kind,
                     mem_mib: u64::from(take.mem_mib),
                     cores: take.cores,
+                    slots: 1,
                     mig: gpu.mig_instance(&take),
                 });
             }
@@ -805,6 +806,7 @@ mod tests {
             kind: crate::devices::KindId::NVIDIA,
             mem_mib: 1,
             cores: 0,
+            slots: 1,
             mig: None,
         });
         assert_eq!(

@@ -51,6 +51,7 @@ mod tests {
                     vendor: "NVIDIA".into(),
                     mem_mib: 3000,
                     cores: 30,
+                    slots: 1,
                 }],
             ],
         };

@@ -2,9 +2,17 @@
 //! `<RFC 3339 time>,<pod namespace>,<pod name>`, or just `<RFC 3339 time>`
 //! as written by old HAMi versions.
 //!
-//! HAMi writes the time in the scheduler's local time zone with whole
-//! seconds (Go's `time.RFC3339`); gpugate writes UTC (`Z`), which HAMi reads
-//! equally well.
+//! HAMi v2.10 writes the time in the scheduler's local time zone with whole
+//! seconds (Go's `time.RFC3339`), HAMi master with nanoseconds
+//! (`time.RFC3339Nano`); gpugate reads both and writes UTC (`Z`) with whole
+//! seconds, which every HAMi version reads.
+//!
+//! [`NodeLock::takeover`] is the one rule for when a lock held by another
+//! pod may be taken over (a bind) or released (the orphan sweep): never
+//! while its holder is bound to the node and still waits for its device
+//! plugin, which finds the pod an `Allocate` is for through this lock
+//! (HAMi issue #3096: a lock taken over there gave one pod's container the
+//! other pod's devices).
 
 use std::time::Duration;
 
@@ -65,6 +73,111 @@ impl NodeLock {
             .as_ref()
             .is_some_and(|h| h.namespace == namespace && h.name == name)
     }
+
+    /// Whether another pod may take this lock over at `now`, its holder
+    /// being `holder` (HAMi master #3127, and the orphan sweep's rule):
+    ///
+    /// - a holder that is gone, has finished or is bound to another node
+    ///   will never be allocated here: at once;
+    /// - a holder not bound anywhere: once no bind can still be running
+    ///   for it (`unbound_after`), or the lock has expired;
+    /// - a holder bound here: once the lock has expired, unless it still
+    ///   waits for its device plugin; then never, however old the lock;
+    /// - a lock that names nobody: once expired.
+    pub fn takeover(&self, holder: &HolderState, now: Timestamp, rules: LockRules) -> Takeover {
+        let who = self.holder.as_ref().map_or_else(String::new, |h| {
+            format!("holder {}/{}", h.namespace, h.name)
+        });
+        let expired = self.is_expired(now, rules.expiry);
+        let expired_why = || {
+            format!(
+                "expired (taken {}, expiry {} s)",
+                encode_time(self.time),
+                rules.expiry.as_secs()
+            )
+        };
+        match holder {
+            HolderState::Gone { replaced: false } => Takeover::Allowed(format!("{who} is gone")),
+            HolderState::Gone { replaced: true } => Takeover::Allowed(format!(
+                "{who} is gone (a pod of that name was created after the lock was taken)"
+            )),
+            HolderState::Finished => Takeover::Allowed(format!("{who} has finished")),
+            HolderState::BoundElsewhere(other) => {
+                Takeover::Allowed(format!("{who} is bound to node {other}"))
+            }
+            HolderState::Unbound if self.is_expired(now, rules.unbound_after) => {
+                Takeover::Allowed(format!(
+                    "{who} is not bound {} s after the lock was taken: its bind ended without a Binding",
+                    now.duration_since(self.time).as_secs()
+                ))
+            }
+            HolderState::BoundHere {
+                awaiting_allocation: true,
+            } if expired => Takeover::Kept(Kept::AwaitingAllocation),
+            HolderState::Unnamed | HolderState::Unbound | HolderState::BoundHere { .. }
+                if expired =>
+            {
+                Takeover::Allowed(expired_why())
+            }
+            HolderState::Unnamed | HolderState::Unbound | HolderState::BoundHere { .. } => {
+                Takeover::Kept(Kept::Live)
+            }
+        }
+    }
+}
+
+/// What is known of the pod a lock names, read when another pod's bind
+/// finds the lock held (or when the orphan sweep looks at it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HolderState {
+    /// The lock names no pod (written by an old HAMi): only its age says
+    /// anything.
+    Unnamed,
+    /// No pod of that name, or a newer one created after the lock was
+    /// taken (the holder was deleted and its name used again).
+    Gone { replaced: bool },
+    /// Succeeded or Failed.
+    Finished,
+    /// Bound to another node than the lock's.
+    BoundElsewhere(String),
+    /// Not bound to any node.
+    Unbound,
+    /// Bound to the lock's node. `awaiting_allocation` while it is still
+    /// `Pending` with `hami.io/bind-phase: allocating`: the kubelet has not
+    /// admitted it, and when it does, HAMi's device plugin finds the pod
+    /// through this lock.
+    BoundHere { awaiting_allocation: bool },
+}
+
+/// How long a lock lives: [`NodeLock::takeover`]'s settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRules {
+    /// `nodeLock.expirySeconds`: a lock older than this is stale, unless
+    /// its holder waits for its device plugin.
+    pub expiry: Duration,
+    /// Longer than any bind may run (`bindTimeoutSeconds` and a margin): a
+    /// holder still not bound after this never will be by that bind.
+    pub unbound_after: Duration,
+}
+
+/// Whether a lock held by another pod may be taken over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Takeover {
+    /// It may: why.
+    Allowed(String),
+    /// Its holder keeps it.
+    Kept(Kept),
+}
+
+/// Why a holder keeps its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Its bind, or its device plugin, will release it.
+    Live,
+    /// Expired, but the holder is bound to the node and still waits for
+    /// its device plugin: taken over, the lock would make the plugin give
+    /// the holder's containers the next pod's devices.
+    AwaitingAllocation,
 }
 
 fn err(piece: &str, problem: impl Into<String>) -> DecodeError {
@@ -191,6 +304,104 @@ mod tests {
         assert!(!l.is_expired(ts("2024-12-31T00:00:00Z"), five));
         assert!(!l.is_expired(ts("2025-01-01T00:05:01Z"), Duration::MAX));
         assert!(l.is_expired(ts("2025-01-01T00:00:01Z"), Duration::ZERO));
+    }
+
+    /// HAMi master writes lock times with nanoseconds (RFC 3339 Nano, in
+    /// the scheduler's zone); they are read to the nanosecond, and expiry
+    /// counts from there.
+    #[test]
+    fn hami_master_nanosecond_times() {
+        let l = decode_node_lock("2026-10-09T16:15:42.123456789+08:00,ml,train-0").unwrap();
+        assert_eq!(l.time, ts("2026-10-09T08:15:42.123456789Z"));
+        assert!(l.is_held_by("ml", "train-0"));
+        let five = Duration::from_secs(300);
+        assert!(!l.is_expired(ts("2026-10-09T08:20:42.123456789Z"), five));
+        assert!(l.is_expired(ts("2026-10-09T08:20:42.12345679Z"), five));
+        let l = decode_node_lock("2026-10-09T08:15:42.5Z").unwrap();
+        assert_eq!(l.time, ts("2026-10-09T08:15:42.5Z"));
+        assert_eq!(l.holder, None);
+        // Go's RFC3339Nano drops trailing zeros, and may drop the fraction.
+        for v in [
+            "2026-10-09T08:15:42.1Z,a,b",
+            "2026-10-09T08:15:42.000000001Z,a,b",
+            "2026-10-09T08:15:42Z,a,b",
+        ] {
+            assert!(decode_node_lock(v).is_ok(), "{v}");
+        }
+    }
+
+    /// The takeover rule, holder state by holder state, before and after
+    /// the lock expires and the bind budget passes.
+    #[test]
+    fn takeover_rule() {
+        let l = NodeLock::new(ts("2026-01-01T00:00:00Z"), "ml", "p");
+        let rules = LockRules {
+            expiry: Duration::from_secs(300),
+            unbound_after: Duration::from_secs(30),
+        };
+        let young = ts("2026-01-01T00:00:10Z");
+        let past_budget = ts("2026-01-01T00:01:00Z");
+        let expired = ts("2026-01-01T00:05:01Z");
+        let years = ts("2030-01-01T00:00:00Z");
+        let allowed = |t: Takeover| match t {
+            Takeover::Allowed(why) => Some(why),
+            Takeover::Kept(_) => None,
+        };
+        let here = |awaiting_allocation| HolderState::BoundHere {
+            awaiting_allocation,
+        };
+        for now in [young, past_budget, expired] {
+            for (state, needle) in [
+                (HolderState::Gone { replaced: false }, "holder ml/p is gone"),
+                (
+                    HolderState::Gone { replaced: true },
+                    "created after the lock",
+                ),
+                (HolderState::Finished, "has finished"),
+                (HolderState::BoundElsewhere("n2".into()), "bound to node n2"),
+            ] {
+                let why = allowed(l.takeover(&state, now, rules)).unwrap();
+                assert!(why.contains(needle), "{why}");
+            }
+        }
+        // Unbound: a bind may still be running, until its budget is past.
+        assert_eq!(
+            l.takeover(&HolderState::Unbound, young, rules),
+            Takeover::Kept(Kept::Live)
+        );
+        let why = allowed(l.takeover(&HolderState::Unbound, past_budget, rules)).unwrap();
+        assert!(why.contains("not bound 60 s after"), "{why}");
+        // Bound here: live until expiry; then taken over unless it still
+        // waits for its device plugin, which it keeps the lock for.
+        for now in [young, past_budget] {
+            for awaiting in [false, true] {
+                assert_eq!(
+                    l.takeover(&here(awaiting), now, rules),
+                    Takeover::Kept(Kept::Live)
+                );
+            }
+        }
+        let why = allowed(l.takeover(&here(false), expired, rules)).unwrap();
+        assert!(
+            why.starts_with("expired (taken 2026-01-01T00:00:00Z, expiry 300 s)"),
+            "{why}"
+        );
+        for now in [expired, years] {
+            assert_eq!(
+                l.takeover(&here(true), now, rules),
+                Takeover::Kept(Kept::AwaitingAllocation)
+            );
+        }
+        // A lock naming nobody: only its age counts.
+        let legacy = NodeLock {
+            time: l.time,
+            holder: None,
+        };
+        assert_eq!(
+            legacy.takeover(&HolderState::Unnamed, past_budget, rules),
+            Takeover::Kept(Kept::Live)
+        );
+        assert!(allowed(legacy.takeover(&HolderState::Unnamed, expired, rules)).is_some());
     }
 
     #[test]

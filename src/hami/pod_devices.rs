@@ -5,6 +5,12 @@
 //! entry (init containers first) is terminated by `;`. One container with
 //! two GPUs: `UUID1,NVIDIA,1000,30:UUID2,NVIDIA,1000,30:;`; two containers,
 //! the first without devices: `;GPU-1,NVIDIA,3000,0:;`.
+//!
+//! HAMi master (after v2.10, PR #2877) adds a fifth field, the shares of
+//! the device the grant takes (`uuid,vendor,mem,cores,slots`), written only
+//! when it is more than 1 (Enflame DRS profiles). Both forms are read; the
+//! fifth field is written only when it is not 1, so a grant of one share
+//! reads exactly as HAMi v2.10 writes it.
 
 use super::DecodeError;
 
@@ -18,6 +24,9 @@ pub struct ContainerDevice {
     pub mem_mib: u32,
     /// Compute share granted, 100 = the whole GPU.
     pub cores: u32,
+    /// Shares of the device's split count the grant takes (HAMi master's
+    /// fifth field; 1 when absent).
+    pub slots: u32,
 }
 
 /// The devices of every container of a pod.
@@ -33,9 +42,10 @@ pub struct PodDevices {
 /// The empty string is a pod with no container entries. Empty container
 /// entries are kept, because entry `i` belongs to container `i`. A value
 /// without the final `;` (or an entry without the final `:`) is read as if it
-/// had one, as HAMi does. Every device has exactly 4 fields, a non-empty
-/// uuid and vendor, and memory and cores that fit in Go's `int32` (HAMi's
-/// device plugin parses them so).
+/// had one, as HAMi does. Every device has 4 fields, or 5 with the slots
+/// (HAMi master), a non-empty uuid and vendor, memory and cores that fit in
+/// Go's `int32` (HAMi's device plugin parses them so), and slots from 1 to
+/// `int32`'s maximum.
 pub fn decode_pod_devices(
     annotation: &'static str,
     value: &str,
@@ -81,11 +91,15 @@ fn decode_device(
         )
     };
     let fields: Vec<&str> = piece.split(',').collect();
-    let [uuid, vendor, mem, cores] = fields[..] else {
-        return Err(err(format!(
-            "expected uuid,vendor,mem,cores, found {} field(s)",
-            fields.len()
-        )));
+    let (uuid, vendor, mem, cores, slots) = match fields[..] {
+        [uuid, vendor, mem, cores] => (uuid, vendor, mem, cores, None),
+        [uuid, vendor, mem, cores, slots] => (uuid, vendor, mem, cores, Some(slots)),
+        _ => {
+            return Err(err(format!(
+                "expected uuid,vendor,mem,cores or uuid,vendor,mem,cores,slots, found {} field(s)",
+                fields.len()
+            )));
+        }
     };
     if uuid.is_empty() {
         return Err(err("empty uuid".to_string()));
@@ -104,24 +118,37 @@ fn decode_device(
                 ))
             })
     };
+    let slots = match slots {
+        None => 1,
+        Some(text) => match number("slots", text)? {
+            0 => return Err(err("slots \"0\": a grant takes at least 1".to_string())),
+            n => n,
+        },
+    };
     Ok(ContainerDevice {
         uuid: uuid.to_string(),
         vendor: vendor.to_string(),
         mem_mib: number("mem", mem)?,
         cores: number("cores", cores)?,
+        slots,
     })
 }
 
-/// Encodes a device list in HAMi's form. Uuids and vendors containing `,`,
+/// Encodes a device list in HAMi's form, with the slots field only where
+/// a grant takes more than one share. Uuids and vendors containing `,`,
 /// `:` or `;` cannot be represented (HAMi's form has no escaping).
 pub fn encode_pod_devices(devices: &PodDevices) -> String {
     let mut out = String::new();
     for container in &devices.containers {
         for d in container {
             out.push_str(&format!(
-                "{},{},{},{}:",
+                "{},{},{},{}",
                 d.uuid, d.vendor, d.mem_mib, d.cores
             ));
+            if d.slots != 1 {
+                out.push_str(&format!(",{}", d.slots));
+            }
+            out.push(':');
         }
         out.push(';');
     }
@@ -139,6 +166,7 @@ mod tests {
             vendor: "NVIDIA".to_string(),
             mem_mib,
             cores,
+            slots: 1,
         }
     }
 
@@ -220,10 +248,28 @@ mod tests {
         let cases = [
             ("GPU-1,NVIDIA,3000:;", "GPU-1,NVIDIA,3000", 0, "found 3"),
             (
+                "GPU-1,NVIDIA,3000,0,1,2:;",
+                "GPU-1,NVIDIA,3000,0,1,2",
+                0,
+                "found 6",
+            ),
+            (
                 "GPU-1,NVIDIA,3000,0,x:;",
                 "GPU-1,NVIDIA,3000,0,x",
                 0,
-                "found 5",
+                "slots \"x\"",
+            ),
+            (
+                "GPU-1,NVIDIA,3000,0,0:;",
+                "GPU-1,NVIDIA,3000,0,0",
+                0,
+                "slots \"0\"",
+            ),
+            (
+                "GPU-1,NVIDIA,3000,0,-2:;",
+                "GPU-1,NVIDIA,3000,0,-2",
+                0,
+                "slots \"-2\"",
             ),
             (";GPU-1:;", "GPU-1", 1, "found 1"),
             (
@@ -265,6 +311,25 @@ mod tests {
             );
             assert!(e.problem.contains(needle), "{value:?}: {e}");
         }
+    }
+
+    /// HAMi master's fifth field (PR #2877): read, kept, and written back
+    /// only when it is not 1.
+    #[test]
+    fn five_fields() {
+        let d = decode("GPU-1,NVIDIA,12000,30,1:;");
+        assert_eq!(d.containers, vec![vec![dev("GPU-1", 12000, 30)]]);
+        assert_eq!(encode_pod_devices(&d), "GPU-1,NVIDIA,12000,30:;");
+        let v = "GCU-1,Enflame,8192,25,4:GCU-2,Enflame,1024,0:;;";
+        let d = decode(v);
+        assert_eq!(d.containers[0][0].slots, 4);
+        assert_eq!(d.containers[0][1].slots, 1);
+        assert_eq!(d.containers[1], Vec::new());
+        assert_eq!(encode_pod_devices(&d), v);
+        assert_eq!(
+            decode("G,NVIDIA,1,2,2147483647").containers[0][0].slots,
+            2147483647
+        );
     }
 
     #[test]
