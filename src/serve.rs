@@ -350,17 +350,18 @@ async fn start(
     }
     if let (None, Some(client), Some(cluster)) = (&args.cluster.cluster, &client, &cluster) {
         let api = Arc::new(ApiCalls::new(client.clone(), &config.load().api));
-        let (cluster, config, released) = (
+        let (cluster, config, bind_metrics, events) = (
             cluster.clone(),
             config.clone(),
-            metrics.bind.orphaned_locks_released.clone(),
+            metrics.bind.clone(),
+            events.clone(),
         );
         supervisor.spawn("orphan-sweep", move |stopped| {
             crate::controllers::orphaned_locks::run(
                 api.clone(),
                 cluster.clone(),
                 config.clone(),
-                released.clone(),
+                (bind_metrics.clone(), events.clone()),
                 stopped,
             )
         });

@@ -258,6 +258,22 @@ fn every_reason_code_in_words() {
         )
     );
     seen.insert("NodeLockBusy".to_string());
+    // stuck-1's lock expired 15 minutes ago, and is kept: its holder is
+    // bound there and still waits for its device plugin.
+    assert_eq!(
+        verdict(&explained("ml/small"), "stuck-1"),
+        (
+            "NodeLockAwaitingAllocation".to_string(),
+            "node stuck-1 is waiting for its device plugin to admit pod ml/stuck for 20 min: its \
+             hami.io/mutex.lock (taken 2026-11-25T11:40:00Z) is kept past its expiry, because \
+             HAMi's device plugin finds the pod an Allocate is for through the lock, so no other \
+             pod binds there until ml/stuck is admitted (hami.io/bind-phase no longer allocating) \
+             or gone; check the kubelet and the device plugin on stuck-1; a pod placed there \
+             before that would not get its own devices"
+                .to_string()
+        )
+    );
+    seen.insert("NodeLockAwaitingAllocation".to_string());
     for (pod, code, words) in everywhere {
         let e = explained(pod);
         let r = e.everywhere.as_ref().unwrap_or_else(|| panic!("{e:#?}"));
@@ -305,12 +321,12 @@ fn the_nearest_node_and_whom_to_evict() {
         [("batch/low-a", 50, "12000 MiB, 20 cores on GPU-shared-1-0")]
     );
     // No eviction helps where the pod may use no GPU, or the GPU is too small.
-    for node in ["a10-1", "sick-1", "locked-1", "cpu-1"] {
+    for node in ["a10-1", "sick-1", "locked-1", "stuck-1", "cpu-1"] {
         let n = e.nodes.iter().find(|n| n.node == node).unwrap();
         assert!(n.preempt.is_empty(), "{node}: {n:?}");
     }
     assert!(
-        e.summary.starts_with("no node can hold it now (9 nodes: 1 CardCordoned, 1 CardInsufficientCore, 3 CardInsufficientMemory,"),
+        e.summary.starts_with("no node can hold it now (10 nodes: 1 CardCordoned, 1 CardInsufficientCore, 4 CardInsufficientMemory,"),
         "{}",
         e.summary
     );
@@ -318,7 +334,7 @@ fn the_nearest_node_and_whom_to_evict() {
         e.summary
             .contains("nearest is shared-1, which needs 8000 MiB")
             && e.summary
-                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (5 not recreated by a ReplicaSet or StatefulSet)"),
+                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (6 not recreated by a ReplicaSet or StatefulSet)"),
         "{}",
         e.summary
     );
@@ -392,7 +408,7 @@ fn nodes_kube_scheduler_leaves_out() {
     assert_eq!(e.nearest, ["shared-1"]);
     assert!(
         e.summary
-            .starts_with("no node can hold it now (9 nodes: 1 CardInsufficientMemory, 8 excluded by kube-scheduler's checks)"),
+            .starts_with("no node can hold it now (10 nodes: 1 CardInsufficientMemory, 9 excluded by kube-scheduler's checks)"),
         "{}",
         e.summary
     );
@@ -445,7 +461,7 @@ fn pods_that_are_not_pending_here() {
     assert_eq!(e.status, "pending");
     assert!(
         e.summary
-            .starts_with("5 of 9 nodes can hold it now; gpugate ranks"),
+            .starts_with("5 of 10 nodes can hold it now; gpugate ranks"),
         "{}",
         e.summary
     );

@@ -4,6 +4,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -100,6 +101,13 @@ pub struct BindLabels {
     pub code: &'static str,
 }
 
+/// A node lock kept past its expiry, and its holder (`namespace/name`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwaitedLockLabels {
+    pub node: String,
+    pub pod: String,
+}
+
 /// What bind reports to Prometheus.
 #[derive(Debug, Clone)]
 pub struct BindMetrics {
@@ -116,6 +124,9 @@ pub struct BindMetrics {
     /// Node locks a bind left behind (its process died between the lock
     /// and the Binding) that the orphan sweep released.
     pub orphaned_locks_released: Counter,
+    /// Node locks kept past their expiry because their holder waits for
+    /// its device plugin: seconds since each was taken (set by the sweep).
+    pub locks_awaiting_allocation: Family<AwaitedLockLabels, Gauge>,
 }
 
 impl Default for BindMetrics {
@@ -128,6 +139,7 @@ impl Default for BindMetrics {
             assumed: Counter::default(),
             assumed_expired: Counter::default(),
             orphaned_locks_released: Counter::default(),
+            locks_awaiting_allocation: Family::default(),
         }
     }
 }
@@ -176,6 +188,14 @@ impl BindMetrics {
              elsewhere or never bound once scheduler.bindTimeoutSeconds + 5 s had passed) that \
              the orphan sweep released",
             self.orphaned_locks_released.clone(),
+        );
+        registry.register(
+            "gpugate_node_lock_awaiting_allocation_seconds",
+            "Seconds since a hami.io/mutex.lock was taken, for each lock kept past \
+             nodeLock.expirySeconds because its holder is bound to the node and still waits for \
+             its device plugin (Pending, hami.io/bind-phase: allocating); the node takes no \
+             other pod meanwhile",
+            self.locks_awaiting_allocation.clone(),
         );
         registry.register(
             "gpugate_bind_rollback_failures",

@@ -208,6 +208,18 @@ pub fn judge(
         };
         keep_only(&mut eval, place, why);
     }
+    if config.scheduler.node_lock.enabled {
+        // A lock kept past its expiry for a holder that waits for its
+        // device plugin: no bind there can take it.
+        for lock in view.locks_awaiting_allocation(now, crate::cluster::lock::rules(config)) {
+            if eval.feasible.iter().any(|f| f.node == lock.node) {
+                eval.retain_feasible(|f| f.node != lock.node);
+                let node = lock.node.clone();
+                let lock = Box::new(lock);
+                rejected.push((node, NodeReason::NodeLockAwaitingAllocation { lock, now }));
+            }
+        }
+    }
     if let Some(busy) = steering::busy_nodes(
         view,
         config,

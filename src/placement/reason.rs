@@ -23,13 +23,14 @@ pub enum ReasonCode {
     GangPlacement,
     MoveDestination,
     NodeLockBusy,
+    NodeLockAwaitingAllocation,
     NotBestNode,
     NumaTopologiesListing,
 }
 
 impl ReasonCode {
     /// The codes beside the per-GPU ones.
-    pub const NODE: [ReasonCode; 11] = [
+    pub const NODE: [ReasonCode; 12] = [
         ReasonCode::NodeUnregistered,
         ReasonCode::NodeInsufficientDevice,
         ReasonCode::ResourceQuotaNotFit,
@@ -39,6 +40,7 @@ impl ReasonCode {
         ReasonCode::GangPlacement,
         ReasonCode::MoveDestination,
         ReasonCode::NodeLockBusy,
+        ReasonCode::NodeLockAwaitingAllocation,
         ReasonCode::NotBestNode,
         ReasonCode::NumaTopologiesListing,
     ];
@@ -63,6 +65,7 @@ impl ReasonCode {
             ReasonCode::GangPlacement => "GangPlacement",
             ReasonCode::MoveDestination => "MoveDestination",
             ReasonCode::NodeLockBusy => "NodeLockBusy",
+            ReasonCode::NodeLockAwaitingAllocation => "NodeLockAwaitingAllocation",
             ReasonCode::NotBestNode => "NotBestNode",
             ReasonCode::NumaTopologiesListing => "NumaTopologiesListing",
         }
@@ -189,6 +192,13 @@ pub enum NodeReason {
     /// A bind here would wait behind more lock holds (node lock held,
     /// binds in progress or assumed) than on the nodes offered.
     NodeLockBusy(LockBusy),
+    /// The node's lock is kept past its expiry for a pod bound there that
+    /// still waits for its device plugin: no other pod binds there until
+    /// it is admitted or gone (`now` is when that was found).
+    NodeLockAwaitingAllocation {
+        lock: Box<crate::cluster::view::AwaitedLock>,
+        now: jiff::Timestamp,
+    },
     /// `filterMode: best` offers only the best node, `top` (`Some(k)`)
     /// only the `k` best.
     NotBestNode {
@@ -223,18 +233,21 @@ impl NodeReason {
             NodeReason::GangPlacement { .. } => ReasonCode::GangPlacement,
             NodeReason::MoveDestination { .. } => ReasonCode::MoveDestination,
             NodeReason::NodeLockBusy(_) => ReasonCode::NodeLockBusy,
+            NodeReason::NodeLockAwaitingAllocation { .. } => ReasonCode::NodeLockAwaitingAllocation,
             NodeReason::NotBestNode { .. } => ReasonCode::NotBestNode,
             NodeReason::NumaTopologiesListing => ReasonCode::NumaTopologiesListing,
         }
     }
 
-    /// Whether preempting pods cannot help: the node lacks the GPUs, or the
-    /// pod's group label is malformed or its members are missing.
+    /// Whether preempting pods cannot help: the node lacks the GPUs, the
+    /// pod's group label is malformed or its members are missing, or the
+    /// node's lock waits for a device plugin.
     pub fn is_unresolvable(&self) -> bool {
         match self {
             NodeReason::Engine(r) => r.is_unresolvable(),
             NodeReason::GangInvalid(_)
             | NodeReason::Gang(GangShortfall::Incomplete { .. })
+            | NodeReason::NodeLockAwaitingAllocation { .. }
             | NodeReason::NumaTopologiesListing => true,
             _ => false,
         }
@@ -258,6 +271,9 @@ impl fmt::Display for NodeReason {
             ),
             NodeReason::NodeLockBusy(busy) => {
                 write!(f, "NodeLockBusy ({busy}; other nodes have fewer lock holds ahead)")
+            }
+            NodeReason::NodeLockAwaitingAllocation { lock, now } => {
+                write!(f, "NodeLockAwaitingAllocation ({})", lock.describe(*now))
             }
             NodeReason::NotBestNode { policy, top: None } => write!(
                 f,
@@ -389,6 +405,16 @@ mod tests {
                 queue_depth: 0,
                 queue_depth_auto: false,
             }),
+            NodeReason::NodeLockAwaitingAllocation {
+                lock: Box::new(crate::cluster::view::AwaitedLock {
+                    node: "n".into(),
+                    uid: "u".into(),
+                    namespace: "ml".into(),
+                    name: "p".into(),
+                    since: jiff::Timestamp::UNIX_EPOCH,
+                }),
+                now: jiff::Timestamp::UNIX_EPOCH,
+            },
             NodeReason::NotBestNode {
                 policy: NodePolicy::Binpack,
                 top: None,

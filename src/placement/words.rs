@@ -98,6 +98,10 @@ pub fn in_words(reason: &NodeReason) -> String {
         NodeReason::NodeLockBusy(why) => format!(
             "a bind here would wait ({why}), and other nodes have fewer lock holds ahead"
         ),
+        NodeReason::NodeLockAwaitingAllocation { lock, now } => format!(
+            "{}; a pod placed there before that would not get its own devices",
+            lock.describe(*now)
+        ),
         NodeReason::NotBestNode { policy, top: None } => format!(
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the {policy} policy"
         ),

@@ -10,7 +10,9 @@ use crate::cluster::pod_annotations::pod_allocation;
 use crate::engine::allocation::MigMismatch;
 use crate::engine::{Allocation, ClusterState};
 
-use super::{ClusterView, HeldPod, Stage};
+use crate::hami::node_lock::{HolderState, Kept, LockRules, Takeover};
+
+use super::{AwaitedLock, ClusterView, HeldPod, Stage};
 
 impl ClusterView {
     /// Records a pod under `key` (its UID). Returns the problem when its
@@ -50,6 +52,8 @@ impl ClusterView {
                     held.labels = super::PackedLabels::pack(pod.metadata.labels.as_ref());
                     held.bound = bound;
                     held.bound_elsewhere = super::bound_elsewhere(pod, Some(&allocation));
+                    held.awaiting_allocation =
+                        crate::cluster::convert::pod_awaiting_allocation(pod);
                     // The device plugin adds an instance's runtime ids
                     // after bind; the allocation itself is unchanged.
                     held.mig_ready = crate::cluster::pod_annotations::pod_mig_ready(pod);
@@ -133,6 +137,46 @@ impl ClusterView {
                     && !p.bound_elsewhere
                     && p.allocation.as_ref().is_some_and(|a| a.node == node)
             })
+    }
+
+    /// Every node lock the watch shows expired while the view shows its
+    /// holder bound to the node and still waiting for its device plugin:
+    /// kept for it ([`crate::hami::NodeLock::takeover`]), so the node takes no other
+    /// pod until the holder is admitted or gone. Sorted by node.
+    pub fn locks_awaiting_allocation(
+        &self,
+        now: jiff::Timestamp,
+        rules: LockRules,
+    ) -> Vec<AwaitedLock> {
+        let mut out: Vec<AwaitedLock> = self
+            .seen_locks
+            .all_expired(now, rules.expiry)
+            .filter_map(|(node, lock)| {
+                let h = lock.holder.as_ref()?;
+                let key = self
+                    .held_names
+                    .get(&format!("{}/{}", h.namespace, h.name))?;
+                let p = self.pods.get(key)?;
+                let here = p.bound
+                    && !p.bound_elsewhere
+                    && p.allocation.as_ref().is_some_and(|a| a.node == node);
+                let state = HolderState::BoundHere {
+                    awaiting_allocation: p.awaiting_allocation,
+                };
+                let kept = here
+                    && lock.takeover(&state, now, rules)
+                        == Takeover::Kept(Kept::AwaitingAllocation);
+                kept.then(|| AwaitedLock {
+                    node: node.to_string(),
+                    uid: key.clone(),
+                    namespace: p.namespace.clone(),
+                    name: p.name.clone(),
+                    since: lock.time,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        out
     }
 
     /// A complete list lacks the pod: it was deleted while the watch was

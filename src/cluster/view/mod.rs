@@ -44,7 +44,7 @@ pub use destinations::TakenDestination;
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use reservations::{BindInProgress, Expired, PromisedWork, Reservation, TakenHolds};
-pub use seen_locks::{SeenLock, SeenLocks};
+pub use seen_locks::{AwaitedLock, SeenLock, SeenLocks};
 use served::Served;
 
 /// A pod the ledger knows to hold GPUs (applied or unaccounted).
@@ -62,6 +62,10 @@ struct HeldPod {
     /// `spec.nodeName` names another node than the allocation: not a live
     /// holder of the allocation node's lock.
     bound_elsewhere: bool,
+    /// Bound, `Pending` with `hami.io/bind-phase: allocating`: the kubelet
+    /// has not admitted it, and its device plugin will find it through the
+    /// node lock it holds, which is kept for it past its expiry.
+    awaiting_allocation: bool,
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
@@ -119,6 +123,7 @@ impl HeldPod {
             labels: PackedLabels::pack(pod.metadata.labels.as_ref()),
             bound: pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()),
             bound_elsewhere: bound_elsewhere(pod, allocation.as_ref()),
+            awaiting_allocation: super::convert::pod_awaiting_allocation(pod),
             started: pod_started(pod),
             amount: allocation
                 .as_ref()

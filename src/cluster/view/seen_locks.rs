@@ -83,6 +83,18 @@ impl SeenLocks {
         self.locks.remove(node);
     }
 
+    /// Every node whose readable lock has expired at `now`, with the lock.
+    pub fn all_expired(
+        &self,
+        now: jiff::Timestamp,
+        expiry: std::time::Duration,
+    ) -> impl Iterator<Item = (&str, &Arc<NodeLock>)> {
+        self.locks
+            .iter()
+            .filter(move |(_, lock)| lock.is_expired(now, expiry))
+            .map(|(node, lock)| (node.as_str(), lock))
+    }
+
     /// Every node whose lock is held at `now` (not expired, readable), with
     /// the lock: one pass over the locks, no lookups, nothing copied.
     pub fn all_held(
@@ -94,6 +106,40 @@ impl SeenLocks {
             .iter()
             .filter(move |(_, lock)| !lock.is_expired(now, expiry))
             .map(|(node, lock)| (node.as_str(), lock))
+    }
+}
+
+/// A node lock kept past its expiry because its holder, bound to the
+/// node, still waits for its device plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwaitedLock {
+    pub node: String,
+    /// The holder's UID, namespace and name.
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// When the lock was taken.
+    pub since: jiff::Timestamp,
+}
+
+impl AwaitedLock {
+    /// What people are told: the node, the pod and for how long.
+    pub fn describe(&self, now: jiff::Timestamp) -> String {
+        format!(
+            "node {} is waiting for its device plugin to admit pod {}/{} for {} min: its \
+             hami.io/mutex.lock (taken {}) is kept past its expiry, because HAMi's device plugin \
+             finds the pod an Allocate is for through the lock, so no other pod binds there until \
+             {}/{} is admitted (hami.io/bind-phase no longer allocating) or gone; check the \
+             kubelet and the device plugin on {}",
+            self.node,
+            self.namespace,
+            self.name,
+            now.duration_since(self.since).as_mins(),
+            self.since,
+            self.namespace,
+            self.name,
+            self.node,
+        )
     }
 }
 

@@ -414,6 +414,73 @@ fn a_node_is_busy_while_its_lock_is_held_and_not_expired() {
     assert!(view.seen_lock("n1").is_none());
 }
 
+/// An expired lock is reported kept while the view shows its holder bound
+/// to the node, Pending with bind-phase allocating; not once the holder is
+/// admitted, running, bound elsewhere or gone, nor before it expires.
+#[test]
+fn expired_locks_kept_for_holders_awaiting_their_device_plugin() {
+    use crate::hami::node_lock::LockRules;
+    let rules = LockRules {
+        expiry: std::time::Duration::from_secs(300),
+        unbound_after: std::time::Duration::from_secs(30),
+    };
+    let mut view = ClusterView::new();
+    let mut n = node("n1", REGISTER);
+    view.upsert_node(&n);
+    n.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(keys::NODE_LOCK.into(), "2026-01-01T00:00:00Z,ml,p".into());
+    view.note_node_lock(&n);
+    let holder = |phase: &str, bind_phase: &str, bound_to: &str| {
+        let mut p = pod("ml", "p", "n1", "GPU-0,NVIDIA,1000,0:;", phase);
+        p.spec.as_mut().unwrap().node_name = Some(bound_to.into());
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys::BIND_PHASE.into(), bind_phase.into());
+        p
+    };
+    let at = |t: &str| -> jiff::Timestamp { t.parse().unwrap() };
+    let later = at("2026-01-01T00:20:00Z");
+    view.upsert_pod("uid-p", &holder("Pending", "allocating", "n1"));
+    let kept = view.locks_awaiting_allocation(later, rules);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        (kept[0].node.as_str(), kept[0].uid.as_str()),
+        ("n1", "uid-p")
+    );
+    assert!(
+        kept[0]
+            .describe(later)
+            .starts_with("node n1 is waiting for its device plugin to admit pod ml/p for 20 min"),
+        "{}",
+        kept[0].describe(later)
+    );
+    // Not expired yet: a live lock, steered around, not kept.
+    assert!(
+        view.locks_awaiting_allocation(at("2026-01-01T00:04:00Z"), rules)
+            .is_empty()
+    );
+    for (phase, bind_phase, node) in [
+        ("Pending", "success", "n1"),
+        ("Running", "allocating", "n1"),
+        ("Pending", "allocating", "n2"),
+    ] {
+        view.upsert_pod("uid-p", &holder(phase, bind_phase, node));
+        assert!(
+            view.locks_awaiting_allocation(later, rules).is_empty(),
+            "{phase} {bind_phase} {node}"
+        );
+    }
+    view.upsert_pod("uid-p", &holder("Pending", "allocating", "n1"));
+    assert_eq!(view.locks_awaiting_allocation(later, rules).len(), 1);
+    view.delete_pod("uid-p");
+    assert!(view.locks_awaiting_allocation(later, rules).is_empty());
+}
+
 /// A pod named into a group only by `spec.schedulingGroup.podGroupName`
 /// (Kubernetes 1.36) is a member like one with the label, and its group's
 /// PodGroup gives the count.
