@@ -490,6 +490,11 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         plugin.released.load(std::sync::atomic::Ordering::Relaxed),
         plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
+    // Allocates that gave a container another pod's devices, or none.
+    let mistakes = plugin.mistakes();
+    for m in mistakes.iter().take(10) {
+        println!("scale: FAILED: {m}");
+    }
     plugin.stop().await;
     if replay_failures > 0 {
         println!(
@@ -498,6 +503,7 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
     }
 
     let ok = replay_failures == 0
+        && mistakes.is_empty()
         && rows.iter().all(|r| {
             r.outcome.unbound_count == 0
                 && r.placement.overcommitted.is_empty()

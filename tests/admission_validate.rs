@@ -289,3 +289,48 @@ fn vgpu_mode_and_scoring_weights_are_checked_at_admission() {
         }
     }
 }
+
+/// deploy/'s ValidatingAdmissionPolicy guards on UPDATE the keys the
+/// webhook refuses on CREATE: its CEL names each of gpugate's own keys
+/// and each rule of HAMi's (`is_scheduler_owned`), and a vendor's device
+/// lists are refused at CREATE as NVIDIA's are.
+#[test]
+fn the_update_policy_names_the_keys_the_webhook_refuses() {
+    use gpugate::admission::validate::GPUGATE_OWNED;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/admission-policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let policy: Value = serde_yaml_ng::from_str(text.split("\n---\n").next().unwrap()).unwrap();
+    let owned = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "owned")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for key in GPUGATE_OWNED {
+        assert!(owned.contains(&format!("'{key}'")), "{key} in {owned}");
+    }
+    for rule in [
+        "k.startsWith('hami.io/vgpu-')",
+        "k.startsWith('hami.io/bind-')",
+        "k.endsWith('-devices-to-allocate')",
+        "k.endsWith('-devices-allocated')",
+        "k == 'hami.io/kunlun-allocated'",
+    ] {
+        assert!(owned.contains(rule), "{rule} in {owned}");
+    }
+    for key in [
+        "hami.io/cambricon-mlu-devices-to-allocate",
+        "hami.io/kunlun-allocated",
+        "gpugate.io/numa-zones",
+    ] {
+        let mut pod = fixture("slice.yaml");
+        pod["metadata"]["annotations"] = json!({key: "x"});
+        match validate_pod(&pod, &Config::default(), None) {
+            Validation::Deny(d) => assert!(d.message.starts_with(key), "{}", d.message),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+}

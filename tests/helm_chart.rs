@@ -243,6 +243,17 @@ fn chart_renders_what_the_kustomize_variants_do() {
                 }
             }
         }
+        for kind in [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ] {
+            let name = "gpugate-scheduler-owned-keys";
+            assert_eq!(
+                find(&chart, kind, name)["spec"],
+                find(&kust, kind, name)["spec"],
+                "{variant} {kind}"
+            );
+        }
         let sched = |o: &[Value]| config_map_yaml(o, "gpugate-scheduler-config", "config.yaml");
         assert_eq!(sched(&chart), sched(&kust), "{variant}");
         let (cd, kd) = (

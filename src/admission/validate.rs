@@ -30,15 +30,20 @@ pub enum Validation {
     Invalid(String),
 }
 
-/// Prefixes of the annotations only the scheduler and the device plugin write.
-const ALLOCATION_PREFIXES: [&str; 6] = [
-    "hami.io/vgpu-",
-    "hami.io/bind-",
+/// gpugate's own annotations that only it writes, beside HAMi's
+/// ([`crate::hami::keys::is_scheduler_owned`]).
+pub const GPUGATE_OWNED: [&str; 4] = [
     crate::cluster::pod_annotations::NUMA_ZONES,
     crate::controllers::preemption::CLAIM,
     crate::controllers::defragmentation::CLAIM,
     crate::controllers::preemption::GPUS_FREED,
 ];
+
+/// Whether a pod annotation or label key is written only by the scheduler
+/// (gpugate, or HAMi's) and the device plugin, never by a pod's author.
+pub fn is_scheduler_owned(key: &str) -> bool {
+    crate::hami::keys::is_scheduler_owned(key) || GPUGATE_OWNED.contains(&key)
+}
 
 /// Validates a Pod given as a parsed JSON value (tests and tools; the
 /// webhook reads the request body with [`validate`] directly).
@@ -212,12 +217,8 @@ pub fn placement_denial(pod: &PodView<'_>, config: &Config) -> Option<Denial> {
 /// The first allocation annotation, else label, a pod's author wrote (in
 /// key order, as a map lists them).
 fn forged_allocation_key<'p>(pod: &'p PodView<'_>) -> Option<&'p str> {
-    let forged = |pairs: Option<&'p Pairs<'_>>| {
-        pairs?
-            .keys()
-            .filter(|k| ALLOCATION_PREFIXES.iter().any(|p| k.starts_with(p)))
-            .min()
-    };
+    let forged =
+        |pairs: Option<&'p Pairs<'_>>| pairs?.keys().filter(|k| is_scheduler_owned(k)).min();
     forged(pod.annotations()).or_else(|| forged(pod.labels()))
 }
 

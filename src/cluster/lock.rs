@@ -87,7 +87,7 @@ pub enum LockError {
     },
     #[error(
         "node {node} is locked by pod {holder} since {since} (hami.io/mutex.lock), which is bound \
-         to the node and has waited {waiting_minutes} min for its device plugin (Pending, \
+         to the node and has waited {waiting_seconds} s for its device plugin (Pending, \
          hami.io/bind-phase: allocating); the lock is kept past its expiry until that pod is \
          admitted or gone, because HAMi's device plugin finds the pod an Allocate is for through \
          the lock: taken over, it would give {holder}'s containers another pod's devices; \
@@ -97,7 +97,7 @@ pub enum LockError {
         node: String,
         holder: String,
         since: String,
-        waiting_minutes: i64,
+        waiting_seconds: i64,
         waited_ms: u128,
     },
     #[error("another bind to node {node} in this gpugate did not finish within {waited_ms} ms")]
@@ -613,7 +613,7 @@ fn kept_error(
             node: node.to_string(),
             holder,
             since,
-            waiting_minutes: Timestamp::now().duration_since(lock.time).as_mins(),
+            waiting_seconds: Timestamp::now().duration_since(lock.time).as_secs(),
             waited_ms,
         },
     }

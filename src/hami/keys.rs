@@ -32,3 +32,60 @@ pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
 
 /// Pod: weights of HAMi's device score, `slot=…,core=…,memory=…`.
 pub const DEVICE_SCORING_WEIGHTS: &str = "hami.io/device-scoring-weights";
+
+/// Whether a pod annotation or label key under `hami.io/` is written only
+/// by the scheduler and the device plugin, never by a pod's author: every
+/// `hami.io/vgpu-*` and `hami.io/bind-*` key (node, time, device lists,
+/// MIG instances, bind phase and time), and each vendor's device lists
+/// (`hami.io/<vendor>-devices-to-allocate`, `hami.io/<vendor>-devices-allocated`,
+/// Kunlun's `hami.io/kunlun-allocated`). HAMi master refuses the same keys
+/// on CREATE (#3042) and on UPDATE by anyone but its components (#3074);
+/// gpugate's validating webhook refuses them on CREATE and its
+/// ValidatingAdmissionPolicy (deploy/) on UPDATE, with the same rule.
+pub fn is_scheduler_owned(key: &str) -> bool {
+    let Some(rest) = key.strip_prefix("hami.io/") else {
+        return false;
+    };
+    rest.starts_with("vgpu-")
+        || rest.starts_with("bind-")
+        || rest.ends_with("-devices-to-allocate")
+        || rest.ends_with("-devices-allocated")
+        || rest == "kunlun-allocated"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduler_owned_keys() {
+        for owned in [
+            VGPU_NODE,
+            VGPU_TIME,
+            VGPU_DEVICES_TO_ALLOCATE,
+            VGPU_DEVICES_ALLOCATED,
+            VGPU_MIG_ALLOCATIONS,
+            BIND_PHASE,
+            BIND_TIME,
+            "hami.io/cambricon-mlu-devices-to-allocate",
+            "hami.io/dcu-devices-allocated",
+            "hami.io/Ascend910B-devices-allocated",
+            "hami.io/aws-neuron-devices-allocated",
+            "hami.io/kunlun-allocated",
+        ] {
+            assert!(is_scheduler_owned(owned), "{owned}");
+        }
+        for not in [
+            NODE_SCHEDULER_POLICY,
+            GPU_SCHEDULER_POLICY,
+            DEVICE_SCORING_WEIGHTS,
+            NODE_LOCK,
+            "hami.io/webhook",
+            "hami.io/numa-alignment",
+            "nvidia.com/vgpu-devices-allocated",
+            "hami.io",
+        ] {
+            assert!(!is_scheduler_owned(not), "{not}");
+        }
+    }
+}

@@ -173,8 +173,9 @@ impl ControlPlane {
         .await
         .map_err(|e| cp.with_log("kube-apiserver", &cp.apiserver, e))?;
 
-        // deploy/'s namespace and RBAC, for real: gpugate and kube-scheduler
-        // get exactly those rights.
+        // deploy/'s namespace, RBAC and admission policy, for real: gpugate
+        // and kube-scheduler get exactly those rights, and every scenario
+        // runs with the policy guarding the scheduler-owned pod keys.
         let discovery = Discovery::new(admin.clone()).run().await?;
         for o in deployed.iter().filter(|o| {
             matches!(
@@ -185,6 +186,8 @@ impl ControlPlane {
                     | "ClusterRoleBinding"
                     | "Role"
                     | "RoleBinding"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
             )
         }) {
             manifests::apply(&admin, &discovery, o, false).await?;
@@ -256,7 +259,13 @@ impl ControlPlane {
         for o in objects.iter().filter(|o| {
             matches!(
                 manifests::kind(o),
-                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+                "ServiceAccount"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "Role"
+                    | "RoleBinding"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
             )
         }) {
             manifests::apply(&self.admin, &discovery, o, false).await?;
@@ -634,6 +643,49 @@ fn write_kubeconfig(path: &Path, port: u16, ca_pem: &str, user: Value) -> anyhow
     });
     std::fs::write(path, serde_yaml_ng::to_string(&config)?)?;
     Ok(())
+}
+
+impl ControlPlane {
+    /// A client acting as the ServiceAccount `namespace/name` (a token
+    /// from a TokenRequest), with exactly the rights RBAC gives it.
+    pub async fn client_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Client> {
+        let token = service_account_token(&self.admin, namespace, name).await?;
+        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        let kc = Kubeconfig::read_from(self.dir.join("admin.kubeconfig"))?;
+        let server = kc
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .ok_or_else(|| anyhow!("admin.kubeconfig names no server"))?;
+        let port: u16 = server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| anyhow!("no port in {server}"))?;
+        write_kubeconfig(
+            &path,
+            port,
+            &self.pki.cluster.ca_cert_pem,
+            json!({"token": token}),
+        )?;
+        client_from(&path).await
+    }
+
+    /// A client of the admin's that impersonates `user` in `groups`, with
+    /// exactly the rights RBAC gives that user.
+    pub async fn client_as_user(&self, user: &str, groups: &[&str]) -> anyhow::Result<Client> {
+        let kc = Kubeconfig::read_from(self.dir.join("admin.kubeconfig"))?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        config.auth_info.impersonate = Some(user.to_string());
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+        Ok(Client::try_from(config)?)
+    }
 }
 
 pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {

@@ -1,28 +1,36 @@
-//! What HAMi's device plugin does once kubelet has a pod to start: for a
-//! node locked by a pod that is now bound to it with `hami.io/bind-phase:
-//! allocating`, mark the pod `success` and release the node lock. Without
-//! this, a second bind to the same node would wait for the lock, as it does
-//! in a real cluster while the device plugin sets the first pod up.
+//! What the kubelet and HAMi's device plugin do once a GPU pod is bound to
+//! a node: some time after the bind (the Allocate delay, counted from when
+//! the pod was first seen bound) the kubelet admits the pod and calls
+//! Allocate for each of its containers that asks for GPUs, init containers
+//! first. Allocate carries no pod name: HAMi's device plugin finds the pod
+//! through the node lock (`hami.io/mutex.lock`), as HAMi master does
+//! (#3126): the lock must name a pod that is Pending and bound to the node.
+//! It hands each container the next non-empty entry of that pod's
+//! `hami.io/vgpu-devices-to-allocate`, writes back what is left with
+//! `hami.io/bind-phase: success` once nothing is, and releases the lock.
+//!
+//! So the simulation sees the protocol's hazards as a real node would: a
+//! pod admitted while the lock names another pod gets that pod's devices
+//! (HAMi #3096), and a pod admitted without a lock gets none. Each is
+//! recorded ([`DevicePlugin::mistakes`]); what each container got is kept
+//! ([`DevicePlugin::served`]).
 //!
 //! Driven by two watches (node metadata for the locks, bound pods for
-//! `spec.nodeName` and the bind phase), so that it costs nothing on a
-//! thousand idle nodes. Each lock is handled by a task of its own, which
-//! waits for the Allocate delay (counted from when the plugin first saw the
-//! pod bound to the node, as kubelet would call Allocate some time after
-//! the bind) and then does the two writes; at most `CONCURRENT_WRITES`
-//! tasks write at a time. A lock whose holder is gone is left alone:
-//! gpugate takes it over.
+//! `spec.nodeName`, the bind phase and the containers), so that it costs
+//! nothing on a thousand idle nodes. Each admission is a task of its own;
+//! at most `CONCURRENT_WRITES` write at a time. A pod can be held back
+//! ([`DevicePlugin::hold`]: its kubelet is down) and let go again.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use futures::StreamExt as _;
-use gpugate::hami::keys::{BIND_PHASE, NODE_LOCK};
+use gpugate::hami::keys::{BIND_PHASE, NODE_LOCK, VGPU_DEVICES_TO_ALLOCATE};
 use gpugate::hami::node_lock::decode_node_lock;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -33,24 +41,48 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// Lock tasks writing to the API server at the same time.
+/// Admissions writing to the API server at the same time.
 const CONCURRENT_WRITES: usize = 64;
 /// Tries of one write that meets a conflict (a newer resourceVersion).
 const CONFLICT_TRIES: usize = 20;
 
+/// What one container was given by Allocate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub container: String,
+    /// The device-list entry handed to it (`uuid,NVIDIA,mem,cores:`...).
+    pub entry: String,
+    /// `namespace/name` of the pod whose list the entry came from (the
+    /// lock's holder): the pod itself, unless the protocol failed.
+    pub from: String,
+}
+
 pub struct DevicePlugin {
     /// Node locks released.
     pub released: Arc<AtomicU64>,
-    /// Failed watches and failed lock tasks (a lock is tried again at the
-    /// next event about it, or within a second).
+    /// Failed watches and failed admissions (an admission is tried again
+    /// at the next event about its pod, or within a second).
     pub errors: Arc<AtomicU64>,
     delay_ms: Arc<AtomicU64>,
+    record: Arc<Record>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What the plugin did and was told, shared with its tasks.
+#[derive(Default)]
+struct Record {
+    /// Pods whose kubelet does not admit them yet.
+    held: Mutex<HashSet<PodKey>>,
+    /// What each admitted pod's containers got.
+    served: Mutex<HashMap<PodKey, Vec<Served>>>,
+    /// Admissions that gave a container another pod's devices, or none.
+    mistakes: Mutex<Vec<String>>,
+}
+
 impl DevicePlugin {
-    /// Starts watching; `delay` is how long Allocate takes.
+    /// Starts watching; `delay` is how long after the bind the kubelet
+    /// admits a pod.
     pub fn start(client: Client, delay: Duration) -> DevicePlugin {
         let plugin = Shared {
             client,
@@ -58,18 +90,21 @@ impl DevicePlugin {
             errors: Arc::new(AtomicU64::new(0)),
             delay_ms: Arc::new(AtomicU64::new(millis(delay))),
             writers: Arc::new(Semaphore::new(CONCURRENT_WRITES)),
+            record: Arc::new(Record::default()),
         };
         let (stop, stopped) = watch::channel(false);
-        let (released, errors, delay_ms) = (
+        let (released, errors, delay_ms, record) = (
             plugin.released.clone(),
             plugin.errors.clone(),
             plugin.delay_ms.clone(),
+            plugin.record.clone(),
         );
         let task = tokio::spawn(run(plugin, stopped));
         DevicePlugin {
             released,
             errors,
             delay_ms,
+            record,
             stop,
             task,
         }
@@ -84,12 +119,41 @@ impl DevicePlugin {
         Duration::from_millis(self.delay_ms.load(Ordering::Relaxed))
     }
 
-    /// Stops the watches and every lock task (a task cut short leaves its
+    /// The kubelet does not admit pod `namespace/name` until [`Self::let_go`].
+    pub fn hold(&self, namespace: &str, name: &str) {
+        lock(&self.record.held).insert((namespace.to_string(), name.to_string()));
+    }
+
+    /// The kubelet admits the pod again (within a second).
+    pub fn let_go(&self, namespace: &str, name: &str) {
+        lock(&self.record.held).remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// What the containers of pod `namespace/name` got, in the order the
+    /// kubelet asked (init containers first); empty until it is admitted.
+    pub fn served(&self, namespace: &str, name: &str) -> Vec<Served> {
+        lock(&self.record.served)
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every admission so far that gave a container another pod's devices
+    /// or found no lock naming a pending pod, in words.
+    pub fn mistakes(&self) -> Vec<String> {
+        lock(&self.record.mistakes).clone()
+    }
+
+    /// Stops the watches and every admission (one cut short leaves its
     /// lock, which gpugate takes over).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn millis(d: Duration) -> u64 {
@@ -103,6 +167,7 @@ struct Shared {
     errors: Arc<AtomicU64>,
     delay_ms: Arc<AtomicU64>,
     writers: Arc<Semaphore>,
+    record: Arc<Record>,
 }
 
 /// A pod by namespace and name.
@@ -112,15 +177,11 @@ type PodKey = (String, String);
 struct BoundPod {
     node: String,
     phase: Option<String>,
+    /// The containers that ask for GPUs, init containers first: the
+    /// kubelet calls Allocate for each.
+    gpu_containers: Vec<String>,
     /// When the plugin first saw it bound to `node`.
     since: Instant,
-}
-
-/// One lock to release: the node and the pod holding it.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Job {
-    node: String,
-    pod: PodKey,
 }
 
 #[derive(Default)]
@@ -128,20 +189,34 @@ struct State {
     /// Node → the pod its lock names.
     locks: HashMap<String, PodKey>,
     pods: HashMap<PodKey, BoundPod>,
-    /// Locks with a task running.
-    running: HashSet<Job>,
-    /// Locks a task has dealt with (released, or found not to be the
-    /// pod's any more): never tried again, even while the node watch still
-    /// shows the lock.
-    done: HashSet<Job>,
+    /// Pods with an admission running.
+    running: HashSet<PodKey>,
+    /// Pods admitted (or found not to need it any more): never again,
+    /// even while the watch still shows them allocating.
+    done: HashSet<PodKey>,
     /// Keys seen during a re-list, to drop what the list no longer has.
     relisting_nodes: Option<HashSet<String>>,
     relisting_pods: Option<HashSet<PodKey>>,
 }
 
+/// Whether a container asks for GPUs (a `…/gpu` count resource, under any
+/// resource name prefix).
+fn asks_for_gpus(c: &Container) -> bool {
+    let r = c.resources.as_ref();
+    [
+        r.and_then(|r| r.limits.as_ref()),
+        r.and_then(|r| r.requests.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|m| m.keys().any(|k| k.ends_with("/gpu")))
+}
+
 impl State {
-    fn node(&mut self, node: &PartialObjectMeta<Node>) -> Option<String> {
-        let name = node.metadata.name.clone()?;
+    fn node(&mut self, node: &PartialObjectMeta<Node>) {
+        let Some(name) = node.metadata.name.clone() else {
+            return;
+        };
         if let Some(seen) = self.relisting_nodes.as_mut() {
             seen.insert(name.clone());
         }
@@ -154,21 +229,22 @@ impl State {
             .and_then(|l| l.holder);
         match holder {
             Some(h) => {
-                self.locks.insert(name.clone(), (h.namespace, h.name));
+                self.locks.insert(name, (h.namespace, h.name));
             }
             None => {
                 self.locks.remove(&name);
             }
         }
-        Some(name)
     }
 
-    fn pod(&mut self, pod: &Pod) -> Option<String> {
+    /// Records a bound pod; returns its key.
+    fn pod(&mut self, pod: &Pod) -> Option<PodKey> {
         let key = (pod.metadata.namespace.clone()?, pod.metadata.name.clone()?);
         if let Some(seen) = self.relisting_pods.as_mut() {
             seen.insert(key.clone());
         }
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone())?;
+        let spec = pod.spec.as_ref()?;
+        let node = spec.node_name.clone()?;
         let phase = pod
             .metadata
             .annotations
@@ -179,34 +255,60 @@ impl State {
             Some(p) if p.node == node => p.since,
             _ => Instant::now(),
         };
+        let gpu_containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .filter(|c| asks_for_gpus(c))
+            .map(|c| c.name.clone())
+            .collect();
         self.pods.insert(
-            key,
+            key.clone(),
             BoundPod {
-                node: node.clone(),
+                node,
                 phase,
+                gpu_containers,
                 since,
             },
         );
-        Some(node)
+        Some(key)
     }
 
-    /// The lock on `node` is ready for Allocate: its holder is bound to the
-    /// node with `allocating` (or already `success`, when an earlier try
-    /// marked the pod but could not release the lock). Returns the job and
-    /// when it is due.
-    fn due(&self, node: &str, delay: Duration) -> Option<(Job, Instant)> {
-        let holder = self.locks.get(node)?;
-        let pod = self.pods.get(holder)?;
-        if pod.node != node || !matches!(pod.phase.as_deref(), Some("allocating" | "success")) {
+    /// The pod is ready for the kubelet: bound with `allocating` (or
+    /// already `success` while the lock still names it, when an earlier
+    /// try marked the pod but could not release the lock). Returns its
+    /// admission and when it is due.
+    fn due(&self, key: &PodKey, delay: Duration, held: &HashSet<PodKey>) -> Option<(Job, Instant)> {
+        let pod = self.pods.get(key)?;
+        let ready = match pod.phase.as_deref() {
+            Some("allocating") => true,
+            Some("success") => self.locks.get(&pod.node) == Some(key),
+            _ => false,
+        };
+        if !ready
+            || pod.gpu_containers.is_empty()
+            || held.contains(key)
+            || self.running.contains(key)
+            || self.done.contains(key)
+        {
             return None;
         }
         let job = Job {
-            node: node.to_string(),
-            pod: holder.clone(),
+            node: pod.node.clone(),
+            pod: key.clone(),
+            containers: pod.gpu_containers.clone(),
         };
-        (!self.running.contains(&job) && !self.done.contains(&job))
-            .then_some((job, pod.since + delay))
+        Some((job, pod.since + delay))
     }
+}
+
+/// One pod to admit on its node.
+#[derive(Clone)]
+struct Job {
+    node: String,
+    pod: PodKey,
+    containers: Vec<String>,
 }
 
 async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
@@ -223,17 +325,19 @@ async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
     .default_backoff();
     let (mut nodes, mut pods) = (nodes.boxed(), pods.boxed());
     let mut state = State::default();
-    let mut tasks: JoinSet<(Job, bool)> = JoinSet::new();
-    // A second look at every lock now and then: a task that failed is
-    // tried again even if no event comes.
+    let mut tasks: JoinSet<(PodKey, bool)> = JoinSet::new();
+    // A second look at every pod now and then: an admission that failed,
+    // or a pod let go, is tried even if no event comes.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let mut touched: Vec<String> = Vec::new();
+        let mut touched: Vec<PodKey> = Vec::new();
+        let mut all = false;
         tokio::select! {
             _ = stopped.changed() => return,
             Some(event) = nodes.next() => match event {
-                Ok(Event::Apply(n) | Event::InitApply(n)) => touched.extend(state.node(&n)),
+                // A lock released may let a pod marked `success` be done.
+                Ok(Event::Apply(n) | Event::InitApply(n)) => state.node(&n),
                 Ok(Event::Delete(n)) => {
                     if let Some(name) = n.metadata.name {
                         state.locks.remove(&name);
@@ -244,7 +348,6 @@ async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
                     if let Some(seen) = state.relisting_nodes.take() {
                         state.locks.retain(|n, _| seen.contains(n));
                     }
-                    touched.extend(state.locks.keys().cloned());
                 }
                 Err(_) => {
                     plugin.errors.fetch_add(1, Ordering::Relaxed);
@@ -255,7 +358,7 @@ async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
                 Ok(Event::Delete(p)) => {
                     if let (Some(ns), Some(name)) = (p.metadata.namespace, p.metadata.name) {
                         let key = (ns, name);
-                        state.done.retain(|j| j.pod != key);
+                        state.done.remove(&key);
                         state.pods.remove(&key);
                     }
                 }
@@ -263,45 +366,48 @@ async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
                 Ok(Event::InitDone) => {
                     if let Some(seen) = state.relisting_pods.take() {
                         state.pods.retain(|k, _| seen.contains(k));
-                        state.done.retain(|j| seen.contains(&j.pod));
+                        state.done.retain(|k| seen.contains(k));
                     }
-                    touched.extend(state.locks.keys().cloned());
+                    all = true;
                 }
                 Err(_) => {
                     plugin.errors.fetch_add(1, Ordering::Relaxed);
                 }
             },
             Some(done) = tasks.join_next() => {
-                if let Ok((job, finished)) = done {
-                    state.running.remove(&job);
+                if let Ok((key, finished)) = done {
+                    state.running.remove(&key);
                     if finished {
-                        state.done.insert(job);
+                        state.done.insert(key);
                     } else {
-                        touched.push(job.node);
+                        touched.push(key);
                     }
                 }
             }
-            _ = tick.tick() => touched.extend(state.locks.keys().cloned()),
+            _ = tick.tick() => all = true,
+        }
+        if all {
+            touched.extend(state.pods.keys().cloned());
         }
         let delay = Duration::from_millis(plugin.delay_ms.load(Ordering::Relaxed));
-        for node in touched {
-            if let Some((job, at)) = state.due(&node, delay) {
-                state.running.insert(job.clone());
-                tasks.spawn(allocate(plugin.clone(), job, at));
+        let held = lock(&plugin.record.held).clone();
+        for key in touched {
+            if let Some((job, at)) = state.due(&key, delay, &held) {
+                state.running.insert(key);
+                tasks.spawn(admit(plugin.clone(), job, at));
             }
         }
     }
 }
 
-/// Allocate for one lock: wait until it is due, then mark the pod and
-/// release the lock. True when the lock needs nothing more (released, or
-/// not this pod's to release); false after an error.
-async fn allocate(plugin: Shared, job: Job, at: Instant) -> (Job, bool) {
+/// One admission: wait until it is due, then Allocate for the pod's GPU
+/// containers. True when the pod needs nothing more; false after an error.
+async fn admit(plugin: Shared, job: Job, at: Instant) -> (PodKey, bool) {
     tokio::time::sleep_until(at).await;
     let Ok(_permit) = plugin.writers.acquire().await else {
-        return (job, false);
+        return (job.pod, false);
     };
-    let finished = match allocate_once(&plugin.client, &job).await {
+    let finished = match admit_once(&plugin, &job).await {
         Ok(released) => {
             if released {
                 plugin.released.fetch_add(1, Ordering::Relaxed);
@@ -313,7 +419,7 @@ async fn allocate(plugin: Shared, job: Job, at: Instant) -> (Job, bool) {
             false
         }
     };
-    (job, finished)
+    (job.pod, finished)
 }
 
 fn conflict(e: &kube::Error) -> bool {
@@ -324,45 +430,149 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// Sets the pod's phase to `success` (if it is still `allocating` and bound
-/// to the node) and removes the lock if it still names the pod, both with
-/// the resourceVersion read as precondition. `Ok(true)`: released.
-async fn allocate_once(client: &Client, job: &Job) -> anyhow::Result<bool> {
-    let (ns, name) = &job.pod;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+/// The non-empty entries of a device list, and the list with the first
+/// `n` of them emptied (what HAMi's plugin writes back).
+fn pop_entries(list: &str, n: usize) -> (Vec<String>, String) {
+    let mut taken = Vec::new();
+    let mut rest = Vec::new();
+    let mut pieces: Vec<&str> = list.split(';').collect();
+    if pieces.last().is_some_and(|p| p.is_empty()) {
+        pieces.pop();
+    }
+    for entry in pieces {
+        if !entry.is_empty() && taken.len() < n {
+            taken.push(entry.to_string());
+            rest.push("");
+        } else {
+            rest.push(entry);
+        }
+    }
+    let rest = rest.iter().map(|e| format!("{e};")).collect();
+    (taken, rest)
+}
+
+/// Allocate for each of the pod's GPU containers, as HAMi's plugin does:
+/// the pod is the one the node's lock names (Pending and bound here), its
+/// next entries go to the containers, then it is marked `success` and the
+/// lock released, each write with the resourceVersion read as
+/// precondition. `Ok(true)`: a lock was released.
+async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
+    let client = &plugin.client;
+    let who = format!("{}/{}", job.pod.0, job.pod.1);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = match nodes.get_metadata(&job.node).await {
+        Ok(n) => n,
+        Err(e) if not_found(&e) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let holder = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_LOCK))
+        .and_then(|v| decode_node_lock(v).ok())
+        .and_then(|l| l.holder);
+    let Some(holder) = holder else {
+        // Marked `success` by an earlier try, the lock since released:
+        // nothing left to do. Otherwise the plugin finds no pod.
+        if !already_marked(client, &job.pod, &job.node).await? {
+            mistake(
+                plugin,
+                format!(
+                    "Allocate for {who} on node {}: no node lock names a pending pod",
+                    job.node
+                ),
+            );
+        }
+        return Ok(false);
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &holder.namespace);
+    let from = format!("{}/{}", holder.namespace, holder.name);
     let mut marked = false;
     for _ in 0..CONFLICT_TRIES {
-        let pod = match pods.get(name).await {
+        let pod = match pods.get(&holder.name).await {
             Ok(p) => p,
-            Err(e) if not_found(&e) => return Ok(false), // gone: gpugate takes the lock over
+            Err(e) if not_found(&e) => {
+                mistake(
+                    plugin,
+                    format!(
+                        "Allocate for {who} on node {}: the lock names {from}, which is gone",
+                        job.node
+                    ),
+                );
+                return Ok(false);
+            }
             Err(e) => return Err(e.into()),
         };
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(job.node.as_str()) {
-            return Ok(false);
-        }
-        let phase = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(BIND_PHASE))
-            .map(String::as_str);
-        match phase {
-            Some("success") => {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let pending_here = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+            == Some(job.node.as_str())
+            && matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                None | Some("Pending")
+            );
+        match annotations.get(BIND_PHASE).map(String::as_str) {
+            // Marked by an earlier try that could not release the lock.
+            Some("success") if from == who => {
                 marked = true;
                 break;
             }
-            Some("allocating") => {}
-            _ => return Ok(false), // failed, or not ours to judge
+            Some("allocating") if pending_here => {}
+            _ => {
+                mistake(
+                    plugin,
+                    format!(
+                        "Allocate for {who} on node {}: the lock names {from}, which is not \
+                         waiting for its devices",
+                        job.node
+                    ),
+                );
+                return Ok(false);
+            }
         }
-        let patch = json!({"metadata": {
+        let list = annotations
+            .get(VGPU_DEVICES_TO_ALLOCATE)
+            .cloned()
+            .unwrap_or_default();
+        let (entries, rest) = pop_entries(&list, job.containers.len());
+        let served: Vec<Served> = job
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, container)| Served {
+                container: container.clone(),
+                entry: entries.get(i).cloned().unwrap_or_default(),
+                from: from.clone(),
+            })
+            .collect();
+        let done = rest.split(';').all(str::is_empty);
+        let mut patch = json!({"metadata": {
             "resourceVersion": pod.metadata.resource_version,
-            "annotations": {BIND_PHASE: "success"},
+            "annotations": {VGPU_DEVICES_TO_ALLOCATE: rest},
         }});
+        if done {
+            patch["metadata"]["annotations"][BIND_PHASE] = json!("success");
+        }
         match pods
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(&holder.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => {
+                if from != who || served.iter().any(|s| s.entry.is_empty()) {
+                    mistake(
+                        plugin,
+                        format!(
+                            "Allocate for {who} on node {}: its containers got {from}'s devices \
+                             {:?}",
+                            job.node,
+                            served.iter().map(|s| s.entry.as_str()).collect::<Vec<_>>()
+                        ),
+                    );
+                }
+                lock(&plugin.record.served).insert(job.pod.clone(), served);
+                if !done {
+                    return Ok(false);
+                }
                 marked = true;
                 break;
             }
@@ -372,17 +582,43 @@ async fn allocate_once(client: &Client, job: &Job) -> anyhow::Result<bool> {
         }
     }
     if !marked {
-        bail!("pod {ns}/{name}: {CONFLICT_TRIES} conflicts in a row");
+        bail!("pod {from}: {CONFLICT_TRIES} conflicts in a row");
     }
+    release(&nodes, &job.node, &holder.namespace, &holder.name).await
+}
 
-    let nodes: Api<Node> = Api::all(client.clone());
+/// Whether the pod is marked `success` already (an earlier try).
+async fn already_marked(client: &Client, pod: &PodKey, node: &str) -> anyhow::Result<bool> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.0);
+    match pods.get(&pod.1).await {
+        Ok(p) => Ok(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                && p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(BIND_PHASE))
+                    .is_some_and(|v| v == "success"),
+        ),
+        Err(e) if not_found(&e) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the node's lock if it still names `namespace/name`, with the
+/// node's resourceVersion as precondition. `Ok(true)`: released.
+async fn release(
+    nodes: &Api<Node>,
+    node: &str,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<bool> {
     for _ in 0..CONFLICT_TRIES {
-        let node = match nodes.get_metadata(&job.node).await {
+        let current = match nodes.get_metadata(node).await {
             Ok(n) => n,
             Err(e) if not_found(&e) => return Ok(false),
             Err(e) => return Err(e.into()),
         };
-        let Some(value) = node
+        let Some(value) = current
             .metadata
             .annotations
             .as_ref()
@@ -391,16 +627,16 @@ async fn allocate_once(client: &Client, job: &Job) -> anyhow::Result<bool> {
             return Ok(false); // released already
         };
         let lock = decode_node_lock(value).map_err(|e| anyhow!("{NODE_LOCK}: {e}"))?;
-        if !lock.is_held_by(ns, name) {
+        if !lock.is_held_by(namespace, name) {
             return Ok(false); // another pod's lock: never ours to remove
         }
         // Released with the version read, so a lock taken since is kept.
         let patch = json!({"metadata": {
-            "resourceVersion": node.metadata.resource_version,
+            "resourceVersion": current.metadata.resource_version,
             "annotations": {NODE_LOCK: null},
         }});
         match nodes
-            .patch(&job.node, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => return Ok(true),
@@ -409,5 +645,9 @@ async fn allocate_once(client: &Client, job: &Job) -> anyhow::Result<bool> {
             Err(e) => return Err(e.into()),
         }
     }
-    bail!("node {}: {CONFLICT_TRIES} conflicts in a row", job.node)
+    bail!("node {node}: {CONFLICT_TRIES} conflicts in a row")
+}
+
+fn mistake(plugin: &Shared, what: String) {
+    lock(&plugin.record.mistakes).push(what);
 }

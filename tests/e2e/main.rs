@@ -14,6 +14,7 @@ mod defrag;
 mod device_plugin;
 mod fixtures;
 mod ha;
+mod hazards;
 mod http;
 mod manifests;
 mod pki;
@@ -226,6 +227,20 @@ async fn scenarios(ctx: &Ctx) -> (usize, usize) {
         plugin.released.load(std::sync::atomic::Ordering::Relaxed),
         plugin.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
+    // In every scenario, each container got its own pod's devices: the
+    // lock named the pod the kubelet admitted.
+    let mistakes = plugin.mistakes();
+    if !mistakes.is_empty() {
+        failed += 1;
+        println!(
+            "e2e: FAIL: the simulated device plugin served {} Allocate(s) without the pod's own \
+             lock:",
+            mistakes.len()
+        );
+        for m in &mistakes {
+            println!("    {m}");
+        }
+    }
     plugin.stop().await;
     (passed, failed)
 }

@@ -40,7 +40,7 @@ impl Ctx {
         self.cp.gpugate_admin_port
     }
 
-    async fn nodes(&self, scenario: &str, nodes: &[Value]) -> anyhow::Result<()> {
+    pub async fn nodes(&self, scenario: &str, nodes: &[Value]) -> anyhow::Result<()> {
         for n in nodes {
             create_node(&self.cp.admin, scenario, n).await?;
         }
@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 24] = [
+pub const SCENARIOS: [(&str, &str, &str); 27] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -182,6 +182,21 @@ pub const SCENARIOS: [(&str, &str, &str); 24] = [
         "e2e-defrag",
         "defrag",
     ),
+    (
+        "an expired lock is kept while its holder waits for its device plugin",
+        "e2e-kept-lock",
+        "kept-lock",
+    ),
+    (
+        "an init-container-only pod beside a regular one: each gets its own devices",
+        "e2e-init-only",
+        "init-only",
+    ),
+    (
+        "scheduler-owned keys: a namespace editor is refused, HAMi's components are not",
+        "e2e-owned-keys",
+        "owned-keys",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -217,6 +232,9 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         21 => crate::ha::watch_faults(ctx, ns, scenario).await,
         22 => crate::ha::half_done_binds(ctx, ns, scenario).await,
         23 => crate::defrag::defragmentation(ctx, ns, scenario).await,
+        24 => crate::hazards::expired_lock_kept(ctx, plugin, ns, scenario).await,
+        25 => crate::hazards::init_only_beside_regular(ctx, plugin, ns, scenario).await,
+        26 => crate::hazards::scheduler_owned_keys(ctx, plugin, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }

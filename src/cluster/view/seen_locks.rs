@@ -125,20 +125,19 @@ pub struct AwaitedLock {
 impl AwaitedLock {
     /// What people are told: the node, the pod and for how long.
     pub fn describe(&self, now: jiff::Timestamp) -> String {
+        let waited = now.duration_since(self.since).as_secs().max(0);
+        let waited = if waited < 120 {
+            format!("{waited} s")
+        } else {
+            format!("{} min", waited / 60)
+        };
         format!(
-            "node {} is waiting for its device plugin to admit pod {}/{} for {} min: its \
+            "node {} is waiting for its device plugin to admit pod {}/{} for {waited}: its \
              hami.io/mutex.lock (taken {}) is kept past its expiry, because HAMi's device plugin \
              finds the pod an Allocate is for through the lock, so no other pod binds there until \
              {}/{} is admitted (hami.io/bind-phase no longer allocating) or gone; check the \
              kubelet and the device plugin on {}",
-            self.node,
-            self.namespace,
-            self.name,
-            now.duration_since(self.since).as_mins(),
-            self.since,
-            self.namespace,
-            self.name,
-            self.node,
+            self.node, self.namespace, self.name, self.since, self.namespace, self.name, self.node,
         )
     }
 }
