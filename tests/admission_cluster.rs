@@ -75,7 +75,7 @@ async fn validate_denies_a_pod_over_its_namespace_gpu_quota() {
     assert_eq!(over["allowed"], false);
     assert_eq!(
         over["status"]["message"],
-        "namespace capped is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem): GPU memory 3000 MiB requested, 6000 MiB of 8000 MiB already used"
+        "namespace capped is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem): GPU memory 3000 MiB requested, 6000 MiB of 8000 MiB already used (ResourceQuota gpu)"
     );
     // 2 GPUs of 1000 MiB each: 2000 MiB, which fits.
     let fits = answer(

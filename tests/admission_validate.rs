@@ -334,3 +334,58 @@ fn the_update_policy_names_the_keys_the_webhook_refuses() {
         }
     }
 }
+
+/// The webhook reads what quota scopes see of a new pod exactly as the
+/// scheduler side reads a stored one (`cluster::convert::pod_scope_facts`).
+#[test]
+fn the_webhook_and_the_scheduler_read_quota_scopes_alike() {
+    use gpugate::admission::pod::PodView;
+    use gpugate::cluster::convert::pod_scope_facts;
+    let base = fixture("slice.yaml");
+    let mut cases = vec![base.clone()];
+    for (path, value) in [
+        ("/spec/priorityClassName", json!("high")),
+        ("/spec/priorityClassName", json!("")),
+        ("/spec/activeDeadlineSeconds", json!(30)),
+        ("/spec/activeDeadlineSeconds", json!(-1)),
+        ("/spec/resources", json!({"requests": {"cpu": "100m"}})),
+        (
+            "/spec/resources",
+            json!({"limits": {"nvidia.com/gpu": "1"}}),
+        ),
+        (
+            "/spec/containers/0/resources/requests",
+            json!({"memory": "0"}),
+        ),
+        (
+            "/spec/containers/0/resources/requests",
+            json!({"memory": "64Mi"}),
+        ),
+        (
+            "/spec/affinity",
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}}]}}),
+        ),
+        (
+            "/spec/affinity",
+            json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 5, "podAffinityTerm": {"topologyKey": "zone", "namespaces": ["a"]}}]}}),
+        ),
+        ("/spec/affinity", json!({"nodeAffinity": {}})),
+    ] {
+        let mut pod = base.clone();
+        let (parent, key) = path.rsplit_once('/').unwrap();
+        pod.pointer_mut(parent).unwrap()[key] = value;
+        cases.push(pod);
+    }
+    for pod in cases {
+        let text = pod.to_string();
+        let view = PodView::from_json(&text).unwrap();
+        let stored: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone()).unwrap();
+        assert_eq!(
+            view.scope_facts().unwrap(),
+            pod_scope_facts(&stored),
+            "{pod}"
+        );
+    }
+}

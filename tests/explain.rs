@@ -182,8 +182,8 @@ fn every_reason_code_in_words() {
         (
             "capped/over",
             "ResourceQuotaNotFit",
-            "the namespace's ResourceQuota has no room for it: GPU memory 8000 MiB requested, \
-             0 MiB of 4000 MiB already used; wait for pods of the namespace to finish, or raise \
+            "the namespace's ResourceQuota gpu has no room for it: GPU memory 8000 MiB requested, \
+             0 MiB of 4000 MiB already used; wait for pods the quota covers to finish, or raise \
              the quota",
         ),
         (
@@ -424,7 +424,7 @@ fn quota_and_namespace_policy() {
         e.admission.as_deref(),
         Some(
             "namespace capped is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem): \
-             GPU memory 8000 MiB requested, 0 MiB of 4000 MiB already used"
+             GPU memory 8000 MiB requested, 0 MiB of 4000 MiB already used (ResourceQuota gpu)"
         )
     );
     let config = Config::from_yaml(

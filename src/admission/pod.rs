@@ -42,6 +42,21 @@ pub struct PodSpecView<'a> {
     pub node_name: Option<Cow<'a, str>>,
     /// Only its presence matters: an explicit `null` is left alone.
     pub runtime_class_name: Slot<Cow<'a, str>>,
+    /// What ResourceQuota scopes read, when the pod has any of it (boxed:
+    /// most pods have none, and a review's object stays small).
+    pub quota_fields: Option<Box<QuotaFieldsView<'a>>>,
+}
+
+/// The fields of a PodSpec that ResourceQuota scopes read (see
+/// [`PodView::scope_facts`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QuotaFieldsView<'a> {
+    pub priority_class_name: Option<Cow<'a, str>>,
+    pub active_deadline_seconds: Option<i64>,
+    /// Pod-level `resources`.
+    pub resources: Slot<ResourcesView<'a>>,
+    /// `affinity`, unread until a pod's facts are asked for.
+    pub affinity: Slot<RawJson<'a>>,
 }
 
 /// One container (init or app).
@@ -121,6 +136,114 @@ impl<'a> PodView<'a> {
     /// `metadata.labels`, when set.
     pub fn labels(&self) -> Option<&Pairs<'a>> {
         self.metadata.get()?.labels.as_ref()
+    }
+
+    /// What ResourceQuota scopes see of the pod, as the quota controller
+    /// reads it (`cluster::convert::pod_scope_facts` reads a full Pod the
+    /// same way): a new pod has no `status.qosClass`, so BestEffort is
+    /// computed from CPU and memory (pod-level resources first).
+    pub fn scope_facts(&self) -> Result<crate::engine::ScopeFacts, String> {
+        use crate::engine::quantity::is_positive;
+        let Some(spec) = self.spec.as_ref() else {
+            return Ok(crate::engine::ScopeFacts {
+                best_effort: true,
+                ..Default::default()
+            });
+        };
+        let positive = |r: &ResourcesView<'_>| {
+            let limits = r.limits.get().map(|q| &q.0);
+            [limits, r.requests.as_ref().map(|q| &q.0)]
+                .into_iter()
+                .flatten()
+                .any(|l| {
+                    ["cpu", "memory"]
+                        .iter()
+                        .any(|k| l.get(k).is_some_and(is_positive))
+                })
+        };
+        let fields = spec.quota_fields.as_deref();
+        let best_effort = match fields.and_then(|f| f.resources.get()) {
+            Some(pod_level) => !positive(pod_level),
+            None => !spec
+                .all_containers()
+                .filter_map(|c| c.resources.get())
+                .any(positive),
+        };
+        let cross_namespace_affinity = match fields.and_then(|f| f.affinity.get()) {
+            None => false,
+            Some(raw) => serde_json::from_str::<AffinityView>(raw.0.get())
+                .map_err(|e| format!("cannot read the Pod: affinity: {e}"))?
+                .names_other_namespaces(),
+        };
+        Ok(crate::engine::ScopeFacts {
+            priority_class: fields
+                .and_then(|f| f.priority_class_name.as_deref())
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
+            terminating: fields
+                .and_then(|f| f.active_deadline_seconds)
+                .is_some_and(|d| d >= 0),
+            best_effort,
+            cross_namespace_affinity,
+        })
+    }
+}
+
+/// `affinity`, as far as quota scopes read it: the pod (anti-)affinity
+/// terms' `namespaces` and `namespaceSelector`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AffinityView {
+    #[serde(default)]
+    pod_affinity: Option<PodAffinityView>,
+    #[serde(default)]
+    pod_anti_affinity: Option<PodAffinityView>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodAffinityView {
+    #[serde(default)]
+    required_during_scheduling_ignored_during_execution: Option<Vec<AffinityTermView>>,
+    #[serde(default)]
+    preferred_during_scheduling_ignored_during_execution: Option<Vec<WeightedTermView>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WeightedTermView {
+    #[serde(default)]
+    pod_affinity_term: AffinityTermView,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AffinityTermView {
+    #[serde(default)]
+    namespaces: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    namespace_selector: Option<IgnoredAny>,
+}
+
+impl AffinityView {
+    /// A term names other namespaces (Kubernetes' `usesCrossNamespacePodAffinity`).
+    fn names_other_namespaces(&self) -> bool {
+        let term = |t: &AffinityTermView| {
+            t.namespaces.as_ref().is_some_and(|n| !n.is_empty()) || t.namespace_selector.is_some()
+        };
+        [&self.pod_affinity, &self.pod_anti_affinity]
+            .into_iter()
+            .flatten()
+            .any(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .iter()
+                    .flatten()
+                    .any(term)
+                    || p.preferred_during_scheduling_ignored_during_execution
+                        .iter()
+                        .flatten()
+                        .any(|w| term(&w.pod_affinity_term))
+            })
     }
 }
 
@@ -263,9 +386,22 @@ impl<'de> ObjectFields<'de> for PodSpecView<'de> {
             "schedulerName" => self.scheduler_name = slot_text(map)?,
             "nodeName" => self.node_name = text(map)?,
             "runtimeClassName" => self.runtime_class_name = slot_text(map)?,
+            "priorityClassName" => self.quota_fields().priority_class_name = text(map)?,
+            "activeDeadlineSeconds" => {
+                self.quota_fields().active_deadline_seconds = map.next_value()?;
+            }
+            "resources" => self.quota_fields().resources = map.next_value()?,
+            "affinity" => self.quota_fields().affinity = map.next_value()?,
             _ => return Ok(false),
         }
         Ok(true)
+    }
+}
+
+impl<'a> PodSpecView<'a> {
+    /// The quota scope fields, made on the first one read.
+    fn quota_fields(&mut self) -> &mut QuotaFieldsView<'a> {
+        self.quota_fields.get_or_insert_default()
     }
 }
 

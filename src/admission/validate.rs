@@ -126,7 +126,11 @@ pub fn validate(
         }
     }
     if let Some(view) = cluster {
-        let (quota, problems) = view.quotas().quota(namespace, nv);
+        let facts = match pod.scope_facts() {
+            Ok(facts) => facts,
+            Err(message) => return Validation::Invalid(message),
+        };
+        let (quota, problems) = view.quotas().quota(namespace, &facts, nv);
         warnings.extend(problems);
         if let Err(e) = quota.check(QuotaAmount::of_request(&plan.request)) {
             let key = match e.resource {

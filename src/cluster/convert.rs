@@ -227,6 +227,80 @@ pub fn pod_finished(pod: &Pod) -> bool {
     )
 }
 
+/// What ResourceQuota scopes see of a pod (Kubernetes' quota evaluator):
+/// its priority class, whether it has an active deadline, whether its QoS
+/// class is BestEffort (`status.qosClass` once set, else computed from CPU
+/// and memory requests and limits, pod-level ones first), whether a pod
+/// (anti-)affinity term names other namespaces.
+pub fn pod_scope_facts(pod: &Pod) -> crate::engine::ScopeFacts {
+    use crate::engine::quantity::is_positive;
+    let spec = pod.spec.as_ref();
+    let positive = |list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        list.is_some_and(|l| {
+            l.iter()
+                .any(|(k, q)| (k == "cpu" || k == "memory") && is_positive(&q.0))
+        })
+    };
+    let best_effort = match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+        Some(class) => class == "BestEffort",
+        None => match spec.and_then(|s| s.resources.as_ref()) {
+            Some(r) => !positive(r.requests.as_ref()) && !positive(r.limits.as_ref()),
+            None => !spec.is_some_and(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .filter_map(|c| c.resources.as_ref())
+                    .any(|r| positive(r.requests.as_ref()) || positive(r.limits.as_ref()))
+            }),
+        },
+    };
+    let cross_namespace_affinity = spec.and_then(|s| s.affinity.as_ref()).is_some_and(|a| {
+        let term = |t: &k8s_openapi::api::core::v1::PodAffinityTerm| {
+            t.namespaces.as_ref().is_some_and(|n| !n.is_empty()) || t.namespace_selector.is_some()
+        };
+        let terms = |required: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
+                     preferred: Option<
+            &Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>,
+        >| {
+            required.into_iter().flatten().any(term)
+                || preferred
+                    .into_iter()
+                    .flatten()
+                    .any(|w| term(&w.pod_affinity_term))
+        };
+        a.pod_affinity.as_ref().is_some_and(|p| {
+            terms(
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref(),
+                p.preferred_during_scheduling_ignored_during_execution
+                    .as_ref(),
+            )
+        }) || a.pod_anti_affinity.as_ref().is_some_and(|p| {
+            terms(
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref(),
+                p.preferred_during_scheduling_ignored_during_execution
+                    .as_ref(),
+            )
+        })
+    });
+    crate::engine::ScopeFacts {
+        priority_class: spec
+            .and_then(|s| s.priority_class_name.clone())
+            .filter(|c| !c.is_empty()),
+        terminating: spec
+            .and_then(|s| s.active_deadline_seconds)
+            .is_some_and(|d| d >= 0),
+        best_effort,
+        cross_namespace_affinity,
+    }
+}
+
 /// Whether the pod is bound and still waits for its device plugin: `Pending`
 /// (or no phase yet) with `hami.io/bind-phase: allocating`. The kubelet has
 /// not admitted it, and when it does, HAMi's device plugin finds it through
@@ -251,6 +325,49 @@ mod tests {
     use crate::cluster::pod_annotations::pod_allocation;
     use crate::devices::nvidia;
     use crate::engine::ContainerKind;
+
+    /// What quota scopes see of a real Pod, field by field.
+    #[test]
+    fn scope_facts_as_the_quota_controller_reads_them() {
+        let facts = |v: serde_json::Value| pod_scope_facts(&serde_json::from_value(v).unwrap());
+        let gpu_only = serde_json::json!({"spec": {"containers": [{"name": "c",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+        let f = facts(gpu_only.clone());
+        assert!(f.best_effort && !f.terminating && !f.cross_namespace_affinity);
+        assert_eq!(f.priority_class, None);
+        let mut p = gpu_only.clone();
+        p["spec"]["initContainers"] = serde_json::json!([{"name": "i",
+            "resources": {"requests": {"memory": "1Mi"}}}]);
+        p["spec"]["priorityClassName"] = serde_json::json!("high");
+        p["spec"]["activeDeadlineSeconds"] = serde_json::json!(0);
+        let f = facts(p.clone());
+        assert!(!f.best_effort && f.terminating);
+        assert_eq!(f.priority_class.as_deref(), Some("high"));
+        // Zero CPU is no CPU; the status's class wins once set.
+        let mut p = gpu_only.clone();
+        p["spec"]["containers"][0]["resources"]["requests"] = serde_json::json!({"cpu": "0"});
+        assert!(facts(p.clone()).best_effort);
+        p["status"] = serde_json::json!({"qosClass": "Burstable"});
+        assert!(!facts(p).best_effort);
+        // Pod-level resources decide when set.
+        let mut p = gpu_only.clone();
+        p["spec"]["resources"] = serde_json::json!({"limits": {"cpu": "1"}});
+        assert!(!facts(p).best_effort);
+        for term in [
+            serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "k", "namespaces": ["other"]}]}}),
+            serde_json::json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "k", "namespaceSelector": {}}}]}}),
+        ] {
+            let mut p = gpu_only.clone();
+            p["spec"]["affinity"] = term;
+            assert!(facts(p).cross_namespace_affinity);
+        }
+        let mut p = gpu_only;
+        p["spec"]["affinity"] = serde_json::json!({"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "k", "namespaces": []}]}});
+        assert!(!facts(p).cross_namespace_affinity);
+    }
 
     /// A real Pod's QoS class and CPU and memory reach the plan.
     #[test]

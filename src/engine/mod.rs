@@ -38,7 +38,10 @@ pub use device::{Gpu, MigInstance, Node, Usage};
 pub use lifecycle::{ContainerKind, pod_peak};
 pub use plan::{DefaultPolicies, PlanError, PodPlan};
 pub use policy::{GpuPolicy, NodePolicy};
-pub use quota::{NamespaceQuota, QuotaAmount, QuotaExceeded, QuotaLimits};
+pub use quota::{
+    CoveringQuota, NamespaceQuota, QuotaAmount, QuotaExceeded, QuotaLimits, QuotaScope, ScopeFacts,
+    ScopeName, ScopeOp, ScopeRequirement,
+};
 pub use reason::{Reason, Rejection};
 pub use request::{GpuRequest, Memory, PodRequest};
 pub use state::{ApplyError, ClusterState, Evaluation, FeasibleNode};

@@ -29,6 +29,22 @@ pub fn parse_milli(text: &str) -> Result<u64, QuantityError> {
     parse_scaled(text, 3)
 }
 
+/// Whether a quantity is above zero, as Kubernetes' QoS rules ask
+/// (`Quantity.Sign() == 1`): a number with a non-zero digit and no minus
+/// sign, whatever its suffix (`500m`, `1Gi`, `1e3`). Text that is not a
+/// quantity is not above zero.
+pub fn is_positive(text: &str) -> bool {
+    let s = text.trim();
+    if s.starts_with('-') {
+        return false;
+    }
+    let s = s.trim_start_matches('+');
+    let number_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    s[..number_end].bytes().any(|b| (b'1'..=b'9').contains(&b))
+}
+
 /// The quantity times 10^`scale`, as a non-negative whole number.
 fn parse_scaled(text: &str, scale: i32) -> Result<u64, QuantityError> {
     let s = text.trim();
@@ -193,6 +209,16 @@ mod tests {
         #[test]
         fn plain_integers_round_trip(n in 0u64..u64::MAX) {
             proptest::prop_assert_eq!(parse_whole(&n.to_string()), Ok(n));
+        }
+    }
+
+    #[test]
+    fn positive_quantities() {
+        for q in ["1", "500m", "0.5", "1Gi", "+2", "1e3", "0.001", " 3 "] {
+            assert!(is_positive(q), "{q}");
+        }
+        for q in ["0", "0m", "0.0", "-1", "-500m", "", "abc", "0e3", "."] {
+            assert!(!is_positive(q), "{q}");
         }
     }
 }

@@ -1,6 +1,13 @@
 //! Namespace GPU quotas: how much of `limits.nvidia.com/gpumem` and
 //! `limits.nvidia.com/gpucores` a pod takes, and whether it still fits.
 //!
+//! A ResourceQuota with `scopes` or a `scopeSelector` covers only the pods
+//! its scopes match, as Kubernetes' quota controller counts them
+//! ([`QuotaScope::covers`] over a pod's [`ScopeFacts`]): it counts what
+//! those pods hold and refuses only those pods. Each quota that covers a
+//! pod must have room for it, so the tightest binds. (HAMi master skips
+//! scoped quotas instead, #3094.)
+//!
 //! A pod's amount is GPU count x per-GPU amount per container, combined by
 //! Kubernetes' pod rule ([`super::lifecycle::pod_peak`]): init containers
 //! at their peak (each beside the sidecars started before it), app
@@ -82,8 +89,7 @@ impl Amount for QuotaAmount {
     }
 }
 
-/// The hard limits of one namespace, the tightest over its ResourceQuotas
-/// (Kubernetes enforces every quota of a namespace, so the smallest wins).
+/// GPU limits of one ResourceQuota (or the tightest of several).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QuotaLimits {
     pub mem_mib: Option<u64>,
@@ -111,61 +117,179 @@ impl QuotaLimits {
     pub fn memory_limit_mib(&self, memory_factor: u64) -> Option<u64> {
         self.mem_mib.map(|l| l.saturating_mul(memory_factor.max(1)))
     }
+}
 
-    /// Whether `add` still fits beside `used`. The memory limit is in the
-    /// units users request and is scaled by `memory_factor` (config
-    /// `memoryFactor`), as requests are.
-    pub fn check(
-        &self,
-        used: QuotaAmount,
-        add: QuotaAmount,
-        memory_factor: u64,
-    ) -> Result<(), QuotaExceeded> {
-        if let Some(limit) = self.memory_limit_mib(memory_factor)
-            && add.mem_mib > 0
-            && used.mem_mib.saturating_add(add.mem_mib) > limit
-        {
-            return Err(QuotaExceeded {
-                resource: QuotaResource::Memory,
-                used: used.mem_mib,
-                requested: add.mem_mib,
-                limit,
-            });
+/// What a ResourceQuota's scopes look at in a pod, as Kubernetes' quota
+/// evaluator reads them (`pkg/quota/v1/evaluator/core/pods.go`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ScopeFacts {
+    /// `spec.priorityClassName`, when not empty.
+    pub priority_class: Option<String>,
+    /// `spec.activeDeadlineSeconds` is set (and not negative).
+    pub terminating: bool,
+    /// QoS class BestEffort: no CPU or memory request or limit anywhere
+    /// (a pod asking only for GPU resources is one).
+    pub best_effort: bool,
+    /// A pod (anti-)affinity term names other namespaces (`namespaces` or
+    /// `namespaceSelector`).
+    pub cross_namespace_affinity: bool,
+}
+
+/// A scope a ResourceQuota may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeName {
+    Terminating,
+    NotTerminating,
+    BestEffort,
+    NotBestEffort,
+    PriorityClass,
+    CrossNamespacePodAffinity,
+    /// A scope of other objects (`VolumeAttributesClass`) or one unknown
+    /// to this version: it matches no pod.
+    NotPods,
+}
+
+impl ScopeName {
+    pub fn parse(name: &str) -> ScopeName {
+        match name {
+            "Terminating" => ScopeName::Terminating,
+            "NotTerminating" => ScopeName::NotTerminating,
+            "BestEffort" => ScopeName::BestEffort,
+            "NotBestEffort" => ScopeName::NotBestEffort,
+            "PriorityClass" => ScopeName::PriorityClass,
+            "CrossNamespacePodAffinity" => ScopeName::CrossNamespacePodAffinity,
+            _ => ScopeName::NotPods,
         }
-        if let Some(limit) = self.cores
-            && add.cores > 0
-            && used.cores.saturating_add(add.cores) > limit
-        {
-            return Err(QuotaExceeded {
-                resource: QuotaResource::Cores,
-                used: used.cores,
-                requested: add.cores,
-                limit,
-            });
-        }
-        Ok(())
     }
 }
 
-/// One namespace's quota as a pod is judged against it: the limits, what
-/// its pods hold, and `memoryFactor` (which scales the memory limit).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NamespaceQuota {
+/// A scope selector's operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeOp {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// One requirement of a quota's scopes: an entry of `scopes` (operator
+/// `Exists`) or of `scopeSelector.matchExpressions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeRequirement {
+    pub scope: ScopeName,
+    /// `None`: an operator Kubernetes does not know, which matches nothing.
+    pub op: Option<ScopeOp>,
+    pub values: Vec<String>,
+}
+
+/// Which pods a ResourceQuota covers: those matching every requirement
+/// (none: every pod of its namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuotaScope {
+    pub requirements: Vec<ScopeRequirement>,
+}
+
+impl QuotaScope {
+    /// Whether the quota counts (and limits) a pod with these facts. As
+    /// Kubernetes evaluates them: the operator matters for `PriorityClass`
+    /// only (the others are facts of the pod); a `PriorityClass` selector
+    /// sees a pod without a class as having no such key.
+    pub fn covers(&self, pod: &ScopeFacts) -> bool {
+        self.requirements.iter().all(|r| match r.scope {
+            ScopeName::Terminating => pod.terminating,
+            ScopeName::NotTerminating => !pod.terminating,
+            ScopeName::BestEffort => pod.best_effort,
+            ScopeName::NotBestEffort => !pod.best_effort,
+            ScopeName::CrossNamespacePodAffinity => pod.cross_namespace_affinity,
+            ScopeName::NotPods => false,
+            ScopeName::PriorityClass => {
+                let class = pod.priority_class.as_deref();
+                match r.op {
+                    Some(ScopeOp::Exists) => class.is_some(),
+                    Some(ScopeOp::DoesNotExist) => class.is_none(),
+                    Some(ScopeOp::In) => class.is_some_and(|c| r.values.iter().any(|v| v == c)),
+                    Some(ScopeOp::NotIn) => class.is_none_or(|c| !r.values.iter().any(|v| v == c)),
+                    None => false,
+                }
+            }
+        })
+    }
+
+    /// Whether the quota covers every pod of its namespace.
+    pub fn is_unscoped(&self) -> bool {
+        self.requirements.is_empty()
+    }
+}
+
+/// One ResourceQuota that covers a pod: its name, GPU limits, and what
+/// the pods it covers hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoveringQuota {
+    pub name: String,
     pub limits: QuotaLimits,
     pub used: QuotaAmount,
+}
+
+/// The quotas a pod is judged against in its namespace (every one whose
+/// scopes cover it and that limits GPU memory or cores), and
+/// `memoryFactor` (which scales memory limits).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceQuota {
+    pub quotas: Vec<CoveringQuota>,
     pub memory_factor: u64,
 }
 
 impl NamespaceQuota {
-    /// Whether `add` still fits.
-    pub fn check(&self, add: QuotaAmount) -> Result<(), QuotaExceeded> {
-        self.limits.check(self.used, add, self.memory_factor)
+    /// No quota limits the pod.
+    pub fn is_empty(&self) -> bool {
+        self.quotas.is_empty()
     }
 
-    /// The memory limit in MiB as requests count it (scaled by
-    /// `memoryFactor`), when there is one.
-    pub fn memory_limit_mib(&self) -> Option<u64> {
-        self.limits.memory_limit_mib(self.memory_factor)
+    /// Whether `add` fits in every quota; the first one it does not fit
+    /// (by name), with the numbers. The memory limit is in the units users
+    /// request and is scaled by `memoryFactor`, as requests are.
+    pub fn check(&self, add: QuotaAmount) -> Result<(), QuotaExceeded> {
+        for q in &self.quotas {
+            let exceeded = |resource, used: u64, requested: u64, limit| QuotaExceeded {
+                resource,
+                used,
+                requested,
+                limit,
+                quota: q.name.clone(),
+            };
+            if let Some(limit) = q.limits.memory_limit_mib(self.memory_factor)
+                && add.mem_mib > 0
+                && q.used.mem_mib.saturating_add(add.mem_mib) > limit
+            {
+                return Err(exceeded(
+                    QuotaResource::Memory,
+                    q.used.mem_mib,
+                    add.mem_mib,
+                    limit,
+                ));
+            }
+            if let Some(limit) = q.limits.cores
+                && add.cores > 0
+                && q.used.cores.saturating_add(add.cores) > limit
+            {
+                return Err(exceeded(
+                    QuotaResource::Cores,
+                    q.used.cores,
+                    add.cores,
+                    limit,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first quota whose memory (as requests count it) is used up,
+    /// with what it has used and its limit in MiB.
+    pub fn memory_used_up(&self) -> Option<(&str, u64, u64)> {
+        self.quotas.iter().find_map(|q| {
+            let limit = q.limits.memory_limit_mib(self.memory_factor)?;
+            (q.used.mem_mib >= limit).then_some((q.name.as_str(), q.used.mem_mib, limit))
+        })
     }
 }
 
@@ -176,17 +300,33 @@ pub enum QuotaResource {
     Cores,
 }
 
-/// A pod that does not fit its namespace's quota, with the numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{} {requested}{unit} requested, {used}{unit} of {limit}{unit} already used", self.what(), unit = self.unit())]
+/// A pod that does not fit a ResourceQuota of its namespace, with the
+/// numbers and the quota's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} (ResourceQuota {quota})", self.numbers())]
 pub struct QuotaExceeded {
     pub resource: QuotaResource,
     pub used: u64,
     pub requested: u64,
     pub limit: u64,
+    /// The ResourceQuota's name.
+    pub quota: String,
 }
 
 impl QuotaExceeded {
+    /// What was asked against what is left, without the quota's name:
+    /// `GPU memory 8000 MiB requested, 0 MiB of 4000 MiB already used`.
+    pub fn numbers(&self) -> String {
+        let unit = self.unit();
+        format!(
+            "{} {}{unit} requested, {}{unit} of {}{unit} already used",
+            self.what(),
+            self.requested,
+            self.used,
+            self.limit
+        )
+    }
+
     fn what(&self) -> &'static str {
         match self.resource {
             QuotaResource::Memory => "GPU memory",
@@ -265,6 +405,143 @@ mod tests {
         assert_eq!(counted(pod), (13_000, 60));
     }
 
+    /// Scopes as Kubernetes' quota evaluator matches them.
+    #[test]
+    fn scopes_cover_the_pods_they_match() {
+        let req = |scope, op, values: &[&str]| ScopeRequirement {
+            scope,
+            op,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let scope = |r: Vec<ScopeRequirement>| QuotaScope { requirements: r };
+        let high = ScopeFacts {
+            priority_class: Some("high".into()),
+            ..Default::default()
+        };
+        let plain = ScopeFacts::default();
+        let deadline = ScopeFacts {
+            terminating: true,
+            best_effort: true,
+            ..Default::default()
+        };
+        let cross = ScopeFacts {
+            cross_namespace_affinity: true,
+            priority_class: Some("low".into()),
+            ..Default::default()
+        };
+        use ScopeName::*;
+        use ScopeOp::*;
+        let cases: Vec<(QuotaScope, [bool; 4])> = vec![
+            (scope(vec![]), [true, true, true, true]),
+            (
+                scope(vec![req(PriorityClass, Some(In), &["high"])]),
+                [true, false, false, false],
+            ),
+            (
+                scope(vec![req(PriorityClass, Some(NotIn), &["high"])]),
+                [false, true, true, true],
+            ),
+            (
+                scope(vec![req(PriorityClass, Some(Exists), &[])]),
+                [true, false, false, true],
+            ),
+            (
+                scope(vec![req(PriorityClass, Some(DoesNotExist), &[])]),
+                [false, true, true, false],
+            ),
+            (
+                scope(vec![req(Terminating, Some(Exists), &[])]),
+                [false, false, true, false],
+            ),
+            // The operator of a scope other than PriorityClass is not read.
+            (
+                scope(vec![req(NotTerminating, Some(DoesNotExist), &[])]),
+                [true, true, false, true],
+            ),
+            (
+                scope(vec![req(BestEffort, Some(Exists), &[])]),
+                [false, false, true, false],
+            ),
+            (
+                scope(vec![req(NotBestEffort, Some(Exists), &[])]),
+                [true, true, false, true],
+            ),
+            (
+                scope(vec![req(CrossNamespacePodAffinity, Some(Exists), &[])]),
+                [false, false, false, true],
+            ),
+            (
+                scope(vec![req(NotPods, Some(Exists), &[])]),
+                [false, false, false, false],
+            ),
+            (
+                scope(vec![req(PriorityClass, None, &["high"])]),
+                [false, false, false, false],
+            ),
+            (
+                scope(vec![
+                    req(PriorityClass, Some(In), &["high", "low"]),
+                    req(NotTerminating, Some(Exists), &[]),
+                ]),
+                [true, false, false, true],
+            ),
+        ];
+        for (i, (s, want)) in cases.iter().enumerate() {
+            let got = [&high, &plain, &deadline, &cross].map(|f| s.covers(f));
+            assert_eq!(&got, want, "case {i}: {s:?}");
+        }
+        assert_eq!(ScopeName::parse("VolumeAttributesClass"), NotPods);
+        assert_eq!(ScopeName::parse("priorityclass"), NotPods);
+    }
+
+    /// Every covering quota must have room; the first that has not is
+    /// named.
+    #[test]
+    fn the_tightest_covering_quota_refuses_by_name() {
+        let q = |name: &str, mem: Option<u64>, used: u64| CoveringQuota {
+            name: name.into(),
+            limits: QuotaLimits {
+                mem_mib: mem,
+                cores: None,
+            },
+            used: QuotaAmount {
+                mem_mib: used,
+                cores: 0,
+            },
+        };
+        let ns = NamespaceQuota {
+            quotas: vec![
+                q("big", Some(100_000), 90_000),
+                q("high", Some(20_000), 5_000),
+            ],
+            memory_factor: 1,
+        };
+        let add = |mem_mib| QuotaAmount { mem_mib, cores: 10 };
+        assert_eq!(ns.check(add(10_000)), Ok(()));
+        let e = ns.check(add(12_000)).unwrap_err();
+        assert_eq!(
+            (e.quota.as_str(), e.limit, e.used),
+            ("big", 100_000, 90_000)
+        );
+        let e = ns.check(add(16_000)).unwrap_err();
+        assert_eq!(e.quota, "big");
+        assert_eq!(
+            e.to_string(),
+            "GPU memory 16000 MiB requested, 90000 MiB of 100000 MiB already used (ResourceQuota big)"
+        );
+        let only_high = NamespaceQuota {
+            quotas: vec![q("high", Some(20_000), 5_000)],
+            memory_factor: 1,
+        };
+        assert_eq!(only_high.check(add(16_000)).unwrap_err().quota, "high");
+        assert_eq!(only_high.memory_used_up(), None);
+        let full = NamespaceQuota {
+            quotas: vec![q("high", Some(2), 2_048)],
+            memory_factor: 1024,
+        };
+        assert_eq!(full.memory_used_up(), Some(("high", 2_048, 2_048)));
+    }
+
     #[test]
     fn percent_memory_counts_zero_before_placement() {
         let request = PodRequest {
@@ -309,58 +586,39 @@ mod tests {
         );
     }
 
+    /// One quota `q` of `limits` that covers the pod, its pods using `used`.
+    fn one(limits: QuotaLimits, used: QuotaAmount, memory_factor: u64) -> NamespaceQuota {
+        NamespaceQuota {
+            quotas: vec![CoveringQuota {
+                name: "q".into(),
+                limits,
+                used,
+            }],
+            memory_factor,
+        }
+    }
+
+    fn amount(mem_mib: u64, cores: u64) -> QuotaAmount {
+        QuotaAmount { mem_mib, cores }
+    }
+
     #[test]
     fn check_names_the_exceeded_resource_with_numbers() {
         let limits = QuotaLimits {
             mem_mib: Some(10000),
             cores: Some(100),
         };
-        let used = QuotaAmount {
-            mem_mib: 8000,
-            cores: 50,
-        };
-        let ok = QuotaAmount {
-            mem_mib: 2000,
-            cores: 50,
-        };
-        assert_eq!(limits.check(used, ok, 1), Ok(()));
-        let e = limits
-            .check(
-                used,
-                QuotaAmount {
-                    mem_mib: 2001,
-                    cores: 0,
-                },
-                1,
-            )
-            .unwrap_err();
+        let used = amount(8000, 50);
+        assert_eq!(one(limits, used, 1).check(amount(2000, 50)), Ok(()));
+        let e = one(limits, used, 1).check(amount(2001, 0)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "GPU memory 2001 MiB requested, 8000 MiB of 10000 MiB already used"
+            "GPU memory 2001 MiB requested, 8000 MiB of 10000 MiB already used (ResourceQuota q)"
         );
-        let e = limits
-            .check(
-                used,
-                QuotaAmount {
-                    mem_mib: 0,
-                    cores: 51,
-                },
-                1,
-            )
-            .unwrap_err();
+        let e = one(limits, used, 1).check(amount(0, 51)).unwrap_err();
         assert_eq!(e.resource, QuotaResource::Cores);
         // memoryFactor scales the limit as it scales requests.
-        assert_eq!(
-            limits.check(
-                used,
-                QuotaAmount {
-                    mem_mib: 12000,
-                    cores: 0
-                },
-                2
-            ),
-            Ok(())
-        );
+        assert_eq!(one(limits, used, 2).check(amount(12000, 0)), Ok(()));
     }
 
     #[test]
@@ -369,15 +627,9 @@ mod tests {
             mem_mib: Some(0),
             cores: Some(0),
         };
-        let one = QuotaAmount {
-            mem_mib: 1,
-            cores: 0,
-        };
-        assert!(limits.check(QuotaAmount::default(), one, 1).is_err());
-        assert_eq!(
-            limits.check(QuotaAmount::default(), QuotaAmount::default(), 1),
-            Ok(())
-        );
+        let zero = QuotaAmount::default();
+        assert!(one(limits, zero, 1).check(amount(1, 0)).is_err());
+        assert_eq!(one(limits, zero, 1).check(zero), Ok(()));
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub fn judge(
     }
     let (namespace_quota, _) = view.quotas().quota(
         pod.namespace(),
+        &pod.scope,
         config.device_config(plan.request.device_kind),
     );
     let judged = match quota::check_request(&namespace_quota, plan)

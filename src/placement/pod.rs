@@ -44,6 +44,9 @@ pub struct PodToPlace {
     /// It may evict lower-priority pods (`preemptionPolicy` is not
     /// `Never`).
     pub preempts: bool,
+    /// What ResourceQuota scopes see of it: which of its namespace's
+    /// quotas cover it.
+    pub scope: crate::engine::ScopeFacts,
     /// Its gang group, or why its group labels cannot be read.
     gang: Result<Option<GangLabel>, String>,
     /// How it names a PodGroup (`label scheduling.x-k8s.io/pod-group=g`,
@@ -72,12 +75,14 @@ impl PodToPlace {
         let names = membership(&pod);
         let gang = gang_label(pod_namespace(&pod), names, groups);
         let unserved_group = pod_group_unserved(names, groups);
+        let scope = crate::cluster::convert::pod_scope_facts(&pod);
         Ok(PodToPlace {
             who: pod_name(&pod),
             pod,
             plan,
             priority,
             preempts,
+            scope,
             gang,
             unserved_group,
         })

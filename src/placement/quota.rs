@@ -1,5 +1,5 @@
-//! The namespace's ResourceQuota on GPU memory and cores (from
-//! `ClusterView::quotas`): checked on the request before a GPU is chosen
+//! The namespace's ResourceQuotas on GPU memory and cores that cover the
+//! pod (from `ClusterView::quotas`): checked on the request before a GPU is chosen
 //! (every candidate gets the same answer), and on the allocation once the
 //! GPUs are chosen (a request in percent of a GPU's memory has its MiB only
 //! then).
@@ -12,7 +12,7 @@ use super::reason::QuotaRefusal;
 /// GPU's memory has no MiB yet: it is refused only when the namespace has
 /// no memory left at all.
 pub fn check_request(quota: &NamespaceQuota, plan: &PodPlan) -> Result<(), QuotaRefusal> {
-    if quota.limits.is_empty() {
+    if quota.is_empty() {
         return Ok(());
     }
     quota
@@ -22,13 +22,11 @@ pub fn check_request(quota: &NamespaceQuota, plan: &PodPlan) -> Result<(), Quota
         c.gpu
             .is_some_and(|g| matches!(g.memory, Memory::Percent(_)))
     });
-    if let Some(limit_mib) = quota.memory_limit_mib()
-        && percent
-        && quota.used.mem_mib >= limit_mib
-    {
+    if percent && let Some((quota, used_mib, limit_mib)) = quota.memory_used_up() {
         return Err(QuotaRefusal::NoMemoryLeft {
-            used_mib: quota.used.mem_mib,
+            used_mib,
             limit_mib,
+            quota: quota.to_string(),
         });
     }
     Ok(())

@@ -87,6 +87,8 @@ pub enum QuotaRefusal {
     NoMemoryLeft {
         used_mib: u64,
         limit_mib: u64,
+        /// The ResourceQuota's name.
+        quota: String,
     },
 }
 
@@ -97,10 +99,11 @@ impl fmt::Display for QuotaRefusal {
             QuotaRefusal::NoMemoryLeft {
                 used_mib,
                 limit_mib,
+                quota,
             } => write!(
                 f,
                 "ResourceQuotaNotFit (GPU memory in percent of a GPU requested, {used_mib} MiB of \
-                 {limit_mib} MiB already used)"
+                 {limit_mib} MiB already used (ResourceQuota {quota}))"
             ),
         }
     }
@@ -379,10 +382,12 @@ mod tests {
                 used: 1,
                 requested: 2,
                 limit: 2,
+                quota: "gpu".into(),
             })),
             NodeReason::Quota(QuotaRefusal::NoMemoryLeft {
                 used_mib: 5,
                 limit_mib: 5,
+                quota: "gpu".into(),
             }),
             NodeReason::GangInvalid("label x".into()),
             NodeReason::Gang(GangShortfall::Incomplete {

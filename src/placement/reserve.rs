@@ -82,6 +82,7 @@ pub fn reserve(
     // Gang holds are not quota use: one read serves both checks.
     let (namespace_quota, _) = view.quotas().quota(
         pod.namespace(),
+        &pod.scope,
         config.device_config(pod.plan.request.device_kind),
     );
     quota::check_request(&namespace_quota, &pod.plan).map_err(ReserveError::Quota)?;

@@ -62,13 +62,16 @@ pub fn in_words(reason: &NodeReason) -> String {
         NodeReason::Engine(r) => rejection_words(r),
         NodeReason::Quota(q) => match q {
             QuotaRefusal::Exceeded(e) => format!(
-                "the namespace's ResourceQuota has no room for it: {e}; wait for pods of the namespace to finish, or raise the quota"
+                "the namespace's ResourceQuota {} has no room for it: {}; wait for pods the quota covers to finish, or raise the quota",
+                e.quota,
+                e.numbers()
             ),
             QuotaRefusal::NoMemoryLeft {
                 used_mib,
                 limit_mib,
+                quota,
             } => format!(
-                "the namespace's ResourceQuota for GPU memory is used up ({used_mib} of {limit_mib} MiB), and the pod asks for a percentage of a GPU"
+                "the namespace's ResourceQuota {quota} for GPU memory is used up ({used_mib} of {limit_mib} MiB), and the pod asks for a percentage of a GPU"
             ),
         },
         NodeReason::GangInvalid(e) => {

@@ -576,3 +576,73 @@ pub async fn scheduler_owned_keys(
     println!("    {first}");
     Ok(())
 }
+
+// 28 ------------------------------------------------------------------------
+
+/// A ResourceQuota whose `scopeSelector` names PriorityClass `e2e-gpu-high`
+/// (4,000 MiB of GPU memory) covers only the pods of that class: a pod of
+/// no class asking 8,000 MiB is admitted and bound, a high pod of 3,000 MiB
+/// too, and a second high pod of 2,000 MiB is refused naming that quota.
+/// (HAMi v2.10 applied it to every pod of the namespace; HAMi master skips
+/// it.)
+pub async fn scoped_quota(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let admin = &ctx.cp.admin;
+    let discovery = kube::discovery::Discovery::new(admin.clone()).run().await?;
+    let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                       "metadata": {"name": "e2e-gpu-high"}, "value": 500});
+    crate::manifests::apply(admin, &discovery, &class, false).await?;
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "gpu-high", "namespace": ns},
+        "spec": {
+            "hard": {"limits.nvidia.com/gpumem": "4000"},
+            "scopeSelector": {"matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["e2e-gpu-high"]}]},
+        }
+    }))?;
+    Api::<ResourceQuota>::namespaced(admin.clone(), ns)
+        .create(&kube::api::PostParams::default(), &quota)
+        .await?;
+    ctx.nodes(scenario, &[gpu_node("hz-quota-1", 2, 10, 16384, T4)])
+        .await?;
+    let high = |name: &str, mib: &str| {
+        let mut p = slice(name, mib);
+        p["spec"]["priorityClassName"] = json!("e2e-gpu-high");
+        p
+    };
+    // gpugate learns the quota through its watch: probe with dry runs.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let mut probe: Pod = serde_json::from_value(high("probe", "5000"))?;
+    probe.metadata.namespace = Some(ns.to_string());
+    let dry = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("gpugate knows the quota", Duration::from_secs(30), || {
+        let (pods, probe, dry) = (pods.clone(), probe.clone(), dry.clone());
+        async move {
+            match pods.create(&dry, &probe).await {
+                Err(kube::Error::Api(s)) if s.message.contains("gpu-high") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await?;
+    create_pod(admin, ns, &slice("plain", "8000")).await?;
+    create_pod(admin, ns, &high("high-1", "3000")).await?;
+    for name in ["plain", "high-1"] {
+        wait_bound(admin, ns, name, BIND).await?;
+    }
+    let refused = create_refused(admin, ns, &high("high-2", "2000")).await?;
+    ensure!(
+        refused.contains("is over its GPU quota")
+            && refused.contains("GPU memory 2000 MiB requested, 3000 MiB of 4000 MiB already used")
+            && refused.contains("(ResourceQuota gpu-high)"),
+        "{refused}"
+    );
+    // A pod of no class still fits: the scoped quota does not cover it.
+    create_pod(admin, ns, &slice("plain-2", "4000")).await?;
+    wait_bound(admin, ns, "plain-2", BIND).await?;
+    println!("    {refused}");
+    Ok(())
+}

@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 27] = [
+pub const SCENARIOS: [(&str, &str, &str); 28] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -197,6 +197,11 @@ pub const SCENARIOS: [(&str, &str, &str); 27] = [
         "e2e-owned-keys",
         "owned-keys",
     ),
+    (
+        "a scoped ResourceQuota (PriorityClass) covers only its pods",
+        "e2e-scoped-quota",
+        "scoped-quota",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -235,6 +240,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         24 => crate::hazards::expired_lock_kept(ctx, plugin, ns, scenario).await,
         25 => crate::hazards::init_only_beside_regular(ctx, plugin, ns, scenario).await,
         26 => crate::hazards::scheduler_owned_keys(ctx, plugin, ns, scenario).await,
+        27 => crate::hazards::scoped_quota(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }

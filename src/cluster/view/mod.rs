@@ -70,6 +70,9 @@ struct HeldPod {
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
     amount: QuotaAmount,
+    /// What ResourceQuota scopes see of the pod: which quotas count
+    /// `amount`.
+    scope: crate::engine::ScopeFacts,
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
     allocation: Option<Allocation>,
@@ -129,6 +132,7 @@ impl HeldPod {
                 .as_ref()
                 .map(QuotaAmount::of_allocation)
                 .unwrap_or_default(),
+            scope: super::convert::pod_scope_facts(pod),
             unaccounted,
             allocation,
             stage,

@@ -1,7 +1,8 @@
 //! The namespaces' ResourceQuotas on GPU memory and cores: each quota's
 //! `limits.*` entries, read once when the quota arrives (a value that is
-//! not a whole number is kept with why it is ignored), and what the
-//! namespaces' held pods use.
+//! not a whole number is kept with why it is ignored), its scopes, and what
+//! the namespaces' held pods use, by what quota scopes see of them
+//! ([`ScopeFacts`]), so that each quota counts only the pods it covers.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,17 +10,61 @@ use k8s_openapi::api::core::v1::ResourceQuota;
 
 use crate::engine::quantity::parse_whole;
 use crate::engine::request::DeviceConfig;
-use crate::engine::{NamespaceQuota, QuotaAmount, QuotaLimits};
+use crate::engine::{
+    CoveringQuota, NamespaceQuota, QuotaAmount, QuotaLimits, QuotaScope, ScopeFacts, ScopeName,
+    ScopeOp, ScopeRequirement,
+};
 
 /// A quota's `limits.*` entries: the whole number, or why the value is
 /// ignored.
 type Hard = BTreeMap<String, Result<u64, String>>;
 
+/// One ResourceQuota as read.
+#[derive(Debug, Clone, Default)]
+struct Quota {
+    hard: Hard,
+    scope: QuotaScope,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Quotas {
     /// By namespace and quota name.
-    hard: HashMap<String, BTreeMap<String, Hard>>,
-    used: HashMap<String, QuotaAmount>,
+    quotas: HashMap<String, BTreeMap<String, Quota>>,
+    /// What each namespace's held pods use, by their scope facts (a few
+    /// kinds of pod per namespace).
+    used: HashMap<String, HashMap<ScopeFacts, QuotaAmount>>,
+}
+
+/// The scopes of a ResourceQuota, as the quota controller reads them:
+/// each of `scopes` is an `Exists` requirement, and `scopeSelector`'s
+/// expressions follow.
+fn scope_of(quota: &ResourceQuota) -> QuotaScope {
+    let Some(spec) = quota.spec.as_ref() else {
+        return QuotaScope::default();
+    };
+    let named = spec.scopes.iter().flatten().map(|s| ScopeRequirement {
+        scope: ScopeName::parse(s),
+        op: Some(ScopeOp::Exists),
+        values: Vec::new(),
+    });
+    let selected = spec
+        .scope_selector
+        .iter()
+        .flat_map(|s| s.match_expressions.iter().flatten())
+        .map(|e| ScopeRequirement {
+            scope: ScopeName::parse(&e.scope_name),
+            op: match e.operator.as_str() {
+                "In" => Some(ScopeOp::In),
+                "NotIn" => Some(ScopeOp::NotIn),
+                "Exists" => Some(ScopeOp::Exists),
+                "DoesNotExist" => Some(ScopeOp::DoesNotExist),
+                _ => None,
+            },
+            values: e.values.clone().unwrap_or_default(),
+        });
+    QuotaScope {
+        requirements: named.chain(selected).collect(),
+    }
 }
 
 impl Quotas {
@@ -42,94 +87,157 @@ impl Quotas {
                 (k.clone(), value)
             })
             .collect();
-        self.hard.entry(ns).or_default().insert(name, hard);
+        let scope = scope_of(quota);
+        self.quotas
+            .entry(ns)
+            .or_default()
+            .insert(name, Quota { hard, scope });
     }
 
     pub fn delete(&mut self, namespace: &str, name: &str) {
-        if let Some(q) = self.hard.get_mut(namespace) {
+        if let Some(q) = self.quotas.get_mut(namespace) {
             q.remove(name);
             if q.is_empty() {
-                self.hard.remove(namespace);
+                self.quotas.remove(namespace);
             }
         }
     }
 
     /// `namespace/name` of every ResourceQuota known.
     pub fn keys(&self) -> Vec<String> {
-        self.hard
+        self.quotas
             .iter()
             .flat_map(|(ns, q)| q.keys().map(move |name| format!("{ns}/{name}")))
             .collect()
     }
 
-    /// The namespace's GPU limits for the resources named `memory` and
-    /// `cores` (`nvidia.com/gpumem`, `nvidia.com/gpucores`), tightest over its
-    /// quotas, with a message for each value that is not a whole number
-    /// (such a value is ignored, as the quota controller cannot count
-    /// against it either).
-    pub fn limits(&self, namespace: &str, memory: &str, cores: &str) -> (QuotaLimits, Vec<String>) {
-        let mut limits = QuotaLimits::default();
-        let mut problems = Vec::new();
-        let Some(quotas) = self.hard.get(namespace) else {
-            return (limits, problems);
+    /// Each quota of the namespace with its GPU limits for the resources
+    /// named `memory` and `cores` (`nvidia.com/gpumem`,
+    /// `nvidia.com/gpucores`), with a message for each value that is not a
+    /// whole number (ignored, as the quota controller cannot count against
+    /// it either).
+    fn each_limits<'q>(
+        &'q self,
+        namespace: &str,
+        memory: &str,
+        cores: &str,
+        problems: &mut Vec<String>,
+    ) -> Vec<(&'q str, &'q Quota, QuotaLimits)> {
+        let Some(quotas) = self.quotas.get(namespace) else {
+            return Vec::new();
         };
         let mem_key = format!("limits.{memory}");
         let cores_key = format!("limits.{cores}");
-        for (name, hard) in quotas {
-            let mut read = |key: &str| match hard.get(key)? {
-                Ok(n) => Some(*n),
-                Err(why) => {
-                    problems.push(format!("ResourceQuota {namespace}/{name}: {key}={why}"));
-                    None
-                }
-            };
-            let q = QuotaLimits {
-                mem_mib: read(&mem_key),
-                cores: read(&cores_key),
-            };
-            limits = limits.tightest(q);
-        }
+        quotas
+            .iter()
+            .map(|(name, q)| {
+                let mut read = |key: &str| match q.hard.get(key)? {
+                    Ok(n) => Some(*n),
+                    Err(why) => {
+                        problems.push(format!("ResourceQuota {namespace}/{name}: {key}={why}"));
+                        None
+                    }
+                };
+                let limits = QuotaLimits {
+                    mem_mib: read(&mem_key),
+                    cores: read(&cores_key),
+                };
+                (name.as_str(), q, limits)
+            })
+            .collect()
+    }
+
+    /// The namespace's GPU limits, tightest over the quotas that cover
+    /// every pod (those with scopes are left out, as in HAMi master's quota
+    /// gauges), with a message for each value that is ignored.
+    pub fn limits(&self, namespace: &str, memory: &str, cores: &str) -> (QuotaLimits, Vec<String>) {
+        let mut problems = Vec::new();
+        let limits = self
+            .each_limits(namespace, memory, cores, &mut problems)
+            .into_iter()
+            .filter(|(_, q, _)| q.scope.is_unscoped())
+            .fold(QuotaLimits::default(), |all, (_, _, l)| all.tightest(l));
         (limits, problems)
     }
 
-    /// The namespace's quota under the config's resource names and
-    /// `memoryFactor`, with a message for each quota value that is ignored.
-    pub fn quota(&self, namespace: &str, nv: &DeviceConfig) -> (NamespaceQuota, Vec<String>) {
-        let (limits, problems) =
-            self.limits(namespace, &nv.resource_memory_name, &nv.resource_core_name);
+    /// The quotas of the namespace that cover a pod with `facts` and limit
+    /// its GPU memory or cores (under the config's resource names and
+    /// `memoryFactor`), each with what the pods it covers hold; with a
+    /// message for each quota value that is ignored.
+    pub fn quota(
+        &self,
+        namespace: &str,
+        facts: &ScopeFacts,
+        nv: &DeviceConfig,
+    ) -> (NamespaceQuota, Vec<String>) {
+        let mut problems = Vec::new();
+        let quotas = self
+            .each_limits(
+                namespace,
+                &nv.resource_memory_name,
+                &nv.resource_core_name,
+                &mut problems,
+            )
+            .into_iter()
+            .filter(|(_, q, limits)| !limits.is_empty() && q.scope.covers(facts))
+            .map(|(name, q, limits)| CoveringQuota {
+                name: name.to_string(),
+                limits,
+                used: self.used_under(namespace, &q.scope),
+            })
+            .collect();
         let quota = NamespaceQuota {
-            limits,
-            used: self.used(namespace),
+            quotas,
             memory_factor: u64::from(nv.memory_factor),
         };
         (quota, problems)
     }
 
-    /// GPU memory and cores held by the namespace's pods.
-    pub fn used(&self, namespace: &str) -> QuotaAmount {
-        self.used.get(namespace).copied().unwrap_or_default()
+    /// What the namespace's held pods that `scope` covers use.
+    fn used_under(&self, namespace: &str, scope: &QuotaScope) -> QuotaAmount {
+        self.used
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|(facts, _)| scope.covers(facts))
+            .fold(QuotaAmount::default(), |sum, (_, a)| sum.saturating_add(*a))
     }
 
-    /// A pod of the namespace holds `amount` more.
-    pub fn add_used(&mut self, namespace: &str, amount: QuotaAmount) {
-        let used = self.used.entry(namespace.to_string()).or_default();
+    /// GPU memory and cores held by the namespace's pods, all of them.
+    pub fn used(&self, namespace: &str) -> QuotaAmount {
+        self.used_under(namespace, &QuotaScope::default())
+    }
+
+    /// A pod of the namespace, with `facts`, holds `amount` more.
+    pub fn add_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: QuotaAmount) {
+        if amount.is_zero() {
+            return;
+        }
+        let by_facts = self.used.entry(namespace.to_string()).or_default();
+        let used = by_facts.entry(facts.clone()).or_default();
         *used = used.saturating_add(amount);
     }
 
-    /// A pod of the namespace let go of `amount`.
-    pub fn release_used(&mut self, namespace: &str, amount: QuotaAmount) {
-        if let Some(used) = self.used.get_mut(namespace) {
+    /// A pod of the namespace, with `facts`, let go of `amount`.
+    pub fn release_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: QuotaAmount) {
+        let Some(by_facts) = self.used.get_mut(namespace) else {
+            return;
+        };
+        if let Some(used) = by_facts.get_mut(facts) {
             *used = used.saturating_sub(amount);
             if used.is_zero() {
-                self.used.remove(namespace);
+                by_facts.remove(facts);
             }
+        }
+        if by_facts.is_empty() {
+            self.used.remove(namespace);
         }
     }
 
     /// Namespaces with at least one ResourceQuota (with or without GPU
     /// limits), in no particular order.
     pub fn namespaces(&self) -> impl Iterator<Item = &str> {
-        self.hard.keys().map(String::as_str)
+        self.quotas.keys().map(String::as_str)
     }
 
     /// Namespaces whose held pods count against quota (see

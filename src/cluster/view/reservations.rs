@@ -265,7 +265,8 @@ impl ClusterView {
         let old = self.unhold(key);
         if let Some(old) = &old {
             self.state.remove(key);
-            self.quotas.release_used(&old.namespace, old.amount);
+            self.quotas
+                .release_used(&old.namespace, &old.scope, old.amount);
             self.unsettled.remove(key);
         }
         let node = allocation.node.clone();

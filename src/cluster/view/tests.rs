@@ -237,6 +237,73 @@ fn quota_limits_are_the_tightest_and_bad_values_are_named() {
     );
 }
 
+/// A quota with a `scopeSelector` (PriorityClass `high` only) counts and
+/// limits only the pods it covers; an unscoped one every pod; the
+/// tightest that covers a pod refuses it, by name (HAMi master skips
+/// scoped quotas, #3094).
+#[test]
+fn scoped_quotas_count_and_limit_only_the_pods_they_cover() {
+    use crate::engine::ScopeFacts;
+    let nv = crate::engine::request::DeviceConfig::default();
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    v.upsert_quota(&quota(
+        "team",
+        "all",
+        &[("limits.nvidia.com/gpumem", "30000")],
+    ));
+    let mut high = quota("team", "high", &[("limits.nvidia.com/gpumem", "8000")]);
+    high.spec.as_mut().unwrap().scope_selector = Some(
+        serde_json::from_value(serde_json::json!({"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}))
+        .unwrap(),
+    );
+    v.upsert_quota(&high);
+    let with_class = |name: &str, devices: &str, class: Option<&str>| {
+        let mut p = pod("team", name, "n1", devices, "Running");
+        p.spec.as_mut().unwrap().priority_class_name = class.map(str::to_string);
+        p
+    };
+    v.upsert_pod(
+        "uid-h",
+        &with_class("h", "GPU-0,NVIDIA,6000,0:;", Some("high")),
+    );
+    v.upsert_pod(
+        "uid-l",
+        &with_class("l", "GPU-1,NVIDIA,16000,0:;", Some("low")),
+    );
+    let facts = |class: &str| ScopeFacts {
+        priority_class: Some(class.to_string()),
+        best_effort: true,
+        ..Default::default()
+    };
+    let ask = |mem_mib| QuotaAmount { mem_mib, cores: 0 };
+    let (for_high, _) = v.quotas().quota("team", &facts("high"), &nv);
+    let named: Vec<(&str, u64)> = for_high
+        .quotas
+        .iter()
+        .map(|q| (q.name.as_str(), q.used.mem_mib))
+        .collect();
+    assert_eq!(named, [("all", 22000), ("high", 6000)]);
+    assert_eq!(for_high.check(ask(2000)), Ok(()));
+    assert_eq!(for_high.check(ask(3000)).unwrap_err().quota, "high");
+    let (for_low, _) = v.quotas().quota("team", &facts("low"), &nv);
+    assert_eq!(for_low.quotas.len(), 1);
+    assert_eq!(for_low.check(ask(8000)), Ok(()));
+    assert_eq!(for_low.check(ask(9000)).unwrap_err().quota, "all");
+    // The gauges' limits leave the scoped quota out, as HAMi master does.
+    let (limits, _) = v
+        .quotas()
+        .limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores");
+    assert_eq!(limits.mem_mib, Some(30000));
+    assert_eq!(v.quotas().used("team").mem_mib, 22000);
+    // The high pod gone: the scoped quota has its room back.
+    v.delete_pod("uid-h");
+    let (for_high, _) = v.quotas().quota("team", &facts("high"), &nv);
+    assert_eq!(for_high.check(ask(8000)), Ok(()));
+    assert_eq!(v.quotas().used("team").mem_mib, 16000);
+}
+
 #[test]
 fn a_reservation_survives_events_that_do_not_show_it_yet() {
     let mut view = ClusterView::new();
