@@ -251,7 +251,12 @@ impl ContainerResources {
         let count = u32::try_from(count)
             .map_err(|_| self.error(count_name, format!("{count} GPUs is too many")))?;
 
-        let cores = match self.cores.or(injected.cores.map(u64::from)) {
+        // A whole GPU gets the 100 cores the webhook writes into the spec.
+        // A pod that did not go through the webhook has no such value, and
+        // HAMi's device plugin bounds its grant by `defaultCores` (master,
+        // #3125): the 100 stands only while that is 0 (no bound).
+        let injected_cores = injected.cores.filter(|_| cfg.default_cores == 0);
+        let cores = match self.cores.or(injected_cores.map(u64::from)) {
             Some(c) if c > 100 => {
                 return Err(self.error(
                     &cfg.resource_core_name,
