@@ -162,6 +162,7 @@ fn mig_cluster() -> ClusterState {
                         mem_mib: u64::from(pr.memory_mib),
                         cores: pr.cores,
                         slots: 1,
+                        unreadable: false,
                         mig: Some(MigInstance {
                             profile: pr.name.clone(),
                             placement: MigPlacement {

@@ -103,6 +103,7 @@ fn node() -> Node {
                     cores: 100,
                     slices: 0,
                     unreserved: 0,
+                    unreadable: 0,
                 },
             )
         })

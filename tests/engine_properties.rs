@@ -24,6 +24,7 @@ fn arb_gpu(node: usize, index: u32) -> impl Strategy<Value = Gpu> {
                 Usage {
                     slices: 0,
                     unreserved: 0,
+                    unreadable: 0,
                     slots,
                     mem_mib: u32::try_from(mem_mib).unwrap(),
                     cores,
@@ -169,6 +170,7 @@ fn phases(a: &Allocation) -> Vec<BTreeMap<String, Usage>> {
                 m.entry(d.uuid.clone()).or_default().add(&Usage {
                     slices: 0,
                     unreserved: 0,
+                    unreadable: 0,
                     slots: 1,
                     mem_mib: u32::try_from(d.mem_mib).unwrap(),
                     cores: d.cores,

@@ -172,6 +172,14 @@ fn every_reason_code_in_words() {
              nvidia.com/nouse-gpuuuid)",
         ),
         (
+            "ml/small",
+            "unreadable-1",
+            "CardAllocationUnreadable",
+            "for container main, 1 of 1 GPUs hold a pod whose allocation annotations cannot be \
+             read (an AllocationUnreadable event on that pod says why), so what is free there is \
+             unknown; they take no new pod until the annotations can be read or the pod is gone",
+        ),
+        (
             "ml/gang-ok-1",
             "a10-1",
             "GangPlacement",
@@ -326,7 +334,7 @@ fn the_nearest_node_and_whom_to_evict() {
         assert!(n.preempt.is_empty(), "{node}: {n:?}");
     }
     assert!(
-        e.summary.starts_with("no node can hold it now (10 nodes: 1 CardCordoned, 1 CardInsufficientCore, 4 CardInsufficientMemory,"),
+        e.summary.starts_with("no node can hold it now (11 nodes: 1 CardAllocationUnreadable, 1 CardCordoned, 1 CardInsufficientCore, 4 CardInsufficientMemory,"),
         "{}",
         e.summary
     );
@@ -334,13 +342,16 @@ fn the_nearest_node_and_whom_to_evict() {
         e.summary
             .contains("nearest is shared-1, which needs 8000 MiB")
             && e.summary
-                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (6 not recreated by a ReplicaSet or StatefulSet)"),
+                .ends_with("evicting lower-priority pods would make room (see PREEMPT); defragmentation: no GPU holder could move, even if every namespace opted in (7 not recreated by a ReplicaSet or StatefulSet)"),
         "{}",
         e.summary
     );
     let table = e.to_table();
     assert!(
-        table.contains("shared-1  batch/low-a  50        12000 MiB, 20 cores on GPU-shared-1-0"),
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")
+                == "shared-1 batch/low-a 50 12000 MiB, 20 cores on GPU-shared-1-0"),
         "{table}"
     );
 
@@ -408,7 +419,7 @@ fn nodes_kube_scheduler_leaves_out() {
     assert_eq!(e.nearest, ["shared-1"]);
     assert!(
         e.summary
-            .starts_with("no node can hold it now (10 nodes: 1 CardInsufficientMemory, 9 excluded by kube-scheduler's checks)"),
+            .starts_with("no node can hold it now (11 nodes: 1 CardInsufficientMemory, 10 excluded by kube-scheduler's checks)"),
         "{}",
         e.summary
     );
@@ -461,7 +472,7 @@ fn pods_that_are_not_pending_here() {
     assert_eq!(e.status, "pending");
     assert!(
         e.summary
-            .starts_with("5 of 10 nodes can hold it now; gpugate ranks"),
+            .starts_with("5 of 11 nodes can hold it now; gpugate ranks"),
         "{}",
         e.summary
     );

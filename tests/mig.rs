@@ -121,6 +121,7 @@ fn state(profiles: &[MigProfile], devmem: u64, held: &[(usize, u32)]) -> Cluster
                 mem_mib: u64::from(pr.memory_mib),
                 cores: pr.cores,
                 slots: 1,
+                unreadable: false,
                 mig: Some(gpugate::engine::MigInstance {
                     profile: pr.name.clone(),
                     placement: MigPlacement {
@@ -315,6 +316,7 @@ fn unusable_and_inconsistent_mig_gpus_take_nothing() {
             mem_mib: 4864,
             cores: 15,
             slots: 1,
+            unreadable: false,
             mig: None,
         }]],
         kinds: vec![],
@@ -356,6 +358,7 @@ fn mig_usage_on_a_hami_core_gpu_makes_it_take_nothing() {
             mem_mib: 9984,
             cores: 29,
             slots: 1,
+            unreadable: false,
             mig: Some(gpugate::engine::MigInstance {
                 profile: "2g.10gb".into(),
                 placement: MigPlacement { start: 0, size: 2 },

@@ -524,3 +524,66 @@ fn mig_example_places_instances_as_hami_does() {
     assert_eq!(whole.reasons["mig-1"], "2/2 CardInsufficientMemory");
     assert_eq!(whole.reasons["core-1"], "1/1 CardTypeMismatch");
 }
+
+/// A running pod's allocation in HAMi master's five-field form
+/// (`uuid,vendor,mem,cores,slots`) counts what it holds; one the decoder
+/// refuses blocks its GPU (fail closed). Before, both freed the GPU: a
+/// 16,384 MiB GPU holding 12,000 MiB took another 8,000 MiB pod.
+#[test]
+fn allocations_gpugate_cannot_read_do_not_free_their_gpu() {
+    let cluster = |devices: &str| {
+        Snapshot::from_yaml(
+            &format!(
+                r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  annotations:
+    hami.io/node-nvidia-register: '[{{"id":"g0","index":0,"count":10,"devmem":16384,"devcore":100,"type":"NVIDIA Tesla T4","health":true}}]'
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: running, namespace: ml, uid: u-running, annotations: {{hami.io/vgpu-node: n1, hami.io/vgpu-devices-allocated: "{devices}"}}}}
+spec: {{nodeName: n1, containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "12000", nvidia.com/gpucores: "30"}}}}}}]}}
+status: {{phase: Running}}
+"#
+            ),
+            "inline",
+        )
+        .unwrap()
+    };
+    let pending = |mib: u32| {
+        Snapshot::from_yaml(
+            &format!(
+                r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: new-{mib}, namespace: ml}}
+spec: {{containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "{mib}"}}}}}}]}}
+"#
+            ),
+            "inline",
+        )
+        .unwrap()
+        .pods
+    };
+    let config = Config::default();
+    let five = cluster("g0,NVIDIA,12000,30,1:;");
+    let r = simulate(&five, &pending(8000), &config, Timestamp::now());
+    assert!(r.placements.is_empty(), "{:?}", r.placements);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    let r = simulate(&five, &pending(4000), &config, Timestamp::now());
+    assert_eq!(r.placements.len(), 1);
+
+    let garbled = cluster("g0,NVIDIA,12000,thirty:;");
+    let r = simulate(&garbled, &pending(1000), &config, Timestamp::now());
+    assert!(r.placements.is_empty(), "{:?}", r.placements);
+    let why = format!("{:?}", r.unschedulable);
+    assert!(why.contains("CardAllocationUnreadable"), "{why}");
+    assert!(
+        r.warnings.iter().any(|w| w.contains("cores \"thirty\"")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -27,6 +27,7 @@ const MODEL: &str = "NVIDIA A100-SXM4-40GB";
 const CAPACITY: Usage = Usage {
     slices: 0,
     unreserved: 0,
+    unreadable: 0,
     slots: 10,
     mem_mib: 40960,
     cores: 100,
@@ -83,6 +84,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 mem_mib,
                 cores,
                 slots: 1,
+                unreadable: false,
                 mig: None,
             }]],
             kinds: vec![],

@@ -159,6 +159,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                 Usage {
                     slices: 0,
                     unreserved: 0,
+                    unreadable: 0,
                     slots: d.count,
                     mem_mib: d.devmem,
                     cores: d.devcore,

@@ -73,6 +73,8 @@ pub struct ViewGauges {
     node_topologies: Gauge,
     numa_zone_takes: Gauge,
     mig_inconsistent_gpus: Gauge,
+    unreadable_allocations: Gauge,
+    unreadable_blocked_gpus: Gauge,
 }
 
 impl ViewGauges {
@@ -133,6 +135,16 @@ impl ViewGauges {
                 "GPUs that take no new pod because a pod on them holds a MIG instance inconsistent with the GPU's mode (a MIG share without its instance, or an instance on a GPU not in MIG mode; HAMi v2.10 marks them unhealthy); each such pod gets a MigInconsistent event",
                 &self.mig_inconsistent_gpus,
             ),
+            (
+                "gpugate_ledger_unreadable_allocations",
+                "Pods whose allocation annotations (hami.io/vgpu-devices-allocated, hami.io/vgpu-mig-allocations) cannot be read; each gets an AllocationUnreadable event, and the GPUs it may hold take no new pod (fail closed)",
+                &self.unreadable_allocations,
+            ),
+            (
+                "gpugate_gpus_blocked_by_unreadable_allocations",
+                "GPUs that take no new pod because a pod whose allocation cannot be read may hold them (CardAllocationUnreadable)",
+                &self.unreadable_blocked_gpus,
+            ),
         ] {
             registry.register(name, help, gauge.clone());
         }
@@ -152,6 +164,8 @@ impl ViewGauges {
         set(&self.nodes_with_problems, c.nodes_with_problems);
         set(&self.numa_zone_takes, c.numa_zone_takes);
         set(&self.mig_inconsistent_gpus, c.mig_inconsistent_gpus);
+        set(&self.unreadable_allocations, c.unreadable_allocations);
+        set(&self.unreadable_blocked_gpus, c.unreadable_blocked_gpus);
         for (gauge, count) in [
             (&self.pod_groups, c.pod_groups),
             (&self.node_topologies, c.node_topologies),

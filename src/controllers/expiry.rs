@@ -6,7 +6,8 @@
 //! ([`crate::cluster::ClusterView::expire`]); this loop only asks it.
 //!
 //! The same tick tells pods the view found with a MIG instance
-//! inconsistent with their GPU (`MigInconsistent`, a warning event each):
+//! inconsistent with their GPU (`MigInconsistent`) or an allocation that
+//! cannot be read (`AllocationUnreadable`), a warning event each:
 //! the watch that finds them has no API handle, and events wait here
 //! rather than under the view's lock.
 
@@ -37,15 +38,15 @@ pub async fn run(
             () = &mut stop => return,
             _ = tick.tick() => {}
         }
-        if cluster.read().has_mig_notices() {
-            let notices = cluster.write().take_mig_notices();
+        if cluster.read().has_notices() {
+            let notices = cluster.write().take_notices();
             for n in notices {
                 events.emit(PodEvent::about(
                     &n.namespace,
                     &n.name,
                     &n.uid,
                     true,
-                    "MigInconsistent",
+                    n.reason,
                     n.problem,
                 ));
             }

@@ -197,6 +197,7 @@ mod tests {
                     Usage {
                         slices: 0,
                         unreserved: 0,
+                        unreadable: 0,
                         slots: 10,
                         mem_mib: 40960,
                         cores: 100,
@@ -253,6 +254,7 @@ mod tests {
             &Usage {
                 slices: 0,
                 unreserved: 0,
+                unreadable: 0,
                 slots: 1,
                 mem_mib: 40960,
                 cores: 0,
@@ -526,7 +528,7 @@ mod tests {
             for (i, g) in gpus.iter().enumerate() {
                 if g.1 > 0 {
                     n.add_usage(i, &Usage { slices: 0,
-            unreserved: 0, slots: g.2.max(1), mem_mib: u32::try_from(g.1).unwrap(), cores: 0 });
+            unreserved: 0, unreadable: 0, slots: g.2.max(1), mem_mib: u32::try_from(g.1).unwrap(), cores: 0 });
                 }
             }
             let t = topology(

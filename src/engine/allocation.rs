@@ -21,6 +21,9 @@ pub struct DeviceGrant {
     /// Shares of the GPU's split count taken (HAMi master's fifth
     /// device-list field; 1 for every grant gpugate makes).
     pub slots: u32,
+    /// A pod's share that cannot be read (see [`Allocation::unreadable`]):
+    /// it blocks the GPU.
+    pub unreadable: bool,
     /// On a MIG GPU, the instance granted (HAMi's
     /// `hami.io/vgpu-mig-allocations` entry).
     pub mig: Option<MigInstance>,
@@ -38,7 +41,8 @@ impl DeviceGrant {
             mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
             cores: self.cores,
             slices: mask.flatten().unwrap_or(0),
-            unreserved: u16::from(mask == Some(None)),
+            unreserved: u8::from(mask == Some(None)),
+            unreadable: u8::from(self.unreadable),
         }
     }
 }
@@ -168,6 +172,7 @@ impl Allocation {
                             mem_mib: u64::from(d.mem_mib),
                             cores: d.cores,
                             slots: d.slots,
+                            unreadable: false,
                             mig: None,
                         })
                         .collect()
@@ -180,6 +185,48 @@ impl Allocation {
                 .collect(),
             numa: None,
         }
+    }
+
+    /// What a pod whose allocation annotations cannot be read holds on
+    /// `node`, as far as it is known: a share of each GPU of the node that
+    /// the annotations name (`uuids`), or of every GPU of the node when they
+    /// name none of its GPUs. Each share blocks its GPU: fail closed, where
+    /// HAMi frees the GPU.
+    pub fn unreadable(node: &super::device::Node, uuids: &[String]) -> Allocation {
+        let named: Vec<&super::device::Gpu> = node
+            .gpus
+            .iter()
+            .filter(|g| uuids.iter().any(|u| *u == g.uuid))
+            .collect();
+        let gpus = if named.is_empty() {
+            node.gpus.iter().collect()
+        } else {
+            named
+        };
+        Allocation {
+            node: node.name.clone(),
+            containers: vec![
+                gpus.into_iter()
+                    .map(|g| DeviceGrant {
+                        uuid: g.uuid.clone(),
+                        kind: g.kind,
+                        mem_mib: 0,
+                        cores: 0,
+                        slots: 0,
+                        unreadable: true,
+                        mig: None,
+                    })
+                    .collect(),
+            ],
+            kinds: Vec::new(),
+            numa: None,
+        }
+    }
+
+    /// Whether this is a pod's share that cannot be read
+    /// ([`Allocation::unreadable`]).
+    pub fn is_unreadable(&self) -> bool {
+        self.containers.iter().flatten().any(|g| g.unreadable)
     }
 
     /// Number of GPU grants over all containers.
@@ -199,6 +246,7 @@ mod tests {
             mem_mib: mem,
             cores,
             slots: 1,
+            unreadable: false,
             mig: None,
         }
     }
@@ -227,6 +275,7 @@ mod tests {
                     Usage {
                         slices: 0,
                         unreserved: 0,
+                        unreadable: 0,
                         slots: 2,
                         mem_mib: 800,
                         cores: 20
@@ -237,6 +286,7 @@ mod tests {
                     Usage {
                         slices: 0,
                         unreserved: 0,
+                        unreadable: 0,
                         slots: 1,
                         mem_mib: 100,
                         cores: 0

@@ -21,9 +21,16 @@ pub fn check_gpu(
     selection: &Selection,
     policy: GpuPolicy,
 ) -> Result<Usage, Reason> {
+    if !gpu.healthy {
+        return Err(Reason::CardNotHealth);
+    }
+    // What a pod holds here cannot be read: fail closed.
+    if used.unreadable > 0 {
+        return Err(Reason::CardAllocationUnreadable);
+    }
     // A GPU holding a pod whose MIG instance is inconsistent with it is
     // unhealthy, as HAMi v2.10 marks it (`Node::is_inconsistent`).
-    if !gpu.healthy || used.unreserved > 0 {
+    if used.unreserved > 0 {
         return Err(Reason::CardNotHealth);
     }
     if gpu.cordoned {
@@ -61,6 +68,7 @@ pub fn check_gpu(
     Ok(Usage {
         slices: 0,
         unreserved: 0,
+        unreadable: 0,
         slots: 1,
         // At most the GPU's own memory, checked above.
         mem_mib: u32::try_from(mem).unwrap_or(u32::MAX),
@@ -88,6 +96,7 @@ fn mig_take(gpu: &Gpu, used: &Usage, mem: u64, selection: &Selection) -> Option<
                     cores: p.cores,
                     slices: mask,
                     unreserved: 0,
+                    unreadable: 0,
                 })
         })
 }

@@ -46,7 +46,11 @@ pub struct Usage {
     /// a pod placed without its `hami.io/vgpu-mig-allocations` entry; on
     /// any other GPU, a pod with one. While there is one, the GPU takes no
     /// new pod (HAMi marks such a GPU unhealthy).
-    pub unreserved: u16,
+    pub unreserved: u8,
+    /// Pods whose allocation on this GPU cannot be read (a device list or
+    /// MIG entry the decoder refuses): the GPU takes no new pod while
+    /// there is one, since what they hold is unknown (fail closed).
+    pub unreadable: u8,
 }
 
 // Every evaluation reads the usage and capacity of every GPU of every
@@ -60,6 +64,7 @@ impl Usage {
         self.cores = self.cores.saturating_add(other.cores);
         self.slices |= other.slices;
         self.unreserved = self.unreserved.saturating_add(other.unreserved);
+        self.unreadable = self.unreadable.saturating_add(other.unreadable);
     }
 
     pub fn sub(&mut self, other: &Usage) {
@@ -68,6 +73,7 @@ impl Usage {
         self.cores = self.cores.saturating_sub(other.cores);
         self.slices &= !other.slices;
         self.unreserved = self.unreserved.saturating_sub(other.unreserved);
+        self.unreadable = self.unreadable.saturating_sub(other.unreadable);
     }
 
     /// Element-wise maximum (an init container's peak against the app's
@@ -79,6 +85,7 @@ impl Usage {
             cores: self.cores.max(other.cores),
             slices: self.slices | other.slices,
             unreserved: self.unreserved.max(other.unreserved),
+            unreadable: self.unreadable.max(other.unreadable),
         }
     }
 
@@ -388,6 +395,10 @@ impl Node {
     /// with one (whose slices mean nothing there).
     fn on_gpu(&self, pos: usize, delta: &Usage) -> Usage {
         let mut d = *delta;
+        // A share that cannot be read is not judged for its instance.
+        if d.unreadable > 0 {
+            return d;
+        }
         if let Some(gpu) = self.gpus.get(pos) {
             let inconsistent = if gpu.is_mig() {
                 d.slices == 0
@@ -440,6 +451,7 @@ mod tests {
         let cap = Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots: 10,
             mem_mib: 8192,
             cores: 100,
@@ -456,6 +468,7 @@ mod tests {
         let d = Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots: 1,
             mem_mib: 1000,
             cores: 30,

@@ -412,6 +412,7 @@ mod tests {
         Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots: 10,
             mem_mib: u32::try_from(mem_mib).unwrap(),
             cores: 100,
@@ -426,6 +427,7 @@ mod tests {
         Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots,
             mem_mib: u32::try_from(mem_mib).unwrap(),
             cores,

@@ -218,6 +218,7 @@ mod tests {
         let cap = Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots: 10,
             mem_mib: 40960,
             cores: 100,

@@ -367,6 +367,7 @@ mod tests {
         Usage {
             slices: 0,
             unreserved: 0,
+            unreadable: 0,
             slots,
             mem_mib: u32::try_from(mem_mib).unwrap(),
             cores,

@@ -565,6 +565,7 @@ mod tests {
             mem_mib,
             cores,
             slots: 1,
+            unreadable: false,
             mig: None,
         };
         let a = Allocation {

@@ -28,10 +28,14 @@ pub enum Reason {
     /// The GPUs of a NUMA zone cannot hold a container's (or the pod's)
     /// slices beside what the zone gives it already.
     NumaZoneInsufficientGPU,
+    /// The GPU holds a pod whose allocation annotations cannot be read:
+    /// what it holds is unknown, so the GPU takes no new pod (gpugate's,
+    /// not HAMi's, which frees such a GPU).
+    CardAllocationUnreadable,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -47,6 +51,7 @@ impl Reason {
         Reason::NumaZoneInsufficientCPU,
         Reason::NumaZoneInsufficientMemory,
         Reason::NumaZoneInsufficientGPU,
+        Reason::CardAllocationUnreadable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +71,7 @@ impl Reason {
             Reason::NumaZoneInsufficientCPU => "NumaZoneInsufficientCPU",
             Reason::NumaZoneInsufficientMemory => "NumaZoneInsufficientMemory",
             Reason::NumaZoneInsufficientGPU => "NumaZoneInsufficientGPU",
+            Reason::CardAllocationUnreadable => "CardAllocationUnreadable",
         }
     }
 }

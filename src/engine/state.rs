@@ -407,6 +407,7 @@ impl ClusterState {
                     mem_mib: u64::from(take.mem_mib),
                     cores: take.cores,
                     slots: 1,
+                    unreadable: false,
                     mig: gpu.mig_instance(&take),
                 });
             }
@@ -666,6 +667,7 @@ mod tests {
                         Usage {
                             slices: 0,
                             unreserved: 0,
+                            unreadable: 0,
                             slots: 10,
                             mem_mib: 40960,
                             cores: 100,
@@ -807,6 +809,7 @@ mod tests {
             mem_mib: 1,
             cores: 0,
             slots: 1,
+            unreadable: false,
             mig: None,
         });
         assert_eq!(

@@ -134,6 +134,20 @@ fn decode_device(
     })
 }
 
+/// The device uuids a device list names, however malformed the rest is
+/// (the first field of every `,`-separated piece, in order, without
+/// repeats): what a pod whose list cannot be decoded may hold.
+pub fn uuids_named(value: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for piece in value.split([';', ':']) {
+        let uuid = piece.split(',').next().unwrap_or_default().trim();
+        if !uuid.is_empty() && !out.iter().any(|u| u == uuid) {
+            out.push(uuid.to_string());
+        }
+    }
+    out
+}
+
 /// Encodes a device list in HAMi's form, with the slots field only where
 /// a grant takes more than one share. Uuids and vendors containing `,`,
 /// `:` or `;` cannot be represented (HAMi's form has no escaping).
@@ -330,6 +344,16 @@ mod tests {
             decode("G,NVIDIA,1,2,2147483647").containers[0][0].slots,
             2147483647
         );
+    }
+
+    #[test]
+    fn uuids_are_found_in_lists_that_do_not_decode() {
+        assert_eq!(
+            uuids_named("GPU-1,NVIDIA,x,0:GPU-2,NVIDIA:;;GPU-1,,1,1:"),
+            ["GPU-1", "GPU-2"]
+        );
+        assert_eq!(uuids_named("garbage"), ["garbage"]);
+        assert!(uuids_named(";;:,").is_empty());
     }
 
     #[test]

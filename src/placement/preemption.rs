@@ -227,9 +227,10 @@ mod tests {
     }
 
     /// The explain fixture's ml/big (8,000 MiB and 30 cores, priority
-    /// 1000) fits nowhere; evicting one pod makes room on four nodes: the
+    /// 1000) fits nowhere; evicting one pod makes room on five nodes: the
     /// priority-0 ones first (cores-1's hog before slices-1's solo by
-    /// name), then the priority-50 ones.
+    /// name), then the priority-50 ones (unreadable-1's garbled pod, whose
+    /// allocation cannot be read, blocks its GPU until it is gone).
     #[test]
     fn candidates_in_kube_schedulers_order() {
         let snapshot = cluster();
@@ -240,6 +241,7 @@ mod tests {
                 ("slices-1".to_string(), vec!["uid-solo".to_string()]),
                 ("shared-1".to_string(), vec!["uid-low-a".to_string()]),
                 ("shared-2".to_string(), vec!["uid-low-c".to_string()]),
+                ("unreadable-1".to_string(), vec!["uid-garbled".to_string()]),
             ]
         );
         // Never preempts; a pod that fits somewhere needs no eviction; a

@@ -44,6 +44,9 @@ fn card_words(reason: Reason) -> &'static str {
         Reason::NumaZoneInsufficientCPU => "lack the free CPUs",
         Reason::NumaZoneInsufficientMemory => "lack the free memory",
         Reason::NumaZoneInsufficientGPU => "lack GPUs that can hold the slices",
+        Reason::CardAllocationUnreadable => {
+            "hold a pod whose allocation annotations cannot be read (an AllocationUnreadable event on that pod says why), so what is free there is unknown; they take no new pod until the annotations can be read or the pod is gone"
+        }
     }
 }
 

@@ -85,13 +85,79 @@ impl ClusterView {
             }
             Err(_) if reserved => None,
             Err(e) => {
+                let problem = e.to_string();
+                if let Some(held) = self
+                    .pods
+                    .get_mut(key)
+                    .filter(|p| p.unreadable.as_ref().is_some_and(|u| u.problem == problem))
+                {
+                    // The same unreadable annotations again (a status update).
+                    held.bound = bound;
+                    held.awaiting_allocation =
+                        crate::cluster::convert::pod_awaiting_allocation(pod);
+                    return Some(problem);
+                }
                 self.forget_allocation(key);
-                // Unreadable: nothing to place on a node, but the pod is
-                // reported and its namespace is not told it has room it may
-                // not have.
-                let held = HeldPod::of(pod, None, Some(e.to_string()), Stage::Settled);
-                self.hold(key, held)
+                self.hold_unreadable(key, pod, problem.clone());
+                Some(problem)
             }
+        }
+    }
+
+    /// Holds a pod whose allocation annotations cannot be read: fail
+    /// closed. The GPUs they name on their node (every GPU of it when
+    /// they name none) take no new pod until the annotations can be read
+    /// or the pod is gone; a notice tells the pod why.
+    fn hold_unreadable(&mut self, key: &str, pod: &Pod, problem: String) {
+        let annotations = pod.metadata.annotations.as_ref();
+        let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+        let node = get(crate::hami::keys::VGPU_NODE)
+            .filter(|n| !n.is_empty())
+            .or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()))
+            .unwrap_or_default()
+            .to_string();
+        let uuids = get(crate::hami::keys::VGPU_DEVICES_ALLOCATED)
+            .map(crate::hami::pod_devices::uuids_named)
+            .unwrap_or_default();
+        let mut held = HeldPod::of(pod, None, None, Stage::Settled);
+        held.unreadable = Some(Box::new(super::Unreadable {
+            problem: problem.clone(),
+            node,
+            uuids,
+        }));
+        let who = held.who();
+        tracing::warn!(pod = %who, %problem, "allocation cannot be read: its GPUs take no new pod");
+        self.hold(key, held);
+        self.block_unreadable(key);
+        self.notify(key, "AllocationUnreadable", format!(
+            "{problem}; the GPUs it may hold take no new pod until the annotations can be read or the pod is gone"
+        ));
+    }
+
+    /// Applies what an unreadable pod blocks on its node as the node is
+    /// now (its GPUs may have registered after the pod was seen).
+    pub(super) fn block_unreadable(&mut self, key: &str) {
+        let Some(p) = self.pods.get(key) else { return };
+        let Some(u) = p.unreadable.as_deref() else {
+            return;
+        };
+        let Some(node) = self.state.node(&u.node) else {
+            let why = format!("pod {}: {}; unknown node {:?}", p.who(), u.problem, u.node);
+            if let Some(p) = self.pods.get_mut(key) {
+                p.unaccounted = Some(why);
+            }
+            return;
+        };
+        let blocking = Allocation::unreadable(node, &u.uuids);
+        self.state.remove(key);
+        let unaccounted = self
+            .state
+            .apply(key, blocking.clone())
+            .err()
+            .map(|e| format!("pod {}: {e}", p.who()));
+        if let Some(p) = self.pods.get_mut(key) {
+            p.allocation = Some(blocking);
+            p.unaccounted = unaccounted;
         }
     }
 
@@ -251,12 +317,19 @@ impl ClusterView {
         }
     }
 
-    /// The ledger's allocations that are not counted on any node, with why.
+    /// The ledger's allocations that are not counted on any node, or that
+    /// cannot be read (their GPUs are blocked), with why.
     pub fn unaccounted(&self) -> Vec<(&str, &str)> {
         let mut out: Vec<(&str, &str)> = self
             .pods
             .iter()
-            .filter_map(|(uid, p)| p.unaccounted.as_deref().map(|why| (uid.as_str(), why)))
+            .filter_map(|(uid, p)| {
+                let why = p
+                    .unaccounted
+                    .as_deref()
+                    .or(p.unreadable.as_deref().map(|u| u.problem.as_str()))?;
+                Some((uid.as_str(), why))
+            })
             .collect();
         out.sort();
         out
@@ -275,27 +348,35 @@ impl ClusterView {
             return;
         };
         tracing::warn!(pod = %p.who(), %problem, "MIG instance inconsistent with its GPU");
-        if self.mig_notices.len() >= super::MIG_NOTICES_MAX {
-            self.mig_notices.pop_front();
+        self.notify(key, "MigInconsistent", problem);
+    }
+
+    /// Queues a warning event with `reason` about held pod `key`.
+    fn notify(&mut self, key: &str, reason: &'static str, problem: String) {
+        let Some(p) = self.pods.get(key) else { return };
+        if self.notices.len() >= super::NOTICES_MAX {
+            self.notices.pop_front();
         }
-        let notice = super::MigNotice {
+        let notice = super::PodNotice {
             uid: key.to_string(),
             namespace: p.namespace.clone(),
             name: p.name.clone(),
+            reason,
             problem,
         };
-        self.mig_notices.push_back(notice);
+        self.notices.push_back(notice);
     }
 
-    /// Pods found with MIG instances inconsistent with their GPUs since
-    /// the last call, to be told (an event each).
-    pub fn take_mig_notices(&mut self) -> Vec<super::MigNotice> {
-        self.mig_notices.drain(..).collect()
+    /// Pods found with MIG instances inconsistent with their GPUs, or
+    /// with allocations that cannot be read, since the last call, to be
+    /// told (an event each).
+    pub fn take_notices(&mut self) -> Vec<super::PodNotice> {
+        self.notices.drain(..).collect()
     }
 
-    /// Whether [`Self::take_mig_notices`] has anything.
-    pub fn has_mig_notices(&self) -> bool {
-        !self.mig_notices.is_empty()
+    /// Whether [`Self::take_notices`] has anything.
+    pub fn has_notices(&self) -> bool {
+        !self.notices.is_empty()
     }
 
     /// Every MIG instance a held pod's device plugin reports created, with

@@ -75,6 +75,10 @@ struct HeldPod {
     scope: crate::engine::ScopeFacts,
     /// Why the allocation is not in the engine's state, when it is not.
     unaccounted: Option<String>,
+    /// The pod's allocation annotations cannot be read: why, and what is
+    /// known of where (`allocation` is then [`Allocation::unreadable`]:
+    /// it blocks those GPUs).
+    unreadable: Option<Box<Unreadable>>,
     allocation: Option<Allocation>,
     stage: Stage,
     /// The [`Reservation`] that made it (0 for anything else): only that
@@ -83,6 +87,16 @@ struct HeldPod {
     /// Its MIG instances the device plugin reports created (with their
     /// runtime ids), for HAMi's `hami_node_gpu_mig_instance_info`.
     mig_ready: Box<[crate::hami::mig::MigAllocation]>,
+}
+
+/// What is known of an allocation that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Unreadable {
+    problem: String,
+    /// The node it names (`hami.io/vgpu-node`, else `spec.nodeName`).
+    node: String,
+    /// The device uuids its list names.
+    uuids: Vec<String>,
 }
 
 /// Where a bind of the pod stands. A reserved allocation is gpugate's own
@@ -134,6 +148,7 @@ impl HeldPod {
                 .unwrap_or_default(),
             scope: super::convert::pod_scope_facts(pod),
             unaccounted,
+            unreadable: None,
             allocation,
             stage,
             ticket: 0,
@@ -183,21 +198,26 @@ pub struct ClusterView {
     topologies: Served<String, Option<jiff::Timestamp>>,
     /// The last [`Reservation`]'s ticket.
     next_ticket: u64,
-    /// Pods found holding a MIG instance inconsistent with their GPU,
-    /// not yet told (an event each); bounded by [`MIG_NOTICES_MAX`].
-    mig_notices: std::collections::VecDeque<MigNotice>,
+    /// Pods found holding a MIG instance inconsistent with their GPU, or
+    /// an allocation that cannot be read, not yet told (an event each);
+    /// bounded by [`NOTICES_MAX`].
+    notices: std::collections::VecDeque<PodNotice>,
 }
 
-/// At most this many untold [`MigNotice`]s are kept (the oldest go first).
-const MIG_NOTICES_MAX: usize = 256;
+/// At most this many untold [`PodNotice`]s are kept (the oldest go first).
+const NOTICES_MAX: usize = 256;
 
-/// A pod whose MIG grants are inconsistent with its GPUs' modes (what
-/// HAMi v2.10 marks a device unhealthy for): the pod, and what is wrong.
+/// A pod to be told about with a warning event: its MIG grants are
+/// inconsistent with its GPUs' modes (`MigInconsistent`: what HAMi v2.10
+/// marks a device unhealthy for), or its allocation cannot be read
+/// (`AllocationUnreadable`: its GPUs take no new pod).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigNotice {
+pub struct PodNotice {
     pub uid: String,
     pub namespace: String,
     pub name: String,
+    /// The event's reason.
+    pub reason: &'static str,
     pub problem: String,
 }
 
@@ -219,6 +239,10 @@ pub struct ViewCounts {
     /// GPUs that take no new pod because one they hold has a MIG instance
     /// inconsistent with the GPU (HAMi v2.10 marks them unhealthy).
     pub mig_inconsistent_gpus: usize,
+    /// Pods whose allocation annotations cannot be read.
+    pub unreadable_allocations: usize,
+    /// GPUs that take no new pod because such a pod may hold them.
+    pub unreadable_blocked_gpus: usize,
 }
 
 impl ClusterView {
@@ -298,10 +322,23 @@ impl ClusterView {
     /// could not be applied before, and marks those that name GPUs it no
     /// longer has (`stale`; their usage on the GPUs that remain still counts).
     fn refresh_pods_on(&mut self, node: &str, stale: &[String]) {
+        // Pods whose allocation cannot be read block what the node has now.
+        let mut unreadable: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.unreadable.as_ref().is_some_and(|u| u.node == node))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        unreadable.sort();
+        for uid in &unreadable {
+            self.block_unreadable(uid);
+        }
         let mut on_node: Vec<String> = self
             .pods
             .iter()
-            .filter(|(_, p)| p.allocation.as_ref().is_some_and(|a| a.node == node))
+            .filter(|(_, p)| {
+                p.unreadable.is_none() && p.allocation.as_ref().is_some_and(|a| a.node == node)
+            })
             .map(|(uid, _)| uid.clone())
             .collect();
         on_node.sort();
@@ -367,8 +404,18 @@ impl ClusterView {
             unaccounted: self
                 .pods
                 .values()
-                .filter(|p| p.unaccounted.is_some())
+                .filter(|p| p.unaccounted.is_some() || p.unreadable.is_some())
                 .count(),
+            unreadable_allocations: self
+                .pods
+                .values()
+                .filter(|p| p.unreadable.is_some())
+                .count(),
+            unreadable_blocked_gpus: self
+                .state
+                .nodes()
+                .map(|n| n.usage.iter().filter(|u| u.unreadable > 0).count())
+                .sum(),
             nodes_with_problems: self.node_problems.len(),
             node_topologies: self.topologies.served().map(HashMap::len),
             numa_zone_takes: self.state.unsettled_zone_take_count(),

@@ -304,6 +304,110 @@ fn scoped_quotas_count_and_limit_only_the_pods_they_cover() {
     assert_eq!(v.quotas().used("team").mem_mib, 16000);
 }
 
+/// An allocation the decoder refuses fails closed: the GPUs it names
+/// (every GPU of its node when it names none) take no new pod, with a
+/// notice, until it can be read or the pod is gone; a node that registers
+/// later is blocked then.
+#[test]
+fn unreadable_allocations_block_their_gpus() {
+    let blocked = |v: &ClusterView, node: &str| -> Vec<bool> {
+        v.state()
+            .node(node)
+            .unwrap()
+            .usage
+            .iter()
+            .map(|u| u.unreadable > 0)
+            .collect()
+    };
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let bad = pod("team", "a", "n1", "GPU-1,NVIDIA,lots,0:;", "Running");
+    let why = v.upsert_pod("uid-a", &bad).unwrap();
+    assert!(why.contains("mem \"lots\""), "{why}");
+    assert_eq!(blocked(&v, "n1"), [false, true]);
+    assert_eq!(v.counts().unreadable_allocations, 1);
+    assert_eq!(v.counts().unreadable_blocked_gpus, 1);
+    assert_eq!(v.unaccounted().len(), 1);
+    let notices = v.take_notices();
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].reason, "AllocationUnreadable");
+    assert!(notices[0].problem.contains("take no new pod"));
+    // Seen again unchanged (a status update): not told again.
+    assert_eq!(v.upsert_pod("uid-a", &bad), Some(why));
+    assert!(!v.has_notices());
+    // Readable at last: it counts what it holds, and the block is gone.
+    v.upsert_pod(
+        "uid-a",
+        &pod("team", "a", "n1", "GPU-1,NVIDIA,3000,0:;", "Running"),
+    );
+    assert_eq!(blocked(&v, "n1"), [false, false]);
+    assert_eq!(used_mem(&v, "n1", 1), 3000);
+    assert_eq!(v.counts().unreadable_allocations, 0);
+    // Naming no GPU of the node: the whole node.
+    v.upsert_pod("uid-b", &pod("team", "b", "n1", "garbage", "Running"));
+    assert_eq!(blocked(&v, "n1"), [true, true]);
+    v.delete_pod("uid-b");
+    assert_eq!(blocked(&v, "n1"), [false, false]);
+    // A node not known yet: blocked once it registers.
+    let why = v
+        .upsert_pod(
+            "uid-c",
+            &pod("team", "c", "late", "GPU-0,NVIDIA,1,0,0:;", "Running"),
+        )
+        .unwrap();
+    assert!(why.contains("slots"), "{why}");
+    v.upsert_node(&node("late", REGISTER));
+    assert_eq!(blocked(&v, "late"), [true, false]);
+    // Finished: it holds nothing.
+    v.upsert_pod(
+        "uid-c",
+        &pod("team", "c", "late", "GPU-0,NVIDIA,1,0,0:;", "Succeeded"),
+    );
+    assert_eq!(blocked(&v, "late"), [false, false]);
+}
+
+/// A pod deleted and created again under its name is a new pod (HAMi
+/// #2968): the ledger is keyed by UID, so the old one's delete, arriving
+/// late, frees only what the old one held, and the node lock's holder name
+/// finds the new one.
+#[test]
+fn a_pod_created_again_under_its_name_is_a_new_pod() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let mut old = pod("team", "train", "n1", "GPU-0,NVIDIA,4000,0:;", "Running");
+    old.metadata.uid = Some("uid-old".into());
+    old.spec.as_mut().unwrap().node_name = Some("n1".into());
+    v.upsert_pod("uid-old", &old);
+    let mut new = pod("team", "train", "n1", "GPU-1,NVIDIA,6000,0:;", "Running");
+    new.metadata.uid = Some("uid-new".into());
+    new.spec.as_mut().unwrap().node_name = Some("n1".into());
+    v.upsert_pod("uid-new", &new);
+    assert_eq!((used_mem(&v, "n1", 0), used_mem(&v, "n1", 1)), (4000, 6000));
+    v.delete_pod("uid-old");
+    assert_eq!((used_mem(&v, "n1", 0), used_mem(&v, "n1", 1)), (0, 6000));
+    assert!(v.holds_on("team", "train", "n1"));
+    assert_eq!(v.held_name("uid-new").as_deref(), Some("team/train"));
+    assert_eq!(v.quotas().used("team").mem_mib, 6000);
+}
+
+/// A pod that has finished frees its GPUs, with its annotations or
+/// without them (HAMi #2959: stripped annotations left them held).
+#[test]
+fn a_finished_pod_frees_its_gpus_even_without_its_annotations() {
+    let mut v = ClusterView::new();
+    v.upsert_node(&node("n1", REGISTER));
+    let p = pod("team", "a", "n1", "GPU-0,NVIDIA,4000,0:;", "Running");
+    v.upsert_pod("uid-a", &p);
+    assert_eq!(used_mem(&v, "n1", 0), 4000);
+    let mut done = p.clone();
+    done.metadata.annotations = None;
+    done.status.as_mut().unwrap().phase = Some("Failed".into());
+    v.upsert_pod("uid-a", &done);
+    assert_eq!(used_mem(&v, "n1", 0), 0);
+    assert_eq!(v.counts().allocations, 0);
+    assert_eq!(v.quotas().used("team").mem_mib, 0);
+}
+
 #[test]
 fn a_reservation_survives_events_that_do_not_show_it_yet() {
     let mut view = ClusterView::new();
@@ -858,7 +962,7 @@ fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
 
     assert_eq!(v.counts().mig_inconsistent_gpus, 2);
     assert_eq!(used_mem(&v, "core", 0), 4864, "its memory still counts");
-    let notices = v.take_mig_notices();
+    let notices = v.take_notices();
     assert_eq!(notices.len(), 2, "{notices:?}");
     assert_eq!(
         (notices[0].uid.as_str(), notices[0].name.as_str()),
@@ -872,10 +976,10 @@ fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
         notices[1].problem.contains("GPU-m is in MIG mode"),
         "{notices:?}"
     );
-    assert!(!v.has_mig_notices(), "told once");
+    assert!(!v.has_notices(), "told once");
     // A status update of the same pod is not a new notice.
     assert_eq!(v.upsert_pod("uid-stale", &stale), None);
-    assert!(!v.has_mig_notices());
+    assert!(!v.has_notices());
 
     v.delete_pod("uid-stale");
     v.delete_pod("uid-unreserved");
@@ -885,9 +989,9 @@ fn mig_instances_inconsistent_with_their_gpu_are_counted_and_noticed() {
     // the node registers and the pod is counted on it.
     let mut v = ClusterView::new();
     assert!(v.upsert_pod("uid-stale", &stale).is_some(), "no node yet");
-    assert!(!v.has_mig_notices());
+    assert!(!v.has_notices());
     v.upsert_node(&node("core", REGISTER));
-    let notices = v.take_mig_notices();
+    let notices = v.take_notices();
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert!(notices[0].problem.contains("GPU-0 is not in MIG mode"));
     assert_eq!(v.counts().mig_inconsistent_gpus, 1);
