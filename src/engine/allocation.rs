@@ -196,7 +196,7 @@ impl Allocation {
         let named: Vec<&super::device::Gpu> = node
             .gpus
             .iter()
-            .filter(|g| uuids.iter().any(|u| *u == g.uuid))
+            .filter(|g| uuids.contains(&g.uuid))
             .collect();
         let gpus = if named.is_empty() {
             node.gpus.iter().collect()
