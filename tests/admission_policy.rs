@@ -230,7 +230,7 @@ fn device_modes_are_pinned_or_limited() {
         "{}",
         d.message
     );
-    for allowed in ["mps", "core", "hami-core"] {
+    for allowed in ["mps", "hami-core", "hami-core,mps"] {
         let mut p = fixture("slice.yaml");
         p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": allowed});
         assert_eq!(
@@ -239,13 +239,26 @@ fn device_modes_are_pinned_or_limited() {
             "{allowed}"
         );
     }
-    // "m" is part of hami-core, mps and mig: mig is not allowed.
+    // A GPU is taken when its mode is a part of the value (HAMi v2.10,
+    // device.go:496): "hami-core,mig" selects mig too, which is not
+    // allowed; "core" selects no mode at all and is refused as such.
     let mut p = fixture("slice.yaml");
-    p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": "m"});
-    assert!(matches!(
-        validate_pod(&p, &c, Some("no-mig")),
-        Validation::Deny(_)
-    ));
+    p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": "hami-core,mig"});
+    let Validation::Deny(d) = validate_pod(&p, &c, Some("no-mig")) else {
+        panic!("hami-core,mig admitted where mig is not allowed")
+    };
+    assert!(
+        d.message
+            .contains("\"hami-core,mig\" selects device modes hami-core, mig; this namespace allows only hami-core, mps"),
+        "{}",
+        d.message
+    );
+    let mut p = fixture("slice.yaml");
+    p["metadata"]["annotations"] = json!({"nvidia.com/vgpu-mode": "core"});
+    let Validation::Deny(d) = validate_pod(&p, &c, Some("no-mig")) else {
+        panic!("core admitted")
+    };
+    assert!(d.message.contains("names no device mode"), "{}", d.message);
 
     let e = Config::from_yaml(
         "namespacePolicies:\n  - name: x\n    namespaces: [a]\n    limits: {deviceModes: [cuda]}\n",

@@ -652,3 +652,148 @@ fn preemption_frees_the_instances_in_the_way() {
         None
     );
 }
+
+/// Two empty A100-40GB in MIG mode; container `a` asks 2 × 4,000 MiB and
+/// `b` 1 × 30,000 MiB. HAMi v2.10's `Fit` takes instances of a MIG GPU
+/// until the container has enough (`pkg/device/nvidia/device.go:846`, `if
+/// dev.Mode == "mig" { i++ }` visits the GPU again), so `a` gets two
+/// 1g.5gb of one GPU and `b` the other's 7g.40gb. gpugate's first pass
+/// gives `a` one instance of each GPU; the joint search then stacks them,
+/// in either container order (before, it answered `2/2
+/// CardMigTopologyInfeasible` in this one).
+#[test]
+fn the_joint_search_stacks_instances_on_one_gpu_as_hami_does() {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new(
+        "n",
+        vec![
+            mig_gpu("GPU-a", 40960, a100_40gb()),
+            mig_gpu("GPU-b", 40960, a100_40gb()),
+        ],
+    ));
+    let container = |name: &str, count: u32, mem: u64| ContainerRequest {
+        name: name.into(),
+        kind: ContainerKind::App,
+        gpu: Some(GpuRequest {
+            count,
+            memory: Memory::Mib(mem),
+            cores: 0,
+        }),
+    };
+    for order in [["a", "b"], ["b", "a"]] {
+        let containers = order
+            .iter()
+            .map(|&c| match c {
+                "a" => container("a", 2, 4000),
+                _ => container("b", 1, 30000),
+            })
+            .collect();
+        let plan = PodPlan::new(
+            PodRequest {
+                device_kind: Default::default(),
+                containers,
+            },
+            NodePolicy::Binpack,
+            GpuPolicy::Spread,
+        );
+        let a = s
+            .assign(&plan, "n")
+            .unwrap_or_else(|e| panic!("{order:?}: {e}"));
+        let by_name = |name: &str| {
+            let i = order.iter().position(|&c| c == name).unwrap();
+            a.containers[i]
+                .iter()
+                .map(|g| (g.uuid.clone(), g.mig.as_ref().unwrap().profile.clone()))
+                .collect::<Vec<_>>()
+        };
+        let (pair, big) = (by_name("a"), by_name("b"));
+        assert_eq!(pair.len(), 2, "{order:?}: {pair:?}");
+        assert_eq!(pair[0].0, pair[1].0, "{order:?}: a's instances on one GPU");
+        assert!(pair.iter().all(|(_, p)| p == "1g.5gb"), "{pair:?}");
+        assert_eq!(big.len(), 1);
+        assert_ne!(big[0].0, pair[0].0, "{order:?}");
+        assert_eq!(big[0].1, "7g.40gb");
+        let mut held = s.clone();
+        held.apply("pod", a).unwrap();
+    }
+}
+
+/// HAMi's device plugin matches `migProfileAllowlist` models by substring
+/// (`pkg/device-plugin/nvidiadevice/nvinternal/plugin/util.go:282`,
+/// `containsModel`: `strings.Contains(target, model)`), and HAMi's chart
+/// names `A100-SXM4-40GB`, not the driver's `NVIDIA A100-SXM4-40GB`. A
+/// device config copied from HAMi's chart allows the profiles it names
+/// (before, a whole-name match refused every GPU: `CardMigTopologyInfeasible`).
+#[test]
+fn allowlist_models_match_by_substring_as_hamis_plugin_does() {
+    use gpugate::config::Config;
+    let s = state(&a100_40gb(), 40960, &[]);
+    for models in ["[A100-SXM4-40GB]", "[a100]", "[\"NVIDIA A100-SXM4-40GB\"]"] {
+        let config = Config::from_yaml(
+            &format!(
+                "nvidia:\n  migProfileAllowlist:\n  - models: {models}\n    profiles: [3g.20gb]\n"
+            ),
+            "test",
+        )
+        .unwrap();
+        let mut p = plan(4000, 1);
+        p.selection.mig_allowlist = config.nvidia.mig_allowlist();
+        let a = s
+            .assign(&p, "n")
+            .unwrap_or_else(|e| panic!("{models}: {e}"));
+        assert_eq!(a.containers[0][0].mig.as_ref().unwrap().profile, "3g.20gb");
+    }
+    let other = Config::from_yaml(
+        "nvidia:\n  migProfileAllowlist:\n  - models: [H100]\n    profiles: [3g.20gb]\n",
+        "test",
+    )
+    .unwrap();
+    let mut p = plan(4000, 1);
+    p.selection.mig_allowlist = other.nvidia.mig_allowlist();
+    let e = s.assign(&p, "n").unwrap_err().to_string();
+    assert!(e.contains("CardMigTopologyInfeasible"), "{e}");
+}
+
+/// HAMi v2.10 takes a GPU when its mode is a part of the pod's
+/// `nvidia.com/vgpu-mode` (`pkg/device/nvidia/device.go:496`,
+/// `strings.Contains(mode, d.Mode)`): `hami-core,mig` admits a MIG GPU and
+/// a hami-core one; `core` admits none (gpugate refuses it with a message;
+/// before, it refused `hami-core,mig` and placed `core`).
+#[test]
+fn vgpu_mode_lists_admit_every_mode_they_name() {
+    use gpugate::engine::selection::Selection;
+    let mut s = ClusterState::new();
+    let mut core = Gpu::new(
+        "GPU-core",
+        1,
+        "NVIDIA Tesla T4",
+        Usage {
+            slots: 10,
+            mem_mib: 16384,
+            cores: 100,
+            ..Usage::default()
+        },
+    );
+    core.set_mode("hami-core", Vec::new());
+    s.upsert_node(Node::new(
+        "mig-node",
+        vec![mig_gpu("GPU-a", 40960, a100_40gb())],
+    ));
+    s.upsert_node(Node::new("core-node", vec![core]));
+    let with_mode = |mode: &str| {
+        let annotations: std::collections::BTreeMap<String, String> =
+            [("nvidia.com/vgpu-mode".to_string(), mode.to_string())].into();
+        let mut p = plan(4000, 1);
+        p.selection = Selection::from_annotations(Default::default(), &annotations).unwrap();
+        p
+    };
+    let both = with_mode("hami-core,mig");
+    assert!(s.assign(&both, "mig-node").is_ok());
+    assert!(s.assign(&both, "core-node").is_ok());
+    let mig = with_mode("mig");
+    assert!(s.assign(&mig, "mig-node").is_ok());
+    assert!(s.assign(&mig, "core-node").is_err());
+    let annotations: std::collections::BTreeMap<String, String> =
+        [("nvidia.com/vgpu-mode".to_string(), "core".to_string())].into();
+    assert!(Selection::from_annotations(Default::default(), &annotations).is_err());
+}

@@ -22,7 +22,7 @@ impl NamespacePolicy {
         let value = value.map(str::trim).filter(|v| !v.is_empty());
         let selected: Vec<&str> = kind
             .mode_names()
-            .filter(|m| value.is_none_or(|v| m.contains(v)))
+            .filter(|m| value.is_none_or(|v| v.contains(m)))
             .collect();
         let outside: Vec<&str> = selected
             .iter()

@@ -17,7 +17,9 @@
 //! [`JOINT_TOTAL_BUDGET`]; then the node is rejected with the first pass's
 //! reasons. So one pod with many GPU containers that fits nowhere costs a
 //! bounded amount per filter, however large the cluster. HAMi places
-//! containers greedily, one by one, and has no such search.
+//! containers greedily, one by one, and has no such search. On MIG GPUs a
+//! container may take several instances of one GPU, in the search as in
+//! the first pass.
 
 use super::checks::ZoneRule;
 use super::checks::check_gpu;
@@ -61,16 +63,7 @@ pub fn assign_jointly(
     // cannot be placed beside others (every check only gets harder as
     // usage grows): no search.
     let hopeless = containers.iter().any(|&(_, req, _, rule)| {
-        let fits = node
-            .gpus
-            .iter()
-            .zip(&node.usage)
-            .filter(|(gpu, used)| {
-                rule.allows(gpu)
-                    && check_gpu(gpu, used, req, &plan.selection, plan.gpu_policy).is_ok()
-            })
-            .count();
-        fits < req.count as usize
+        candidates(node, &node.usage, req, plan, rule).len() < req.count as usize
     });
     if hopeless {
         return (None, 0);
@@ -107,19 +100,7 @@ impl Search<'_> {
             return true;
         };
         let n = req.count as usize;
-        let candidates: Vec<(usize, Usage)> = self
-            .node
-            .gpus
-            .iter()
-            .enumerate()
-            .filter(|(_, gpu)| rule.allows(gpu))
-            .filter_map(|(pos, gpu)| {
-                let used = self.usage.get(pos).copied().unwrap_or_default();
-                check_gpu(gpu, &used, req, &self.plan.selection, self.plan.gpu_policy)
-                    .ok()
-                    .map(|take| (pos, take))
-            })
-            .collect();
+        let candidates = candidates(self.node, &self.usage, req, self.plan, rule);
         if candidates.len() < n {
             return false;
         }
@@ -169,6 +150,46 @@ impl Search<'_> {
     fn numa(&self, pos: usize) -> i32 {
         self.node.gpus[pos].numa
     }
+}
+
+/// What a container may take of each GPU on `usage`, by GPU: its share of
+/// every GPU that passes the checks and, on a MIG GPU, further instances
+/// of it (each chosen beside the ones before it, up to the container's
+/// count), right after its first. A container may take several instances
+/// of one MIG GPU (HAMi v2.10, PR #2724), so a combination of these may
+/// stack them: any subset of one GPU's instances fits on it, as they do
+/// not overlap. Grouped by GPU, the search tries stacking on the first
+/// GPUs first, as HAMi's `Fit` takes instances of a MIG GPU until it has
+/// enough or the GPU has no more.
+fn candidates(
+    node: &Node,
+    usage: &[Usage],
+    req: &GpuRequest,
+    plan: &PodPlan,
+    rule: ZoneRule,
+) -> Vec<(usize, Usage)> {
+    let mut out = Vec::new();
+    for (pos, gpu) in node.gpus.iter().enumerate() {
+        if !rule.allows(gpu) {
+            continue;
+        }
+        let mut used = usage.get(pos).copied().unwrap_or_default();
+        let mut taken = 0;
+        while taken < req.count.max(1) {
+            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+                Ok(take) => {
+                    out.push((pos, take));
+                    used.add(&take);
+                    taken += 1;
+                }
+                Err(_) => break,
+            }
+            if !gpu.is_mig() {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The next `pick.len()`-combination of `0..m` in lexicographic order;

@@ -83,18 +83,31 @@ pub struct MigAllowlist(std::sync::Arc<Vec<MigAllowlistEntry>>);
 
 impl MigAllowlist {
     /// Whether a GPU of `model` may hold instances of `profile`: some
-    /// entry names both.
+    /// entry names the profile and a part of the model. HAMi's device
+    /// plugin matches models by substring (`util.go:282`,
+    /// `strings.Contains(target, model)`), so its chart's default
+    /// `A100-SXM4-40GB` matches the driver's `NVIDIA A100-SXM4-40GB`; here
+    /// in any letter case, and a `*` makes a glob over the whole name.
     /// (Models were lower-cased when the list was made; a glob needs the
     /// model lower-cased too, which only a list with globs pays for.)
     pub fn allows(&self, model: &str, profile: &str) -> bool {
         self.0.iter().any(|e| {
             e.profiles.iter().any(|p| p == profile)
                 && e.models.iter().any(|m| {
-                    m.eq_ignore_ascii_case(model)
-                        || (m.contains('*') && super::glob::glob_match(m, &model.to_lowercase()))
+                    if m.contains('*') {
+                        super::glob::glob_match(m, &model.to_lowercase())
+                    } else {
+                        contains_ignore_ascii_case(model, m)
+                    }
                 })
         })
     }
+}
+
+/// Whether `haystack` contains `needle` (lower case), ignoring ASCII case.
+fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    n.is_empty() || h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
 }
 
 /// Whether `name` looks like a MIG profile as HAMi requires it: `<n>g.<x>`

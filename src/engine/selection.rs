@@ -56,8 +56,9 @@ pub struct Selection {
     pub avoid_uuids: Vec<String>,
     /// All GPUs of a container on one NUMA node.
     pub numa_bind: bool,
-    /// `nvidia.com/vgpu-mode`: only GPUs whose device mode contains it
-    /// (HAMi's substring rule; a GPU registered without a mode is
+    /// `nvidia.com/vgpu-mode`: only GPUs whose device mode is a part of
+    /// it (HAMi v2.10's rule, `strings.Contains(annotation, mode)`, so
+    /// `hami-core,mig` takes both; a GPU registered without a mode is
     /// `hami-core`).
     pub mode: Option<String>,
     /// The kind of device the pod asks for: no other kind is accepted.
@@ -109,12 +110,15 @@ impl Selection {
         };
         let mode = match annotations.annotation(keys.mode).map(str::trim) {
             None | Some("") => None,
-            Some(v) if kind.mode_names().any(|m| m.contains(v)) => Some(v.to_string()),
+            Some(v) if kind.mode_names().any(|m| v.contains(m)) => Some(v.to_string()),
             Some(v) => {
+                // HAMi admits such a pod and places it on no GPU.
                 return Err(SelectionError {
                     annotation: keys.mode,
                     problem: format!(
-                        "{v:?} is part of no device mode: allowed {} (or a part of one)",
+                        "{v:?} names no device mode, so no GPU would take the pod (a GPU is taken \
+                         when its mode is a part of the value): allowed {}, or several \
+                         separated by commas",
                         kind.mode_names().collect::<Vec<_>>().join(", ")
                     ),
                 });
@@ -148,7 +152,7 @@ impl Selection {
     fn accepts_model_named(&self, gpu: &Gpu) -> bool {
         self.mode
             .as_deref()
-            .is_none_or(|m| gpu.mode_or_default().contains(m))
+            .is_none_or(|m| m.contains(gpu.mode_or_default()))
             && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
             && !self.avoid_models.iter().any(|p| p.matches(gpu))
     }
@@ -194,8 +198,10 @@ mod tests {
     use crate::devices::nvidia as keys;
     use crate::engine::device::Usage;
 
-    /// HAMi v2.10's mode filter: `nvidia.com/vgpu-mode` must be a part of
-    /// the device's mode; without the annotation any mode gpugate shares
+    /// HAMi v2.10's mode filter (`pkg/device/nvidia/device.go:496`,
+    /// `strings.Contains(annotation, d.Mode)`): the device's mode must be
+    /// a part of `nvidia.com/vgpu-mode`, so `hami-core,mig` takes both and
+    /// `core` takes none; without the annotation any mode gpugate shares
     /// fits (`mps` behaves as `hami-core`; a GPU registered without a mode
     /// is `hami-core`).
     #[test]
@@ -217,14 +223,19 @@ mod tests {
             assert!(fits(None, device), "no annotation, {device:?}");
         }
         assert!(fits(Some("hami-core"), "hami-core") && fits(Some("hami-core"), ""));
-        assert!(fits(Some("core"), "hami-core") && !fits(Some("core"), "mps"));
         assert!(fits(Some("mps"), "mps") && !fits(Some("mps"), "hami-core"));
-        // MIG GPUs are not shared yet: a pod asking for mig fits nowhere.
+        assert!(fits(Some("hami-core,mps"), "mps") && fits(Some("hami-core,mps"), "hami-core"));
+        // A MIG GPU without a usable profile is not shared: nothing fits.
         assert!(!fits(Some("mig"), "hami-core") && !fits(Some("mig"), "mig"));
         assert!(!fits(None, "mig"));
-        let bad: std::collections::BTreeMap<String, String> =
-            [(keys::VGPU_MODE.to_string(), "cuda".to_string())].into();
-        assert!(Selection::from_annotations(KindId::NVIDIA, &bad).is_err());
+        // Values that name no mode: HAMi places the pod nowhere; gpugate
+        // refuses them, with the modes there are.
+        for bad in ["cuda", "core", "hami", "mi"] {
+            let a: std::collections::BTreeMap<String, String> =
+                [(keys::VGPU_MODE.to_string(), bad.to_string())].into();
+            let e = Selection::from_annotations(KindId::NVIDIA, &a).unwrap_err();
+            assert!(e.problem.contains("names no device mode"), "{bad}: {e:?}");
+        }
     }
     use std::collections::BTreeMap;
 
