@@ -236,8 +236,9 @@ fn variables_that_bypass_the_vgpu_limits_are_denied() {
     );
 }
 
-/// HAMi v2.10's newer pod annotations: `nvidia.com/vgpu-mode` (a part of a
-/// device mode: `hami-core`, `mig`, `mps`) and
+/// HAMi v2.10's newer pod annotations: `nvidia.com/vgpu-mode` (naming
+/// device modes: `hami-core`, `mig`, `mps`, or several, as a GPU is taken
+/// when its mode is a part of the value) and
 /// `hami.io/device-scoring-weights` (exactly `slot`, `core` and `memory`,
 /// whole numbers, not all 0) are admitted when HAMi would read them, and
 /// refused with what is wrong at admission rather than failing the
@@ -252,7 +253,7 @@ fn vgpu_mode_and_scoring_weights_are_checked_at_admission() {
     for (key, value) in [
         ("nvidia.com/vgpu-mode", "hami-core"),
         ("nvidia.com/vgpu-mode", "mig"),
-        ("nvidia.com/vgpu-mode", "core"),
+        ("nvidia.com/vgpu-mode", "hami-core,mig"),
         ("hami.io/device-scoring-weights", "slot=1,core=2,memory=3"),
         ("hami.io/device-scoring-weights", "memory=1,slot=0,core=0"),
     ] {
@@ -262,7 +263,8 @@ fn vgpu_mode_and_scoring_weights_are_checked_at_admission() {
         );
     }
     for (key, value, says) in [
-        ("nvidia.com/vgpu-mode", "cuda", "part of no device mode"),
+        ("nvidia.com/vgpu-mode", "cuda", "names no device mode"),
+        ("nvidia.com/vgpu-mode", "core", "names no device mode"),
         (
             "hami.io/device-scoring-weights",
             "slot=1,core=2",
