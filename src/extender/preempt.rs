@@ -15,10 +15,13 @@
 //! A pending gang member preempts only when its whole group can then run
 //! (`placement::preemption::gang_plan`): otherwise nothing is evicted.
 //!
-//! kube-scheduler asks only about nodes where its own filters need a
-//! victim: a pod short of GPU alone is never offered here; gpugate
+//! kube-scheduler asked only about nodes where its own filters need a
+//! victim: a pod short of GPU alone is never offered there; gpugate
 //! preempts for it itself (`controllers::preemption`, docs/operations.md,
-//! "Preemption").
+//! "Preemption"). Since kubernetes#135486 it may also send candidates with
+//! empty victim lists: gpugate adds the GPU holders that make room there,
+//! keeps a node where the pod already fits as it came (empty), and leaves
+//! out a node where no eviction helps.
 
 use crate::cluster::ClusterView;
 use crate::config::Config;
@@ -217,6 +220,48 @@ mod tests {
                 m.num_pdb_violations,
             )
         })
+    }
+
+    /// kube-scheduler now sends preemption-capable extenders candidates
+    /// with empty victim lists (kubernetes#135486): nodes where its own
+    /// checks need no victim. Either shape (`NodeNameToMetaVictims` with
+    /// `Pods: []`, `NodeNameToVictims` with `Pods: null`) is read; a node
+    /// where the pod already fits comes back empty (a placeholder), one
+    /// short only of GPU gets the GPU holders whose going makes room, and
+    /// one where no eviction helps is left out of the answer.
+    #[test]
+    fn candidates_with_empty_victim_lists() {
+        let mut v = ClusterView::new();
+        for n in ["free", "full", "hopeless"] {
+            gpu_node(&mut v, n);
+        }
+        running(&mut v, "f-0", "full", 0, 12000, 10, None);
+        running(&mut v, "f-1", "full", 1, 12000, 20, None);
+        running(&mut v, "h-0", "hopeless", 0, 12000, 500, None);
+        running(&mut v, "h-1", "hopeless", 1, 12000, 500, None);
+        let pod = json!({
+            "metadata": {"name": "urgent", "namespace": "ml", "uid": "u"},
+            "spec": {"priority": 100, "containers": [{"name": "c", "resources": {"limits": {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]},
+        });
+        let empty_meta = json!({"Pods": [], "NumPDBViolations": 0});
+        let empty_full = json!({"Pods": null, "NumPDBViolations": 0});
+        for body in [
+            json!({"Pod": pod, "NodeNameToVictims": null, "NodeNameToMetaVictims": {
+                "free": empty_meta, "full": empty_meta, "hopeless": empty_meta}}),
+            json!({"Pod": pod, "NodeNameToVictims": {
+                "free": empty_full, "full": empty_full, "hopeless": empty_full}}),
+        ] {
+            let args = PreemptionArgs::parse(body.to_string().as_bytes()).unwrap();
+            assert!(args.victims.values().all(|v| v.uids.is_empty()), "{body}");
+            let out = answer_of(&v, &args).node_name_to_meta_victims;
+            let nodes: Vec<&str> = out.keys().map(String::as_str).collect();
+            assert_eq!(nodes, ["free", "full"], "{body}");
+            assert!(out["free"].pods.is_empty());
+            let uids: Vec<&str> = out["full"].pods.iter().map(|p| p.uid.as_str()).collect();
+            assert_eq!(uids, ["f-0"], "the lowest priority whose GPU makes room");
+            assert_eq!(out["full"].num_pdb_violations, 0);
+        }
     }
 
     /// Of the smallest sets that make room, the one of the lowest
