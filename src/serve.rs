@@ -348,6 +348,17 @@ async fn start(
                 .run(cluster.clone(), config.clone(), stopped)
         });
     }
+    if let (None, Some(client)) = (&args.cluster.cluster, &client) {
+        let (client, config, gauge) = (client.clone(), config.clone(), metrics.leader_gauge());
+        supervisor.spawn("leader-lease", move |stopped| {
+            crate::cluster::leader::watch_lease(
+                client.clone(),
+                config.clone(),
+                gauge.clone(),
+                stopped,
+            )
+        });
+    }
     if let (None, Some(client), Some(cluster)) = (&args.cluster.cluster, &client, &cluster) {
         let api = Arc::new(ApiCalls::new(client.clone(), &config.load().api));
         let (cluster, config, bind_metrics, events) = (

@@ -23,7 +23,7 @@ use crate::cluster::events::EventSink;
 use crate::cluster::lock::NodeLocks;
 use crate::config::Config;
 
-pub use outcome::{AwaitedLockLabels, BindCode, BindFailure, BindMetrics};
+pub use outcome::{AwaitedLockLabels, BindCode, BindFailure, BindMetrics, HamiSchedulerCounters};
 pub use transaction::reserve_failure;
 
 /// The pod kube-scheduler binds, and where.

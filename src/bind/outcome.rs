@@ -108,6 +108,58 @@ pub struct AwaitedLockLabels {
     pub pod: String,
 }
 
+/// A label set with fixed names and values from fixed sets.
+type Labels<const N: usize> = [(&'static str, &'static str); N];
+
+/// HAMi master's scheduler counters (#3083, #3088), with its bounded
+/// labels, so that HAMi's dashboards and alerts read gpugate too:
+/// allocations written (`device_type`, the kind's vendor word), allocations
+/// that failed (`phase`: `filter` when no node could hold a pod, `bind`
+/// when a bind failed; `failure_reason`: the reason or bind code), and
+/// binds whose writes were rolled back.
+#[derive(Debug, Clone, Default)]
+pub struct HamiSchedulerCounters {
+    pub allocations: Family<Labels<1>, Counter>,
+    pub failures: Family<Labels<2>, Counter>,
+    pub rollbacks: Counter,
+}
+
+impl HamiSchedulerCounters {
+    /// A pod's devices of `vendor` were written (bound).
+    pub fn allocated(&self, vendor: &'static str) {
+        self.allocations
+            .get_or_create(&[("device_type", vendor)])
+            .inc();
+    }
+
+    /// An allocation failed in `phase` for `reason`.
+    pub fn failed(&self, phase: &'static str, reason: &'static str) {
+        self.failures
+            .get_or_create(&[("phase", phase), ("failure_reason", reason)])
+            .inc();
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "hami_scheduler_allocations",
+            "Pods whose devices were allocated and bound, by device_type (HAMi master's name)",
+            self.allocations.clone(),
+        );
+        registry.register(
+            "hami_scheduler_allocation_failures",
+            "Allocations that failed, by phase (filter: no node could hold the pod; bind) and \
+             failure_reason (a reason code or bind code) (HAMi master's name)",
+            self.failures.clone(),
+        );
+        registry.register(
+            "hami_scheduler_bind_rollbacks",
+            "Binds whose node lock and reservation were rolled back after a failure (HAMi \
+             master's name)",
+            self.rollbacks.clone(),
+        );
+    }
+}
+
 /// What bind reports to Prometheus.
 #[derive(Debug, Clone)]
 pub struct BindMetrics {
@@ -127,6 +179,9 @@ pub struct BindMetrics {
     /// Node locks kept past their expiry because their holder waits for
     /// its device plugin: seconds since each was taken (set by the sweep).
     pub locks_awaiting_allocation: Family<AwaitedLockLabels, Gauge>,
+    /// HAMi master's counters (filter failures are counted by the
+    /// extender, which shares these).
+    pub hami: HamiSchedulerCounters,
 }
 
 impl Default for BindMetrics {
@@ -140,6 +195,7 @@ impl Default for BindMetrics {
             assumed_expired: Counter::default(),
             orphaned_locks_released: Counter::default(),
             locks_awaiting_allocation: Family::default(),
+            hami: HamiSchedulerCounters::default(),
         }
     }
 }
@@ -149,7 +205,10 @@ impl BindMetrics {
     pub fn record(&self, outcome: Result<BindCode, BindCode>) {
         let (result, code) = match outcome {
             Ok(code) => ("ok", code),
-            Err(code) => ("error", code),
+            Err(code) => {
+                self.hami.failed("bind", code.as_str());
+                ("error", code)
+            }
         };
         self.outcomes
             .get_or_create(&BindLabels {
@@ -197,6 +256,7 @@ impl BindMetrics {
              other pod meanwhile",
             self.locks_awaiting_allocation.clone(),
         );
+        self.hami.register(registry);
         registry.register(
             "gpugate_bind_rollback_failures",
             "Undo steps of failed binds that failed too (annotations left, lock not released)",

@@ -129,6 +129,11 @@ impl Transaction<'_> {
             }
             Err(NotWritten::Failed(f)) => return Err(undo.run(f).await),
         }
+        self.bind
+            .binder
+            .metrics
+            .hami
+            .allocated(pod.plan.request.device_kind.kind().vendor);
         self.write_label(&annotations).await;
         tracing::info!(pod = %who, node = %self.bind.target.node, devices = %annotations.devices(), "bound");
         if self.bind.config.scheduler.binding_succeeded_events {

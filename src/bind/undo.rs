@@ -63,6 +63,9 @@ impl<'a> Undo<'a> {
         let tx = self.tx;
         let t = tx.target;
         let mut problems = Vec::new();
+        if self.locked || self.reservation.is_some() {
+            tx.binder.metrics.hami.rollbacks.inc();
+        }
         if self.locked
             && let Err(e) = api::without_deadline(tx.binder.locks.release(
                 &tx.binder.api,

@@ -75,6 +75,11 @@ pub struct ViewGauges {
     mig_inconsistent_gpus: Gauge,
     unreadable_allocations: Gauge,
     unreadable_blocked_gpus: Gauge,
+    /// HAMi master's name for `current` (#2757, #2913).
+    hami_cache_synced: Gauge,
+    /// HAMi master's `hami_scheduler_is_leader` (#2757), set by
+    /// [`super::leader::watch_lease`] (1 until it knows better).
+    pub hami_is_leader: Gauge,
 }
 
 impl ViewGauges {
@@ -141,6 +146,16 @@ impl ViewGauges {
                 &self.unreadable_allocations,
             ),
             (
+                "hami_scheduler_cache_synced",
+                "1 while the cluster view may be placed from (as gpugate_cluster_view_current; HAMi master's name)",
+                &self.hami_cache_synced,
+            ),
+            (
+                "hami_scheduler_is_leader",
+                "1 on the replica whose kube-scheduler holds scheduler.leaderLease (or on every replica when none is set; HAMi master's name)",
+                &self.hami_is_leader,
+            ),
+            (
                 "gpugate_gpus_blocked_by_unreadable_allocations",
                 "GPUs that take no new pod because a pod whose allocation cannot be read may hold them (CardAllocationUnreadable)",
                 &self.unreadable_blocked_gpus,
@@ -157,6 +172,7 @@ impl ViewGauges {
         };
         set(&self.synced, usize::from(synced));
         set(&self.current, usize::from(current));
+        set(&self.hami_cache_synced, usize::from(current));
         set(&self.nodes, c.nodes);
         set(&self.gpus, c.gpus);
         set(&self.allocations, c.allocations);

@@ -8,6 +8,7 @@ pub mod client;
 pub mod convert;
 pub mod events;
 pub mod freshness;
+pub mod leader;
 pub mod lock;
 pub mod metrics;
 pub mod node_topology;

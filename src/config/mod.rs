@@ -105,6 +105,12 @@ pub struct SchedulerConfig {
     /// Moving pods of opted-in namespaces to make room for a pod that fits
     /// nowhere only because free GPU is scattered.
     pub defragmentation: DefragmentationConfig,
+    /// The Lease (`namespace/name`) that gpugate's kube-scheduler holds
+    /// while it leads (its `leaderElection.resourceNamespace` and
+    /// `resourceName`): `hami_scheduler_is_leader` is 1 on the replica whose
+    /// kube-scheduler holds it. Empty: no leader election, every replica
+    /// reports 1.
+    pub leader_lease: String,
 }
 
 /// Defragmentation (docs/policies.md, "Defragmentation"): for a pod that
@@ -386,7 +392,15 @@ impl Default for SchedulerConfig {
             gang: GangConfig::default(),
             preemption: PreemptionConfig::default(),
             defragmentation: DefragmentationConfig::default(),
+            leader_lease: "gpugate/gpugate-scheduler".to_string(),
         }
+    }
+}
+
+impl SchedulerConfig {
+    /// `leaderLease` as (namespace, name); `None` when empty.
+    pub fn leader_lease(&self) -> Option<(&str, &str)> {
+        self.leader_lease.split_once('/')
     }
 }
 
@@ -508,6 +522,18 @@ impl Config {
         if !(1..=MAX_FILTER_TOP_NODES).contains(&top) {
             return Err(format!(
                 "scheduler.filterTopNodes is {top}, allowed 1 to {MAX_FILTER_TOP_NODES}"
+            ));
+        }
+        let lease = self.scheduler.leader_lease.trim();
+        if !lease.is_empty()
+            && !lease
+                .split_once('/')
+                .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        {
+            return Err(format!(
+                "scheduler.leaderLease is {lease:?}: give the Lease as namespace/name (the \
+                 leaderElection.resourceNamespace and resourceName of gpugate's kube-scheduler), \
+                 or \"\" for none"
             ));
         }
         let lock = &self.scheduler.node_lock;

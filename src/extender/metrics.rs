@@ -30,6 +30,9 @@ pub struct ExtenderMetrics {
     filter_rejections: Family<Labels<1>, Counter>,
     /// Body bytes by `verb` and `direction` (`request`, `answer`).
     bytes: Family<Labels<2>, Counter>,
+    /// HAMi master's allocation counters, shared with bind's: a filter
+    /// that offers no node counts as a failure of phase `filter`.
+    pub hami: crate::bind::HamiSchedulerCounters,
 }
 
 impl Default for ExtenderMetrics {
@@ -43,6 +46,7 @@ impl Default for ExtenderMetrics {
             filter_decisions: Family::default(),
             filter_rejections: Family::default(),
             bytes: Family::default(),
+            hami: crate::bind::HamiSchedulerCounters::default(),
         }
     }
 }
@@ -100,6 +104,13 @@ impl ExtenderMetrics {
                 Some((_, n)) => *n += 1,
                 None => counts.push((code, 1)),
             }
+        }
+        if result == "unschedulable"
+            && let Some((code, _)) = counts
+                .iter()
+                .max_by_key(|(code, n)| (*n, std::cmp::Reverse(*code)))
+        {
+            self.hami.failed("filter", code.as_str());
         }
         for (code, n) in counts {
             self.filter_rejections

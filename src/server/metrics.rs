@@ -59,7 +59,7 @@ struct Observed {
 impl Metrics {
     pub fn new(cert: Option<Arc<ReloadingCert>>) -> Self {
         let mut registry = Registry::default();
-        let m = Metrics {
+        let mut m = Metrics {
             admission: AdmissionMetrics::default(),
             config: ConfigMetrics::default(),
             connections: ConnMetrics::default(),
@@ -74,6 +74,10 @@ impl Metrics {
             registry: Registry::default(),
             observed: None,
         };
+        // One set of HAMi's allocation counters, fed by /filter and /bind.
+        m.extender.hami = m.bind.hami.clone();
+        // Without a Lease to read (standalone), every replica leads.
+        m.view.hami_is_leader.set(1);
         m.admission.register(&mut registry);
         m.config.register(&mut registry);
         m.connections.register(&mut registry);
@@ -93,6 +97,12 @@ impl Metrics {
     pub fn with_tasks(mut self, tasks: crate::supervisor::TaskMetrics) -> Self {
         tasks.register(&mut self.registry);
         self
+    }
+
+    /// `hami_scheduler_is_leader`, for the task that reads the Lease
+    /// (`cluster::leader`).
+    pub fn leader_gauge(&self) -> prometheus_client::metrics::gauge::Gauge {
+        self.view.hami_is_leader.clone()
     }
 
     /// Samples the cluster view's gauges, and HAMi's, on every scrape.
@@ -320,7 +330,9 @@ mod tests {
         let mut whole = String::new();
         encode_registry(&mut whole, &registry).unwrap();
         encode_eof(&mut whole).unwrap();
-        let hami_start = text.find("# HELP hami_").unwrap();
+        // HAMi's gauges follow the registry's metrics (HAMi master's
+        // hami_scheduler_* counters among them).
+        let hami_start = text.find("# HELP hami_gpu_memory_limit_bytes").unwrap();
         assert_eq!(text[hami_start..], whole);
         assert_eq!(series_count(&text, "hami_gpu_memory_limit_bytes"), 2080);
         assert_eq!(series_count(&text, "hami_vgpu_core_allocated_ratio"), 2080);
@@ -567,7 +579,13 @@ mod tests {
     #[test]
     fn without_a_cluster_view_there_are_no_hami_gauges() {
         let text = Metrics::new(None).encode();
-        assert!(!text.contains("hami_"), "{text}");
+        // Only HAMi master's scheduler metrics, which need no view.
+        assert!(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .all(|l| !l.starts_with("hami_") || l.starts_with("hami_scheduler_")),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
         assert_eq!(text.matches("# EOF").count(), 1);
     }

@@ -429,7 +429,10 @@ impl ControlPlane {
             "gpugate",
             Command::new(&self.gpugate_bin)
                 .args(&self.gpugate_args)
-                .env("RUST_LOG", "info"),
+                .env("RUST_LOG", "info")
+                // A pod's name is its hostname, as kube-scheduler's Lease
+                // identity begins (hami_scheduler_is_leader).
+                .env("POD_NAME", machine_hostname()),
             &self.log_dir(),
         )?;
         *self.gpugate.lock().unwrap() = Some(proc);
@@ -686,6 +689,14 @@ impl ControlPlane {
         config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
         Ok(Client::try_from(config)?)
     }
+}
+
+/// This machine's hostname, which kube-scheduler puts at the head of its
+/// Lease identity.
+pub fn machine_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {

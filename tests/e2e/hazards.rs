@@ -254,6 +254,35 @@ pub async fn expired_lock_kept(
     })
     .await?;
     admitted_with_own_devices(plugin, admin, ns, "second").await?;
+    // HAMi master's scheduler metrics tell the same story.
+    let text = metrics(port).await?;
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        samples(&text, name)
+            .into_iter()
+            .find(|s| labels.iter().all(|(k, v)| s.label(k) == *v))
+            .map(|s| s.value)
+    };
+    ensure!(
+        value("hami_scheduler_is_leader", &[]) == Some(1.0),
+        "not the leader:\n{text}"
+    );
+    ensure!(value("hami_scheduler_cache_synced", &[]) == Some(1.0));
+    ensure!(
+        value(
+            "hami_scheduler_allocations_total",
+            &[("device_type", "NVIDIA")]
+        ) >= Some(2.0)
+    );
+    ensure!(
+        value(
+            "hami_scheduler_allocation_failures_total",
+            &[
+                ("phase", "filter"),
+                ("failure_reason", "NodeLockAwaitingAllocation")
+            ]
+        ) >= Some(1.0),
+        "no filter failure for the kept lock"
+    );
     println!("    {told}");
     Ok(())
 }
