@@ -418,9 +418,10 @@ fn awaiting_allocation(name: &str, node: &str) -> Value {
 
 /// An expired lock whose holder is bound to the node and still waits for
 /// its device plugin is kept (HAMi #3096, master #3127): the bind waits,
-/// then fails naming the holder and why, and the lock is untouched. Once
-/// the holder is admitted (bind-phase success), no longer Pending, or the
-/// lock's name belongs to a pod created after it, the lock is taken over.
+/// then fails naming the holder and why, and the lock is untouched, also
+/// when the pod of that name was created after the lock (the device
+/// plugin finds the pod by name). Once the holder is admitted
+/// (bind-phase success) or no longer Pending, the lock is taken over.
 #[tokio::test]
 async fn an_expired_lock_is_kept_while_its_holder_waits_for_its_device_plugin() {
     let expired = "2020-01-01T00:00:00Z,ml,holder";
@@ -450,13 +451,20 @@ async fn an_expired_lock_is_kept_while_its_holder_waits_for_its_device_plugin() 
         events[0]
     );
 
+    // A pod of the holder's name created after the lock, in the same
+    // state: the plugin would serve it through this lock, so it is kept.
+    let mut recreated = awaiting_allocation("holder", "gpu-1");
+    recreated["metadata"]["creationTimestamp"] = json!("2020-01-01T00:10:00Z");
+    rig.api.put(&pod_path("ml", "holder"), recreated);
+    let e = rig.bind("ml", "p", "u-p", "gpu-1").await;
+    assert!(e.contains("for its device plugin"), "{e}");
+    assert_eq!(rig.lock("gpu-1").as_deref(), Some(expired));
+
     // Each way the holder stops waiting lets the lock be taken over.
     let admitted =
         |p: &mut Value| p["metadata"]["annotations"]["hami.io/bind-phase"] = json!("success");
     let running = |p: &mut Value| p["status"]["phase"] = json!("Running");
-    let replaced =
-        |p: &mut Value| p["metadata"]["creationTimestamp"] = json!("2020-01-01T00:00:06Z");
-    for (i, change) in [admitted, running, replaced].into_iter().enumerate() {
+    for (i, change) in [admitted, running].into_iter().enumerate() {
         let mut holder = awaiting_allocation("holder", "gpu-1");
         change(&mut holder);
         rig.api.put(&pod_path("ml", "holder"), holder);

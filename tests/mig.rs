@@ -797,3 +797,66 @@ fn vgpu_mode_lists_admit_every_mode_they_name() {
         [("nvidia.com/vgpu-mode".to_string(), "core".to_string())].into();
     assert!(Selection::from_annotations(Default::default(), &annotations).is_err());
 }
+
+/// The joint search backtracks over stacked instances: two empty-ish
+/// A100s, GPU-b holding a 1g.5gb at slice 0 (no room for 7g.40gb). `a` (2 ×
+/// 4,000 MiB) stacked on GPU-a first leaves `d` (30,000 MiB) nowhere; the
+/// search must take those instances back whole (GPU-a empty again) and
+/// stack `a` on GPU-b, so `d` gets GPU-a's 7g.40gb.
+#[test]
+fn the_joint_search_takes_stacked_instances_back_whole() {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new(
+        "n",
+        vec![
+            mig_gpu("GPU-a", 40960, a100_40gb()),
+            mig_gpu("GPU-b", 40960, a100_40gb()),
+        ],
+    ));
+    let one_g = &a100_40gb()[0];
+    let held = gpugate::engine::Allocation {
+        node: "n".into(),
+        containers: vec![vec![gpugate::engine::DeviceGrant {
+            uuid: "GPU-b".into(),
+            kind: gpugate::devices::KindId::NVIDIA,
+            mem_mib: u64::from(one_g.memory_mib),
+            cores: one_g.cores,
+            slots: 1,
+            unreadable: false,
+            mig: Some(gpugate::engine::MigInstance {
+                profile: one_g.name.clone(),
+                placement: MigPlacement { start: 0, size: 1 },
+            }),
+        }]],
+        kinds: vec![],
+        numa: None,
+    };
+    s.apply("held", held).unwrap();
+    let container = |name: &str, count: u32, mem: u64| ContainerRequest {
+        name: name.into(),
+        kind: ContainerKind::App,
+        gpu: Some(GpuRequest {
+            count,
+            memory: Memory::Mib(mem),
+            cores: 0,
+        }),
+    };
+    let plan = PodPlan::new(
+        PodRequest {
+            device_kind: Default::default(),
+            containers: vec![container("a", 2, 4000), container("d", 1, 30000)],
+        },
+        NodePolicy::Binpack,
+        GpuPolicy::Spread,
+    );
+    let a = s.assign(&plan, "n").unwrap();
+    let on = |i: usize| -> Vec<(&str, &str)> {
+        a.containers[i]
+            .iter()
+            .map(|g| (g.uuid.as_str(), g.mig.as_ref().unwrap().profile.as_str()))
+            .collect()
+    };
+    assert_eq!(on(0), [("GPU-b", "1g.5gb"), ("GPU-b", "1g.5gb")]);
+    assert_eq!(on(1), [("GPU-a", "7g.40gb")]);
+    s.apply("pod", a).unwrap();
+}

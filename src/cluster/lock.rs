@@ -53,10 +53,6 @@ const CACHE_TRUST: Duration = Duration::from_secs(2);
 const HOLDER_RECHECK: Duration = Duration::from_secs(5);
 /// Release attempts when the node keeps changing under us.
 const RELEASE_ATTEMPTS: usize = 5;
-/// How much later than a lock's time a pod of the holder's name must have
-/// been created to be a new pod under that name (the lock's time is
-/// gpugate's clock, the creation time kube-apiserver's, both in seconds).
-const CLOCK_SKEW: Duration = Duration::from_secs(5);
 
 /// Beyond the bind budget (`scheduler.bindTimeoutSeconds`), before a lock
 /// whose holder is not bound counts as left behind.
@@ -555,23 +551,17 @@ async fn holder_state(
         return Ok(HolderState::Unnamed);
     };
     match api.get_pod(namespace, name).await {
-        Err(e) if e.is_not_found() => Ok(HolderState::Gone { replaced: false }),
+        Err(e) if e.is_not_found() => Ok(HolderState::Gone),
         Err(e) => Err(e),
-        Ok(pod) => Ok(holder_state_of(&pod, node, lock.time)),
+        Ok(pod) => Ok(holder_state_of(&pod, node)),
     }
 }
 
-/// The state of `pod`, named by a lock on `node` taken at `lock_time`.
-pub fn holder_state_of(
-    pod: &k8s_openapi::api::core::v1::Pod,
-    node: &str,
-    lock_time: Timestamp,
-) -> HolderState {
-    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW).unwrap_or_default();
-    if created.is_some_and(|c| c.duration_since(lock_time) > skew) {
-        return HolderState::Gone { replaced: true };
-    }
+/// The state of `pod`, named by a lock on `node`. Only the name counts,
+/// as it does for HAMi's device plugin: a pod created again under the
+/// holder's name, Pending on this node with `bind-phase: allocating`, is
+/// the pod the plugin would serve, so it keeps the lock like the first.
+fn holder_state_of(pod: &k8s_openapi::api::core::v1::Pod, node: &str) -> HolderState {
     if super::convert::pod_finished(pod) {
         return HolderState::Finished;
     }

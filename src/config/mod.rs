@@ -392,7 +392,7 @@ impl Default for SchedulerConfig {
             gang: GangConfig::default(),
             preemption: PreemptionConfig::default(),
             defragmentation: DefragmentationConfig::default(),
-            leader_lease: "gpugate/gpugate-scheduler".to_string(),
+            leader_lease: String::new(),
         }
     }
 }
@@ -400,7 +400,7 @@ impl Default for SchedulerConfig {
 impl SchedulerConfig {
     /// `leaderLease` as (namespace, name); `None` when empty.
     pub fn leader_lease(&self) -> Option<(&str, &str)> {
-        self.leader_lease.split_once('/')
+        self.leader_lease.trim().split_once('/')
     }
 }
 

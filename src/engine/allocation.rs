@@ -223,12 +223,6 @@ impl Allocation {
         }
     }
 
-    /// Whether this is a pod's share that cannot be read
-    /// ([`Allocation::unreadable`]).
-    pub fn is_unreadable(&self) -> bool {
-        self.containers.iter().flatten().any(|g| g.unreadable)
-    }
-
     /// Number of GPU grants over all containers.
     pub fn grant_count(&self) -> usize {
         self.containers.iter().map(Vec::len).sum()

@@ -114,7 +114,13 @@ impl Search<'_> {
             let one_numa = pick
                 .windows(2)
                 .all(|w| self.numa(candidates[w[0]].0) == self.numa(candidates[w[1]].0));
-            if !self.plan.selection.numa_bind || one_numa {
+            // A GPU's later instance was chosen beside its earlier ones:
+            // a set with it and without the one before it is a set of the
+            // same GPUs already tried.
+            let stacked_in_order = pick.iter().all(|&i| {
+                i == 0 || candidates[i - 1].0 != candidates[i].0 || pick.contains(&(i - 1))
+            });
+            if stacked_in_order && (!self.plan.selection.numa_bind || one_numa) {
                 let mark = self.grants.len();
                 // An init container's GPUs are free again when it ends: the
                 // next containers see the usage without them.
@@ -131,7 +137,9 @@ impl Search<'_> {
                 if self.from(k + 1) {
                     return true;
                 }
-                for (pos, u) in before {
+                // Last first: a GPU given two instances was saved twice,
+                // and its first saved usage is the one to put back.
+                for (pos, u) in before.into_iter().rev() {
                     self.usage[pos] = u;
                 }
                 self.grants.truncate(mark);

@@ -97,10 +97,7 @@ impl NodeLock {
             )
         };
         match holder {
-            HolderState::Gone { replaced: false } => Takeover::Allowed(format!("{who} is gone")),
-            HolderState::Gone { replaced: true } => Takeover::Allowed(format!(
-                "{who} is gone (a pod of that name was created after the lock was taken)"
-            )),
+            HolderState::Gone => Takeover::Allowed(format!("{who} is gone")),
             HolderState::Finished => Takeover::Allowed(format!("{who} has finished")),
             HolderState::BoundElsewhere(other) => {
                 Takeover::Allowed(format!("{who} is bound to node {other}"))
@@ -133,9 +130,8 @@ pub enum HolderState {
     /// The lock names no pod (written by an old HAMi): only its age says
     /// anything.
     Unnamed,
-    /// No pod of that name, or a newer one created after the lock was
-    /// taken (the holder was deleted and its name used again).
-    Gone { replaced: bool },
+    /// No pod of that name.
+    Gone,
     /// Succeeded or Failed.
     Finished,
     /// Bound to another node than the lock's.
@@ -352,11 +348,7 @@ mod tests {
         };
         for now in [young, past_budget, expired] {
             for (state, needle) in [
-                (HolderState::Gone { replaced: false }, "holder ml/p is gone"),
-                (
-                    HolderState::Gone { replaced: true },
-                    "created after the lock",
-                ),
+                (HolderState::Gone, "holder ml/p is gone"),
                 (HolderState::Finished, "has finished"),
                 (HolderState::BoundElsewhere("n2".into()), "bound to node n2"),
             ] {

@@ -492,6 +492,8 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
     for _ in 0..CONFLICT_TRIES {
         let pod = match pods.get(&holder.name).await {
             Ok(p) => p,
+            // The pod itself was deleted meanwhile: no kubelet admits it.
+            Err(e) if not_found(&e) && from == who => return Ok(false),
             Err(e) if not_found(&e) => {
                 mistake(
                     plugin,

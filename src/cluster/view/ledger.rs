@@ -85,11 +85,12 @@ impl ClusterView {
             }
             Err(_) if reserved => None,
             Err(e) => {
-                let problem = e.to_string();
+                let unreadable = unreadable_of(pod, e.to_string());
+                let problem = unreadable.problem.clone();
                 if let Some(held) = self
                     .pods
                     .get_mut(key)
-                    .filter(|p| p.unreadable.as_ref().is_some_and(|u| u.problem == problem))
+                    .filter(|p| p.unreadable.as_deref() == Some(&unreadable))
                 {
                     // The same unreadable annotations again (a status update).
                     held.bound = bound;
@@ -98,7 +99,7 @@ impl ClusterView {
                     return Some(problem);
                 }
                 self.forget_allocation(key);
-                self.hold_unreadable(key, pod, problem.clone());
+                self.hold_unreadable(key, pod, unreadable);
                 Some(problem)
             }
         }
@@ -108,23 +109,10 @@ impl ClusterView {
     /// closed. The GPUs they name on their node (every GPU of it when
     /// they name none) take no new pod until the annotations can be read
     /// or the pod is gone; a notice tells the pod why.
-    fn hold_unreadable(&mut self, key: &str, pod: &Pod, problem: String) {
-        let annotations = pod.metadata.annotations.as_ref();
-        let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-        let node = get(crate::hami::keys::VGPU_NODE)
-            .filter(|n| !n.is_empty())
-            .or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()))
-            .unwrap_or_default()
-            .to_string();
-        let uuids = get(crate::hami::keys::VGPU_DEVICES_ALLOCATED)
-            .map(crate::hami::pod_devices::uuids_named)
-            .unwrap_or_default();
+    fn hold_unreadable(&mut self, key: &str, pod: &Pod, unreadable: super::Unreadable) {
+        let problem = unreadable.problem.clone();
         let mut held = HeldPod::of(pod, None, None, Stage::Settled);
-        held.unreadable = Some(Box::new(super::Unreadable {
-            problem: problem.clone(),
-            node,
-            uuids,
-        }));
+        held.unreadable = Some(Box::new(unreadable));
         let who = held.who();
         tracing::warn!(pod = %who, %problem, "allocation cannot be read: its GPUs take no new pod");
         self.hold(key, held);
@@ -414,6 +402,27 @@ impl ClusterView {
                 .as_ref()
                 .map(|a| (p.namespace.as_str(), p.name.as_str(), a))
         })
+    }
+}
+
+/// What is known of `pod`'s allocation that cannot be read (`problem`):
+/// its node (`hami.io/vgpu-node`, else `spec.nodeName`) and the device
+/// uuids its list names.
+fn unreadable_of(pod: &Pod, problem: String) -> super::Unreadable {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let node = get(crate::hami::keys::VGPU_NODE)
+        .filter(|n| !n.is_empty())
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()))
+        .unwrap_or_default()
+        .to_string();
+    let uuids = get(crate::hami::keys::VGPU_DEVICES_ALLOCATED)
+        .map(crate::hami::pod_devices::uuids_named)
+        .unwrap_or_default();
+    super::Unreadable {
+        problem,
+        node,
+        uuids,
     }
 }
 
