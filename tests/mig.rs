@@ -653,6 +653,32 @@ fn preemption_frees_the_instances_in_the_way() {
     );
 }
 
+/// Node `n` with two empty A100-40GB in MIG mode, `GPU-a` and `GPU-b`.
+fn two_a100s() -> ClusterState {
+    let mut s = ClusterState::new();
+    s.upsert_node(Node::new(
+        "n",
+        vec![
+            mig_gpu("GPU-a", 40960, a100_40gb()),
+            mig_gpu("GPU-b", 40960, a100_40gb()),
+        ],
+    ));
+    s
+}
+
+/// An app container asking `count` GPUs of `mem` MiB each.
+fn app(name: &str, count: u32, mem: u64) -> ContainerRequest {
+    ContainerRequest {
+        name: name.into(),
+        kind: ContainerKind::App,
+        gpu: Some(GpuRequest {
+            count,
+            memory: Memory::Mib(mem),
+            cores: 0,
+        }),
+    }
+}
+
 /// Two empty A100-40GB in MIG mode; container `a` asks 2 × 4,000 MiB and
 /// `b` 1 × 30,000 MiB. HAMi v2.10's `Fit` takes instances of a MIG GPU
 /// until the container has enough (`pkg/device/nvidia/device.go:846`, `if
@@ -663,29 +689,13 @@ fn preemption_frees_the_instances_in_the_way() {
 /// CardMigTopologyInfeasible` in this one).
 #[test]
 fn the_joint_search_stacks_instances_on_one_gpu_as_hami_does() {
-    let mut s = ClusterState::new();
-    s.upsert_node(Node::new(
-        "n",
-        vec![
-            mig_gpu("GPU-a", 40960, a100_40gb()),
-            mig_gpu("GPU-b", 40960, a100_40gb()),
-        ],
-    ));
-    let container = |name: &str, count: u32, mem: u64| ContainerRequest {
-        name: name.into(),
-        kind: ContainerKind::App,
-        gpu: Some(GpuRequest {
-            count,
-            memory: Memory::Mib(mem),
-            cores: 0,
-        }),
-    };
+    let s = two_a100s();
     for order in [["a", "b"], ["b", "a"]] {
         let containers = order
             .iter()
             .map(|&c| match c {
-                "a" => container("a", 2, 4000),
-                _ => container("b", 1, 30000),
+                "a" => app("a", 2, 4000),
+                _ => app("b", 1, 30000),
             })
             .collect();
         let plan = PodPlan::new(
@@ -805,14 +815,7 @@ fn vgpu_mode_lists_admit_every_mode_they_name() {
 /// stack `a` on GPU-b, so `d` gets GPU-a's 7g.40gb.
 #[test]
 fn the_joint_search_takes_stacked_instances_back_whole() {
-    let mut s = ClusterState::new();
-    s.upsert_node(Node::new(
-        "n",
-        vec![
-            mig_gpu("GPU-a", 40960, a100_40gb()),
-            mig_gpu("GPU-b", 40960, a100_40gb()),
-        ],
-    ));
+    let mut s = two_a100s();
     let one_g = &a100_40gb()[0];
     let held = gpugate::engine::Allocation {
         node: "n".into(),
@@ -832,19 +835,10 @@ fn the_joint_search_takes_stacked_instances_back_whole() {
         numa: None,
     };
     s.apply("held", held).unwrap();
-    let container = |name: &str, count: u32, mem: u64| ContainerRequest {
-        name: name.into(),
-        kind: ContainerKind::App,
-        gpu: Some(GpuRequest {
-            count,
-            memory: Memory::Mib(mem),
-            cores: 0,
-        }),
-    };
     let plan = PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
-            containers: vec![container("a", 2, 4000), container("d", 1, 30000)],
+            containers: vec![app("a", 2, 4000), app("d", 1, 30000)],
         },
         NodePolicy::Binpack,
         GpuPolicy::Spread,

@@ -29,6 +29,18 @@ use crate::wait::eventually;
 /// policy is added to deploy/'s config; see `gpugate_config`).
 pub const POLICY_NAMESPACE: &str = "e2e-team";
 
+/// The kinds of a rendered variant applied for real: who may do what, and
+/// the admission policy every scenario runs under.
+const RIGHTS: [&str; 7] = [
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
 pub struct ControlPlane {
     pub dir: PathBuf,
     pub pki: Pki,
@@ -177,19 +189,10 @@ impl ControlPlane {
         // and kube-scheduler get exactly those rights, and every scenario
         // runs with the policy guarding the scheduler-owned pod keys.
         let discovery = Discovery::new(admin.clone()).run().await?;
-        for o in deployed.iter().filter(|o| {
-            matches!(
-                manifests::kind(o),
-                "Namespace"
-                    | "ServiceAccount"
-                    | "ClusterRole"
-                    | "ClusterRoleBinding"
-                    | "Role"
-                    | "RoleBinding"
-                    | "ValidatingAdmissionPolicy"
-                    | "ValidatingAdmissionPolicyBinding"
-            )
-        }) {
+        for o in deployed
+            .iter()
+            .filter(|o| manifests::kind(o) == "Namespace" || RIGHTS.contains(&manifests::kind(o)))
+        {
             manifests::apply(&admin, &discovery, o, false).await?;
         }
         let sa_kubeconfig = dir.join("gpugate.kubeconfig");
@@ -256,18 +259,10 @@ impl ControlPlane {
             .nvidia
             .resource_count_name;
         let discovery = Discovery::new(self.admin.clone()).run().await?;
-        for o in objects.iter().filter(|o| {
-            matches!(
-                manifests::kind(o),
-                "ServiceAccount"
-                    | "ClusterRole"
-                    | "ClusterRoleBinding"
-                    | "Role"
-                    | "RoleBinding"
-                    | "ValidatingAdmissionPolicy"
-                    | "ValidatingAdmissionPolicyBinding"
-            )
-        }) {
+        for o in objects
+            .iter()
+            .filter(|o| RIGHTS.contains(&manifests::kind(o)))
+        {
             manifests::apply(&self.admin, &discovery, o, false).await?;
         }
         self.stop_scheduler();

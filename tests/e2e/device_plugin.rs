@@ -199,6 +199,17 @@ struct State {
     relisting_pods: Option<HashSet<PodKey>>,
 }
 
+/// The pod a node's readable `hami.io/mutex.lock` names.
+fn lock_holder(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<gpugate::hami::LockHolder> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_LOCK))
+        .and_then(|v| decode_node_lock(v).ok())
+        .and_then(|l| l.holder)
+}
+
 /// Whether a container asks for GPUs (a `…/gpu` count resource, under any
 /// resource name prefix).
 fn asks_for_gpus(c: &Container) -> bool {
@@ -220,14 +231,7 @@ impl State {
         if let Some(seen) = self.relisting_nodes.as_mut() {
             seen.insert(name.clone());
         }
-        let holder = node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(NODE_LOCK))
-            .and_then(|v| decode_node_lock(v).ok())
-            .and_then(|l| l.holder);
-        match holder {
+        match lock_holder(&node.metadata) {
             Some(h) => {
                 self.locks.insert(name, (h.namespace, h.name));
             }
@@ -465,14 +469,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
         Err(e) if not_found(&e) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
-    let holder = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NODE_LOCK))
-        .and_then(|v| decode_node_lock(v).ok())
-        .and_then(|l| l.holder);
-    let Some(holder) = holder else {
+    let Some(holder) = lock_holder(&node.metadata) else {
         // Marked `success` by an earlier try, the lock since released:
         // nothing left to do. Otherwise the plugin finds no pod.
         if !already_marked(client, &job.pod, &job.node).await? {

@@ -121,6 +121,34 @@ pub async fn create_refused(client: &Client, ns: &str, pod: &Value) -> anyhow::R
     }
 }
 
+/// Waits until gpugate knows a ResourceQuota (it learns quotas through its
+/// watch): dry-run creates of `probe` until one is refused with `needle`
+/// in the message.
+pub async fn quota_known(
+    client: &Client,
+    ns: &str,
+    probe: &Value,
+    needle: &str,
+) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut probe: Pod = serde_json::from_value(probe.clone())?;
+    probe.metadata.namespace = Some(ns.to_string());
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("gpugate knows the quota", Duration::from_secs(30), || {
+        let (pods, probe, dry) = (pods.clone(), probe.clone(), dry.clone());
+        async move {
+            match pods.create(&dry, &probe).await {
+                Err(kube::Error::Api(s)) if s.message.contains(needle) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+}
+
 /// Waits until the pod is bound (spec.nodeName) with HAMi's allocation.
 pub async fn wait_bound(
     client: &Client,

@@ -164,6 +164,24 @@ where
     }
 }
 
+/// The pod stays unbound for `seconds` (looked at every second).
+async fn stays_unbound(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    seconds: u32,
+    while_: &str,
+) -> anyhow::Result<()> {
+    for _ in 0..seconds {
+        ensure!(
+            !bound_now(client, ns, name).await?,
+            "{name} was bound {while_}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
 fn slice(name: &str, mib: &str) -> Value {
     gpu_pod(name, &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", mib)])
 }
@@ -233,13 +251,7 @@ pub async fn expired_lock_kept(
     .await?;
     ensure!(waited > 6.0, "gauge {waited} s");
     // Held back for as long again: the second pod stays unbound.
-    for _ in 0..8 {
-        ensure!(
-            !bound_now(admin, ns, "second").await?,
-            "the second pod was bound while the holder still waited"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    stays_unbound(admin, ns, "second", 8, "while the holder still waited").await?;
     plugin.let_go(ns, "holder");
     admitted_with_own_devices(plugin, admin, ns, "holder").await?;
     poke_until(admin, node, "the second pod bound", BIND, || async {
@@ -316,13 +328,14 @@ pub async fn init_only_beside_regular(
     }]);
     create_pod(admin, ns, &init_only).await?;
     // While the regular pod holds the lock, the init-only pod is not bound.
-    for _ in 0..4 {
-        ensure!(
-            !bound_now(admin, ns, "init-only").await?,
-            "the init-only pod was bound while another pod held the node's lock"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    stays_unbound(
+        admin,
+        ns,
+        "init-only",
+        4,
+        "while another pod held the node's lock",
+    )
+    .await?;
     plugin.let_go(ns, "regular");
     admitted_with_own_devices(plugin, admin, ns, "regular").await?;
     wait_bound(admin, ns, "init-only", BIND).await?;
@@ -639,24 +652,7 @@ pub async fn scoped_quota(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result
         p["spec"]["priorityClassName"] = json!("e2e-gpu-high");
         p
     };
-    // gpugate learns the quota through its watch: probe with dry runs.
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    let mut probe: Pod = serde_json::from_value(high("probe", "5000"))?;
-    probe.metadata.namespace = Some(ns.to_string());
-    let dry = kube::api::PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually("gpugate knows the quota", Duration::from_secs(30), || {
-        let (pods, probe, dry) = (pods.clone(), probe.clone(), dry.clone());
-        async move {
-            match pods.create(&dry, &probe).await {
-                Err(kube::Error::Api(s)) if s.message.contains("gpu-high") => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await?;
+    quota_known(admin, ns, &high("probe", "5000"), "gpu-high").await?;
     create_pod(admin, ns, &slice("plain", "8000")).await?;
     create_pod(admin, ns, &high("high-1", "3000")).await?;
     for name in ["plain", "high-1"] {

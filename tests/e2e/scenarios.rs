@@ -550,24 +550,7 @@ async fn denials(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         "big",
         &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "4096")],
     );
-    // gpugate learns the quota through its watch: probe with dry runs.
-    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
-    let mut probe: Pod = serde_json::from_value(big.clone())?;
-    probe.metadata.namespace = Some(ns.to_string());
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually("gpugate knows the quota", Duration::from_secs(30), || {
-        let (pods, probe, dry) = (pods.clone(), probe.clone(), dry.clone());
-        async move {
-            match pods.create(&dry, &probe).await {
-                Err(kube::Error::Api(s)) if s.message.contains("quota") => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await?;
+    quota_known(&ctx.cp.admin, ns, &big, "quota").await?;
     let message = create_refused(&ctx.cp.admin, ns, &big).await?;
     ensure!(
         message.contains("is over its GPU quota (ResourceQuota limits.nvidia.com/gpumem)")

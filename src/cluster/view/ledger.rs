@@ -204,7 +204,7 @@ impl ClusterView {
     ) -> Vec<AwaitedLock> {
         let mut out: Vec<AwaitedLock> = self
             .seen_locks
-            .all_expired(now, rules.expiry)
+            .all_locks(now, rules.expiry, true)
             .filter_map(|(node, lock)| {
                 let h = lock.holder.as_ref()?;
                 let key = self

@@ -357,7 +357,7 @@ impl ClusterView {
         for node in self.unsettled.values() {
             out.entry(node.as_str()).or_default().binds += 1;
         }
-        for (node, lock) in self.seen_locks.all_held(now, expiry) {
+        for (node, lock) in self.seen_locks.all_locks(now, expiry, false) {
             out.entry(node).or_default().lock = Some(lock);
         }
         out

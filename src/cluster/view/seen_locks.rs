@@ -83,28 +83,18 @@ impl SeenLocks {
         self.locks.remove(node);
     }
 
-    /// Every node whose readable lock has expired at `now`, with the lock.
-    pub fn all_expired(
+    /// Every node whose readable lock has (`expired`) or has not expired at
+    /// `now`, with the lock: one pass over the locks, no lookups, nothing
+    /// copied.
+    pub fn all_locks(
         &self,
         now: jiff::Timestamp,
         expiry: std::time::Duration,
+        expired: bool,
     ) -> impl Iterator<Item = (&str, &Arc<NodeLock>)> {
         self.locks
             .iter()
-            .filter(move |(_, lock)| lock.is_expired(now, expiry))
-            .map(|(node, lock)| (node.as_str(), lock))
-    }
-
-    /// Every node whose lock is held at `now` (not expired, readable), with
-    /// the lock: one pass over the locks, no lookups, nothing copied.
-    pub fn all_held(
-        &self,
-        now: jiff::Timestamp,
-        expiry: std::time::Duration,
-    ) -> impl Iterator<Item = (&str, &Arc<NodeLock>)> {
-        self.locks
-            .iter()
-            .filter(move |(_, lock)| !lock.is_expired(now, expiry))
+            .filter(move |(_, lock)| lock.is_expired(now, expiry) == expired)
             .map(|(node, lock)| (node.as_str(), lock))
     }
 }
