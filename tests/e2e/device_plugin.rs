@@ -583,7 +583,9 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
     if !marked {
         bail!("pod {from}: {CONFLICT_TRIES} conflicts in a row");
     }
-    release(&nodes, &job.node, &holder.namespace, &holder.name).await
+    // The node as first read: its resourceVersion is the release's
+    // precondition, so a lock changed since is read again, not removed.
+    release(&nodes, node, &job.node, &holder.namespace, &holder.name).await
 }
 
 /// Whether the pod is marked `success` already (an earlier try).
@@ -604,18 +606,26 @@ async fn already_marked(client: &Client, pod: &PodKey, node: &str) -> anyhow::Re
 }
 
 /// Removes the node's lock if it still names `namespace/name`, with the
-/// node's resourceVersion as precondition. `Ok(true)`: released.
+/// node's resourceVersion as precondition: first the version of `read`
+/// (the node as read before Allocate, so one read serves both, as in
+/// HAMi's plugin), after a conflict the node read again. `Ok(true)`:
+/// released.
 async fn release(
     nodes: &Api<Node>,
+    read: PartialObjectMeta<Node>,
     node: &str,
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<bool> {
+    let mut read = Some(read);
     for _ in 0..CONFLICT_TRIES {
-        let current = match nodes.get_metadata(node).await {
-            Ok(n) => n,
-            Err(e) if not_found(&e) => return Ok(false),
-            Err(e) => return Err(e.into()),
+        let current = match read.take() {
+            Some(first) => first,
+            None => match nodes.get_metadata(node).await {
+                Ok(n) => n,
+                Err(e) if not_found(&e) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            },
         };
         let Some(value) = current
             .metadata
