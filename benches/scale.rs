@@ -96,6 +96,8 @@ usage: cargo bench --bench scale -- [flags]
   --filter-mode M      gpugate's scheduler.filterMode: top (deploy/'s), all or best
   --filter-top K       gpugate's scheduler.filterTopNodes (default gpugate's, 10)
   --queue-depth N      gpugate's scheduler.nodeLock.queueDepth: N or auto (default deploy/'s)
+  --api-qps Q          gpugate's client-side limit api.qps, burst 2 x Q (default deploy/'s: none);
+                       gpugate is restarted with it before the phases
   --protocol-floor     also kube-scheduler alone with HAMi's device-plugin protocol
                        replayed for each pod it binds, no gpugate (after the reference)
   --help               this text
@@ -121,6 +123,8 @@ struct Args {
     filter_top: Option<u32>,
     /// gpugate's `scheduler.nodeLock.queueDepth`, when not deploy/'s.
     queue_depth: Option<String>,
+    /// gpugate's `api.qps` (burst twice that), when not deploy/'s (none).
+    api_qps: Option<u32>,
     /// A phase of kube-scheduler alone with HAMi's protocol replayed
     /// (`support/protocol_replay.rs`), after the reference.
     protocol_floor: bool,
@@ -164,6 +168,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         filter_mode: None,
         filter_top: None,
         queue_depth: None,
+        api_qps: None,
         protocol_floor: false,
         given: Vec::new(),
     };
@@ -203,6 +208,11 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
             "--node-creators" => a.node_creators = count(value()?)?,
             "--scheduler-qps" => {
                 a.scheduler_qps = Some(
+                    u32::try_from(count(value()?)?).map_err(|_| format!("{flag}: too large"))?,
+                )
+            }
+            "--api-qps" => {
+                a.api_qps = Some(
                     u32::try_from(count(value()?)?).map_err(|_| format!("{flag}: too large"))?,
                 )
             }
@@ -323,6 +333,49 @@ struct Row {
     placement: Placement,
     /// What each bound pod cost, or why it is unknown.
     costs: Result<costs::PerPod, String>,
+    /// How long the simulated device plugin's node locks were held (gpugate
+    /// phases).
+    holds: Option<Holds>,
+}
+
+/// The node locks released in a phase: how long each was held, from the
+/// time its value names to its release (p50, p99), and the median of the
+/// part after the device plugin saw the pod bound.
+struct Holds {
+    count: usize,
+    p50: Duration,
+    p99: Duration,
+    after_bound_p50: Duration,
+}
+
+impl Holds {
+    fn of(holds: &[device_plugin::LockHold]) -> Option<Holds> {
+        let quantile = |mut v: Vec<Duration>, q: f64| {
+            v.sort();
+            v[((v.len() - 1) as f64 * q).round() as usize]
+        };
+        (!holds.is_empty()).then(|| Holds {
+            count: holds.len(),
+            p50: quantile(holds.iter().map(|h| h.held).collect(), 0.5),
+            p99: quantile(holds.iter().map(|h| h.held).collect(), 0.99),
+            after_bound_p50: quantile(holds.iter().map(|h| h.after_bound).collect(), 0.5),
+        })
+    }
+
+    /// Nodes a rate needs when each node takes one pod per lock hold
+    /// (Little's law on HAMi's per-node lock): pods/s × median hold.
+    fn nodes_needed(&self, pods_per_second: f64) -> f64 {
+        pods_per_second * self.p50.as_secs_f64()
+    }
+
+    fn show(&self) -> String {
+        format!(
+            "{} p50, {} p99 ({} after the bind was seen)",
+            secs(self.p50),
+            secs(self.p99),
+            secs(self.after_bound_p50)
+        )
+    }
 }
 
 /// Which kube-scheduler runs.
@@ -360,12 +413,7 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
     let names: Vec<String> = (0..args.nodes).map(|i| format!("scale-{i:05}")).collect();
     burst::create_nodes(&cp.admin, NODE_LABEL_VALUE, &names, args.node_creators).await?;
     let created = t.elapsed();
-    burst::wait_gpugate_nodes(
-        cp.gpugate_admin_port,
-        args.nodes,
-        Duration::from_secs(120) + Duration::from_millis(100 * args.nodes as u64),
-    )
-    .await?;
+    wait_all_nodes(&cp, args.nodes).await?;
     println!(
         "scale: {} nodes created in {:.1} s ({} at a time), gpugate saw them all after {:.1} s",
         args.nodes,
@@ -373,7 +421,11 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
         args.node_creators,
         t.elapsed().as_secs_f64()
     );
-    if args.filter_mode.is_some() || args.filter_top.is_some() || args.queue_depth.is_some() {
+    if args.filter_mode.is_some()
+        || args.filter_top.is_some()
+        || args.queue_depth.is_some()
+        || args.api_qps.is_some()
+    {
         set_scheduler_options(&cp, args).await?;
     }
     let plugin = device_plugin::DevicePlugin::start(cp.admin.clone(), args.delay);
@@ -455,7 +507,11 @@ async fn run(args: &Args, dir: &Path) -> anyhow::Result<bool> {
                 failed: None,
             }),
         };
-        let row = phase(&cp, args, workload, &format!("p{i}"), after).await?;
+        plugin.take_holds();
+        let mut row = phase(&cp, args, workload, &format!("p{i}"), after).await?;
+        if row.gpus {
+            row.holds = Holds::of(&plugin.take_holds());
+        }
         if let Some(replay) = replay {
             let failed = replay.failed.load(std::sync::atomic::Ordering::Relaxed);
             println!(
@@ -609,6 +665,7 @@ async fn phase(
         binds,
         placement,
         costs,
+        holds: None,
     })
 }
 
@@ -710,10 +767,11 @@ fn cpu_profiles(cp: &ControlPlane, prefix: &str) -> std::thread::JoinHandle<()> 
     })
 }
 
-/// Writes gpugate's config file with `scheduler.filterMode` and
-/// `scheduler.nodeLock.queueDepth` set (those given) and waits until
-/// gpugate has put the new version in force (it re-reads the file every
-/// second).
+/// Writes gpugate's config file with `scheduler.filterMode`,
+/// `scheduler.nodeLock.queueDepth` and `api.qps` set (those given) and
+/// waits until gpugate has put the new version in force: it re-reads the
+/// file every second, but reads `api` only at start, so with `api.qps` it
+/// is restarted (and waited for until it sees every node again).
 async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result<()> {
     let (filter_mode, queue_depth) = (args.filter_mode.as_deref(), args.queue_depth.as_deref());
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cp.gpugate_config)?;
@@ -729,12 +787,25 @@ async fn set_scheduler_options(cp: &ControlPlane, args: &Args) -> anyhow::Result
             Err(_) => depth.into(),
         };
     }
+    if let Some(qps) = args.api_qps {
+        config["api"]["qps"] = qps.into();
+        config["api"]["burst"] = (2 * qps).into();
+    }
     let loaded = |text: &str| http::gauge(text, "gpugate_config_loaded_timestamp_seconds");
     let before = loaded(&http::metrics(cp.gpugate_admin_port).await?);
     std::fs::write(
         cp.dir.join("gpugate.yaml"),
         serde_yaml_ng::to_string(&config)?,
     )?;
+    if let Some(qps) = args.api_qps {
+        cp.kill_gpugate();
+        cp.start_gpugate().await?;
+        wait_all_nodes(cp, args.nodes).await?;
+        println!(
+            "scale: gpugate restarted with api.qps {qps}, burst {}",
+            2 * qps
+        );
+    }
     wait::eventually(
         "gpugate puts the new config in force",
         Duration::from_secs(30),
@@ -804,6 +875,15 @@ fn print_row_details(row: &Row) {
             "scale:   gpugate binds (gpugate_bind_total): {}",
             burst::show(&row.binds)
         );
+        if let Some(h) = &row.holds {
+            println!(
+                "scale:   {} node locks held {}; at {:.1} pods/s one pod per hold and node needs {:.0} nodes",
+                h.count,
+                h.show(),
+                o.pods_per_second(),
+                h.nodes_needed(o.pods_per_second())
+            );
+        }
         let p = &row.placement;
         println!(
             "scale:   {} nodes used (min {}), {} GPUs; over-committed GPUs: {}; ledger = annotations: {}",
@@ -873,7 +953,7 @@ fn print_table(args: &Args, rows: &[Row]) {
     println!(
         "Date: {}; {} nodes × 8 {} (split {}), {} pods per phase created by {} clients, \
          device plugin Allocate delay {} ms, kube-scheduler client QPS {} burst {}, \
-         gpugate filterMode {}, queueDepth {}, deadline {} s",
+         gpugate filterMode {}, queueDepth {}, client limit {}, deadline {} s",
         jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .unwrap_or(jiff::Timestamp::now()),
@@ -888,19 +968,24 @@ fn print_table(args: &Args, rows: &[Row]) {
             .map_or(manifests::SCHEDULER_BURST, |q| 2 * q),
         args.filter_mode.as_deref().unwrap_or("deploy/'s"),
         args.queue_depth.as_deref().unwrap_or("deploy/'s"),
+        args.api_qps
+            .map_or("none (deploy/'s)".to_string(), |q| format!(
+                "api.qps {q} burst {}",
+                2 * q
+            )),
         args.deadline.as_secs(),
     );
     println!("Load average at the end (1, 5, 15 min): {}", load_average());
     println!();
     println!(
-        "| phase | bound | pods/s | create→bound p50 | p99 | max | attempts/pod | failed attempts/pod | nodes used (min) | gpugate binds by code |"
+        "| phase | bound | pods/s | create→bound p50 | p99 | max | attempts/pod | failed attempts/pod | nodes used (min) | gpugate binds by code | gpugate's wait for its client limit per pod | node lock held p50, p99 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         let o = &r.outcome;
         let (attempts, failed) = attempts_per_pod(r);
         println!(
-            "| {} | {}/{} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}/{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.label,
             o.bound,
             o.pods,
@@ -924,6 +1009,16 @@ fn print_table(args: &Args, rows: &[Row]) {
             } else {
                 "—".to_string()
             },
+            match (&r.costs, r.gpus) {
+                (Ok(c), true) => format!("{:.2} ms", c.client_wait_ms),
+                (Err(_), true) => "unknown".to_string(),
+                (_, false) => "—".to_string(),
+            },
+            r.holds.as_ref().map_or("—".to_string(), |h| format!(
+                "{}, {}",
+                secs(h.p50),
+                secs(h.p99)
+            )),
         );
     }
     if let Some(reference) = rows.iter().find(|r| r.reference) {
@@ -937,7 +1032,7 @@ fn print_table(args: &Args, rows: &[Row]) {
         for r in rows.iter().filter(|r| !r.reference) {
             let (o, b) = (&r.outcome, &reference.outcome);
             println!(
-                "| ratio {} / {} | | {} | {} | {} | {} | | | | |",
+                "| ratio {} / {} | | {} | {} | {} | {} | | | | | | |",
                 r.label,
                 reference.label,
                 ratio(o.pods_per_second(), b.pods_per_second()),
@@ -1008,6 +1103,11 @@ fn print_costs(rows: &[Row]) {
         &|c| c.events_dropped,
         "",
     );
+    line(
+        "gpugate's wait for its client limit (api.qps)",
+        &|c| c.client_wait_ms,
+        " ms",
+    );
     line("watch events sent", &|c| c.total_watch_events(), "");
     let mut kinds: Vec<&String> = costed
         .iter()
@@ -1059,4 +1159,15 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// Until gpugate has seen all `nodes` nodes (a minute or two, and 0.1 s
+/// more per node).
+async fn wait_all_nodes(cp: &ControlPlane, nodes: usize) -> anyhow::Result<()> {
+    burst::wait_gpugate_nodes(
+        cp.gpugate_admin_port,
+        nodes,
+        Duration::from_secs(120) + Duration::from_millis(100 * nodes as u64),
+    )
+    .await
 }

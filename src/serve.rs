@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::bind::ApiBinder;
 use crate::cli::ServeArgs;
-use crate::cluster::api::ApiCalls;
+use crate::cluster::api::{ApiCalls, ClientLimit};
 use crate::cluster::client::{self, ApiSource};
 use crate::cluster::events::EventSink;
 use crate::cluster::watch::{self as cluster_watch, WatchSet};
@@ -295,11 +295,13 @@ async fn start(
             )
         });
     }
-    // Binds, and gpugate's own preemption, go through the API server
-    // each with its own handle (its own rate limit) and one event sink.
+    // Binds, gpugate's own preemption and the orphan sweep go through the
+    // API server each with its own handle, behind one client-side limit
+    // (none unless `api.qps` sets one), and with one event sink.
+    let api_limits = config.load().api.clone();
+    let client_limit = ClientLimit::new(&api_limits, &metrics.api_client);
     let (bind_mode, preemptor, events) = match (&args.cluster.cluster, &client) {
         (None, Some(client)) => {
-            let api_limits = config.load().api.clone();
             let scheduler = config.load().scheduler.name.clone();
             let instance = std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))
@@ -312,12 +314,12 @@ async fn start(
                 metrics.events.clone(),
             );
             let preemptor = Arc::new(Preemptor::new(
-                ApiCalls::new(client.clone(), &api_limits),
+                ApiCalls::new(client.clone(), &api_limits, client_limit.clone()),
                 events.clone(),
                 metrics.preemption.clone(),
             ));
             let binder = ApiBinder::new(
-                ApiCalls::new(client.clone(), &api_limits),
+                ApiCalls::new(client.clone(), &api_limits, client_limit.clone()),
                 events.clone(),
                 metrics.bind.clone(),
             );
@@ -360,7 +362,11 @@ async fn start(
         });
     }
     if let (None, Some(client), Some(cluster)) = (&args.cluster.cluster, &client, &cluster) {
-        let api = Arc::new(ApiCalls::new(client.clone(), &config.load().api));
+        let api = Arc::new(ApiCalls::new(
+            client.clone(),
+            &api_limits,
+            client_limit.clone(),
+        ));
         let (cluster, config, bind_metrics, events) = (
             cluster.clone(),
             config.clone(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpugate::bind::{ApiBinder, BindMetrics};
-use gpugate::cluster::api::ApiCalls;
+use gpugate::cluster::api::{ApiCalls, ClientLimit, ClientMetrics};
 use gpugate::cluster::events::{EventSink, PodEvent};
 use gpugate::cluster::{ClusterView, SharedCluster, pod_allocation};
 use gpugate::config::api::ApiLimits;
@@ -110,7 +110,7 @@ impl Rig {
         let cluster = Arc::new(SharedCluster::new(view, true));
         let (sink, events) = EventSink::channel(1000);
         let binder = ApiBinder::new(
-            ApiCalls::new(api.client(), &ApiLimits::default()),
+            ApiCalls::new(api.client(), &ApiLimits::default(), no_limit()),
             sink,
             BindMetrics::default(),
         );
@@ -1238,14 +1238,13 @@ async fn a_bind_ends_within_its_budget() {
 async fn the_rate_limiters_wait_counts_against_the_deadline() {
     let api = FakeApi::default();
     api.put(&node_path("gpu-1"), node("gpu-1", 1));
-    let calls = ApiCalls::new(
-        api.client(),
-        &ApiLimits {
-            qps: 0.5,
-            burst: 1,
-            ..ApiLimits::default()
-        },
-    );
+    let limits = ApiLimits {
+        qps: Some(0.5),
+        burst: Some(1),
+        ..ApiLimits::default()
+    };
+    let limit = ClientLimit::new(&limits, &ClientMetrics::default());
+    let calls = ApiCalls::new(api.client(), &limits, limit);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
     gpugate::cluster::api::within(deadline, async {
         calls.get_node("gpu-1").await.unwrap();
@@ -1435,7 +1434,7 @@ async fn the_orphan_sweep_releases_only_locks_a_dead_bind_left() {
         ],
         config(1.0),
     );
-    let api = ApiCalls::new(rig.api.client(), &ApiLimits::default());
+    let api = ApiCalls::new(rig.api.client(), &ApiLimits::default(), no_limit());
     let rules = LockRules {
         expiry: Duration::from_secs(300),
         unbound_after: Duration::from_secs(30),
@@ -1627,4 +1626,9 @@ async fn a_single_node_offered_is_held_under_filter_mode_all() {
     let r = rig2.filter(&fourth, &["n1", "n2"]);
     assert_eq!(r.node_names.map(|n| n.len()), Some(2));
     assert!(rig2.held("u-fourth").is_none());
+}
+
+/// No client-side limit unless `api.qps` sets one.
+fn no_limit() -> ClientLimit {
+    ClientLimit::new(&ApiLimits::default(), &ClientMetrics::default())
 }

@@ -254,6 +254,13 @@ fn chart_renders_what_the_kustomize_variants_do() {
                 "{variant} {kind}"
             );
         }
+        for kind in ["FlowSchema", "PriorityLevelConfiguration"] {
+            assert_eq!(
+                find(&chart, kind, "gpugate")["spec"],
+                find(&kust, kind, "gpugate")["spec"],
+                "{variant} {kind}"
+            );
+        }
         let sched = |o: &[Value]| config_map_yaml(o, "gpugate-scheduler-config", "config.yaml");
         assert_eq!(sched(&chart), sched(&kust), "{variant}");
         let (cd, kd) = (
@@ -374,12 +381,42 @@ fn hami_client_and_timeout_values_are_mapped() {
         ],
     );
     let c = gpugate_config(&o);
-    assert_eq!((c.api.qps, c.api.burst), (50.0, 80));
+    assert_eq!((c.api.qps, c.api.burst), (Some(50.0), Some(80)));
+    // Without them: no client-side limit, priority and fairness instead
+    // (which the chart can leave out for a cluster that manages its own).
+    let defaults = render(tools, &[]);
+    assert_eq!(gpugate_config(&defaults).api.client_limit(), None);
+    find(&defaults, "FlowSchema", "gpugate");
+    let without = render(tools, &["--set", "gpugate.flowControl.enabled=false"]);
+    assert!(
+        !without
+            .iter()
+            .any(|o| o["kind"] == "FlowSchema" || o["kind"] == "PriorityLevelConfiguration")
+    );
     assert!(c.nvidia.overwrite_env);
     let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
     assert_eq!(sched["extenders"][0]["httpTimeout"], "45s");
+    // The bind's budget follows the extender's timeout: 5 s less for the
+    // bind, 10 s less for its wait for a node.
+    let timing = |c: &Config| {
+        (
+            c.scheduler.bind_timeout_seconds,
+            c.scheduler.node_lock.wait_seconds,
+        )
+    };
+    assert_eq!(timing(&c), (40.0, 35.0));
+    assert_eq!(timing(&gpugate_config(&defaults)), (55.0, 50.0));
+    let hami = render(tools, &["--set", "scheduler.extenderHTTPTimeout=30"]);
+    assert_eq!(timing(&gpugate_config(&hami)), (25.0, 20.0));
     // kube-scheduler must not cut a bind off before gpugate's own limit.
-    let e = template(tools, &["--set", "scheduler.extenderHTTPTimeout=20"]).unwrap_err();
+    let e = template(
+        tools,
+        &[
+            "--set",
+            "scheduler.extenderHTTPTimeout=20,gpugate.config.scheduler.bindTimeoutSeconds=25",
+        ],
+    )
+    .unwrap_err();
     assert!(
         e.contains("must be above gpugate's scheduler.bindTimeoutSeconds (25)"),
         "{e}"
@@ -653,6 +690,10 @@ fn bad_values_are_refused_with_clear_messages() {
             "scheduler.replicas must be 0 or more",
         ),
         (vec!["--kube-version", "v1.29.4"], "kubeVersion: >=1.30.0-0"),
+        (
+            vec!["--set", "scheduler.kubeBurst=100"],
+            "scheduler.kubeBurst is set but scheduler.kubeQPS is not",
+        ),
     ] {
         let e = template(tools, &args).expect_err(&format!("{args:?} renders"));
         assert!(e.contains(says), "{args:?}: {e}");
@@ -743,6 +784,15 @@ fn names_hang_together_for_any_release() {
         assert!(gargs.contains(&a.to_string()), "{a}: {gargs:?}");
     }
     assert_eq!(d["spec"]["template"]["spec"]["serviceAccountName"], name);
+    // Priority and fairness: the level and the schema named for the
+    // release, the schema matching the release's ServiceAccount.
+    let fs = &find(&o, "FlowSchema", name)["spec"];
+    assert_eq!(fs["priorityLevelConfiguration"]["name"], name);
+    find(&o, "PriorityLevelConfiguration", name);
+    assert_eq!(
+        fs["rules"][0]["subjects"][0]["serviceAccount"],
+        serde_json::json!({"name": name, "namespace": "kube-gpu"})
+    );
     let w = &find(&o, "MutatingWebhookConfiguration", name)["webhooks"][0];
     assert_eq!(w["clientConfig"]["service"]["name"], name);
     assert_eq!(w["clientConfig"]["service"]["namespace"], "kube-gpu");

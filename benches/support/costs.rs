@@ -28,6 +28,9 @@ pub struct Sample {
     pub extender_bytes: BTreeMap<String, f64>,
     /// gpugate's `gpugate_events_dropped_total` (its event queue full).
     pub events_dropped: f64,
+    /// gpugate's `gpugate_api_client_wait_seconds_sum`: seconds its
+    /// requests waited for its client-side limit (`api.qps`).
+    pub client_wait: f64,
 }
 
 fn pid_of(p: &std::sync::Mutex<Option<crate::procs::Proc>>) -> Option<u32> {
@@ -84,6 +87,10 @@ pub async fn sample(cp: &ControlPlane) -> anyhow::Result<Sample> {
         .iter()
         .map(|x| x.value)
         .sum();
+    s.client_wait = samples(&text, "gpugate_api_client_wait_seconds_sum")
+        .iter()
+        .map(|x| x.value)
+        .sum();
     for x in samples(&text, "gpugate_extender_body_bytes_total") {
         let key = format!("{} {}", x.label("verb"), x.label("direction"));
         *s.extender_bytes.entry(key).or_default() += x.value;
@@ -103,6 +110,9 @@ pub struct PerPod {
     pub bytes_per_call: BTreeMap<String, f64>,
     /// gpugate's events dropped (queue full), per pod.
     pub events_dropped: f64,
+    /// Milliseconds gpugate's requests waited for its client-side limit,
+    /// per pod.
+    pub client_wait_ms: f64,
 }
 
 impl PerPod {
@@ -126,6 +136,7 @@ impl PerPod {
             watch_kib: per(&after.watch_bytes, &before.watch_bytes, 1.0 / 1024.0),
             extender_calls: per(&after.extender_calls, &before.extender_calls, 1.0),
             events_dropped: (after.events_dropped - before.events_dropped) / n,
+            client_wait_ms: (after.client_wait - before.client_wait) * 1000.0 / n,
             bytes_per_call: after
                 .extender_bytes
                 .iter()

@@ -1,6 +1,7 @@
 //! The API server calls of bind: reads and writes of one pod or node, each
-//! rate-limited and with its own deadline, and errors that say which call
-//! failed and how (not found, conflict, refused, no answer).
+//! with its own deadline (and behind the client-side rate limit, when
+//! `api.qps` sets one), and errors that say which call failed and how (not
+//! found, conflict, refused, no answer).
 //!
 //! Watches do not go through here: they hold a request open for minutes and
 //! are paced by the watcher's own backoff.
@@ -9,12 +10,15 @@
 //! the rate limiter included: a bind has one budget for everything it does
 //! (`scheduler.bindTimeoutSeconds`, below kube-scheduler's `httpTimeout`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::api::ApiLimits;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -64,6 +68,69 @@ impl RateLimiter {
             Duration::try_from_secs_f64(-refilled / self.qps).unwrap_or(Duration::from_secs(60))
         };
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// gpugate's client-side limit (`api.qps`, none by default), shared by
+/// every [`ApiCalls`] handle, and the time each request waited for it.
+#[derive(Debug, Clone)]
+pub struct ClientLimit {
+    limiter: Option<Arc<RateLimiter>>,
+    wait: Histogram,
+}
+
+impl ClientLimit {
+    /// The limit `limits` sets (if any), its waits observed in `metrics`.
+    pub fn new(limits: &ApiLimits, metrics: &ClientMetrics) -> Self {
+        Self {
+            limiter: limits
+                .client_limit()
+                .map(|(qps, burst)| Arc::new(RateLimiter::new(qps, burst))),
+            wait: metrics.wait.clone(),
+        }
+    }
+
+    /// Waits for the limiter (returns at once without one) and observes
+    /// the wait, until `deadline`: `Err(waited)` if it passed first.
+    async fn acquire(&self, deadline: Instant) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
+            self.wait.observe(0.0);
+            return Ok(());
+        };
+        let start = Instant::now();
+        let outcome = tokio::time::timeout_at(deadline, limiter.acquire())
+            .await
+            .map_err(|_| start.elapsed());
+        self.wait.observe(start.elapsed().as_secs_f64());
+        outcome
+    }
+}
+
+/// What gpugate's API client reports to Prometheus.
+#[derive(Debug, Clone)]
+pub struct ClientMetrics {
+    /// Time each request waited for the client-side limit (0 without one).
+    pub wait: Histogram,
+}
+
+impl Default for ClientMetrics {
+    fn default() -> Self {
+        Self {
+            // 100 µs to about 3 s; a wait of 0 (no limit) falls in the first.
+            wait: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        }
+    }
+}
+
+impl ClientMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gpugate_api_client_wait_seconds",
+            "Time each of gpugate's API requests (bind, node lock, preemption, orphan sweep; not \
+             watches or events) waited for its client-side rate limit, api.qps: 0 without one \
+             (the default), so the count is the requests sent",
+            self.wait.clone(),
+        );
     }
 }
 
@@ -152,7 +219,7 @@ pub async fn without_deadline<F: std::future::Future>(work: F) -> F::Output {
 /// The calls bind makes, over one client.
 pub struct ApiCalls {
     client: Client,
-    limiter: RateLimiter,
+    limit: ClientLimit,
     timeout: Duration,
     binding_labels: tokio::sync::OnceCell<bool>,
 }
@@ -160,17 +227,19 @@ pub struct ApiCalls {
 impl std::fmt::Debug for ApiCalls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiCalls")
-            .field("limiter", &self.limiter)
+            .field("limit", &self.limit)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl ApiCalls {
-    pub fn new(client: Client, limits: &ApiLimits) -> Self {
+    /// Calls over `client` with `limits`' timeout, behind `limit` (shared
+    /// by every handle of the process).
+    pub fn new(client: Client, limits: &ApiLimits, limit: ClientLimit) -> Self {
         Self {
             client,
-            limiter: RateLimiter::new(limits.qps, limits.burst),
+            limit,
             timeout: limits.timeout(),
             binding_labels: tokio::sync::OnceCell::new(),
         }
@@ -191,13 +260,10 @@ impl ApiCalls {
             .ok()
             .flatten()
             .map_or(start + self.timeout, |d| d.min(start + self.timeout));
-        if tokio::time::timeout_at(deadline, self.limiter.acquire())
-            .await
-            .is_err()
-        {
+        if let Err(waited) = self.limit.acquire(deadline).await {
             return Err(ApiError::NotSent {
                 what: what(),
-                waited_ms: start.elapsed().as_millis(),
+                waited_ms: waited.as_millis(),
             });
         }
         match tokio::time::timeout_at(deadline, request).await {
@@ -368,20 +434,64 @@ mod tests {
         assert!((0.49..0.52).contains(&waited), "{waited}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn no_limit_by_default_and_every_wait_observed() {
+        let metrics = ClientMetrics::default();
+        let none = ClientLimit::new(&ApiLimits::default(), &metrics);
+        let deadline = Instant::now() + Duration::from_millis(10);
+        for _ in 0..1000 {
+            none.acquire(deadline).await.unwrap();
+        }
+        assert_eq!(Instant::now() + Duration::from_millis(10), deadline);
+        let limited = ApiLimits {
+            qps: Some(10.0),
+            ..Default::default()
+        };
+        assert_eq!(limited.client_limit(), Some((10.0, 20)));
+        let limit = ClientLimit::new(&limited, &metrics);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for _ in 0..25 {
+            limit.acquire(deadline).await.unwrap();
+        }
+        // Twenty at once (the burst), five more at 10/s.
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("gpugate_api_client_wait_seconds_count 1025"),
+            "{text}"
+        );
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("gpugate_api_client_wait_seconds_sum "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Five waits of 0.1 s each.
+        assert!((0.49..0.52).contains(&sum), "{sum}");
+    }
+
     #[test]
     fn limits_are_validated() {
         assert!(ApiLimits::default().validate().is_ok());
+        assert_eq!(ApiLimits::default().client_limit(), None);
         for bad in [
             ApiLimits {
-                qps: 0.0,
+                qps: Some(0.0),
                 ..Default::default()
             },
             ApiLimits {
-                qps: f64::NAN,
+                qps: Some(f64::NAN),
                 ..Default::default()
             },
             ApiLimits {
-                burst: 0,
+                qps: Some(10.0),
+                burst: Some(0),
+                ..Default::default()
+            },
+            ApiLimits {
+                burst: Some(5),
                 ..Default::default()
             },
             ApiLimits {

@@ -80,6 +80,10 @@ pub struct ViewGauges {
     /// HAMi master's `hami_scheduler_is_leader` (#2757), set by
     /// [`super::leader::watch_lease`] (1 until it knows better).
     pub hami_is_leader: Gauge,
+    /// How long node locks have been held lately (-1 until known).
+    lock_hold: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The queue depth binpack pods get now.
+    binpack_queue_depth: Gauge,
 }
 
 impl ViewGauges {
@@ -163,6 +167,27 @@ impl ViewGauges {
         ] {
             registry.register(name, help, gauge.clone());
         }
+        registry.register(
+            "gpugate_node_lock_hold_seconds",
+            "How long hami.io/mutex.lock values have been held lately: the median of the last 64 \
+             seen released (from when the node watch first showed a value to when it showed it gone or another pod's); \
+             -1 until 8 were",
+            self.lock_hold.clone(),
+        );
+        registry.register(
+            "gpugate_node_lock_queue_depth_binpack",
+            "The lock holds a binpack pod may queue behind on a node and still be offered there: \
+             nodeLock.queueDepth, or under auto as many holds of gpugate_node_lock_hold_seconds \
+             as fill four fifths of a bind's wait for its node (1 to 16)",
+            self.binpack_queue_depth.clone(),
+        );
+    }
+
+    /// Sets how long locks have been held lately and the queue depth
+    /// binpack pods get from it.
+    pub fn set_lock_queue(&self, hold: Option<std::time::Duration>, binpack_depth: u32) {
+        self.lock_hold.set(hold.map_or(-1.0, |h| h.as_secs_f64()));
+        self.binpack_queue_depth.set(i64::from(binpack_depth));
     }
 
     /// Sets the gauges from the view's counts.

@@ -1,5 +1,6 @@
-//! The config file's `api` section: rate limit and timeout of gpugate's own
-//! API calls, and how often watches re-list. Read at start.
+//! The config file's `api` section: the optional client-side rate limit
+//! and the timeout of gpugate's own API calls, and how often watches
+//! re-list. Read at start.
 
 use serde::Deserialize;
 
@@ -7,11 +8,17 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ApiLimits {
-    /// Sustained requests per second (kube-scheduler's default is 50;
-    /// HAMi's 5 throttled its users, HAMi #745).
-    pub qps: f64,
-    /// Requests allowed at once above the sustained rate.
-    pub burst: u32,
+    /// A client-side limit on gpugate's requests per second, all of its
+    /// rate-limited calls together. None (the default): no limit on the
+    /// client; kube-apiserver's priority and fairness shares the server
+    /// (deploy/'s FlowSchema and PriorityLevelConfiguration). A fixed limit
+    /// capped binds on a large control plane and protects nothing that
+    /// priority and fairness does not (docs/operations.md, "API usage").
+    /// Set it for an API server without priority and fairness.
+    pub qps: Option<f64>,
+    /// Requests allowed at once above `qps` (only with `qps`; default
+    /// twice it).
+    pub burst: Option<u32>,
     /// How long one request may take before it counts as failed.
     pub timeout_seconds: f64,
     /// How often every watch is restarted with a fresh list, which finds
@@ -27,11 +34,8 @@ pub struct ApiLimits {
 impl Default for ApiLimits {
     fn default() -> Self {
         Self {
-            // A bind costs two writes (HAMi's node lock, the Binding with
-            // the allocation annotations) and an Event: about 150 requests
-            // a second at kube-scheduler's own pace of 50 pods a second.
-            qps: 200.0,
-            burst: 400,
+            qps: None,
+            burst: None,
             timeout_seconds: 10.0,
             resync_seconds: 300,
             stale_after_seconds: 10,
@@ -40,12 +44,32 @@ impl Default for ApiLimits {
 }
 
 impl ApiLimits {
+    /// The client-side limit, if one is set: requests per second and
+    /// burst.
+    pub fn client_limit(&self) -> Option<(f64, u32)> {
+        let qps = self.qps?;
+        // Twice the rate, as client-go's defaults (5 and 10) are.
+        let burst = self
+            .burst
+            .unwrap_or_else(|| (qps * 2.0).ceil().clamp(1.0, f64::from(u32::MAX)) as u32);
+        Some((qps, burst))
+    }
+
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.qps.is_finite() && self.qps >= 0.1) {
-            return Err(format!("api.qps is {}, at least 0.1", self.qps));
-        }
-        if self.burst == 0 {
-            return Err("api.burst must be at least 1".to_string());
+        match (self.qps, self.burst) {
+            (Some(qps), _) if !(qps.is_finite() && qps >= 0.1) => {
+                return Err(format!(
+                    "api.qps is {qps}, at least 0.1 (or leave it out: no client-side limit)"
+                ));
+            }
+            (_, Some(0)) => return Err("api.burst must be at least 1".to_string()),
+            (None, Some(burst)) => {
+                return Err(format!(
+                    "api.burst is {burst} but api.qps is not set: a burst limits nothing \
+                     without a rate (set both, or neither for no client-side limit)"
+                ));
+            }
+            _ => {}
         }
         if !(self.timeout_seconds.is_finite()
             && self.timeout_seconds > 0.0

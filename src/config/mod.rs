@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -233,10 +234,17 @@ impl Default for GangConfig {
     }
 }
 
-/// The deepest `scheduler.nodeLock.queueDepth` accepted: a bind behind
-/// more lock holds would wait longer than `waitSeconds`' default (20 s) at
-/// the pace of HAMi's own device plugin (about 2 s a hold).
-pub const MAX_QUEUE_DEPTH: u32 = 10;
+/// The deepest `scheduler.nodeLock.queueDepth` accepted (and the deepest
+/// `auto` gives): 16 holds of 2.5 s fill four fifths of deploy/'s 50 s
+/// wait, about the depth a burst needs at that hold to stay packed
+/// (docs/benchmarks.md, issue 43).
+pub const MAX_QUEUE_DEPTH: u32 = 16;
+
+/// The share of a bind's wait for its node that `queueDepth: auto` fills
+/// with the lock holds ahead of a binpack pod: the rest is the margin for
+/// device plugins slower than lately (p99 holds ran 1.2 to 1.6 times the
+/// median in the scale benchmark).
+pub const AUTO_QUEUE_SHARE_OF_WAIT: f64 = 0.8;
 
 /// HAMi's node lock (`hami.io/mutex.lock`, hami-compat.md 4.3).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -262,31 +270,64 @@ pub struct NodeLockConfig {
     /// more (the node policy then chooses among them: binpack keeps
     /// filling the nodes it has begun instead of opening a free one for
     /// every pod that arrives while their locks are held). 0: only the
-    /// least promised nodes. `auto` (the default): 1 for binpack pods, 0
-    /// for spread pods ([`QueueDepth::for_policy`]).
+    /// least promised nodes. `auto` (the default): for binpack pods as many
+    /// holds as fill four fifths of the bind's wait at the length locks
+    /// have been held lately, for spread pods 0 ([`QueueDepth::for_policy`]).
     pub queue_depth: QueueDepth,
 }
 
 /// `scheduler.nodeLock.queueDepth`: a number of lock holds, or `auto`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum QueueDepth {
-    /// By the pod's node policy: binpack 1 (it keeps filling the nodes it
-    /// has begun, a bind waits behind at most one hold), spread 0 (its
-    /// pods prefer empty nodes anyway, and would only wait longer).
+    /// By the pod's node policy: binpack as many holds as fill four fifths
+    /// of a bind's wait for its node (it keeps
+    /// filling the nodes it has begun however slowly locks are released,
+    /// and no bind waits past its budget), spread 0 (its pods prefer empty nodes anyway, and would
+    /// only wait longer).
     #[default]
     Auto,
     /// The same depth for every pod.
     Holds(u32),
 }
 
+/// The lock hold `queueDepth: auto` assumes until gpugate has seen enough
+/// locks released: about the pace of HAMi's device plugin.
+pub const ASSUMED_LOCK_HOLD: Duration = Duration::from_secs(2);
+
 impl QueueDepth {
-    /// The depth applied to a pod placed under `policy`.
-    pub fn for_policy(self, policy: NodePolicy) -> u32 {
+    /// The depth applied to a pod placed under `policy`. Under `auto` a
+    /// binpack pod may queue behind as many lock holds as fill
+    /// [`AUTO_QUEUE_SHARE_OF_WAIT`] of `wait` (how long a bind may wait
+    /// for its node) at `hold` each (how long locks have been held lately;
+    /// [`ASSUMED_LOCK_HOLD`] while that is unknown), 1 to
+    /// [`MAX_QUEUE_DEPTH`]; a spread pod behind none.
+    pub fn for_policy(self, policy: NodePolicy, hold: Option<Duration>, wait: Duration) -> u32 {
         match (self, policy) {
             (Self::Holds(depth), _) => depth,
-            (Self::Auto, NodePolicy::Binpack) => 1,
             (Self::Auto, NodePolicy::Spread) => 0,
+            (Self::Auto, NodePolicy::Binpack) => {
+                let hold = hold
+                    .unwrap_or(ASSUMED_LOCK_HOLD)
+                    .max(Duration::from_millis(10));
+                let fits =
+                    (wait.as_secs_f64() * AUTO_QUEUE_SHARE_OF_WAIT / hold.as_secs_f64()).floor();
+                // In 1..=MAX_QUEUE_DEPTH, so the cast is exact.
+                fits.clamp(1.0, f64::from(MAX_QUEUE_DEPTH)) as u32
+            }
         }
+    }
+}
+
+impl SchedulerConfig {
+    /// How long a bind may wait for its node: `nodeLock.waitSeconds`, at
+    /// most `bindTimeoutSeconds`.
+    pub fn node_wait(&self) -> Duration {
+        Duration::from_secs_f64(
+            self.node_lock
+                .wait_seconds
+                .min(self.bind_timeout_seconds)
+                .max(0.0),
+        )
     }
 }
 
@@ -670,7 +711,7 @@ mod tests {
         let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: 10}}", "test").unwrap();
         assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Holds(10));
         for bad in [
-            "11",
+            "17",
             "4294967296",
             "-1",
             "99999999999999999999999",
@@ -685,11 +726,11 @@ mod tests {
             assert!(e.contains("queueDepth"), "{bad}: {e}");
         }
         // The number given is the number said, not a clamped one.
-        for big in ["4294967296", "11"] {
+        for big in ["4294967296", "17"] {
             let yaml = format!("scheduler: {{nodeLock: {{queueDepth: {big}}}}}");
             let e = Config::from_yaml(&yaml, "test").unwrap_err().to_string();
             assert!(
-                e.contains(&format!("queueDepth is {big}, allowed 0 to 10 or auto")),
+                e.contains(&format!("queueDepth is {big}, allowed 0 to 16 or auto")),
                 "{e}"
             );
         }
@@ -703,11 +744,58 @@ mod tests {
         let c = Config::from_yaml("scheduler: {nodeLock: {queueDepth: auto}}", "test").unwrap();
         assert_eq!(c, Config::default());
         let auto = c.scheduler.node_lock.queue_depth;
-        assert_eq!(auto.for_policy(NodePolicy::Binpack), 1);
-        assert_eq!(auto.for_policy(NodePolicy::Spread), 0);
+        let wait = c.scheduler.node_wait();
+        assert_eq!(wait, Duration::from_secs(20));
+        let secs = |s: f64| Some(Duration::from_secs_f64(s));
+        // Four fifths of the 20 s wait, in holds of the length seen lately.
+        for (hold, depth) in [
+            (secs(1.5), 10),
+            (secs(3.0), 5),
+            (secs(0.4), MAX_QUEUE_DEPTH),
+            (secs(0.0), MAX_QUEUE_DEPTH),
+            (secs(12.0), 1),
+            (secs(1e9), 1),
+            (None, 8),
+        ] {
+            assert_eq!(
+                auto.for_policy(NodePolicy::Binpack, hold, wait),
+                depth,
+                "{hold:?}"
+            );
+            assert_eq!(auto.for_policy(NodePolicy::Spread, hold, wait), 0);
+        }
+        assert_eq!(
+            auto.for_policy(NodePolicy::Binpack, secs(1.0), Duration::ZERO),
+            1
+        );
         let fixed = QueueDepth::Holds(0);
-        assert_eq!(fixed.for_policy(NodePolicy::Binpack), 0);
-        assert_eq!(QueueDepth::Holds(3).for_policy(NodePolicy::Spread), 3);
+        assert_eq!(fixed.for_policy(NodePolicy::Binpack, secs(0.1), wait), 0);
+        assert_eq!(
+            QueueDepth::Holds(3).for_policy(NodePolicy::Spread, None, wait),
+            3
+        );
+        // A bind waits for its node no longer than its whole budget.
+        let c = Config::from_yaml(
+            "scheduler: {bindTimeoutSeconds: 8, nodeLock: {waitSeconds: 20}}",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(c.scheduler.node_wait(), Duration::from_secs(8));
+        // deploy/'s 50 s wait.
+        let wait = Duration::from_secs(50);
+        for (hold, depth) in [
+            (secs(0.5), MAX_QUEUE_DEPTH),
+            (secs(2.5), 16),
+            (secs(2.54), 15),
+            (secs(5.0), 8),
+            (None, MAX_QUEUE_DEPTH),
+        ] {
+            assert_eq!(
+                auto.for_policy(NodePolicy::Binpack, hold, wait),
+                depth,
+                "{hold:?}"
+            );
+        }
     }
 
     #[test]

@@ -123,9 +123,10 @@ pub struct LockBusy {
     pub least: u32,
     /// `nodeLock.queueDepth` as applied.
     pub queue_depth: u32,
-    /// Whether that depth came from `queueDepth: auto` (the pod's node
-    /// policy), not a number in the config.
-    pub queue_depth_auto: bool,
+    /// When that depth came from `queueDepth: auto` (the pod's node policy
+    /// and the lock holds seen), not a number in the config: how long
+    /// locks had been held lately, if known.
+    pub auto_hold: Option<Option<std::time::Duration>>,
 }
 
 impl LockBusy {
@@ -148,11 +149,19 @@ impl fmt::Display for LockBusy {
         f.write_str(&self.work().describe().unwrap_or_default())?;
         if self.least < self.queue_depth {
             let (holds, depth) = (self.holds(), self.queue_depth);
-            if self.queue_depth_auto {
+            if let Some(hold) = self.auto_hold {
+                let hold = match hold {
+                    Some(h) => format!("locks held {:.1} s lately", h.as_secs_f64()),
+                    None => format!(
+                        "locks assumed held {} s (too few released yet)",
+                        crate::config::ASSUMED_LOCK_HOLD.as_secs()
+                    ),
+                };
                 write!(
                     f,
                     " ({holds} lock holds ahead, more than the queue depth {depth} that \
-                     nodeLock.queueDepth auto gives binpack pods)"
+                     nodeLock.queueDepth auto gives binpack pods: four fifths of the bind's wait \
+                     for its node, {hold})"
                 )
             } else {
                 write!(
@@ -408,7 +417,7 @@ mod tests {
                 lock: None,
                 least: 0,
                 queue_depth: 0,
-                queue_depth_auto: false,
+                auto_hold: None,
             }),
             NodeReason::NodeLockAwaitingAllocation {
                 lock: Box::new(crate::cluster::view::AwaitedLock {

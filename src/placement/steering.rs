@@ -10,8 +10,9 @@
 //! loosens this: the nodes with up to that many holds ahead are offered
 //! too (or those with the fewest any node has, when that is more), so that
 //! binpack keeps filling the nodes it has begun at a rate their locks
-//! alone could not serve (`auto`, the default: 1 for binpack pods, 0 for
-//! spread pods).
+//! alone could not serve (`auto`, the default: for binpack pods as many
+//! holds as fill four fifths of a bind's wait for its node at the length
+//! locks have been held lately, 0 for spread pods).
 
 use std::time::Duration;
 
@@ -47,7 +48,10 @@ pub fn busy_nodes<'n>(
         nodes.map(|node| (node, all.get(node))).collect();
     let holds = |w: Option<&PromisedWork>| w.map_or(0, PromisedWork::holds);
     let least = promised.iter().map(|(_, w)| holds(*w)).min()?;
-    let queue_depth = lock.queue_depth.for_policy(policy);
+    let hold = view.typical_lock_hold();
+    let queue_depth = lock
+        .queue_depth
+        .for_policy(policy, hold, config.scheduler.node_wait());
     let offered_up_to = least.max(queue_depth);
     let busy: Vec<(&'n str, LockBusy)> = promised
         .into_iter()
@@ -60,7 +64,7 @@ pub fn busy_nodes<'n>(
                     lock: w.lock.cloned(),
                     least,
                     queue_depth,
-                    queue_depth_auto: lock.queue_depth == QueueDepth::Auto,
+                    auto_hold: (lock.queue_depth == QueueDepth::Auto).then_some(hold),
                 },
             ))
         })

@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 use crate::admission::metrics::AdmissionMetrics;
 use crate::bind::BindMetrics;
 use crate::cluster::SharedCluster;
+use crate::cluster::api::ClientMetrics;
 use crate::cluster::events::EventMetrics;
 use crate::cluster::metrics::{ViewGauges, WatchMetrics};
 use crate::cluster::webhook_scope::WebhookScopeMetrics;
@@ -42,6 +43,8 @@ pub struct Metrics {
     pub preemption: PreemptionMetrics,
     /// Handed to the event sink.
     pub events: EventMetrics,
+    /// Handed to the API client's limit (`api.qps`).
+    pub api_client: ClientMetrics,
     view: ViewGauges,
     /// Handed to the webhook scope check.
     pub webhook_scope: WebhookScopeMetrics,
@@ -69,6 +72,7 @@ impl Metrics {
             bind: BindMetrics::default(),
             preemption: PreemptionMetrics::default(),
             events: EventMetrics::default(),
+            api_client: ClientMetrics::default(),
             view: ViewGauges::default(),
             webhook_scope: WebhookScopeMetrics::default(),
             registry: Registry::default(),
@@ -87,6 +91,7 @@ impl Metrics {
         m.bind.register(&mut registry);
         m.preemption.register(&mut registry);
         m.events.register(&mut registry);
+        m.api_client.register(&mut registry);
         m.view.register(&mut registry);
         m.webhook_scope.register(&mut registry);
         Metrics { registry, ..m }
@@ -135,14 +140,20 @@ impl Metrics {
             let config = config.load();
             let nv = &config.nvidia;
             // One read lock: copy what the gauges need, encode after.
-            let (counts, sample) = {
+            let (counts, sample, hold) = {
                 let view = cluster.read();
                 let sample =
                     HamiGauges::sample(&view, &nv.resource_memory_name, &nv.resource_core_name);
-                (view.counts(), sample)
+                (view.counts(), sample, view.typical_lock_hold())
             };
             self.view
                 .set(cluster.is_synced(), cluster.current().is_ok(), counts);
+            let depth = config.scheduler.node_lock.queue_depth.for_policy(
+                crate::engine::policy::NodePolicy::Binpack,
+                hold,
+                config.scheduler.node_wait(),
+            );
+            self.view.set_lock_queue(hold, depth);
             hami = Some(Arc::new(sample));
         }
         let mut head = String::new();

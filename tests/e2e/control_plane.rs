@@ -29,9 +29,10 @@ use crate::wait::eventually;
 /// policy is added to deploy/'s config; see `gpugate_config`).
 pub const POLICY_NAMESPACE: &str = "e2e-team";
 
-/// The kinds of a rendered variant applied for real: who may do what, and
-/// the admission policy every scenario runs under.
-const RIGHTS: [&str; 7] = [
+/// The kinds of a rendered variant applied for real: who may do what, the
+/// admission policy every scenario runs under, and gpugate's priority
+/// level in kube-apiserver's priority and fairness.
+const RIGHTS: [&str; 9] = [
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -39,6 +40,8 @@ const RIGHTS: [&str; 7] = [
     "RoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "PriorityLevelConfiguration",
+    "FlowSchema",
 ];
 
 pub struct ControlPlane {
@@ -185,9 +188,10 @@ impl ControlPlane {
         .await
         .map_err(|e| cp.with_log("kube-apiserver", &cp.apiserver, e))?;
 
-        // deploy/'s namespace, RBAC and admission policy, for real: gpugate
-        // and kube-scheduler get exactly those rights, and every scenario
-        // runs with the policy guarding the scheduler-owned pod keys.
+        // deploy/'s namespace, RBAC, admission policy and flow control, for
+        // real: gpugate and kube-scheduler get exactly those rights, every
+        // scenario runs with the policy guarding the scheduler-owned pod
+        // keys, and their requests in gpugate's priority level.
         let discovery = Discovery::new(admin.clone()).run().await?;
         for o in deployed
             .iter()

@@ -69,6 +69,16 @@ pub struct DevicePlugin {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// How long a node lock the plugin released was held: from the time its
+/// value names (gpugate's clock when it took it) to the release, and of
+/// that the part since the plugin first saw the pod bound (the Allocate
+/// delay, the plugin's own writes).
+#[derive(Debug, Clone, Copy)]
+pub struct LockHold {
+    pub held: Duration,
+    pub after_bound: Duration,
+}
+
 /// What the plugin did and was told, shared with its tasks.
 #[derive(Default)]
 struct Record {
@@ -78,6 +88,8 @@ struct Record {
     served: Mutex<HashMap<PodKey, Vec<Served>>>,
     /// Admissions that gave a container another pod's devices, or none.
     mistakes: Mutex<Vec<String>>,
+    /// How long each lock the plugin released was held.
+    holds: Mutex<Vec<LockHold>>,
 }
 
 impl DevicePlugin {
@@ -140,6 +152,11 @@ impl DevicePlugin {
 
     /// Every admission so far that gave a container another pod's devices
     /// or found no lock naming a pending pod, in words.
+    /// The lock holds of every lock released since the last call.
+    pub fn take_holds(&self) -> Vec<LockHold> {
+        std::mem::take(&mut *lock(&self.record.holds))
+    }
+
     pub fn mistakes(&self) -> Vec<String> {
         lock(&self.record.mistakes).clone()
     }
@@ -302,6 +319,7 @@ impl State {
             node: pod.node.clone(),
             pod: key.clone(),
             containers: pod.gpu_containers.clone(),
+            since: pod.since,
         };
         Some((job, pod.since + delay))
     }
@@ -313,6 +331,8 @@ struct Job {
     node: String,
     pod: PodKey,
     containers: Vec<String>,
+    /// When the plugin first saw the pod bound.
+    since: Instant,
 }
 
 async fn run(plugin: Shared, mut stopped: watch::Receiver<bool>) {
@@ -413,8 +433,13 @@ async fn admit(plugin: Shared, job: Job, at: Instant) -> (PodKey, bool) {
     };
     let finished = match admit_once(&plugin, &job).await {
         Ok(released) => {
-            if released {
+            if let Some(taken) = released {
                 plugin.released.fetch_add(1, Ordering::Relaxed);
+                let held = jiff::Timestamp::now().duration_since(taken);
+                lock(&plugin.record.holds).push(LockHold {
+                    held: Duration::try_from(held).unwrap_or_default(),
+                    after_bound: job.since.elapsed(),
+                });
             }
             true
         }
@@ -459,14 +484,14 @@ fn pop_entries(list: &str, n: usize) -> (Vec<String>, String) {
 /// the pod is the one the node's lock names (Pending and bound here), its
 /// next entries go to the containers, then it is marked `success` and the
 /// lock released, each write with the resourceVersion read as
-/// precondition. `Ok(true)`: a lock was released.
-async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
+/// precondition. `Ok(Some(t))`: a lock taken at `t` was released.
+async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::Timestamp>> {
     let client = &plugin.client;
     let who = format!("{}/{}", job.pod.0, job.pod.1);
     let nodes: Api<Node> = Api::all(client.clone());
     let node = match nodes.get_metadata(&job.node).await {
         Ok(n) => n,
-        Err(e) if not_found(&e) => return Ok(false),
+        Err(e) if not_found(&e) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let Some(holder) = lock_holder(&node.metadata) else {
@@ -481,7 +506,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
                 ),
             );
         }
-        return Ok(false);
+        return Ok(None);
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), &holder.namespace);
     let from = format!("{}/{}", holder.namespace, holder.name);
@@ -490,7 +515,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
         let pod = match pods.get(&holder.name).await {
             Ok(p) => p,
             // The pod itself was deleted meanwhile: no kubelet admits it.
-            Err(e) if not_found(&e) && from == who => return Ok(false),
+            Err(e) if not_found(&e) && from == who => return Ok(None),
             Err(e) if not_found(&e) => {
                 mistake(
                     plugin,
@@ -499,7 +524,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
                         job.node
                     ),
                 );
-                return Ok(false);
+                return Ok(None);
             }
             Err(e) => return Err(e.into()),
         };
@@ -526,7 +551,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
                         job.node
                     ),
                 );
-                return Ok(false);
+                return Ok(None);
             }
         }
         let list = annotations
@@ -570,13 +595,13 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<bool> {
                 }
                 lock(&plugin.record.served).insert(job.pod.clone(), served);
                 if !done {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 marked = true;
                 break;
             }
             Err(e) if conflict(&e) => continue,
-            Err(e) if not_found(&e) => return Ok(false),
+            Err(e) if not_found(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }
@@ -608,22 +633,22 @@ async fn already_marked(client: &Client, pod: &PodKey, node: &str) -> anyhow::Re
 /// Removes the node's lock if it still names `namespace/name`, with the
 /// node's resourceVersion as precondition: first the version of `read`
 /// (the node as read before Allocate, so one read serves both, as in
-/// HAMi's plugin), after a conflict the node read again. `Ok(true)`:
-/// released.
+/// HAMi's plugin), after a conflict the node read again. `Ok(Some(t))`:
+/// released, the lock taken at `t`.
 async fn release(
     nodes: &Api<Node>,
     read: PartialObjectMeta<Node>,
     node: &str,
     namespace: &str,
     name: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Option<jiff::Timestamp>> {
     let mut read = Some(read);
     for _ in 0..CONFLICT_TRIES {
         let current = match read.take() {
             Some(first) => first,
             None => match nodes.get_metadata(node).await {
                 Ok(n) => n,
-                Err(e) if not_found(&e) => return Ok(false),
+                Err(e) if not_found(&e) => return Ok(None),
                 Err(e) => return Err(e.into()),
             },
         };
@@ -633,11 +658,11 @@ async fn release(
             .as_ref()
             .and_then(|a| a.get(NODE_LOCK))
         else {
-            return Ok(false); // released already
+            return Ok(None); // released already
         };
         let lock = decode_node_lock(value).map_err(|e| anyhow!("{NODE_LOCK}: {e}"))?;
         if !lock.is_held_by(namespace, name) {
-            return Ok(false); // another pod's lock: never ours to remove
+            return Ok(None); // another pod's lock: never ours to remove
         }
         // Released with the version read, so a lock taken since is kept.
         let patch = json!({"metadata": {
@@ -648,9 +673,9 @@ async fn release(
             .patch(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => return Ok(true),
+            Ok(_) => return Ok(Some(lock.time)),
             Err(e) if conflict(&e) => continue,
-            Err(e) if not_found(&e) => return Ok(false),
+            Err(e) if not_found(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }

@@ -1144,7 +1144,13 @@ pub async fn half_done_binds(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
         // orphan sweep frees the node.
         pods.delete("half-lock", &DeleteParams::default().grace_period(0))
             .await?;
-        let sweep_bound = Duration::from_secs(25 + 5 + 5 + 5);
+        // The sweep releases a lock whose holder is gone once it is older
+        // than the longest bind (deploy/'s bindTimeoutSeconds, + 5 s), at
+        // its next pass (every 5 s); 5 s more for the watches.
+        let bind_timeout = gpugate::config::Config::from_yaml(&cp.gpugate_config, "e2e")?
+            .scheduler
+            .bind_timeout_seconds;
+        let sweep_bound = Duration::from_secs_f64(bind_timeout + 5.0 + 5.0 + 5.0);
         no_lock_held(cp, scenario, sweep_bound * 2).await?;
         let released = aborted_at.elapsed();
         ensure!(

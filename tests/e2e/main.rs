@@ -8,6 +8,7 @@
 //! skipped and why. `GPUGATE_E2E=skip` skips it on purpose (for quick local
 //! runs); CI never sets it.
 
+mod api_usage;
 mod burst;
 mod control_plane;
 mod defrag;

@@ -77,7 +77,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 28] = [
+pub const SCENARIOS: [(&str, &str, &str); 29] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -202,6 +202,11 @@ pub const SCENARIOS: [(&str, &str, &str); 28] = [
         "e2e-scoped-quota",
         "scoped-quota",
     ),
+    (
+        "gpugate's requests in its own priority level, no client-side limit",
+        "e2e-flow-control",
+        "flow-control",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -241,6 +246,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         25 => crate::hazards::init_only_beside_regular(ctx, plugin, ns, scenario).await,
         26 => crate::hazards::scheduler_owned_keys(ctx, plugin, ns, scenario).await,
         27 => crate::hazards::scoped_quota(ctx, ns, scenario).await,
+        28 => crate::api_usage::flow_control(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
@@ -1127,6 +1133,7 @@ async fn scale_burst(
     let port = ctx.metrics_port();
     let sched_before = burst::schedule_attempts(&ctx.cp.scheduler_metrics().await?, profile);
     let binds_before = burst::bind_outcomes(&metrics(port).await?);
+    plugin.take_holds();
     let outcome = burst::run(
         &ctx.cp.admin,
         &burst::Burst {
@@ -1159,9 +1166,17 @@ async fn scale_burst(
         .filter(|(k, _)| !k.starts_with("ok/"))
         .map(|(k, v)| (k.clone(), *v))
         .collect();
+    let holds = plugin.take_holds();
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v.get(v.len() / 2).copied().unwrap_or_default()
+    };
+    let hold_p50 = median(holds.iter().map(|h| h.held).collect());
+    let plugin_p50 = median(holds.iter().map(|h| h.after_bound).collect());
     println!(
         "    scale burst: {} pods ({} creates retried) on {} nodes (min {}), {} GPUs, \
          in {:.1} s: {:.1} pods/s, create→bound p50 {:.2} s, p99 {:.2} s, max {:.2} s; \
+         node locks held p50 {:.2} s ({:.2} s after the bind was seen); \
          scheduling attempts {:.2}/pod, failed {:.0} ({}); gpugate bind failures: {}",
         outcome.created,
         outcome.create_retries,
@@ -1173,6 +1188,8 @@ async fn scale_burst(
         outcome.quantile(0.5).as_secs_f64(),
         outcome.quantile(0.99).as_secs_f64(),
         outcome.max().as_secs_f64(),
+        hold_p50.as_secs_f64(),
+        plugin_p50.as_secs_f64(),
         total / PODS as f64,
         failed,
         burst::show(&attempts),

@@ -434,7 +434,13 @@ impl ClusterView {
     /// Records the node's lock annotation and resourceVersion (every node
     /// event, those [`ClusterView::upsert_node`] ignores included).
     pub fn note_node_lock(&mut self, node: &K8sNode) {
-        self.seen_locks.note(node);
+        self.seen_locks.note(node, jiff::Timestamp::now());
+    }
+
+    /// How long HAMi's node locks have been held lately (the median of the
+    /// last 64 seen released); `None` until 8 were.
+    pub fn typical_lock_hold(&self) -> Option<std::time::Duration> {
+        self.seen_locks.typical_hold()
     }
 
     /// [`ClusterView::note_node_lock`] for a node the watch has shown: a
@@ -446,7 +452,7 @@ impl ClusterView {
             .as_deref()
             .is_some_and(|n| self.seen_locks.knows(n))
         {
-            self.seen_locks.note(node);
+            self.seen_locks.note(node, jiff::Timestamp::now());
         }
     }
 

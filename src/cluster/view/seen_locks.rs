@@ -1,9 +1,12 @@
 //! Each node's `hami.io/mutex.lock` value and resourceVersion as the watch
 //! last showed them, so that bind waits for a lock without polling the API
-//! server and `/filter` can steer around held locks.
+//! server and `/filter` can steer around held locks; and how long locks
+//! have been held lately, which sets how many holds a binpack pod may
+//! queue behind (`nodeLock.queueDepth: auto`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as K8sNode;
 
@@ -18,6 +21,9 @@ pub struct SeenLock {
     pub resource_version: Option<String>,
 }
 
+/// The longest hold counted: HAMi's lock expiry (5 minutes).
+const HOLD_CAP: Duration = Duration::from_secs(300);
+
 #[derive(Debug, Clone, Default)]
 pub struct SeenLocks {
     /// Each node's lock annotation and resourceVersion as seen (a bind
@@ -26,11 +32,53 @@ pub struct SeenLocks {
     /// The readable locks among them, decoded once: `/filter` steers
     /// around them on every call, and walks these few, not every node.
     locks: HashMap<String, Arc<NodeLock>>,
+    /// When the watch first showed each node's current holder's lock:
+    /// a hold is timed from there, not from the lock's own time, which
+    /// HAMi v2.10 writes in whole seconds and the writer's clock.
+    held_since: HashMap<String, jiff::Timestamp>,
+    /// How long the locks seen released were held.
+    holds: RecentHolds,
+}
+
+/// The last [`RecentHolds::KEPT`] lock holds seen end (a lock released or
+/// replaced by another holder's): from when the watch first showed the
+/// lock to when it showed it gone.
+#[derive(Debug, Clone, Default)]
+pub struct RecentHolds {
+    holds: VecDeque<Duration>,
+    /// Their median, once there are [`RecentHolds::ENOUGH`].
+    typical: Option<Duration>,
+}
+
+impl RecentHolds {
+    const KEPT: usize = 64;
+    const ENOUGH: usize = 8;
+
+    /// Records one hold; one longer than `cap` (a lock taken over after
+    /// its expiry, or a writer's clock far off) counts as `cap`.
+    pub fn record(&mut self, held: Duration, cap: Duration) {
+        if self.holds.len() == Self::KEPT {
+            self.holds.pop_front();
+        }
+        self.holds.push_back(held.min(cap));
+        if self.holds.len() >= Self::ENOUGH {
+            let mut sorted: Vec<Duration> = self.holds.iter().copied().collect();
+            sorted.sort_unstable();
+            self.typical = Some(sorted[sorted.len() / 2]);
+        }
+    }
+
+    /// The median of the recent holds; `None` until enough were seen.
+    pub fn typical(&self) -> Option<Duration> {
+        self.typical
+    }
 }
 
 impl SeenLocks {
-    /// Records the node's lock annotation and resourceVersion.
-    pub fn note(&mut self, node: &K8sNode) {
+    /// Records the node's lock annotation and resourceVersion as seen at
+    /// `now`: a lock that is gone, or now names another holder, ended a
+    /// hold.
+    pub fn note(&mut self, node: &K8sNode, now: jiff::Timestamp) {
         let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
@@ -43,7 +91,25 @@ impl SeenLocks {
                 .cloned(),
             resource_version: node.metadata.resource_version.clone(),
         };
-        match seen.value.as_deref().and_then(|v| decode_node_lock(v).ok()) {
+        let lock = seen.value.as_deref().and_then(|v| decode_node_lock(v).ok());
+        let ended = match (self.locks.get(name), &lock) {
+            (Some(old), new) => new.as_ref().is_none_or(|new| new.holder != old.holder),
+            (None, _) => false,
+        };
+        if ended
+            && let Some(since) = self.held_since.remove(name)
+            && let Ok(held) = Duration::try_from(now.duration_since(since))
+        {
+            // At most HAMi's expiry: a hold past it was ended by a
+            // takeover, not by the device plugin.
+            self.holds.record(held, HOLD_CAP);
+        }
+        if lock.is_some() {
+            self.held_since.entry(name.to_string()).or_insert(now);
+        } else {
+            self.held_since.remove(name);
+        }
+        match lock {
             Some(lock) => match self.locks.get_mut(name) {
                 Some(old) => *old = Arc::new(lock),
                 None => {
@@ -60,6 +126,12 @@ impl SeenLocks {
                 self.by_node.insert(name.to_string(), seen);
             }
         }
+    }
+
+    /// How long locks have been held lately (the median of the last
+    /// holds seen end); `None` until enough were seen.
+    pub fn typical_hold(&self) -> Option<Duration> {
+        self.holds.typical()
     }
 
     pub fn knows(&self, node: &str) -> bool {
@@ -81,6 +153,7 @@ impl SeenLocks {
     pub fn forget(&mut self, node: &str) {
         self.by_node.remove(node);
         self.locks.remove(node);
+        self.held_since.remove(node);
     }
 
     /// Every node whose readable lock has (`expired`) or has not expired at
@@ -137,5 +210,61 @@ pub fn holder_text(lock: &NodeLock) -> String {
     match &lock.holder {
         Some(h) => format!("hami.io/mutex.lock held by pod {}/{}", h.namespace, h.name),
         None => "hami.io/mutex.lock held".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hami::node_lock::encode_node_lock;
+
+    fn node(name: &str, lock: Option<&NodeLock>) -> K8sNode {
+        let mut n = K8sNode::default();
+        n.metadata.name = Some(name.to_string());
+        if let Some(lock) = lock {
+            n.metadata.annotations = Some(
+                [(keys::NODE_LOCK.to_string(), encode_node_lock(lock))]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        n
+    }
+
+    /// A hold ends when the lock is gone or names another pod; a lock
+    /// written again by its own holder (a bind's retry) goes on.
+    #[test]
+    fn holds_are_timed_from_the_lock_to_its_release() {
+        let t0: jiff::Timestamp = "2026-11-28T00:00:00Z".parse().unwrap();
+        let at = |ms: i64| t0 + jiff::SignedDuration::from_millis(ms);
+        let mut seen = SeenLocks::default();
+        let lock = |ms: i64, pod: &str| NodeLock::new(at(ms), "ml", pod);
+        for i in 0..7 {
+            let start = i * 10_000;
+            seen.note(&node("n1", Some(&lock(start, "a"))), at(start + 100));
+            // Written again by its holder: not a release.
+            seen.note(&node("n1", Some(&lock(start + 200, "a"))), at(start + 300));
+            seen.note(&node("n1", None), at(start + 1_200 + i * 100));
+        }
+        assert_eq!(seen.typical_hold(), None, "7 holds are not enough");
+        // Replaced by another pod's lock (a takeover, or the watch missed
+        // the release): that ends the hold too.
+        seen.note(&node("n1", Some(&lock(70_000, "b"))), at(70_100));
+        seen.note(&node("n1", Some(&lock(71_500, "c"))), at(71_600));
+        // Holds of 1.1, 1.2, ... 1.7 s (from when the first lock was
+        // seen, not from the restamp) and 1.5 s.
+        assert_eq!(seen.typical_hold(), Some(Duration::from_millis(1_500)));
+        // A node forgotten, and a lock far past HAMi's expiry, count at
+        // most the expiry.
+        let mut holds = RecentHolds::default();
+        for _ in 0..8 {
+            holds.record(Duration::from_secs(3_600), HOLD_CAP);
+        }
+        assert_eq!(holds.typical(), Some(HOLD_CAP));
+        // Only the last 64 count.
+        for _ in 0..64 {
+            holds.record(Duration::from_millis(500), HOLD_CAP);
+        }
+        assert_eq!(holds.typical(), Some(Duration::from_millis(500)));
     }
 }
