@@ -1169,12 +1169,14 @@ async fn queue_depth_offers_begun_nodes_beside_free_ones() {
     );
 }
 
-/// `nodeLock.queueDepth: auto` (the default) is depth 1 for a binpack pod
-/// and depth 0 for a spread pod: a node with one lock hold ahead is
-/// offered beside the free ones to the first, not to the second.
+/// `nodeLock.queueDepth: auto` (the default) with a 2.5 s wait for the
+/// node and no holds seen yet (2 s assumed): one hold fits in four fifths
+/// of the wait, so depth 1 for a binpack pod, and depth 0 for a spread
+/// pod: a node with one lock hold ahead is offered beside the free ones to
+/// the first, not to the second.
 #[tokio::test]
 async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
-    let c = config(1.0);
+    let c = config(2.5);
     assert_eq!(c.scheduler.node_lock.queue_depth, QueueDepth::Auto);
     let (rig, p, q) = steering_rig(c);
     let all = ["gpu-1", "gpu-2", "gpu-3"];
@@ -1201,7 +1203,8 @@ async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
     let why = &rig.refused(&q, &all)["gpu-1"];
     assert!(
         why.contains(
-            "2 lock holds ahead, more than the queue depth 1 that nodeLock.queueDepth auto gives binpack pods"
+            "2 lock holds ahead, more than the queue depth 1 that nodeLock.queueDepth auto gives \
+             binpack pods: four fifths of the bind's wait for its node, locks assumed held 2 s"
         ),
         "{why}"
     );

@@ -188,8 +188,8 @@ impl Default for BindMetrics {
     fn default() -> Self {
         Self {
             outcomes: Family::default(),
-            // 1 ms to about 33 s.
-            lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            // 1 ms to about 66 s (deploy/ waits up to 50 s).
+            lock_wait: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             rollback_failures: Counter::default(),
             assumed: Counter::default(),
             assumed_expired: Counter::default(),

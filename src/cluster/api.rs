@@ -116,8 +116,9 @@ pub struct ClientMetrics {
 impl Default for ClientMetrics {
     fn default() -> Self {
         Self {
-            // 100 µs to about 3 s; a wait of 0 (no limit) falls in the first.
-            wait: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            // 100 µs to about 105 s (a wait may last a bind's budget); a
+            // wait of 0 (no limit) falls in the first.
+            wait: Histogram::new(exponential_buckets(0.0001, 2.0, 21)),
         }
     }
 }
@@ -126,9 +127,9 @@ impl ClientMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "gpugate_api_client_wait_seconds",
-            "Time each of gpugate's API requests (bind, node lock, preemption, orphan sweep; not \
-             watches or events) waited for its client-side rate limit, api.qps: 0 without one \
-             (the default), so the count is the requests sent",
+            "Time each of gpugate's API requests (bind, node lock, preemption, defragmentation, \
+             orphan sweep; not watches or events) waited for its client-side rate limit, api.qps: \
+             0 without one (the default), so the count is the requests sent",
             self.wait.clone(),
         );
     }

@@ -84,7 +84,7 @@ pub struct SchedulerConfig {
     /// Everything one `/bind` does against the API server (waiting for its
     /// turn, for HAMi's node lock and for the API rate limit, and every
     /// call) ends within this; keep it below the extender's `httpTimeout`
-    /// in kube-scheduler's configuration (deploy/ sets 30 s), so that
+    /// in kube-scheduler's configuration (deploy/ sets 60 s), so that
     /// kube-scheduler hears every bind's own answer.
     pub bind_timeout_seconds: f64,
     /// How long the GPUs of the node `/prioritize` ranked first stay held
@@ -299,7 +299,7 @@ impl QueueDepth {
     /// binpack pod may queue behind as many lock holds as fill
     /// [`AUTO_QUEUE_SHARE_OF_WAIT`] of `wait` (how long a bind may wait
     /// for its node) at `hold` each (how long locks have been held lately;
-    /// [`ASSUMED_LOCK_HOLD`] while that is unknown), 1 to
+    /// [`ASSUMED_LOCK_HOLD`] while that is unknown), 0 to
     /// [`MAX_QUEUE_DEPTH`]; a spread pod behind none.
     pub fn for_policy(self, policy: NodePolicy, hold: Option<Duration>, wait: Duration) -> u32 {
         match (self, policy) {
@@ -311,8 +311,9 @@ impl QueueDepth {
                     .max(Duration::from_millis(10));
                 let fits =
                     (wait.as_secs_f64() * AUTO_QUEUE_SHARE_OF_WAIT / hold.as_secs_f64()).floor();
-                // In 1..=MAX_QUEUE_DEPTH, so the cast is exact.
-                fits.clamp(1.0, f64::from(MAX_QUEUE_DEPTH)) as u32
+                // In 0..=MAX_QUEUE_DEPTH, so the cast is exact (0: not even
+                // one hold fits in the wait).
+                fits.clamp(0.0, f64::from(MAX_QUEUE_DEPTH)) as u32
             }
         }
     }
@@ -754,7 +755,7 @@ mod tests {
             (secs(0.4), MAX_QUEUE_DEPTH),
             (secs(0.0), MAX_QUEUE_DEPTH),
             (secs(12.0), 1),
-            (secs(1e9), 1),
+            (secs(1e9), 0),
             (None, 8),
         ] {
             assert_eq!(
@@ -766,7 +767,7 @@ mod tests {
         }
         assert_eq!(
             auto.for_policy(NodePolicy::Binpack, secs(1.0), Duration::ZERO),
-            1
+            0
         );
         let fixed = QueueDepth::Holds(0);
         assert_eq!(fixed.for_policy(NodePolicy::Binpack, secs(0.1), wait), 0);

@@ -39,9 +39,9 @@ impl Default for ExtenderMetrics {
     fn default() -> Self {
         Self {
             requests: Family::default(),
-            // 0.1 ms to about 52 s (a bind may wait for a node lock).
+            // 0.1 ms to about 105 s (a bind may take deploy/'s 55 s).
             latency: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+                Histogram::new(exponential_buckets(0.0001, 2.0, 21))
             }),
             filter_decisions: Family::default(),
             filter_rejections: Family::default(),

@@ -150,13 +150,13 @@ impl DevicePlugin {
             .unwrap_or_default()
     }
 
-    /// Every admission so far that gave a container another pod's devices
-    /// or found no lock naming a pending pod, in words.
     /// The lock holds of every lock released since the last call.
     pub fn take_holds(&self) -> Vec<LockHold> {
         std::mem::take(&mut *lock(&self.record.holds))
     }
 
+    /// Every admission so far that gave a container another pod's devices
+    /// or found no lock naming a pending pod, in words.
     pub fn mistakes(&self) -> Vec<String> {
         lock(&self.record.mistakes).clone()
     }

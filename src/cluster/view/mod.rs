@@ -434,7 +434,7 @@ impl ClusterView {
     /// Records the node's lock annotation and resourceVersion (every node
     /// event, those [`ClusterView::upsert_node`] ignores included).
     pub fn note_node_lock(&mut self, node: &K8sNode) {
-        self.seen_locks.note(node, jiff::Timestamp::now());
+        self.seen_locks.note(node, Some(jiff::Timestamp::now()));
     }
 
     /// How long HAMi's node locks have been held lately (the median of the
@@ -445,6 +445,8 @@ impl ClusterView {
 
     /// [`ClusterView::note_node_lock`] for a node the watch has shown: a
     /// write's answer keeps the copy current until the watch catches up.
+    /// It times no hold: only the watch, which shows a node's versions in
+    /// order, does (a write's answer may be newer than the next event).
     pub fn note_node_lock_if_watched(&mut self, node: &K8sNode) {
         if node
             .metadata
@@ -452,7 +454,7 @@ impl ClusterView {
             .as_deref()
             .is_some_and(|n| self.seen_locks.knows(n))
         {
-            self.seen_locks.note(node, jiff::Timestamp::now());
+            self.seen_locks.note(node, None);
         }
     }
 

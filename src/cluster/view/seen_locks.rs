@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node as K8sNode;
 
 use crate::hami::keys;
-use crate::hami::node_lock::{NodeLock, decode_node_lock};
+use crate::hami::node_lock::{LockHolder, NodeLock, decode_node_lock};
 
 /// A node's lock annotation and resourceVersion, as last seen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,10 +32,11 @@ pub struct SeenLocks {
     /// The readable locks among them, decoded once: `/filter` steers
     /// around them on every call, and walks these few, not every node.
     locks: HashMap<String, Arc<NodeLock>>,
-    /// When the watch first showed each node's current holder's lock:
-    /// a hold is timed from there, not from the lock's own time, which
-    /// HAMi v2.10 writes in whole seconds and the writer's clock.
-    held_since: HashMap<String, jiff::Timestamp>,
+    /// The holder of each node's lock as the watch last showed it, and
+    /// when it first showed that holder's lock: a hold is timed from
+    /// there, not from the lock's own time, which HAMi v2.10 writes in
+    /// whole seconds and the writer's clock.
+    held_since: HashMap<String, (Option<LockHolder>, jiff::Timestamp)>,
     /// How long the locks seen released were held.
     holds: RecentHolds,
 }
@@ -75,10 +76,11 @@ impl RecentHolds {
 }
 
 impl SeenLocks {
-    /// Records the node's lock annotation and resourceVersion as seen at
-    /// `now`: a lock that is gone, or now names another holder, ended a
-    /// hold.
-    pub fn note(&mut self, node: &K8sNode, now: jiff::Timestamp) {
+    /// Records the node's lock annotation and resourceVersion. With `now`
+    /// (a watch event, seen at `now`), a lock that is gone, or now names
+    /// another holder, ended a hold; without (a write's answer, which may
+    /// be newer than the watch's next event), no hold is timed.
+    pub fn note(&mut self, node: &K8sNode, now: Option<jiff::Timestamp>) {
         let Some(name) = node.metadata.name.as_deref() else {
             return;
         };
@@ -92,22 +94,8 @@ impl SeenLocks {
             resource_version: node.metadata.resource_version.clone(),
         };
         let lock = seen.value.as_deref().and_then(|v| decode_node_lock(v).ok());
-        let ended = match (self.locks.get(name), &lock) {
-            (Some(old), new) => new.as_ref().is_none_or(|new| new.holder != old.holder),
-            (None, _) => false,
-        };
-        if ended
-            && let Some(since) = self.held_since.remove(name)
-            && let Ok(held) = Duration::try_from(now.duration_since(since))
-        {
-            // At most HAMi's expiry: a hold past it was ended by a
-            // takeover, not by the device plugin.
-            self.holds.record(held, HOLD_CAP);
-        }
-        if lock.is_some() {
-            self.held_since.entry(name.to_string()).or_insert(now);
-        } else {
-            self.held_since.remove(name);
+        if let Some(now) = now {
+            self.time_hold(name, lock.as_ref().map(|l| &l.holder), now);
         }
         match lock {
             Some(lock) => match self.locks.get_mut(name) {
@@ -125,6 +113,30 @@ impl SeenLocks {
             None => {
                 self.by_node.insert(name.to_string(), seen);
             }
+        }
+    }
+
+    /// Times holds from the watch's events alone: `holder` is the lock the
+    /// watch shows now (`None`: no readable lock).
+    fn time_hold(&mut self, node: &str, holder: Option<&Option<LockHolder>>, now: jiff::Timestamp) {
+        let ended = match (self.held_since.get(node), holder) {
+            (Some((old, _)), Some(new)) => old != new,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if ended
+            && let Some((_, since)) = self.held_since.remove(node)
+            && let Ok(held) = Duration::try_from(now.duration_since(since))
+        {
+            // At most HAMi's expiry: a hold past it was ended by a
+            // takeover, not by the device plugin.
+            self.holds.record(held, HOLD_CAP);
+        }
+        if let Some(holder) = holder
+            && !self.held_since.contains_key(node)
+        {
+            self.held_since
+                .insert(node.to_string(), (holder.clone(), now));
         }
     }
 
@@ -241,16 +253,19 @@ mod tests {
         let lock = |ms: i64, pod: &str| NodeLock::new(at(ms), "ml", pod);
         for i in 0..7 {
             let start = i * 10_000;
-            seen.note(&node("n1", Some(&lock(start, "a"))), at(start + 100));
+            seen.note(&node("n1", Some(&lock(start, "a"))), Some(at(start + 100)));
             // Written again by its holder: not a release.
-            seen.note(&node("n1", Some(&lock(start + 200, "a"))), at(start + 300));
-            seen.note(&node("n1", None), at(start + 1_200 + i * 100));
+            seen.note(
+                &node("n1", Some(&lock(start + 200, "a"))),
+                Some(at(start + 300)),
+            );
+            seen.note(&node("n1", None), Some(at(start + 1_200 + i * 100)));
         }
         assert_eq!(seen.typical_hold(), None, "7 holds are not enough");
         // Replaced by another pod's lock (a takeover, or the watch missed
         // the release): that ends the hold too.
-        seen.note(&node("n1", Some(&lock(70_000, "b"))), at(70_100));
-        seen.note(&node("n1", Some(&lock(71_500, "c"))), at(71_600));
+        seen.note(&node("n1", Some(&lock(70_000, "b"))), Some(at(70_100)));
+        seen.note(&node("n1", Some(&lock(71_500, "c"))), Some(at(71_600)));
         // Holds of 1.1, 1.2, ... 1.7 s (from when the first lock was
         // seen, not from the restamp) and 1.5 s.
         assert_eq!(seen.typical_hold(), Some(Duration::from_millis(1_500)));
@@ -266,5 +281,31 @@ mod tests {
             holds.record(Duration::from_millis(500), HOLD_CAP);
         }
         assert_eq!(holds.typical(), Some(Duration::from_millis(500)));
+    }
+
+    /// A bind's own write (its answer, newer than the watch's next event)
+    /// times no hold: the watch's release of the previous lock, arriving
+    /// after it, ends that lock's hold, not the new one's.
+    #[test]
+    fn a_writes_answer_does_not_time_holds() {
+        let t0: jiff::Timestamp = "2026-11-28T00:00:00Z".parse().unwrap();
+        let at = |ms: i64| Some(t0 + jiff::SignedDuration::from_millis(ms));
+        let lock = |pod: &str| NodeLock::new(t0, "ml", pod);
+        let mut seen = SeenLocks::default();
+        seen.note(&node("n1", Some(&lock("d"))), at(0));
+        // gpugate read the release from the API server and took the lock.
+        seen.note(&node("n1", Some(&lock("e"))), None);
+        assert_eq!(
+            seen.get("n1").and_then(|l| l.value.clone()),
+            Some(encode_node_lock(&lock("e")))
+        );
+        seen.note(&node("n1", None), at(1_000));
+        seen.note(&node("n1", Some(&lock("e"))), at(1_100));
+        seen.note(&node("n1", None), at(2_600));
+        let holds: Vec<Duration> = seen.holds.holds.iter().copied().collect();
+        assert_eq!(
+            holds,
+            [Duration::from_millis(1_000), Duration::from_millis(1_500)]
+        );
     }
 }
