@@ -279,18 +279,29 @@ async fn start(
         None => metrics,
     };
     // Only against a live API server: are the webhook configurations still
-    // sending gpugate the pods of its configured resources?
+    // sending gpugate the pods of its configured resources? Does this
+    // replica's kube-scheduler lead (`hami_scheduler_is_leader`)?
     if let (None, Some(client)) = (&args.cluster.cluster, &client) {
-        let (client, config, scope) = (
+        let (client, config, scope, gauge) = (
             client.clone(),
             config.clone(),
             metrics.webhook_scope.clone(),
+            metrics.leader_gauge(),
         );
+        let (lease_client, lease_config) = (client.clone(), config.clone());
         supervisor.spawn("webhook-scope", move |stopped| {
             crate::cluster::webhook_scope::watch(
                 client.clone(),
                 config.clone(),
                 scope.clone(),
+                stopped,
+            )
+        });
+        supervisor.spawn("leader-lease", move |stopped| {
+            crate::cluster::leader::watch_lease(
+                lease_client.clone(),
+                lease_config.clone(),
+                gauge.clone(),
                 stopped,
             )
         });
@@ -348,17 +359,6 @@ async fn start(
             preemptor
                 .clone()
                 .run(cluster.clone(), config.clone(), stopped)
-        });
-    }
-    if let (None, Some(client)) = (&args.cluster.cluster, &client) {
-        let (client, config, gauge) = (client.clone(), config.clone(), metrics.leader_gauge());
-        supervisor.spawn("leader-lease", move |stopped| {
-            crate::cluster::leader::watch_lease(
-                client.clone(),
-                config.clone(),
-                gauge.clone(),
-                stopped,
-            )
         });
     }
     if let (None, Some(client), Some(cluster)) = (&args.cluster.cluster, &client, &cluster) {

@@ -140,6 +140,34 @@ fn panic_text(e: tokio::task::JoinError) -> String {
     }
 }
 
+/// A periodic background task's clock: a tick every `period` (one that
+/// runs late delays the next instead of bursting to catch up), until
+/// `stop` resolves.
+pub struct Ticks<S> {
+    timer: tokio::time::Interval,
+    stop: std::pin::Pin<Box<S>>,
+}
+
+impl<S: Future<Output = ()>> Ticks<S> {
+    pub fn new(period: Duration, stop: S) -> Self {
+        let mut timer = tokio::time::interval(period);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            timer,
+            stop: Box::pin(stop),
+        }
+    }
+
+    /// Waits for the next tick (the first at once): false once `stop`
+    /// has resolved.
+    pub async fn next(&mut self) -> bool {
+        tokio::select! {
+            () = &mut self.stop => false,
+            _ = self.timer.tick() => true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,14 +47,8 @@ pub async fn watch_lease(
     stop: impl std::future::Future<Output = ()>,
 ) {
     let me = identity();
-    let mut tick = tokio::time::interval(PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticks = crate::supervisor::Ticks::new(PERIOD, stop);
+    while ticks.next().await {
         let config = config.load_full();
         let Some((namespace, name)) = config.scheduler.leader_lease() else {
             gauge.set(1);

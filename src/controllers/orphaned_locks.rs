@@ -52,16 +52,10 @@ pub async fn run(
     (metrics, events): (BindMetrics, EventSink),
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let mut tick = tokio::time::interval(SWEEP);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(stop);
+    let mut ticks = crate::supervisor::Ticks::new(SWEEP, stop);
     // When each kept lock (node, holder UID) was last told about.
     let mut told: HashMap<(String, String), Instant> = HashMap::new();
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = tick.tick() => {}
-        }
+    while ticks.next().await {
         let config = config.load_full();
         if !config.scheduler.node_lock.enabled || cluster.current().is_err() {
             continue;
