@@ -336,6 +336,60 @@ struct Row {
     /// How long the simulated device plugin's node locks were held (gpugate
     /// phases).
     holds: Option<Holds>,
+    /// What gpugate itself saw (gpugate phases): its binpack queue depth
+    /// as it changed over the phase, and its lock hold at the end.
+    seen: Option<GpugateSeen>,
+}
+
+/// gpugate's `gpugate_node_lock_queue_depth_binpack`, sampled every 250 ms
+/// while a phase runs (each change with the second it was first seen), and
+/// its `gpugate_node_lock_hold_seconds` at the end.
+#[derive(Default)]
+struct GpugateSeen {
+    depths: Vec<(f64, f64)>,
+    hold_seconds: Option<f64>,
+}
+
+impl GpugateSeen {
+    fn show(&self) -> String {
+        let depths: Vec<String> = self
+            .depths
+            .iter()
+            .map(|(at, d)| format!("{d} from {at:.1} s"))
+            .collect();
+        format!(
+            "binpack queue depth {}; lock hold (its median of the last 64) {}",
+            if depths.is_empty() {
+                "not seen".to_string()
+            } else {
+                depths.join(", ")
+            },
+            self.hold_seconds
+                .map_or("not seen".to_string(), |h| format!("{h:.2} s")),
+        )
+    }
+}
+
+/// Samples gpugate's binpack queue depth until `stop` is set.
+async fn sample_depth(
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(f64, f64)> {
+    let start = Instant::now();
+    let mut seen: Vec<(f64, f64)> = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let depth = match http::metrics(port).await {
+            Ok(text) => http::gauge(&text, "gpugate_node_lock_queue_depth_binpack"),
+            Err(_) => None,
+        };
+        if let Some(d) = depth
+            && seen.last().is_none_or(|(_, last)| *last != d)
+        {
+            seen.push((start.elapsed().as_secs_f64(), d));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    seen
 }
 
 /// The node locks released in a phase: how long each was held, from the
@@ -593,6 +647,9 @@ async fn phase(
     let costs_before = costs::sample(cp).await;
     let settled_before = after.as_ref().map(AfterBind::settled);
     let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
+    let stop_sampler = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler =
+        gpus.then(|| tokio::spawn(sample_depth(cp.gpugate_admin_port, stop_sampler.clone())));
     let outcome = burst::run(
         &cp.admin,
         &Burst {
@@ -644,10 +701,16 @@ async fn phase(
         )),
         (Err(e), _) | (_, Err(e)) => Err(format!("{e:#}")),
     };
-    let binds = burst::delta(
-        &burst::bind_outcomes(&http::metrics(cp.gpugate_admin_port).await?),
-        &binds_before,
-    );
+    stop_sampler.store(true, std::sync::atomic::Ordering::Relaxed);
+    let after_text = http::metrics(cp.gpugate_admin_port).await?;
+    let seen = match sampler {
+        Some(task) => Some(GpugateSeen {
+            depths: task.await.unwrap_or_default(),
+            hold_seconds: http::gauge(&after_text, "gpugate_node_lock_hold_seconds"),
+        }),
+        None => None,
+    };
+    let binds = burst::delta(&burst::bind_outcomes(&after_text), &binds_before);
     let all_bound = outcome.unbound_count == 0;
     let placement = burst::placement(
         &cp.admin,
@@ -666,6 +729,7 @@ async fn phase(
         placement,
         costs,
         holds: None,
+        seen,
     })
 }
 
@@ -884,6 +948,9 @@ fn print_row_details(row: &Row) {
                 h.nodes_needed(o.pods_per_second())
             );
         }
+        if let Some(seen) = &row.seen {
+            println!("scale:   gpugate saw: {}", seen.show());
+        }
         let p = &row.placement;
         println!(
             "scale:   {} nodes used (min {}), {} GPUs; over-committed GPUs: {}; ledger = annotations: {}",
@@ -925,6 +992,10 @@ fn print_row_details(row: &Row) {
                 c.total_watch_events(),
                 show(&c.watch_events),
                 show(&c.watch_kib)
+            );
+            println!(
+                "scale:   kube-apiserver's etcd requests per bound pod: {}",
+                show(&c.etcd_requests)
             );
             if row.gpus {
                 println!(
@@ -1119,6 +1190,20 @@ fn print_costs(rows: &[Row]) {
         line(
             &format!("  {k}"),
             &|c| c.watch_events.get(k).copied().unwrap_or(0.0),
+            "",
+        );
+    }
+    let mut ops: Vec<&String> = costed
+        .iter()
+        .flat_map(|(_, c)| c.etcd_requests.keys())
+        .filter(|k| k.ends_with(" nodes") || k.ends_with(" pods"))
+        .collect();
+    ops.sort();
+    ops.dedup();
+    for k in ops {
+        line(
+            &format!("etcd {k}"),
+            &|c| c.etcd_requests.get(k).copied().unwrap_or(0.0),
             "",
         );
     }

@@ -20,6 +20,10 @@ pub struct Sample {
     pub requests: BTreeMap<String, f64>,
     /// `apiserver_watch_events_total` by resource (kind).
     pub watch_events: BTreeMap<String, f64>,
+    /// kube-apiserver's `etcd_requests_total` by `operation type`: a write
+    /// to an object changed since kube-apiserver's cache saw it costs one
+    /// more `get` (the update is retried against etcd's copy).
+    pub etcd_requests: BTreeMap<String, f64>,
     /// `apiserver_watch_events_sizes` sum (bytes) by resource.
     pub watch_bytes: BTreeMap<String, f64>,
     /// gpugate's `gpugate_extender_requests_total` by verb.
@@ -74,6 +78,15 @@ pub async fn sample(cp: &ControlPlane) -> anyhow::Result<Sample> {
     for x in samples(&text, "apiserver_watch_events_total") {
         *s.watch_events.entry(resource(&x)).or_default() += x.value;
     }
+    for x in samples(&text, "etcd_requests_total") {
+        // `resource` since Kubernetes 1.32 (`type` before).
+        let resource = match x.label("resource") {
+            "" => x.label("type"),
+            r => r,
+        };
+        let key = format!("{} {resource}", x.label("operation"));
+        *s.etcd_requests.entry(key).or_default() += x.value;
+    }
     for x in samples(&text, "apiserver_watch_events_sizes_sum") {
         *s.watch_bytes.entry(resource(&x)).or_default() += x.value;
     }
@@ -104,6 +117,7 @@ pub struct PerPod {
     pub cpu_ms: BTreeMap<String, f64>,
     pub requests: BTreeMap<String, f64>,
     pub watch_events: BTreeMap<String, f64>,
+    pub etcd_requests: BTreeMap<String, f64>,
     pub watch_kib: BTreeMap<String, f64>,
     pub extender_calls: BTreeMap<String, f64>,
     /// Mean body bytes per call, by `verb direction`.
@@ -133,6 +147,7 @@ impl PerPod {
             cpu_ms: per(&after.cpu, &before.cpu, 1000.0),
             requests: per(&after.requests, &before.requests, 1.0),
             watch_events: per(&after.watch_events, &before.watch_events, 1.0),
+            etcd_requests: per(&after.etcd_requests, &before.etcd_requests, 1.0),
             watch_kib: per(&after.watch_bytes, &before.watch_bytes, 1.0 / 1024.0),
             extender_calls: per(&after.extender_calls, &before.extender_calls, 1.0),
             events_dropped: (after.events_dropped - before.events_dropped) / n,
