@@ -342,11 +342,12 @@ struct Row {
 }
 
 /// gpugate's `gpugate_node_lock_queue_depth_binpack`, sampled every 250 ms
-/// while a phase runs (each change with the second it was first seen), and
-/// its `gpugate_node_lock_hold_seconds` at the end.
+/// while a phase runs (each change with the second it was first seen and
+/// the `gpugate_node_lock_hold_seconds` it came from), and the hold at the
+/// end.
 #[derive(Default)]
 struct GpugateSeen {
-    depths: Vec<(f64, f64)>,
+    depths: Vec<(f64, f64, f64)>,
     hold_seconds: Option<f64>,
 }
 
@@ -355,10 +356,10 @@ impl GpugateSeen {
         let depths: Vec<String> = self
             .depths
             .iter()
-            .map(|(at, d)| format!("{d} from {at:.1} s"))
+            .map(|(at, d, hold)| format!("{d} from {at:.1} s ({hold:.2} s)"))
             .collect();
         format!(
-            "binpack queue depth {}; lock hold (its median of the last 64) {}",
+            "binpack queue depth {} (lock hold, its median of the last 64, then); at the end {}",
             if depths.is_empty() {
                 "not seen".to_string()
             } else {
@@ -374,18 +375,21 @@ impl GpugateSeen {
 async fn sample_depth(
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<(f64, f64)> {
+) -> Vec<(f64, f64, f64)> {
     let start = Instant::now();
-    let mut seen: Vec<(f64, f64)> = Vec::new();
+    let mut seen: Vec<(f64, f64, f64)> = Vec::new();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let depth = match http::metrics(port).await {
-            Ok(text) => http::gauge(&text, "gpugate_node_lock_queue_depth_binpack"),
-            Err(_) => None,
+        let (depth, hold) = match http::metrics(port).await {
+            Ok(text) => (
+                http::gauge(&text, "gpugate_node_lock_queue_depth_binpack"),
+                http::gauge(&text, "gpugate_node_lock_hold_seconds"),
+            ),
+            Err(_) => (None, None),
         };
         if let Some(d) = depth
-            && seen.last().is_none_or(|(_, last)| *last != d)
+            && seen.last().is_none_or(|(_, last, _)| *last != d)
         {
-            seen.push((start.elapsed().as_secs_f64(), d));
+            seen.push((start.elapsed().as_secs_f64(), d, hold.unwrap_or(f64::NAN)));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

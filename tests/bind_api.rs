@@ -1204,7 +1204,8 @@ async fn queue_depth_auto_is_one_for_binpack_and_zero_for_spread() {
     assert!(
         why.contains(
             "2 lock holds ahead, more than the queue depth 1 that nodeLock.queueDepth auto gives \
-             binpack pods: four fifths of the bind's wait for its node, locks assumed held 2 s"
+             binpack pods: 7 per second of lock hold, at most four fifths of the bind's wait for \
+             its node, locks assumed held 2 s"
         ),
         "{why}"
     );

@@ -177,8 +177,8 @@ impl ViewGauges {
         registry.register(
             "gpugate_node_lock_queue_depth_binpack",
             "The lock holds a binpack pod may queue behind on a node and still be offered there: \
-             nodeLock.queueDepth, or under auto as many holds of gpugate_node_lock_hold_seconds \
-             as fill four fifths of a bind's wait for its node (0 to 16)",
+             nodeLock.queueDepth, or under auto 7 per second of gpugate_node_lock_hold_seconds, \
+             at most four fifths of a bind's wait for its node (0 to 16)",
             self.binpack_queue_depth.clone(),
         );
     }

@@ -235,12 +235,23 @@ impl Default for GangConfig {
 }
 
 /// The deepest `scheduler.nodeLock.queueDepth` accepted (and the deepest
-/// `auto` gives): 16 holds of 2.5 s fill four fifths of deploy/'s 50 s
-/// wait, about the depth a burst needs at that hold to stay packed
-/// (docs/benchmarks.md, issue 43).
+/// `auto` gives): at a 2.5 s hold, 16 holds are 40 s, four fifths of
+/// deploy/'s 50 s wait.
 pub const MAX_QUEUE_DEPTH: u32 = 16;
 
-/// The share of a bind's wait for its node that `queueDepth: auto` fills
+/// `queueDepth: auto` gives a binpack pod this many lock holds per second
+/// that locks are held. Little's law: a burst keeps (bind rate × hold)
+/// nodes busy without a queue, so a short hold needs few nodes and a
+/// short queue (a deep one only makes binpack's nodes lock-bound, one pod
+/// per hold each, while the rest of the cluster idles), and a long hold
+/// needs many nodes unless binds queue. 7 gives 4 holds at 0.6 s (a fast
+/// control plane at HAMi's 500 ms Allocate), 7 at 1 s and 16 at 2.3 s
+/// (HAMi's 2 s), where the scale benchmark keeps a burst within 2.5 times
+/// the nodes it needs (docs/benchmarks.md, "Binpack's packing and the
+/// queue depth").
+pub const AUTO_DEPTH_PER_SECOND_OF_HOLD: f64 = 7.0;
+
+/// The most of a bind's wait for its node that `queueDepth: auto` fills
 /// with the lock holds ahead of a binpack pod: the rest is the margin for
 /// device plugins slower than lately (p99 holds ran 1.2 to 1.6 times the
 /// median in the scale benchmark).
@@ -270,19 +281,21 @@ pub struct NodeLockConfig {
     /// more (the node policy then chooses among them: binpack keeps
     /// filling the nodes it has begun instead of opening a free one for
     /// every pod that arrives while their locks are held). 0: only the
-    /// least promised nodes. `auto` (the default): for binpack pods as many
-    /// holds as fill four fifths of the bind's wait at the length locks
-    /// have been held lately, for spread pods 0 ([`QueueDepth::for_policy`]).
+    /// least promised nodes. `auto` (the default): for binpack pods 7 holds
+    /// per second that locks have been held lately, at most four fifths of
+    /// the bind's wait, for spread pods 0 ([`QueueDepth::for_policy`]).
     pub queue_depth: QueueDepth,
 }
 
 /// `scheduler.nodeLock.queueDepth`: a number of lock holds, or `auto`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum QueueDepth {
-    /// By the pod's node policy: binpack as many holds as fill four fifths
-    /// of a bind's wait for its node (it keeps
-    /// filling the nodes it has begun however slowly locks are released,
-    /// and no bind waits past its budget), spread 0 (its pods prefer empty nodes anyway, and would
+    /// By the pod's node policy: binpack [`AUTO_DEPTH_PER_SECOND_OF_HOLD`]
+    /// holds per second of the recent lock hold (it keeps filling the
+    /// nodes it has begun when locks are released slowly, and does not
+    /// make them lock-bound when they are released fast), at most four
+    /// fifths of a bind's wait for its node (no bind waits past its
+    /// budget); spread 0 (its pods prefer empty nodes anyway, and would
     /// only wait longer).
     #[default]
     Auto,
@@ -296,11 +309,12 @@ pub const ASSUMED_LOCK_HOLD: Duration = Duration::from_secs(2);
 
 impl QueueDepth {
     /// The depth applied to a pod placed under `policy`. Under `auto` a
-    /// binpack pod may queue behind as many lock holds as fill
-    /// [`AUTO_QUEUE_SHARE_OF_WAIT`] of `wait` (how long a bind may wait
-    /// for its node) at `hold` each (how long locks have been held lately;
-    /// [`ASSUMED_LOCK_HOLD`] while that is unknown), 0 to
-    /// [`MAX_QUEUE_DEPTH`]; a spread pod behind none.
+    /// binpack pod may queue behind [`AUTO_DEPTH_PER_SECOND_OF_HOLD`] lock
+    /// holds per second of `hold` (how long locks have been held lately;
+    /// [`ASSUMED_LOCK_HOLD`] while that is unknown), rounded, but no more
+    /// than fill [`AUTO_QUEUE_SHARE_OF_WAIT`] of `wait` (how long a bind
+    /// may wait for its node), 0 to [`MAX_QUEUE_DEPTH`]; a spread pod
+    /// behind none.
     pub fn for_policy(self, policy: NodePolicy, hold: Option<Duration>, wait: Duration) -> u32 {
         match (self, policy) {
             (Self::Holds(depth), _) => depth,
@@ -308,12 +322,15 @@ impl QueueDepth {
             (Self::Auto, NodePolicy::Binpack) => {
                 let hold = hold
                     .unwrap_or(ASSUMED_LOCK_HOLD)
-                    .max(Duration::from_millis(10));
-                let fits =
-                    (wait.as_secs_f64() * AUTO_QUEUE_SHARE_OF_WAIT / hold.as_secs_f64()).floor();
+                    .max(Duration::from_millis(10))
+                    .as_secs_f64();
+                let for_hold = (hold * AUTO_DEPTH_PER_SECOND_OF_HOLD).round();
+                let fits = (wait.as_secs_f64() * AUTO_QUEUE_SHARE_OF_WAIT / hold).floor();
+                let depth = for_hold.min(fits);
                 // In 0..=MAX_QUEUE_DEPTH, so the cast is exact (0: not even
-                // one hold fits in the wait).
-                fits.clamp(0.0, f64::from(MAX_QUEUE_DEPTH)) as u32
+                // one hold fits in the wait, or holds are too short to
+                // need a queue).
+                depth.clamp(0.0, f64::from(MAX_QUEUE_DEPTH)) as u32
             }
         }
     }
@@ -748,12 +765,14 @@ mod tests {
         let wait = c.scheduler.node_wait();
         assert_eq!(wait, Duration::from_secs(20));
         let secs = |s: f64| Some(Duration::from_secs_f64(s));
-        // Four fifths of the 20 s wait, in holds of the length seen lately.
+        // Seven holds per second of the hold seen lately, within four
+        // fifths of the 20 s wait.
         for (hold, depth) in [
             (secs(1.5), 10),
             (secs(3.0), 5),
-            (secs(0.4), MAX_QUEUE_DEPTH),
-            (secs(0.0), MAX_QUEUE_DEPTH),
+            (secs(0.4), 3),
+            (secs(0.05), 0),
+            (secs(0.0), 0),
             (secs(12.0), 1),
             (secs(1e9), 0),
             (None, 8),
@@ -782,14 +801,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.scheduler.node_wait(), Duration::from_secs(8));
-        // deploy/'s 50 s wait.
+        // deploy/'s 50 s wait: the hold decides up to 2.5 s, the wait
+        // beyond.
         let wait = Duration::from_secs(50);
         for (hold, depth) in [
-            (secs(0.5), MAX_QUEUE_DEPTH),
+            (secs(0.5), 4),
+            (secs(0.6), 4),
+            (secs(1.0), 7),
+            (secs(2.3), 16),
             (secs(2.5), 16),
             (secs(2.54), 15),
             (secs(5.0), 8),
-            (None, MAX_QUEUE_DEPTH),
+            (None, 14),
         ] {
             assert_eq!(
                 auto.for_policy(NodePolicy::Binpack, hold, wait),

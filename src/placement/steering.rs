@@ -10,9 +10,9 @@
 //! loosens this: the nodes with up to that many holds ahead are offered
 //! too (or those with the fewest any node has, when that is more), so that
 //! binpack keeps filling the nodes it has begun at a rate their locks
-//! alone could not serve (`auto`, the default: for binpack pods as many
-//! holds as fill four fifths of a bind's wait for its node at the length
-//! locks have been held lately, 0 for spread pods).
+//! alone could not serve (`auto`, the default: for binpack pods 7 holds
+//! per second that locks have been held lately, at most four fifths of a
+//! bind's wait for its node; 0 for spread pods).
 
 use std::time::Duration;
 
