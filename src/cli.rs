@@ -36,6 +36,11 @@ pub enum Command {
     /// Each node's GPUs: slices, memory and cores in use and free, from a
     /// snapshot file or the API server (read once, with your kubeconfig).
     Top(TopArgs),
+    /// What the cluster can still take, per kind of device and per node:
+    /// free memory and cores, the largest slice one device can still give
+    /// and whole devices free; to compare with a quota (a Kueue
+    /// ClusterQueue) that counts only totals.
+    Capacity(TopArgs),
     /// Why a pod is pending: each node's verdict in words, the nearest
     /// nodes and what they lack, the pods whose eviction would make room,
     /// and quota or namespace policy refusals.

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod bind;
+pub mod capacity;
 pub mod cli;
 pub mod cluster;
 pub mod config;

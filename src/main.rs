@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Certs(CertsCommand::Generate(args)) => certs_generate(args),
         Command::Top(args) => top(args),
+        Command::Capacity(args) => capacity(args),
         Command::Explain(args) => explain(args),
         Command::Defrag(args) => defrag(args),
     };
@@ -109,6 +110,16 @@ fn read_cluster(source: &ClusterSource) -> anyhow::Result<Snapshot> {
 fn top(args: TopArgs) -> anyhow::Result<()> {
     let (view, _) = read_cluster(&args.source)?.to_view();
     let report = gpugate::top::top(&view);
+    match args.output {
+        Output::Json => println!("{}", report.to_json()),
+        Output::Table => print!("{}", report.to_table()),
+    }
+    Ok(())
+}
+
+fn capacity(args: TopArgs) -> anyhow::Result<()> {
+    let (view, _) = read_cluster(&args.source)?.to_view();
+    let report = gpugate::capacity::CapacityReport::of(view.state());
     match args.output {
         Output::Json => println!("{}", report.to_json()),
         Output::Table => print!("{}", report.to_table()),

@@ -16,6 +16,9 @@ use crate::simulate::{GpuRow, gpu_rows, gpu_table, render};
 pub struct TopReport {
     pub nodes: Vec<NodeRow>,
     pub gpus: Vec<GpuRow>,
+    /// What each node can still take, per kind of device
+    /// ([`crate::capacity`]).
+    pub capacity: Vec<crate::capacity::NodeCapacity>,
     /// Every MIG instance pods hold, by node, GPU and placement.
     #[serde(rename = "migInstances", skip_serializing_if = "Vec::is_empty")]
     pub mig_instances: Vec<MigInstanceRow>,
@@ -85,6 +88,7 @@ pub fn top(view: &ClusterView) -> TopReport {
     TopReport {
         nodes,
         gpus: gpu_rows(state),
+        capacity: crate::capacity::capacity(state),
         mig_instances,
         problems: view.node_problems().clone(),
     }
@@ -125,6 +129,8 @@ impl TopReport {
         out.push_str(&render(&rows));
         let _ = writeln!(out, "\nGPUS ({})", self.gpus.len());
         out.push_str(&gpu_table(&self.gpus, true));
+        let _ = writeln!(out, "\nCAPACITY ({})", self.capacity.len());
+        out.push_str(&crate::capacity::table(&self.capacity, true));
         if !self.mig_instances.is_empty() {
             let mut rows = vec![vec![
                 "NODE".to_string(),

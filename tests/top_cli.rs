@@ -48,3 +48,54 @@ fn top_as_gpugate_and_as_a_kubectl_plugin() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `gpugate capacity` (and `kubectl gpugate capacity`): per kind and per
+/// node, what the demo cluster can still take.
+#[test]
+fn capacity_as_gpugate_and_as_a_kubectl_plugin() {
+    let plugin = support::kubectl_plugin::KubectlPlugin::new("capacity-cli");
+    for bin in plugin.both() {
+        let out = support::process::succeeds(Command::new(&bin).args([
+            "capacity",
+            "--cluster",
+            DEMO,
+            "--output",
+            "json",
+        ]));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // 4 A100s (one holding training-0's 20,000 MiB and 50 cores) and
+        // 2 T4s, the second cordoned.
+        let kind = &json["kinds"][0];
+        assert_eq!(kind["kind"], "nvidia", "{json}");
+        assert_eq!(
+            (
+                &kind["devices"],
+                &kind["usable"],
+                &kind["wholeFree"],
+                &kind["freeMemMiB"],
+                &kind["freeCores"]
+            ),
+            (
+                &serde_json::json!(6),
+                &serde_json::json!(5),
+                &serde_json::json!(4),
+                &serde_json::json!(4 * 40960 - 20000 + 15360),
+                &serde_json::json!(450)
+            ),
+            "{bin:?}"
+        );
+        assert_eq!(
+            kind["largestSlice"],
+            serde_json::json!({"memMiB": 40960, "cores": 100})
+        );
+        assert_eq!(json["nodes"].as_array().unwrap().len(), 2, "{json}");
+        let table =
+            support::process::succeeds(Command::new(&bin).args(["capacity", "--cluster", DEMO]));
+        let table = String::from_utf8_lossy(&table.stdout);
+        let t4 = table
+            .lines()
+            .find(|l| l.starts_with("gpu-t4-1"))
+            .unwrap_or_else(|| panic!("{table}"));
+        assert!(t4.contains("15360 MiB, 100 cores"), "{t4}");
+    }
+}

@@ -74,6 +74,10 @@ pub struct HamiGauges {
     vgpus: Vec<VgpuRow>,
     /// Node, GPU and placement order.
     migs: Vec<MigRow>,
+    /// gpugate's own `gpugate_capacity_*` gauges, per node and kind of
+    /// device, in node then kind order: what each node can still take
+    /// ([`crate::capacity`]), streamed the same way.
+    capacity: Vec<crate::capacity::NodeCapacity>,
 }
 
 /// One MIG instance the device plugin reports created, labels rendered.
@@ -255,6 +259,7 @@ impl HamiGauges {
             quotas,
             vgpus,
             migs,
+            capacity: crate::capacity::capacity(view.state()),
         }
     }
 }
@@ -321,15 +326,22 @@ impl Collector for HamiBatch {
 
 impl HamiGauges {
     /// Families 0-6 are per GPU, 7-8 per quota row, 9-10 per vGPU, 11
-    /// per MIG instance.
-    pub const FAMILIES: usize = 12;
+    /// per MIG instance, 12-16 gpugate's capacity per node and kind.
+    pub const FAMILIES: usize = 17;
+
+    /// Whether `family` is one of HAMi's (with its `zone` label), not
+    /// gpugate's capacity.
+    pub fn is_hamis(family: usize) -> bool {
+        family < 12
+    }
 
     pub fn family_len(&self, family: usize) -> usize {
         match family {
             0..=6 => self.gpus.len(),
             7..=8 => self.quotas.len(),
             9..=10 => self.vgpus.len(),
-            _ => self.migs.len(),
+            11 => self.migs.len(),
+            _ => self.capacity.len(),
         }
     }
 
@@ -347,7 +359,11 @@ impl HamiGauges {
         let gpus = rows(&self.gpus, range.clone());
         let quotas = rows(&self.quotas, range.clone());
         let vgpus = rows(&self.vgpus, range.clone());
-        let migs = rows(&self.migs, range);
+        let migs = rows(&self.migs, range.clone());
+        let capacity = rows(&self.capacity, range);
+        fn labels(c: &crate::capacity::NodeCapacity) -> [(&'static str, &str); 2] {
+            [("node", &c.node), ("kind", c.kind)]
+        }
         match family {
             0 => gauge_family(
                 e,
@@ -487,7 +503,7 @@ impl HamiGauges {
                     )
                 }),
             ),
-            _ => {
+            10 => {
                 let containers: Vec<String> =
                     vgpus.iter().map(|v| v.container.to_string()).collect();
                 gauge_family(
@@ -500,6 +516,41 @@ impl HamiGauges {
                         .map(|(v, c)| (v.labels(c), v.cores)),
                 )
             }
+            12 => gauge_family(
+                e,
+                "gpugate_capacity_free_memory_mib",
+                "Device memory (MiB) free on the node's devices of the kind that can take a share now.",
+                capacity.iter().map(|c| (labels(c), c.free_mem_mib)),
+            ),
+            13 => gauge_family(
+                e,
+                "gpugate_capacity_free_cores",
+                "Cores (percent of one device) free on the node's devices of the kind that can take a share now.",
+                capacity.iter().map(|c| (labels(c), c.free_cores)),
+            ),
+            14 => gauge_family(
+                e,
+                "gpugate_capacity_largest_slice_memory_mib",
+                "Memory (MiB) of the largest share one device of the kind on the node can still give (0: none).",
+                capacity
+                    .iter()
+                    .map(|c| (labels(c), c.largest_slice.map_or(0, |s| s.mem_mib))),
+            ),
+            15 => gauge_family(
+                e,
+                "gpugate_capacity_largest_slice_cores",
+                "Cores of that largest share (0: none).",
+                capacity
+                    .iter()
+                    .map(|c| (labels(c), c.largest_slice.map_or(0, |s| s.cores))),
+            ),
+            16 => gauge_family(
+                e,
+                "gpugate_capacity_whole_devices_free",
+                "Devices of the kind on the node that can take a share and that no pod holds a share of.",
+                capacity.iter().map(|c| (labels(c), c.whole_free as u64)),
+            ),
+            _ => Ok(()),
         }
     }
 }

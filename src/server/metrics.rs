@@ -208,10 +208,16 @@ impl Iterator for MetricsChunks {
                 let end = len.min(self.start + HAMI_BATCH);
                 // A registry of this piece only: series of pods and GPUs
                 // that are gone are never kept.
-                let mut registry = Registry::with_labels(std::iter::once((
-                    Cow::Borrowed("zone"),
-                    Cow::Borrowed(HAMI_ZONE),
-                )));
+                // HAMi's families carry its constant `zone` label,
+                // gpugate's own capacity families none.
+                let mut registry = if HamiGauges::is_hamis(self.family) {
+                    Registry::with_labels(std::iter::once((
+                        Cow::Borrowed("zone"),
+                        Cow::Borrowed(HAMI_ZONE),
+                    )))
+                } else {
+                    Registry::default()
+                };
                 registry.register_collector(Box::new(HamiBatch {
                     sample: sample.clone(),
                     family: self.family,
@@ -279,14 +285,14 @@ mod tests {
         (metrics, cluster, config)
     }
 
-    /// Every HAMi family in one collector: the text before it was cut
-    /// into pieces.
+    /// Some families of the sample in one collector: the text before it
+    /// was cut into pieces.
     #[derive(Debug)]
-    struct Whole(Arc<HamiGauges>);
+    struct Whole(Arc<HamiGauges>, std::ops::Range<usize>);
 
     impl Collector for Whole {
         fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-            for f in 0..HamiGauges::FAMILIES {
+            for f in self.1.clone() {
                 self.0.encode_family(f, 0..self.0.family_len(f), &mut e)?;
             }
             Ok(())
@@ -333,13 +339,20 @@ mod tests {
             &config.load().nvidia.resource_memory_name,
             &config.load().nvidia.resource_core_name,
         );
+        let sample = Arc::new(sample);
+        let hamis = (0..HamiGauges::FAMILIES)
+            .filter(|f| HamiGauges::is_hamis(*f))
+            .count();
         let mut registry = Registry::with_labels(std::iter::once((
             Cow::Borrowed("zone"),
             Cow::Borrowed(HAMI_ZONE),
         )));
-        registry.register_collector(Box::new(Whole(Arc::new(sample))));
+        registry.register_collector(Box::new(Whole(sample.clone(), 0..hamis)));
         let mut whole = String::new();
         encode_registry(&mut whole, &registry).unwrap();
+        let mut ours = Registry::default();
+        ours.register_collector(Box::new(Whole(sample, hamis..HamiGauges::FAMILIES)));
+        encode_registry(&mut whole, &ours).unwrap();
         encode_eof(&mut whole).unwrap();
         // HAMi's gauges follow the registry's metrics (HAMi master's
         // hami_scheduler_* counters among them).
@@ -348,6 +361,9 @@ mod tests {
         assert_eq!(series_count(&text, "hami_gpu_memory_limit_bytes"), 2080);
         assert_eq!(series_count(&text, "hami_vgpu_core_allocated_ratio"), 2080);
         assert_eq!(text.matches("# TYPE hami_gpu_shared_count ").count(), 1);
+        // gpugate's capacity, one series per node, without HAMi's zone.
+        assert_eq!(series_count(&text, "gpugate_capacity_free_memory_mib"), 260);
+        assert!(text.contains("gpugate_capacity_whole_devices_free{node=\""));
     }
 
     /// The value of the series written exactly as `series` (name and
@@ -455,6 +471,48 @@ mod tests {
             series_count(&text, "hami_node_gpu_memory_allocated_ratio"),
             4
         );
+        // gpugate's capacity: both GPUs of gpu-1 are held in full, GPU-2-1
+        // in part.
+        for (series, want) in [
+            (
+                r#"gpugate_capacity_free_memory_mib{node="gpu-1",kind="nvidia"}"#,
+                "0",
+            ),
+            (
+                r#"gpugate_capacity_largest_slice_memory_mib{node="gpu-1",kind="nvidia"}"#,
+                "0",
+            ),
+            (
+                r#"gpugate_capacity_whole_devices_free{node="gpu-1",kind="nvidia"}"#,
+                "0",
+            ),
+            (
+                r#"gpugate_capacity_free_memory_mib{node="gpu-2",kind="nvidia"}"#,
+                "26768",
+            ),
+            (
+                r#"gpugate_capacity_free_cores{node="gpu-2",kind="nvidia"}"#,
+                "180",
+            ),
+            (
+                r#"gpugate_capacity_largest_slice_memory_mib{node="gpu-2",kind="nvidia"}"#,
+                "16384",
+            ),
+            (
+                r#"gpugate_capacity_largest_slice_cores{node="gpu-2",kind="nvidia"}"#,
+                "100",
+            ),
+            (
+                r#"gpugate_capacity_whole_devices_free{node="gpu-2",kind="nvidia"}"#,
+                "1",
+            ),
+            (
+                r#"gpugate_capacity_largest_slice_memory_mib{node="gpu-0",kind="nvidia"}"#,
+                "0",
+            ),
+        ] {
+            assert_eq!(value(&text, series), Some(want), "{series} in\n{text}");
+        }
         assert!(!text.contains("cpu-1"));
         assert_eq!(text.matches("# EOF").count(), 1);
         assert!(text.ends_with("# EOF\n"));
