@@ -2167,6 +2167,48 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         pre2["memMiB"][0] == json!(want) && pre2["memMiB"][1] == json!(2 * 16384),
         "gpugate top shows {pre2}, the pods hold {want} MiB"
     );
+    // `gpugate capacity` read the same way, and the running gpugate's
+    // gauges from its own view: pre-2's free memory is what its pods
+    // leave.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
+        .arg("capacity")
+        .arg("--kubeconfig")
+        .arg(ctx.cp.dir.join("admin.kubeconfig"))
+        .args(["--output", "json"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "gpugate capacity: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let free = 2 * 16384 - want;
+    let row = shown["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == "pre-2"))
+        .context("gpugate capacity shows no pre-2")?;
+    ensure!(
+        row["kind"] == "nvidia" && row["devices"] == 2 && row["freeMemMiB"] == json!(free),
+        "gpugate capacity shows {row}, the pods leave {free} MiB"
+    );
+    let port = ctx.metrics_port();
+    eventually(
+        "gpugate's capacity gauge for pre-2",
+        Duration::from_secs(10),
+        || async move {
+            let text = metrics(port).await.map_err(|e| e.to_string())?;
+            let seen = samples(&text, "gpugate_capacity_free_memory_mib")
+                .into_iter()
+                .find(|x| x.label("node") == "pre-2" && x.label("kind") == "nvidia")
+                .map(|x| x.value);
+            if seen == Some(free as f64) {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}, want {free}"))
+            }
+        },
+    )
+    .await?;
     explain_pending(ctx, ns, now).await?;
     budget_preemption(ctx, ns, now).await?;
     gang_gpu_preemption(ctx, ns, now).await
