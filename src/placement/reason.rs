@@ -160,8 +160,9 @@ impl fmt::Display for LockBusy {
                 write!(
                     f,
                     " ({holds} lock holds ahead, more than the queue depth {depth} that \
-                     nodeLock.queueDepth auto gives binpack pods: 7 per second of lock hold, at \
-                     most four fifths of the bind's wait for its node, {hold})"
+                     nodeLock.queueDepth auto gives binpack pods: {} per second of lock hold, \
+                     at most four fifths of the bind's wait for its node, {hold})",
+                    crate::config::AUTO_DEPTH_PER_SECOND_OF_HOLD
                 )
             } else {
                 write!(
