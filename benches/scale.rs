@@ -100,6 +100,9 @@ usage: cargo bench --bench scale -- [flags]
                        gpugate is restarted with it before the phases
   --protocol-floor     also kube-scheduler alone with HAMi's device-plugin protocol
                        replayed for each pod it binds, no gpugate (after the reference)
+  --sample-depth       scrape gpugate's /metrics every second during its phases for its binpack
+                       queue depth and lock hold (costs CPU: each scrape encodes every GPU's
+                       series, so leave it off where rates are compared)
   --help               this text
 
 Durations: 500ms, 1s, 2m; a bare number is seconds.";
@@ -128,6 +131,8 @@ struct Args {
     /// A phase of kube-scheduler alone with HAMi's protocol replayed
     /// (`support/protocol_replay.rs`), after the reference.
     protocol_floor: bool,
+    /// Sample gpugate's queue depth and hold during its phases.
+    sample_depth: bool,
     /// The flags as given, for the report.
     given: Vec<String>,
 }
@@ -170,6 +175,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
         queue_depth: None,
         api_qps: None,
         protocol_floor: false,
+        sample_depth: false,
         given: Vec::new(),
     };
     let mut it = raw.iter();
@@ -241,6 +247,7 @@ fn parse(raw: &[String]) -> Result<Option<Args>, String> {
             }
             "--no-reference" => a.reference = false,
             "--protocol-floor" => a.protocol_floor = true,
+            "--sample-depth" => a.sample_depth = true,
             "--filter-mode" => {
                 a.filter_mode = match value()?.as_str() {
                     "all" => Some("all".to_string()),
@@ -341,8 +348,8 @@ struct Row {
     seen: Option<GpugateSeen>,
 }
 
-/// gpugate's `gpugate_node_lock_queue_depth_binpack`, sampled every 250 ms
-/// while a phase runs (each change with the second it was first seen and
+/// gpugate's `gpugate_node_lock_queue_depth_binpack`, sampled every second
+/// while a phase runs (`--sample-depth`) (each change with the second it was first seen and
 /// the `gpugate_node_lock_hold_seconds` it came from), and the hold at the
 /// end.
 #[derive(Default)]
@@ -391,7 +398,7 @@ async fn sample_depth(
         {
             seen.push((start.elapsed().as_secs_f64(), d, hold.unwrap_or(f64::NAN)));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     seen
 }
@@ -652,8 +659,8 @@ async fn phase(
     let settled_before = after.as_ref().map(AfterBind::settled);
     let profiles = control_plane::profiling().then(|| cpu_profiles(cp, prefix));
     let stop_sampler = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler =
-        gpus.then(|| tokio::spawn(sample_depth(cp.gpugate_admin_port, stop_sampler.clone())));
+    let sampler = (gpus && args.sample_depth)
+        .then(|| tokio::spawn(sample_depth(cp.gpugate_admin_port, stop_sampler.clone())));
     let outcome = burst::run(
         &cp.admin,
         &Burst {
