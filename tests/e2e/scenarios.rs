@@ -40,6 +40,24 @@ impl Ctx {
         self.cp.gpugate_admin_port
     }
 
+    /// `gpugate ARGS --kubeconfig <the admin's> --output json`, as an
+    /// operator runs it against the live cluster: its JSON, or why not.
+    fn cli_json(&self, args: &[&str]) -> anyhow::Result<Value> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.cp.dir.join("admin.kubeconfig"))
+            .args(["--output", "json"])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "gpugate {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
     pub async fn nodes(&self, scenario: &str, nodes: &[Value]) -> anyhow::Result<()> {
         for n in nodes {
             create_node(&self.cp.admin, scenario, n).await?;
@@ -2142,18 +2160,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     not_over_committed(&bound)?;
     // `gpugate top` against the live API server with the admin's
     // kubeconfig: what it shows for pre-2 is what the pods there hold.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .arg("top")
-        .arg("--kubeconfig")
-        .arg(ctx.cp.dir.join("admin.kubeconfig"))
-        .args(["--output", "json"])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "gpugate top: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let shown = ctx.cli_json(&["top"])?;
     let pre2 = shown["nodes"]
         .as_array()
         .and_then(|n| n.iter().find(|n| n["node"] == "pre-2"))
@@ -2170,18 +2177,7 @@ async fn gang_preemption(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
     // `gpugate capacity` read the same way, and the running gpugate's
     // gauges from its own view: pre-2's free memory is what its pods
     // leave.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .arg("capacity")
-        .arg("--kubeconfig")
-        .arg(ctx.cp.dir.join("admin.kubeconfig"))
-        .args(["--output", "json"])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "gpugate capacity: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let shown = ctx.cli_json(&["capacity"])?;
     let free = 2 * 16384 - want;
     let row = shown["nodes"]
         .as_array()
@@ -2428,17 +2424,7 @@ async fn explain_pending(ctx: &Ctx, ns: &str, now: &DeleteParams) -> anyhow::Res
         BIND,
     )
     .await?;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpugate"))
-        .args(["explain", &format!("{ns}/waiting"), "--kubeconfig"])
-        .arg(ctx.cp.dir.join("admin.kubeconfig"))
-        .args(["--output", "json"])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "gpugate explain: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let e: Value = serde_json::from_slice(&out.stdout)?;
+    let e = ctx.cli_json(&["explain", &format!("{ns}/waiting")])?;
     ensure!(e["status"] == "pending", "{e:#}");
     let nodes = e["nodes"].as_array().context("no nodes")?;
     let pre2 = nodes
