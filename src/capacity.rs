@@ -5,11 +5,11 @@
 //! state, the same the extender places with; shown by `gpugate capacity`,
 //! `gpugate top` and the `gpugate_capacity_*` gauges.
 //!
-//! A device counts only if a pod could be given a share of it now: healthy,
-//! not cordoned, in a mode gpugate shares, with a free slot and cores left,
-//! and no pod on it whose allocation is unreadable or inconsistent (the
-//! per-device checks of the placement engine, `engine::checks`, without a
-//! request). Quotas, NUMA alignment, pod selectors and the node lock are a
+//! A device counts only if a pod could be given a share of it now: the
+//! placement engine's own per-device check (`engine::checks`) takes an
+//! empty share of it (healthy, not cordoned, in a mode gpugate shares,
+//! with a free slot and cores left, no pod on it whose allocation is
+//! unreadable or inconsistent). Quotas, NUMA alignment, pod selectors and the node lock are a
 //! pod's, not the device's, and are left to `gpugate explain`.
 
 use std::collections::BTreeMap;
@@ -17,6 +17,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::engine::checks::check_gpu;
+use crate::engine::policy::GpuPolicy;
+use crate::engine::request::{GpuRequest, Memory};
+use crate::engine::selection::Selection;
 use crate::engine::state::ClusterState;
 use crate::engine::{Gpu, Usage};
 
@@ -53,19 +57,21 @@ pub struct NodeCapacity {
 }
 
 /// The largest share `gpu` can still give with `used` taken, or `None`
-/// when it can give none.
+/// when it can give none: when the engine's per-device check refuses even
+/// an empty share of it (unhealthy, cordoned, a mode gpugate does not
+/// share, no free slot or core, a pod on it it cannot read).
 pub fn free_slice(gpu: &Gpu, used: &Usage) -> Option<Slice> {
+    let empty = GpuRequest {
+        count: 1,
+        memory: Memory::Mib(0),
+        cores: 0,
+    };
+    let any_pod = Selection {
+        kind: gpu.kind,
+        ..Selection::default()
+    };
+    check_gpu(gpu, used, &empty, &any_pod, GpuPolicy::Binpack).ok()?;
     let cap = &gpu.capacity;
-    let usable = gpu.healthy
-        && !gpu.cordoned
-        && gpu.is_shareable_mode()
-        && used.unreadable == 0
-        && used.unreserved == 0
-        && used.slots < cap.slots
-        && (cap.cores == 0 || used.cores < cap.cores);
-    if !usable {
-        return None;
-    }
     if gpu.is_mig() {
         // The largest profile (the list is in order of memory) with a
         // placement free of the instances taken.
@@ -211,10 +217,6 @@ pub fn table(rows: &[NodeCapacity], with_node: bool) -> String {
 mod tests {
     use super::*;
     use crate::cluster::Snapshot;
-    use crate::engine::checks::check_gpu;
-    use crate::engine::policy::GpuPolicy;
-    use crate::engine::request::{GpuRequest, Memory};
-    use crate::engine::selection::Selection;
 
     fn example(name: &str) -> Vec<NodeCapacity> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
