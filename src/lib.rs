@@ -21,6 +21,7 @@ pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hami;
+pub mod kueue;
 pub mod log;
 pub mod placement;
 pub mod serve;

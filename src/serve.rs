@@ -383,6 +383,27 @@ async fn start(
             )
         });
     }
+    // Kueue's admission check, where the config names its controller:
+    // read at start (turning it on or off takes a restart).
+    if let (None, Some(client), Some(cluster), true) = (
+        &args.cluster.cluster,
+        &client,
+        &cluster,
+        config.load().kueue.enabled(),
+    ) {
+        let check = (
+            client.clone(),
+            cluster.clone(),
+            config.clone(),
+            metrics.leader_gauge(),
+            metrics.kueue.clone(),
+        );
+        supervisor.spawn("kueue-admission-check", move |stopped| {
+            let (client, cluster, config, leader, kueue) = check.clone();
+            crate::kueue::controller::AdmissionCheck::new(client, cluster, config, leader, kueue)
+                .run(stopped)
+        });
+    }
     let state = AppState::assemble(
         config,
         metrics,

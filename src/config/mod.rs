@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub mod api;
+pub mod kueue;
 pub mod namespace_policy;
 pub mod server;
 
@@ -37,6 +38,9 @@ pub struct Config {
     /// What a client can make the server hold, and for how long
     /// (connections, deadlines, body budget, shutdown). Read at start.
     pub server: server::ServerConfig,
+    /// Kueue's admission check: which AdmissionChecks gpugate answers, and
+    /// how long it holds an admitted workload's places.
+    pub kueue: kueue::KueueConfig,
 }
 
 /// Names of the MutatingWebhookConfiguration and
@@ -574,6 +578,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.nvidia.validate()?;
+        self.kueue.validate()?;
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());
         }

@@ -252,8 +252,39 @@ pub enum GangShortfall {
     },
 }
 
-/// Places pending members one by one, in order, each on the best node
-/// under its policy (the first only among `first_candidates` when given),
+/// What a pod takes, to order a gang's members largest first: devices,
+/// then MiB, then percent of memory, then cores, summed over containers.
+fn size(plan: &PodPlan) -> (u64, u64, u64, u64) {
+    plan.request.containers.iter().filter_map(|c| c.gpu).fold(
+        (0, 0, 0, 0),
+        |(n, mib, pct, cores), g| {
+            let count = u64::from(g.count);
+            let (m, p) = match g.memory {
+                super::request::Memory::Mib(m) => (m, 0),
+                super::request::Memory::Percent(p) => (0, u64::from(p)),
+            };
+            (
+                n + count,
+                mib + count * m,
+                pct + count * p,
+                cores + count * u64::from(g.cores),
+            )
+        },
+    )
+}
+
+/// The order in which members that must all fit are placed: largest
+/// first ([`size`]), ties in the order given.
+pub fn placing_order<'p>(plans: impl Iterator<Item = &'p PodPlan>) -> Vec<usize> {
+    let sizes: Vec<_> = plans.map(size).collect();
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by(|a, b| sizes[*b].cmp(&sizes[*a]));
+    order
+}
+
+/// Places pending members one by one (largest first when all must fit),
+/// each on the best node under its policy (the first given, the pod being
+/// judged, only among `first_candidates` when given),
 /// until `min_available` members are placed counting the `placed` ones.
 /// `state` is left as it was. Returns the new placements by member key, or
 /// why the group cannot be placed.
@@ -273,8 +304,17 @@ pub fn place_gang(
             min_available: label.min_available,
         });
     }
+    // When every member must fit, the largest go first (what greedy
+    // packing fits best, and the order gpugate's admission check for Kueue
+    // plans in); otherwise in the order given, the pod being judged first.
+    let order: Vec<usize> = if members <= min {
+        placing_order(pending.iter().map(|(_, p)| p))
+    } else {
+        (0..pending.len()).collect()
+    };
     let mut out = Vec::new();
-    for (i, (key, plan)) in pending.iter().enumerate() {
+    for i in order {
+        let (key, plan) = &pending[i];
         if placed + out.len() >= min {
             break;
         }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::align;
 use super::allocation::{Allocation, DeviceGrant};
-use super::device::Node;
+use super::device::{Node, Usage};
 use super::fit::{Scratch, fit_pod};
 use super::lifecycle::pod_peak;
 use super::numa::{CpuMemory, NodeTopology, NumaGrant};
@@ -221,6 +221,32 @@ impl ClusterState {
             holds: self.holds.clone(),
             topologies: self.topologies.clone(),
             zone_takes: self.zone_takes.clone(),
+        }
+    }
+
+    /// The same nodes with nothing placed or held on them: no allocation,
+    /// no hold, every GPU's usage zero (NUMA layouts kept, without what
+    /// gpugate placed in their zones). What "could this ever fit" is asked
+    /// of.
+    pub fn emptied(&self) -> ClusterState {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(name, node)| {
+                let mut node = node.clone();
+                node.usage = vec![Usage::default(); node.gpus.len()];
+                node.totals.slots_used = 0;
+                node.totals.cores_used = 0;
+                node.totals.mem_used_mib = 0;
+                (name.clone(), node)
+            })
+            .collect();
+        ClusterState {
+            nodes,
+            allocations: HashMap::new(),
+            holds: HashMap::new(),
+            topologies: self.topologies.clone(),
+            zone_takes: ZoneTakes::default(),
         }
     }
 

@@ -95,6 +95,35 @@ pub fn judge<'v>(
     })
 }
 
+/// The GPUs on `node` the group's placement gives `pod`, a member of a
+/// group still short of `min-available` placed members, on the view's
+/// state (its group's holds already taken out): what its bind reserves, so
+/// that it takes the devices the rest of the group was planned around
+/// instead of choosing its own (which could leave a later member without
+/// room). `None` for a pod in no group, a group already placed, or when
+/// the placement puts it elsewhere.
+pub fn planned_place(
+    view: &ClusterView,
+    config: &Config,
+    pod: &PodToPlace,
+    node: &str,
+) -> Option<crate::engine::Allocation> {
+    let label = pod.gang().ok()??;
+    let uid = pod.uid();
+    let (placed, mut pending) = members(view, config, label, uid);
+    if placed >= label.min_members() {
+        return None;
+    }
+    pending.insert(0, (uid.to_string(), pod.plan.clone()));
+    let mut state = view.state().clone();
+    let candidates = [node.to_string()];
+    place_gang(&mut state, label, placed, &pending, Some(&candidates))
+        .ok()?
+        .into_iter()
+        .find(|(k, a)| k == uid && a.node == node)
+        .map(|(_, a)| a)
+}
+
 /// Members placed (holding GPUs in the ledger), and the plans of the known
 /// members that are not, by UID, `except` left out.
 pub(crate) fn members(

@@ -110,7 +110,10 @@ pub fn reserve(
             place.restore(view);
         }
     };
-    let allocation = match view.state().assign(&pod.plan, node) {
+    // A member of a group being placed takes the devices the group's
+    // placement gives it there.
+    let planned = label.and_then(|_| gang::planned_place(view, config, pod, node));
+    let allocation = match planned.map_or_else(|| view.state().assign(&pod.plan, node), Ok) {
         Ok(a) => a,
         Err(rejection) => {
             restore(view, taken);

@@ -41,6 +41,8 @@ pub struct Metrics {
     /// Handed to the API-server binder.
     pub bind: BindMetrics,
     pub preemption: PreemptionMetrics,
+    /// Handed to Kueue's admission check.
+    pub kueue: crate::kueue::controller::KueueMetrics,
     /// Handed to the event sink.
     pub events: EventMetrics,
     /// Handed to the API client's limit (`api.qps`).
@@ -71,6 +73,7 @@ impl Metrics {
             watch: WatchMetrics::default(),
             bind: BindMetrics::default(),
             preemption: PreemptionMetrics::default(),
+            kueue: Default::default(),
             events: EventMetrics::default(),
             api_client: ClientMetrics::default(),
             view: ViewGauges::default(),
@@ -90,6 +93,7 @@ impl Metrics {
         m.watch.register(&mut registry);
         m.bind.register(&mut registry);
         m.preemption.register(&mut registry);
+        m.kueue.register(&mut registry);
         m.events.register(&mut registry);
         m.api_client.register(&mut registry);
         m.view.register(&mut registry);
