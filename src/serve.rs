@@ -397,11 +397,14 @@ async fn start(
             config.clone(),
             metrics.leader_gauge(),
             metrics.kueue.clone(),
+            events.clone(),
         );
         supervisor.spawn("kueue-admission-check", move |stopped| {
-            let (client, cluster, config, leader, kueue) = check.clone();
-            crate::kueue::controller::AdmissionCheck::new(client, cluster, config, leader, kueue)
-                .run(stopped)
+            let (client, cluster, config, leader, kueue, events) = check.clone();
+            crate::kueue::controller::AdmissionCheck::new(
+                client, cluster, config, leader, kueue, events,
+            )
+            .run(stopped)
         });
     }
     let state = AppState::assemble(

@@ -15,7 +15,8 @@ const QUEUE: usize = 1024;
 /// kube-apiserver refuses notes above 1 kB.
 const NOTE_LIMIT: usize = 1000;
 
-/// One event about one pod.
+/// One event about one pod (or, with [`PodEvent::about_object`], another
+/// object).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodEvent {
     pub pod: ObjectReference,
@@ -63,6 +64,31 @@ impl PodEvent {
             pod: ObjectReference {
                 api_version: Some("v1".to_string()),
                 kind: Some("Pod".to_string()),
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            },
+            warning,
+            reason,
+            note: truncate(note),
+        }
+    }
+}
+
+impl PodEvent {
+    /// An event about another namespaced object (a Kueue Workload).
+    pub fn about_object(
+        (api_version, kind): (&str, &str),
+        (namespace, name, uid): (&str, &str, &str),
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) -> Self {
+        Self {
+            pod: ObjectReference {
+                api_version: Some(api_version.to_string()),
+                kind: Some(kind.to_string()),
                 name: Some(name.to_string()),
                 namespace: Some(namespace.to_string()),
                 uid: Some(uid.to_string()),

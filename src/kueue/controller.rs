@@ -31,6 +31,7 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 use crate::cluster::SharedCluster;
+use crate::cluster::events::{EventSink, PodEvent};
 use crate::config::Config;
 use crate::engine::gang::GangKey;
 use crate::kueue::check::{Answer, answer, group_of};
@@ -120,7 +121,12 @@ pub struct AdmissionCheck {
     /// leads (or no Lease is configured).
     leader: Gauge,
     metrics: KueueMetrics,
+    events: EventSink,
     held: HashMap<String, Held>,
+    /// The last answer told each workload in an event (by UID): Kueue
+    /// resets a Retry to Pending and asks again a second later, so an
+    /// unchanged answer is not told again.
+    told: HashMap<String, String>,
 }
 
 impl AdmissionCheck {
@@ -130,6 +136,7 @@ impl AdmissionCheck {
         config: Arc<ArcSwap<Config>>,
         leader: Gauge,
         metrics: KueueMetrics,
+        events: EventSink,
     ) -> Self {
         Self {
             client,
@@ -137,7 +144,9 @@ impl AdmissionCheck {
             config,
             leader,
             metrics,
+            events,
             held: HashMap::new(),
+            told: HashMap::new(),
         }
     }
 
@@ -250,6 +259,7 @@ impl AdmissionCheck {
         for uid in gone {
             self.release(&uid);
         }
+        self.told.retain(|uid, _| live.contains(uid.as_str()));
         let flavor_labels = flavor_node_labels(flavors);
         let mut nodes: Option<Vec<Node>> = None;
         for (_, wl) in &all {
@@ -341,6 +351,21 @@ impl AdmissionCheck {
                     written,
                 })
                 .inc();
+            if written && self.told.get(&wl.uid) != Some(&message) {
+                let reason = match state {
+                    CheckState::Ready => "PlacementReady",
+                    CheckState::Retry => "PlacementRetry",
+                    _ => "PlacementRejected",
+                };
+                self.events.emit(PodEvent::about_object(
+                    (&format!("{GROUP}/{VERSION}"), "Workload"),
+                    (&wl.namespace, &wl.name, &wl.uid),
+                    !matches!(state, CheckState::Ready),
+                    reason,
+                    format!("{check}: {message}"),
+                ));
+                self.told.insert(wl.uid.clone(), message.clone());
+            }
             match (&decided, written) {
                 (Answer::Ready(r), true) => {
                     tracing::info!(workload = %wl.key(), pods = r.members, "Kueue: Ready, places held");

@@ -48,7 +48,7 @@ const WHOLE_MIB: &str = "16384";
 const NOTHING_MOVES_FOR: Duration = Duration::from_secs(15);
 
 pub async fn defragmentation(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
-    let kcm = controller_manager(ctx)?;
+    let kcm = controller_manager(ctx, "replicaset,deployment,disruption")?;
     let result = async {
         ensure_namespace(&ctx.cp.admin, NOT_OPTED_IN).await?;
         for n in ["df-1", "df-2"] {
@@ -64,15 +64,15 @@ pub async fn defragmentation(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Res
     cleaned
 }
 
-/// kube-controller-manager with only the controllers the scenario needs;
+/// kube-controller-manager with only these controllers (comma-separated);
 /// stopped (by PID) when dropped.
-fn controller_manager(ctx: &Ctx) -> anyhow::Result<Proc> {
+pub fn controller_manager(ctx: &Ctx, controllers: &str) -> anyhow::Result<Proc> {
     let p = |n: &str| ctx.cp.pki.path(n).display().to_string();
     let kubeconfig = ctx.cp.dir.join("admin.kubeconfig");
     let mut cmd = Command::new(ctx.bin.join("kube-controller-manager"));
     cmd.args([
         format!("--kubeconfig={}", kubeconfig.display()),
-        "--controllers=replicaset,deployment,disruption".into(),
+        format!("--controllers={controllers}"),
         "--leader-elect=false".into(),
         "--use-service-account-credentials=false".into(),
         "--bind-address=127.0.0.1".into(),

@@ -17,6 +17,7 @@ mod fixtures;
 mod ha;
 mod hazards;
 mod http;
+mod kueue;
 mod manifests;
 mod pki;
 mod procs;

@@ -95,7 +95,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 29] = [
+pub const SCENARIOS: [(&str, &str, &str); 30] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -225,6 +225,11 @@ pub const SCENARIOS: [(&str, &str, &str); 29] = [
         "e2e-flow-control",
         "flow-control",
     ),
+    (
+        "Kueue admits GPU jobs through gpugate's admission check",
+        "e2e-kueue",
+        "kueue",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -265,6 +270,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         26 => crate::hazards::scheduler_owned_keys(ctx, plugin, ns, scenario).await,
         27 => crate::hazards::scoped_quota(ctx, ns, scenario).await,
         28 => crate::api_usage::flow_control(ctx, ns, scenario).await,
+        29 => crate::kueue::kueue(ctx, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }
