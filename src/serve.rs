@@ -289,6 +289,12 @@ async fn start(
             metrics.leader_gauge(),
         );
         let (lease_client, lease_config) = (client.clone(), config.clone());
+        // With a Lease to read, no replica leads until it has read it: a
+        // standby must not act as the leader (Kueue's admission check)
+        // for the moment before its first read.
+        if config.load().scheduler.leader_lease().is_some() {
+            gauge.set(0);
+        }
         supervisor.spawn("webhook-scope", move |stopped| {
             crate::cluster::webhook_scope::watch(
                 client.clone(),

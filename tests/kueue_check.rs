@@ -401,3 +401,32 @@ fn a_namespace_quota_counts_every_pod_of_the_workload_at_once() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A workload name longer than a label value may be names its gang by its
+/// UID instead (Kueue refuses a podSetUpdate whose label is invalid).
+#[test]
+fn a_long_workload_name_gives_a_group_named_by_uid() {
+    use gpugate::kueue::check::group_of;
+    let mut raw = workload(&[PodSetCase {
+        count: 1,
+        gpus: 1,
+        mib: 1000,
+        policy: None,
+    }]);
+    assert_eq!(
+        group_of(&Workload::read(&raw).unwrap()).name,
+        "job-train-1a2b3"
+    );
+    raw["metadata"]["name"] = json!(format!("job-{}-1a2b3", "x".repeat(60)));
+    let w = Workload::read(&raw).unwrap();
+    let group = group_of(&w);
+    assert_eq!(group.name, "workload-wl-uid");
+    assert_eq!(group.namespace, "team");
+    match answer_on(&fragmented(), &w) {
+        Answer::Ready(r) => assert_eq!(
+            r.pod_set_updates[0]["labels"]["pod-group.scheduling.sigs.k8s.io/name"],
+            "workload-wl-uid"
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -127,6 +127,7 @@ pub struct AdmissionCheck {
     /// resets a Retry to Pending and asks again a second later, so an
     /// unchanged answer is not told again.
     told: HashMap<String, String>,
+    nodes: NodeCache,
 }
 
 impl AdmissionCheck {
@@ -147,6 +148,7 @@ impl AdmissionCheck {
             events,
             held: HashMap::new(),
             told: HashMap::new(),
+            nodes: NodeCache::default(),
         }
     }
 
@@ -232,9 +234,24 @@ impl AdmissionCheck {
         if workloads.wait_until_ready().await.is_err() {
             return;
         }
+        // Only the workloads that have one of gpugate's checks are read
+        // whole (a copy of each, pod templates and all).
+        let asks_us = |w: &DynamicObject| {
+            w.data
+                .pointer("/status/admissionChecks")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.get("name")
+                            .and_then(Value::as_str)
+                            .is_some_and(|n| ours.contains(n))
+                    })
+                })
+        };
         let all: Vec<(Value, Workload)> = workloads
             .state()
             .iter()
+            .filter(|w| asks_us(w))
             .filter_map(|w| {
                 let raw = serde_json::to_value(&**w).ok()?;
                 let wl = Workload::read(&raw)?;
@@ -261,7 +278,13 @@ impl AdmissionCheck {
         }
         self.told.retain(|uid, _| live.contains(uid.as_str()));
         let flavor_labels = flavor_node_labels(flavors);
-        let mut nodes: Option<Vec<Node>> = None;
+        let names: Vec<String> = self
+            .cluster
+            .read()
+            .state()
+            .nodes()
+            .map(|n| n.name.clone())
+            .collect();
         for (_, wl) in &all {
             let ready = matches!(ours_of(wl), Some((_, CheckState::Ready, _)));
             if !ready || wl.done || !wl.quota_reserved {
@@ -283,8 +306,9 @@ impl AdmissionCheck {
             // places from here; nothing to rebuild.
             let pods_came = self.cluster.read().gang_members(&group).is_some();
             if until > now.as_millisecond() && !pods_came {
-                let nodes = node_list(&self.client, &mut nodes).await;
-                let candidates = |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, nodes);
+                let nodes = self.nodes.get(&self.client).await;
+                let candidates =
+                    |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, &names, &nodes);
                 let mut view = self.cluster.write();
                 if let Answer::Ready(r) = answer(&view, &config, wl, &flavor_labels, &candidates) {
                     let n = view.replace_gang_holds(&group, r.holds, until);
@@ -304,8 +328,9 @@ impl AdmissionCheck {
             if wl.done || !wl.quota_reserved {
                 continue;
             }
-            let nodes = node_list(&self.client, &mut nodes).await;
-            let candidates = |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, nodes);
+            let nodes = self.nodes.get(&self.client).await;
+            let candidates =
+                |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, &names, &nodes);
             let hold_ms =
                 i64::try_from(config.kueue.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
             let decided = {
@@ -451,34 +476,59 @@ fn flavor_node_labels(
         .collect()
 }
 
-/// The nodes, listed once per tick that needs them (for the checks
-/// kube-scheduler makes before it asks gpugate: selectors, affinity,
-/// taints). A failed list leaves every node a candidate.
-async fn node_list<'n>(client: &Client, nodes: &'n mut Option<Vec<Node>>) -> &'n [Node] {
-    if nodes.is_none() {
-        let api: Api<Node> = Api::all(client.clone());
-        *nodes = Some(match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "Kueue: nodes not listed; selectors and taints not applied");
-                Vec::new()
-            }
-        });
-    }
-    nodes.as_deref().unwrap_or_default()
+/// How long a list of the nodes serves: Kueue asks again about a workload
+/// that does not fit every second or two, and a list of thousands of nodes
+/// is megabytes.
+const NODES_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The node objects, for the checks kube-scheduler makes before it asks
+/// gpugate (selectors, affinity, taints), listed at most every
+/// [`NODES_FRESH`]. A failed list keeps the last one (or none).
+#[derive(Default)]
+struct NodeCache {
+    nodes: Arc<BTreeMap<String, Node>>,
+    listed: Option<std::time::Instant>,
 }
 
-/// The nodes kube-scheduler would offer `pod`; `None` (every node) when
-/// the nodes are not known.
-fn candidates_of(pod: &k8s_openapi::api::core::v1::Pod, nodes: &[Node]) -> Option<Vec<String>> {
-    if nodes.is_empty() {
-        return None;
+impl NodeCache {
+    async fn get(&mut self, client: &Client) -> Arc<BTreeMap<String, Node>> {
+        if self.listed.is_none_or(|t| t.elapsed() >= NODES_FRESH) {
+            let api: Api<Node> = Api::all(client.clone());
+            match api.list(&ListParams::default()).await {
+                Ok(list) => {
+                    self.nodes = Arc::new(
+                        list.items
+                            .into_iter()
+                            .filter_map(|n| Some((n.metadata.name.clone()?, n)))
+                            .collect(),
+                    );
+                    self.listed = Some(std::time::Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kueue: nodes not listed; the last list serves");
+                }
+            }
+        }
+        self.nodes.clone()
     }
+}
+
+/// The nodes of the view kube-scheduler would offer `pod`: those whose
+/// object does not exclude it (a node not listed yet is kept).
+fn candidates_of(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    names: &[String],
+    nodes: &BTreeMap<String, Node>,
+) -> Option<Vec<String>> {
     Some(
-        nodes
+        names
             .iter()
-            .filter(|n| excluded(pod, n).is_none())
-            .filter_map(|n| n.metadata.name.clone())
+            .filter(|n| {
+                nodes
+                    .get(*n)
+                    .is_none_or(|node| excluded(pod, node).is_none())
+            })
+            .cloned()
             .collect(),
     )
 }
