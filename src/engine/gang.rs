@@ -361,6 +361,39 @@ mod tests {
             .collect()
     }
 
+    /// Members that must all fit go largest first: devices, then MiB,
+    /// then percent of memory, then cores; equals keep their order.
+    #[test]
+    fn the_largest_members_are_placed_first() {
+        use crate::engine::lifecycle::ContainerKind;
+        use crate::engine::request::{ContainerRequest, GpuRequest, Memory, PodRequest};
+        let plan = |count: u32, memory: Memory, cores: u32| {
+            let mut p = crate::engine::plan::whole_gpu_plan(NodePolicy::Binpack);
+            p.request = PodRequest {
+                containers: vec![ContainerRequest {
+                    name: "c".into(),
+                    kind: ContainerKind::App,
+                    gpu: Some(GpuRequest {
+                        count,
+                        memory,
+                        cores,
+                    }),
+                }],
+                device_kind: crate::devices::KindId::NVIDIA,
+            };
+            p
+        };
+        let plans = [
+            plan(1, Memory::Mib(8000), 0),
+            plan(1, Memory::Mib(12000), 0),
+            plan(2, Memory::Mib(4000), 0),
+            plan(1, Memory::Mib(8000), 30),
+            plan(1, Memory::Mib(8000), 0),
+            plan(1, Memory::Percent(50), 0),
+        ];
+        assert_eq!(placing_order(plans.iter()), [2, 1, 3, 0, 4, 5]);
+    }
+
     #[test]
     fn labels_are_read_and_checked() {
         assert_eq!(

@@ -225,9 +225,9 @@ impl ClusterState {
     }
 
     /// The same nodes with nothing placed or held on them: no allocation,
-    /// no hold, every GPU's usage zero (NUMA layouts kept, without what
-    /// gpugate placed in their zones). What "could this ever fit" is asked
-    /// of.
+    /// no hold, every GPU's usage zero, every NUMA zone's CPUs and memory
+    /// available as far as it is allocatable. What "could this ever fit"
+    /// is asked of.
     pub fn emptied(&self) -> ClusterState {
         let nodes = self
             .nodes
@@ -241,11 +241,15 @@ impl ClusterState {
                 (name.clone(), node)
             })
             .collect();
+        let mut topologies = self.topologies.clone();
+        for zone in topologies.values_mut().flat_map(|t| t.zones.iter_mut()) {
+            zone.available = zone.allocatable;
+        }
         ClusterState {
             nodes,
             allocations: HashMap::new(),
             holds: HashMap::new(),
-            topologies: self.topologies.clone(),
+            topologies,
             zone_takes: ZoneTakes::default(),
         }
     }
@@ -716,6 +720,36 @@ mod tests {
             }
         }
         s
+    }
+
+    /// "Could it ever fit" asks a state with the same nodes and nothing
+    /// on them: no allocation, no hold, no usage.
+    #[test]
+    fn an_emptied_state_has_the_nodes_and_nothing_on_them() {
+        let mut s = state_with(&[("node1", 2, 2), ("node2", 1, 0)]);
+        let a = s
+            .assign(&whole_gpu_plan(NodePolicy::Binpack), "node2")
+            .unwrap();
+        s.apply_hold("held", a).unwrap();
+        assert!(
+            s.evaluate(&whole_gpu_plan(NodePolicy::Binpack), None)
+                .best()
+                .is_none()
+        );
+        let e = s.emptied();
+        assert_eq!(e.nodes().count(), 2);
+        assert_eq!(e.allocations().count(), 0);
+        assert!(
+            e.nodes()
+                .all(|n| n.usage.iter().all(|u| *u == Usage::default())
+                    && n.totals().slots_used == 0
+                    && n.totals().mem_used_mib == 0
+                    && n.totals().cores_used == 0)
+        );
+        let fits = e.evaluate(&whole_gpu_plan(NodePolicy::Binpack), None);
+        assert_eq!(fits.feasible.len(), 2);
+        // The original is untouched.
+        assert_eq!(s.allocations().count(), 2);
     }
 
     #[test]
