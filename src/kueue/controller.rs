@@ -376,7 +376,8 @@ impl AdmissionCheck {
                     written,
                 })
                 .inc();
-            if written && self.told.get(&wl.uid) != Some(&message) {
+            let news = written && self.told.get(&wl.uid) != Some(&message);
+            if news {
                 let reason = match state {
                     CheckState::Ready => "PlacementReady",
                     CheckState::Retry => "PlacementRetry",
@@ -407,8 +408,11 @@ impl AdmissionCheck {
                         .write()
                         .replace_gang_holds(&r.group, Vec::new(), 0);
                 }
-                (_, true) => {
+                (_, true) if news => {
                     tracing::info!(workload = %wl.key(), state = state.as_str(), %message, "Kueue: answered")
+                }
+                (_, true) => {
+                    tracing::debug!(workload = %wl.key(), state = state.as_str(), "Kueue: answered as before")
                 }
                 _ => {}
             }
