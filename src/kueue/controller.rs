@@ -49,6 +49,8 @@ const TICK: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default)]
 pub struct KueueMetrics {
     answers: Family<AnswerLabels, Counter>,
+    /// Admitted workloads gpugate holds places for.
+    held: Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,6 +67,12 @@ impl KueueMetrics {
              rejected) and whether the Workload's status took it (false: it changed since it \
              was read, or the write failed; answered again a second later)",
             self.answers.clone(),
+        );
+        registry.register(
+            "gpugate_kueue_workloads_held",
+            "Admitted Kueue workloads whose places this replica holds (until their pods have \
+             come, finished or kueue.holdSeconds from their check's Ready)",
+            self.held.clone(),
         );
     }
 }
@@ -188,6 +196,7 @@ impl AdmissionCheck {
         for uid in uids {
             self.release(&uid);
         }
+        self.metrics.held.set(0);
     }
 
     async fn tick(
@@ -417,6 +426,16 @@ impl AdmissionCheck {
                 _ => {}
             }
         }
+        let holding = {
+            let view = self.cluster.read();
+            self.held
+                .values()
+                .filter(|h| view.has_gang_holds(&h.group))
+                .count()
+        };
+        self.metrics
+            .held
+            .set(i64::try_from(holding).unwrap_or(i64::MAX));
     }
 
     /// Writes the check's state; false when the write did not land (the

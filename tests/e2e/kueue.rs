@@ -315,6 +315,25 @@ async fn job_pods_bound(ctx: &Ctx, ns: &str, name: &str, count: usize) -> anyhow
     .await
 }
 
+/// Waits until gpugate says it holds the places of `n` admitted workloads.
+async fn held_gauge(ctx: &Ctx, n: f64) -> anyhow::Result<()> {
+    let port = ctx.cp.gpugate_admin_port;
+    eventually(
+        &format!("gpugate_kueue_workloads_held {n}"),
+        WAIT,
+        || async move {
+            let text = crate::http::metrics(port)
+                .await
+                .map_err(|e| e.to_string())?;
+            match crate::http::gauge(&text, "gpugate_kueue_workloads_held") {
+                Some(v) if v == n => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
 /// `(node, GPU)` of each device the pods hold, sorted.
 fn places(pods: &[Pod]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = pods
@@ -570,6 +589,7 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     )
     .await?;
     println!("    after the restart, a rival for the held GPUs: {retry}");
+    held_gauge(ctx, 1.0).await?;
     let _kcm = crate::defrag::controller_manager(ctx, JOB_CONTROLLERS)?;
     let pods_held = job_pods_bound(ctx, ns, "held", 2).await?;
     ensure!(
@@ -577,6 +597,8 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
         "job held: pods on {:?}, check held {held:?}",
         places(&pods_held)
     );
+    // Its pods bound: nothing is held for it any more.
+    held_gauge(ctx, 0.0).await?;
     let all: Vec<Pod> = pods
         .list(&ListParams::default())
         .await?
