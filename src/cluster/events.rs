@@ -60,24 +60,11 @@ impl PodEvent {
         reason: &'static str,
         note: String,
     ) -> Self {
-        Self {
-            pod: ObjectReference {
-                api_version: Some("v1".to_string()),
-                kind: Some("Pod".to_string()),
-                name: Some(name.to_string()),
-                namespace: Some(namespace.to_string()),
-                uid: Some(uid.to_string()),
-                ..Default::default()
-            },
-            warning,
-            reason,
-            note: truncate(note),
-        }
+        Self::about_object(("v1", "Pod"), (namespace, name, uid), warning, reason, note)
     }
-}
 
-impl PodEvent {
-    /// An event about another namespaced object (a Kueue Workload).
+    /// An event about any namespaced object (a Kueue Workload) known by
+    /// its API version, kind, namespace, name and UID.
     pub fn about_object(
         (api_version, kind): (&str, &str),
         (namespace, name, uid): (&str, &str, &str),

@@ -34,6 +34,11 @@ impl KueueConfig {
         !self.controller_name.trim().is_empty()
     }
 
+    /// `holdSeconds` in milliseconds.
+    pub fn hold_ms(&self) -> i64 {
+        i64::try_from(self.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+    }
+
     pub(super) fn validate(&self) -> Result<(), String> {
         if !(1..=MAX_HOLD_SECONDS).contains(&self.hold_seconds) {
             return Err(format!(

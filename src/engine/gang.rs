@@ -283,17 +283,17 @@ pub fn placing_order<'p>(plans: impl Iterator<Item = &'p PodPlan>) -> Vec<usize>
 }
 
 /// Places pending members one by one (largest first when all must fit),
-/// each on the best node under its policy (the first given, the pod being
-/// judged, only among `first_candidates` when given),
-/// until `min_available` members are placed counting the `placed` ones.
-/// `state` is left as it was. Returns the new placements by member key, or
-/// why the group cannot be placed.
+/// each on the best node under its policy among its candidates
+/// (`candidates[i]` for `pending[i]`; every node when it is `None` or
+/// missing), until `min_available` members are placed counting the
+/// `placed` ones. `state` is left as it was. Returns the new placements by
+/// member key, or why the group cannot be placed.
 pub fn place_gang(
     state: &mut ClusterState,
     label: &GangLabel,
     placed: usize,
     pending: &[(String, PodPlan)],
-    first_candidates: Option<&[String]>,
+    candidates: &[Option<&[String]>],
 ) -> Result<Vec<(String, Allocation)>, GangShortfall> {
     let members = placed + pending.len();
     let min = label.min_members();
@@ -318,16 +318,11 @@ pub fn place_gang(
         if placed + out.len() >= min {
             break;
         }
-        let choice = match first_candidates.filter(|_| i == 0) {
-            Some(names) => {
-                let best = state
-                    .evaluate(plan, Some(names))
-                    .best()
-                    .map(|b| b.node.to_string());
-                best.and_then(|node| state.assign(plan, &node).ok())
-            }
-            None => state.place(plan).ok(),
-        };
+        let best = state
+            .evaluate(plan, candidates.get(i).copied().flatten())
+            .best()
+            .map(|b| b.node.to_string());
+        let choice = best.and_then(|node| state.assign(plan, &node).ok());
         if let Some(a) = choice
             && state.apply(&format!("gang-trial/{key}"), a.clone()).is_ok()
         {
@@ -605,7 +600,7 @@ mod tests {
     #[test]
     fn a_gang_that_fits_only_as_a_whole_is_placed_whole() {
         let mut s = state(2, 2);
-        let placed = place_gang(&mut s, &label(4), 0, &pending(4), None).unwrap();
+        let placed = place_gang(&mut s, &label(4), 0, &pending(4), &[]).unwrap();
         assert_eq!(placed.len(), 4);
         let mut gpus: Vec<&str> = placed
             .iter()
@@ -621,7 +616,7 @@ mod tests {
     #[test]
     fn one_gpu_short_places_nobody() {
         let mut s = state(1, 3);
-        let e = place_gang(&mut s, &label(4), 0, &pending(4), None).unwrap_err();
+        let e = place_gang(&mut s, &label(4), 0, &pending(4), &[]).unwrap_err();
         assert_eq!(
             e,
             GangShortfall::NotFit {
@@ -638,14 +633,14 @@ mod tests {
     #[test]
     fn placed_members_count_and_only_the_rest_must_fit() {
         let mut s = state(1, 2);
-        let placed = place_gang(&mut s, &label(4), 2, &pending(3), None).unwrap();
+        let placed = place_gang(&mut s, &label(4), 2, &pending(3), &[]).unwrap();
         assert_eq!(placed.len(), 2);
     }
 
     #[test]
     fn too_few_members_is_incomplete() {
         let mut s = state(4, 4);
-        let e = place_gang(&mut s, &label(4), 1, &pending(2), None).unwrap_err();
+        let e = place_gang(&mut s, &label(4), 1, &pending(2), &[]).unwrap_err();
         assert!(e.to_string().starts_with("GangIncomplete"), "{e}");
         assert!(e.to_string().contains("3 member(s)"), "{e}");
     }
@@ -653,12 +648,12 @@ mod tests {
     #[test]
     fn the_first_member_is_placed_among_its_candidates() {
         let mut s = state(3, 1);
-        let names = vec!["n2".to_string()];
-        let placed = place_gang(&mut s, &label(2), 0, &pending(2), Some(&names)).unwrap();
+        let names = ["n2".to_string()];
+        let placed = place_gang(&mut s, &label(2), 0, &pending(2), &[Some(&names[..])]).unwrap();
         assert_eq!(placed[0].1.node, "n2");
         assert_ne!(placed[1].1.node, "n2");
-        let none: Vec<String> = vec!["n9".to_string()];
-        let e = place_gang(&mut s, &label(3), 0, &pending(3), Some(&none)).unwrap_err();
+        let none = ["n9".to_string()];
+        let e = place_gang(&mut s, &label(3), 0, &pending(3), &[Some(&none[..])]).unwrap_err();
         assert!(matches!(e, GangShortfall::NotFit { fit: 2, .. }), "{e}");
     }
 }

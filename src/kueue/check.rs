@@ -30,9 +30,11 @@ use crate::admission::validate::{Validation, validate};
 use crate::capacity::capacity;
 use crate::cluster::ClusterView;
 use crate::config::Config;
-use crate::engine::gang::{GROUP_MIN_AVAILABLE, GROUP_NAME, GangKey, placing_order};
+use crate::engine::gang::{
+    GROUP_MIN_AVAILABLE, GROUP_NAME, GangKey, GangLabel, GangShortfall, place_gang,
+};
 use crate::engine::request::Memory;
-use crate::engine::{Allocation, ClusterState, QuotaAmount};
+use crate::engine::{Allocation, ClusterState, PodPlan, QuotaAmount};
 use crate::placement::PodToPlace;
 
 use super::workload::{PodSet, Workload};
@@ -226,40 +228,33 @@ fn members<'w>(
     Ok(out)
 }
 
-/// Places `count` pods of each member one by one on what `state` leaves,
-/// largest first as a gang's members are placed
-/// ([`crate::engine::gang::placing_order`]), each on the best node under
-/// its policy among its candidates. Returns the places found, by hold key;
-/// fewer than asked when one does not fit (the state is left as it was).
+/// Places `count` pods of each member as one gang
+/// ([`crate::engine::gang::place_gang`]: largest first, each on the best
+/// node under its policy among its candidates) on what `state` leaves.
+/// Returns the places, by hold key, or how many of the pods fit at once.
 fn place_all(
     state: &mut ClusterState,
     workload: &Workload,
+    group: &GangKey,
     members: &[(&Member<'_>, Option<Vec<String>>)],
-) -> Vec<(String, Allocation)> {
-    let pods: Vec<(usize, u32)> = members
+) -> Result<Vec<(String, Allocation)>, usize> {
+    let pods = members
         .iter()
-        .enumerate()
-        .flat_map(|(m, (member, _))| (0..member.set.count).map(move |i| (m, i)))
+        .flat_map(|(m, c)| (0..m.set.count).map(move |i| (m, c, i)));
+    let pending: Vec<(String, PodPlan)> = pods
+        .clone()
+        .map(|(m, _, i)| (hold_key(workload, &m.set.name, i), m.pod.plan.clone()))
         .collect();
-    let order = placing_order(pods.iter().map(|(m, _)| &members[*m].0.pod.plan));
-    let mut placed = Vec::new();
-    for (m, i) in order.into_iter().map(|k| pods[k]) {
-        let (member, candidates) = &members[m];
-        let plan = &member.pod.plan;
-        let best = state
-            .evaluate(plan, candidates.as_deref())
-            .best()
-            .map(|b| b.node.to_string());
-        let key = hold_key(workload, &member.set.name, i);
-        match best.and_then(|node| state.assign(plan, &node).ok()) {
-            Some(a) if state.apply(&key, a.clone()).is_ok() => placed.push((key, a)),
-            _ => break,
-        }
-    }
-    for (key, _) in &placed {
-        state.remove(key);
-    }
-    placed
+    let candidates: Vec<Option<&[String]>> = pods.map(|(_, c, _)| c.as_deref()).collect();
+    let label = GangLabel {
+        key: group.clone(),
+        min_available: u32::try_from(pending.len()).unwrap_or(u32::MAX),
+        hold_limit_seconds: None,
+    };
+    place_gang(state, &label, 0, &pending, &candidates).map_err(|e| match e {
+        GangShortfall::NotFit { fit, .. } => fit,
+        GangShortfall::Incomplete { .. } => 0,
+    })
 }
 
 /// `24 GiB` or `1500 MiB`.
@@ -363,51 +358,13 @@ pub fn answer(
     kinds.dedup();
 
     let mut state = view.state_without_gang_holds(&group);
-    let placed = place_all(&mut state, workload, &members);
-    if placed.len() == total {
-        // Quota: every pod of the workload at once, against each pod set's
-        // namespace quota.
-        let sum = placed.iter().fold(QuotaAmount::default(), |s, (_, a)| {
-            s.saturating_add(QuotaAmount::of_allocation(a))
-        });
-        for (m, _) in &members {
-            let (quota, _) = view.quotas().quota(
-                &workload.namespace,
-                &m.pod.scope,
-                config.device_config(m.pod.plan.request.device_kind),
-            );
-            if let Err(e) = quota.check(sum) {
-                let message = format!(
-                    "{needed} needed at once; ResourceQuota {} allows no more: {}",
-                    e.quota,
-                    e.numbers()
-                );
-                return if e.requested > e.limit {
-                    Answer::Rejected(message)
-                } else {
-                    Answer::Retry(message)
-                };
-            }
-        }
-        let label = json!({GROUP_NAME: group.name, GROUP_MIN_AVAILABLE: total.to_string()});
-        let mut pod_set_updates: Vec<Value> = Vec::new();
-        for (m, _) in &members {
-            if !pod_set_updates.iter().any(|u| u["name"] == m.set.name) {
-                pod_set_updates.push(json!({"name": m.set.name, "labels": label}));
-            }
-        }
-        return Answer::Ready(Ready {
-            group,
-            members: total,
-            holds: placed,
-            pod_set_updates,
-            needed,
-        });
-    }
+    let fit_now = match place_all(&mut state, workload, &group, &members) {
+        Err(fit) => fit,
+        Ok(placed) => return ready(view, config, workload, group, &members, placed, needed),
+    };
     // Could it ever fit? The same placement with every device free.
     let mut empty = state.emptied();
-    let ever = place_all(&mut empty, workload, &members);
-    if ever.len() < total {
+    if let Err(fit_ever) = place_all(&mut empty, workload, &group, &members) {
         let alone = members
             .iter()
             .find(|(m, c)| empty.evaluate(&m.pod.plan, c.as_deref()).best().is_none());
@@ -419,15 +376,65 @@ pub fn answer(
                 slices_words(&[(m, None)], true),
             ),
             None => format!(
-                "{needed} needed at once, and even with every device free only {} of {total} \
-                 pods fit",
-                ever.len()
+                "{needed} needed at once, and even with every device free only {fit_ever} of \
+                 {total} pods fit"
             ),
         });
     }
     Answer::Retry(format!(
-        "{}; {needed} needed ({} of {total} pods fit now)",
-        largest_free_words(&state, &kinds),
-        placed.len()
+        "{}; {needed} needed ({fit_now} of {total} pods fit now)",
+        largest_free_words(&state, &kinds)
     ))
+}
+
+/// Ready, with the places found, unless the namespace quota refuses all
+/// the pods at once.
+fn ready(
+    view: &ClusterView,
+    config: &Config,
+    workload: &Workload,
+    group: GangKey,
+    members: &[(&Member<'_>, Option<Vec<String>>)],
+    placed: Vec<(String, Allocation)>,
+    needed: String,
+) -> Answer {
+    let total = placed.len();
+    // Quota: every pod of the workload at once, against each pod set's
+    // namespace quota.
+    let sum = placed.iter().fold(QuotaAmount::default(), |s, (_, a)| {
+        s.saturating_add(QuotaAmount::of_allocation(a))
+    });
+    for (m, _) in members {
+        let (quota, _) = view.quotas().quota(
+            &workload.namespace,
+            &m.pod.scope,
+            config.device_config(m.pod.plan.request.device_kind),
+        );
+        if let Err(e) = quota.check(sum) {
+            let message = format!(
+                "{needed} needed at once; ResourceQuota {} allows no more: {}",
+                e.quota,
+                e.numbers()
+            );
+            return if e.requested > e.limit {
+                Answer::Rejected(message)
+            } else {
+                Answer::Retry(message)
+            };
+        }
+    }
+    let label = json!({GROUP_NAME: group.name, GROUP_MIN_AVAILABLE: total.to_string()});
+    let mut pod_set_updates: Vec<Value> = Vec::new();
+    for (m, _) in members {
+        if !pod_set_updates.iter().any(|u| u["name"] == m.set.name) {
+            pod_set_updates.push(json!({"name": m.set.name, "labels": label}));
+        }
+    }
+    Answer::Ready(Ready {
+        group,
+        members: total,
+        holds: placed,
+        pod_set_updates,
+        needed,
+    })
 }

@@ -304,9 +304,9 @@ impl AdmissionCheck {
                 continue;
             }
             let since = ours_of(wl).and_then(|(_, _, t)| t).unwrap_or(now);
-            let until = since.as_millisecond().saturating_add(
-                i64::try_from(config.kueue.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
-            );
+            let until = since
+                .as_millisecond()
+                .saturating_add(config.kueue.hold_ms());
             let group = group_of(wl);
             let held = Held {
                 group: group.clone(),
@@ -340,8 +340,6 @@ impl AdmissionCheck {
             let nodes = self.nodes.get(&self.client).await;
             let candidates =
                 |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, &names, &nodes);
-            let hold_ms =
-                i64::try_from(config.kueue.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
             let decided = {
                 let mut view = self.cluster.write();
                 let decided = answer(&view, &config, wl, &flavor_labels, &candidates);
@@ -349,7 +347,7 @@ impl AdmissionCheck {
                     view.replace_gang_holds(
                         &r.group,
                         r.holds.clone(),
-                        now.as_millisecond().saturating_add(hold_ms),
+                        now.as_millisecond().saturating_add(config.kueue.hold_ms()),
                     );
                 }
                 decided

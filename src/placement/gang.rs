@@ -84,7 +84,7 @@ pub fn judge<'v>(
     }
     pending.insert(0, (uid.to_string(), pod.plan.clone()));
     let placements =
-        place_gang(&mut state, label, placed, &pending, candidates).map_err(NodeReason::Gang)?;
+        place_gang(&mut state, label, placed, &pending, &[candidates]).map_err(NodeReason::Gang)?;
     let node = placements
         .iter()
         .find(|(k, _)| k == uid)
@@ -117,11 +117,17 @@ pub fn planned_place(
     pending.insert(0, (uid.to_string(), pod.plan.clone()));
     let mut state = view.state().clone();
     let candidates = [node.to_string()];
-    place_gang(&mut state, label, placed, &pending, Some(&candidates))
-        .ok()?
-        .into_iter()
-        .find(|(k, a)| k == uid && a.node == node)
-        .map(|(_, a)| a)
+    place_gang(
+        &mut state,
+        label,
+        placed,
+        &pending,
+        &[Some(&candidates[..])],
+    )
+    .ok()?
+    .into_iter()
+    .find(|(k, a)| k == uid && a.node == node)
+    .map(|(_, a)| a)
 }
 
 /// Members placed (holding GPUs in the ledger), and the plans of the known
@@ -173,7 +179,7 @@ pub fn hold_for_rest(
         return Ok(0);
     }
     let mut trial = view.state().clone();
-    let holds = place_gang(&mut trial, label, placed, &pending, None)?;
+    let holds = place_gang(&mut trial, label, placed, &pending, &[])?;
     let until = now_ms.saturating_add(hold_ms(config, label));
     Ok(view.replace_gang_holds(&label.key, holds, until))
 }

@@ -17,28 +17,18 @@
 # generated here from its own go.mod as the module proxy serves it.
 set -euo pipefail
 
+# The cache, Go's environment and the build lock (exit 3: no go).
+source "$(dirname "${BASH_SOURCE[0]}")/build-cache.sh"
+
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.8.0}"
 CERT_MANAGER_VERSION="${CERT_MANAGER_VERSION:-v1.21.2}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
-CACHE_ROOT="${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}"
 DIR="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 BIN="$DIR/bin"
 
 TOOLS="$CACHE_ROOT/tools-kustomize-$KUSTOMIZE_VERSION-cert-manager-$CERT_MANAGER_VERSION-helm-$HELM_VERSION"
-
-command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
-# Exit status 3 means only "no go"; any other failure is 1.
-trap 'exit 1' ERR
-# No go.work from the caller's directories; modules are resolved here.
-export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
-export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
-mkdir -p "$CACHE_ROOT"
-cd "$CACHE_ROOT"
-# One build at a time per cache (two test runs at once share it).
-exec 9>"$CACHE_ROOT/.build.lock"
-flock 9
 
 # --- kustomize, helm and cert-manager's CRDs (their own cache key) --------
 if [[ ! -f "$TOOLS/.complete" ]]; then

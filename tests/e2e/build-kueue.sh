@@ -18,21 +18,11 @@
 # the upstream path).
 set -euo pipefail
 
-KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
-CACHE_ROOT="${GPUGATE_E2E_CACHE:-$HOME/.cache/gpugate-e2e}"
-DIR="$CACHE_ROOT/kueue-$KUEUE_VERSION"
+# The cache, Go's environment and the build lock (exit 3: no go).
+source "$(dirname "${BASH_SOURCE[0]}")/build-cache.sh"
 
-command -v go >/dev/null || { echo "go is not installed" >&2; exit 3; }
-# Exit status 3 means only "no go"; any other failure is 1.
-trap 'exit 1' ERR
-# No go.work from the caller's directories; modules are resolved here.
-export GOFLAGS=-mod=mod CGO_ENABLED=0 GOWORK=off
-export GOCACHE="${GOCACHE:-$CACHE_ROOT/go-build}"
-mkdir -p "$CACHE_ROOT"
-cd "$CACHE_ROOT"
-# One build at a time per cache (two test runs at once share it).
-exec 9>"$CACHE_ROOT/.build.lock"
-flock 9
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+DIR="$CACHE_ROOT/kueue-$KUEUE_VERSION"
 
 if [[ -f "$DIR/.complete" ]]; then
     echo "$DIR"

@@ -27,6 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
@@ -34,7 +35,7 @@ use kube::discovery::{ApiResource, Discovery};
 use serde_json::{Value, json};
 
 use crate::fixtures::{
-    create_pod, devices, events_of, gpu_node, gpu_pod, is_bound, ledger_matches, usage_by_gpu,
+    create_pod, devices, gpu_node, gpu_pod, is_bound, ledger_matches, usage_by_gpu, wait_event,
 };
 use crate::manifests;
 use crate::procs::{Proc, free_port};
@@ -169,53 +170,48 @@ fn job(name: &str, ns: &str, pods: u32, mib: u32) -> Value {
     })
 }
 
+fn jobs(ctx: &Ctx, ns: &str) -> Api<Job> {
+    Api::namespaced(ctx.cp.admin.clone(), ns)
+}
+
+/// The pods of job `name` (its template's label `job`).
+async fn pods_of_job(pods: &Api<Pod>, name: &str) -> Result<Vec<Pod>, String> {
+    pods.list(&ListParams::default().labels(&format!("job={name}")))
+        .await
+        .map(|l| l.items)
+        .map_err(|e| e.to_string())
+}
+
 async fn create_job(ctx: &Ctx, ns: &str, job: &Value) -> anyhow::Result<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        ctx.cp.admin.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("batch", "v1", "Job")),
-    );
-    let obj: DynamicObject = serde_json::from_value(job.clone())?;
-    api.create(&PostParams::default(), &obj).await?;
+    let job: Job = serde_json::from_value(job.clone())?;
+    jobs(ctx, ns).create(&PostParams::default(), &job).await?;
     Ok(())
 }
 
 async fn delete_job(ctx: &Ctx, ns: &str, name: &str) -> anyhow::Result<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        ctx.cp.admin.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("batch", "v1", "Job")),
-    );
-    let dp = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
+    let now = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    api.delete(name, &dp).await?;
+    let background = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..now.clone()
+    };
+    jobs(ctx, ns).delete(name, &background).await?;
     let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
-    let selector = format!("job={name}");
     eventually(&format!("job {name}'s pods gone"), WAIT, || {
-        let (pods, selector) = (pods.clone(), selector.clone());
+        let (pods, now) = (pods.clone(), now.clone());
         async move {
-            let left = pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?;
-            for p in &left.items {
+            let left = pods_of_job(&pods, name).await?;
+            for p in &left {
                 let _ = pods
-                    .delete(
-                        p.metadata.name.as_deref().unwrap_or_default(),
-                        &DeleteParams {
-                            grace_period_seconds: Some(0),
-                            ..DeleteParams::default()
-                        },
-                    )
+                    .delete(p.metadata.name.as_deref().unwrap_or_default(), &now)
                     .await;
             }
-            if left.items.is_empty() {
+            if left.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{} left", left.items.len()))
+                Err(format!("{} left", left.len()))
             }
         }
     })
@@ -260,44 +256,18 @@ async fn wait_answer(
     needle: &str,
 ) -> anyhow::Result<String> {
     let wl = workload_of(ctx, ns, job).await?;
-    let wl_name = wl["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let client = ctx.cp.admin.clone();
-    eventually(
-        &format!("{reason} containing {needle:?} on job {job}'s Workload"),
-        WAIT,
-        || {
-            let (client, wl_name) = (client.clone(), wl_name.clone());
-            async move {
-                let events = events_of(&client, ns, &wl_name)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                events
-                    .iter()
-                    .find(|(r, m)| r == reason && m.contains(needle))
-                    .map(|(_, m)| m.clone())
-                    .ok_or_else(|| format!("{events:?}"))
-            }
-        },
-    )
-    .await
+    let wl_name = wl["metadata"]["name"].as_str().unwrap_or_default();
+    wait_event(&ctx.cp.admin, ns, wl_name, reason, needle, WAIT).await
 }
 
 /// The bound pods of job `name`, once there are `count`.
 async fn job_pods_bound(ctx: &Ctx, ns: &str, name: &str, count: usize) -> anyhow::Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
-    let selector = format!("job={name}");
     eventually(&format!("{count} pods of job {name} bound"), WAIT, || {
-        let (pods, selector) = (pods.clone(), selector.clone());
+        let pods = pods.clone();
         async move {
-            let list = pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| e.to_string())?;
-            let bound: Vec<Pod> = list
-                .items
+            let bound: Vec<Pod> = pods_of_job(&pods, name)
+                .await?
                 .into_iter()
                 .filter(|p| {
                     is_bound(p)
@@ -434,12 +404,7 @@ pub async fn kueue(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
     .await;
     drop(kueue);
     let cleaned = async {
-        let jobs: Api<DynamicObject> = Api::namespaced_with(
-            ctx.cp.admin.clone(),
-            ns,
-            &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("batch", "v1", "Job")),
-        );
-        let _ = jobs
+        let _ = jobs(ctx, ns)
             .delete_collection(&DeleteParams::background(), &ListParams::default())
             .await;
         ctx.cp
@@ -510,9 +475,11 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     create_job(ctx, ns, &job("small", ns, 1, 4096)).await?;
     job_pods_bound(ctx, ns, "small", 1).await?;
     let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
-    let big_pods = pods.list(&ListParams::default().labels("job=big")).await?;
+    let big_pods = pods_of_job(&pods, "big")
+        .await
+        .map_err(anyhow::Error::msg)?;
     ensure!(
-        big_pods.items.iter().all(|p| !is_bound(p)),
+        big_pods.iter().all(|p| !is_bound(p)),
         "a pod of the big job bound while it did not fit"
     );
 
