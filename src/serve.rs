@@ -405,11 +405,20 @@ async fn start(
             metrics.kueue.clone(),
             events.clone(),
         );
+        // It moves pods through gpugate's own defragmentation (one limit of
+        // moves per minute for both).
+        let defrag = preemptor.as_ref().map(|p| p.defragmenter());
+        let (limits, limit) = (api_limits.clone(), client_limit.clone());
         supervisor.spawn("kueue-admission-check", move |stopped| {
             let (client, cluster, config, leader, kueue, events) = check.clone();
-            crate::kueue::controller::AdmissionCheck::new(
+            let api = ApiCalls::new(client.clone(), &limits, limit.clone());
+            let check = crate::kueue::controller::AdmissionCheck::new(
                 client, cluster, config, leader, kueue, events,
-            )
+            );
+            match &defrag {
+                Some(d) => check.with_defragmentation(d.clone(), api),
+                None => check,
+            }
             .run(stopped)
         });
     }

@@ -7,6 +7,10 @@
 //! only for one it cannot place now but could on the same nodes with
 //! every device free; Rejected only for one it could not place even then.
 
+mod support {
+    pub mod rng;
+}
+
 use std::collections::BTreeMap;
 
 use gpugate::cluster::Snapshot;
@@ -17,27 +21,9 @@ use gpugate::simulate::simulate;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
+use support::rng::Rng;
 
 const GPU_MIB: u32 = 16_000;
-
-/// A small deterministic generator (xorshift64*), so that a failing case
-/// is named by its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, of: &[T]) -> T {
-        of[self.below(of.len() as u64) as usize]
-    }
-}
 
 #[derive(Debug, Clone)]
 struct PodSetCase {
@@ -50,7 +36,7 @@ struct PodSetCase {
 /// A cluster of 2 to 4 nodes of 1 to 4 GPUs, fragmented by up to 12
 /// running slices, and a workload of one or two pod sets.
 fn case(seed: u64) -> (String, String, Vec<PodSetCase>) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::of_seed(seed);
     let nodes: Vec<u64> = (0..2 + rng.below(3)).map(|_| 1 + rng.below(4)).collect();
     let mut docs = Vec::new();
     for (n, &gpus) in nodes.iter().enumerate() {

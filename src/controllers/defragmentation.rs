@@ -35,10 +35,15 @@ use serde_json::json;
 use crate::cluster::SharedCluster;
 use crate::cluster::api::ApiCalls;
 use crate::cluster::events::{EventSink, PodEvent, pod_ref};
+use crate::cluster::view::gang_moves;
 use crate::config::Config;
+use crate::engine::PodPlan;
+use crate::engine::gang::GangKey;
 use crate::placement::PodToPlace;
 use crate::placement::defrag::{
-    DefragPlan, Inputs, Outcome, finish_movers, held_movers, namespace_movable, plan_on,
+    DefragPlan, GangDefragPlan, GangOutcome, Inputs, Outcome, PlannedMove, finish_movers,
+    held_movers, hold_gang_plan, hold_replacements, moved_pods_in_place, namespace_movable,
+    plan_gang_on, plan_on,
 };
 use crate::placement::scheduler_checks;
 
@@ -141,110 +146,48 @@ impl Defragmenter {
             // Gangs are preempted for whole, not defragmented for.
             return DefragOutcome::NoPlan;
         }
-        let namespaces: Vec<String> = {
-            let view = cluster.read();
-            view.quotas()
-                .used_namespaces()
-                .filter(|ns| namespace_movable(&view, config, ns))
-                .map(str::to_string)
-                .collect()
+        let pods = match movable_pods(api, cluster, config, &who).await {
+            Ok(p) => p,
+            Err(o) => return o,
         };
-        if namespaces.is_empty() {
-            tracing::debug!(pod = %who, "defragmentation: no namespace holding GPUs lets its pods move (namespace policy movable: true)");
-            return DefragOutcome::NoPlan;
-        }
-        let mut pods: Vec<Pod> = Vec::new();
-        for ns in &namespaces {
-            match api.list_pods(ns).await {
-                Ok(mut p) => pods.append(&mut p),
-                Err(e) => {
-                    tracing::warn!(pod = %who, "defragmentation: {e}");
-                    return DefragOutcome::Abandoned;
+        let search = |inputs: &Inputs<'_>| {
+            // Under the view's lock: who may move, and a copy of the state
+            // that only they can leave (GPU inventories shared), so that
+            // no lock is held while the search runs.
+            let (state, budgets, movers) = {
+                let view = cluster.read();
+                let held = held_movers(&view, config, pod, &pods, Timestamp::now());
+                let keys = held
+                    .iter()
+                    .filter_map(|(i, _)| pods.get(*i)?.metadata.uid.as_deref());
+                (
+                    view.state().copy_for_moves(keys),
+                    view.budgets().clone(),
+                    held,
+                )
+            };
+            let movers = finish_movers(config, &pods, movers);
+            let outcome = self.timed(d.search_millis, |stop| {
+                plan_on(state, &budgets, config, pod, movers, inputs, stop)
+            });
+            match outcome {
+                Outcome::Plan(p) => Ok(p),
+                Outcome::NotNeeded => Err(DefragOutcome::Handled),
+                Outcome::GangMember => Err(DefragOutcome::NoPlan),
+                Outcome::NoPlan {
+                    exhaustive,
+                    movable,
+                } => {
+                    tracing::info!(pod = %who, movable, exhaustive, "defragmentation: no set of at most {} moves makes room", d.max_moves);
+                    Err(DefragOutcome::NoPlan)
                 }
             }
-        }
-        let mut barred: Vec<(String, String)> = Vec::new();
-        let mut node_objects: Vec<Node> = Vec::new();
-        let plan = 'plan: {
-            for _ in 0..=REPLANS {
-                // Under the view's lock: who may move, and a copy of the
-                // state that only they can leave (GPU inventories shared),
-                // so that no lock is held while the search runs.
-                let (state, budgets, held) = {
-                    let view = cluster.read();
-                    let held = held_movers(&view, config, pod, &pods, Timestamp::now());
-                    let keys = held
-                        .iter()
-                        .filter_map(|(i, _)| pods.get(*i)?.metadata.uid.as_deref());
-                    (
-                        view.state().copy_for_moves(keys),
-                        view.budgets().clone(),
-                        held,
-                    )
-                };
-                let movers = finish_movers(config, &pods, held);
-                let inputs = Inputs {
-                    nodes: Some(nodes),
-                    pods: &pods,
-                    node_objects: Some(&node_objects),
-                    barred: &barred,
-                };
-                let started = Instant::now();
-                let deadline = started + Duration::from_millis(d.search_millis);
-                let out_of_time = || Instant::now() >= deadline;
-                let outcome = off_the_runtime(|| {
-                    plan_on(state, &budgets, config, pod, movers, &inputs, &out_of_time)
-                });
-                self.metrics
-                    .search_micros
-                    .inc_by(started.elapsed().as_micros() as u64);
-                let plan = match outcome {
-                    Outcome::Plan(p) => p,
-                    Outcome::NotNeeded => return DefragOutcome::Handled,
-                    Outcome::GangMember => return DefragOutcome::NoPlan,
-                    Outcome::NoPlan {
-                        exhaustive,
-                        movable,
-                    } => {
-                        tracing::info!(pod = %who, movable, exhaustive, "defragmentation: no set of at most {} moves makes room", d.max_moves);
-                        return DefragOutcome::NoPlan;
-                    }
-                };
-                // kube-scheduler's own filters on each destination.
-                let mut refused = false;
-                for m in &plan.moves {
-                    if !node_objects
-                        .iter()
-                        .any(|n| n.metadata.name.as_deref() == Some(&m.to))
-                    {
-                        match api.get_node(&m.to).await {
-                            Ok(n) => node_objects.push(n),
-                            Err(e) => {
-                                tracing::warn!(pod = %who, "defragmentation: {e}");
-                                return DefragOutcome::Abandoned;
-                            }
-                        }
-                    }
-                    let node = node_objects
-                        .iter()
-                        .find(|n| n.metadata.name.as_deref() == Some(&m.to));
-                    let moved = pods
-                        .iter()
-                        .find(|p| p.metadata.uid.as_deref() == Some(&m.uid));
-                    if let (Some(n), Some(p)) = (node, moved)
-                        && scheduler_checks::excluded(p, n).is_some()
-                    {
-                        barred.push((m.uid.clone(), m.to.clone()));
-                        refused = true;
-                    }
-                }
-                if !refused {
-                    break 'plan plan;
-                }
-            }
-            return DefragOutcome::NoPlan;
         };
-        if plan.moves.len() > self.moves_left(d.moves_per_minute) {
+        let plan = match checked_plan(api, &who, Some(nodes), &pods, search, |p| &p.moves).await {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        if !self.take_moves(plan.moves.len(), d.moves_per_minute) {
             tracing::info!(pod = %who, moves = plan.moves.len(), "defragmentation: the plan needs more moves than the minute's limit leaves; tried again on its next attempt");
             return DefragOutcome::RateLimited;
         }
@@ -255,6 +198,7 @@ impl Defragmenter {
             "annotations": {CLAIM: format!("{},{}", plan.node, Timestamp::now().as_second())},
         }});
         if let Err(e) = api.merge_patch_pod(namespace, name, &claim).await {
+            self.give_back_moves(plan.moves.len());
             if e.is_conflict() {
                 return DefragOutcome::Handled;
             }
@@ -264,11 +208,11 @@ impl Defragmenter {
         if let Err(why) = self.hold(cluster, pod, &plan, d.hold_seconds) {
             // Binds since the search took part of the plan: nothing is
             // evicted, and the pod may be planned again at once.
+            self.give_back_moves(plan.moves.len());
             tracing::info!(pod = %who, "defragmentation: the plan no longer holds ({why}); nothing evicted");
             release_claim(api, namespace, name, &who).await;
             return DefragOutcome::Abandoned;
         }
-        self.count_moves(plan.moves.len());
         tracing::info!(pod = %who, plan = %plan.describe(), "defragmentation: moving");
         events.emit(PodEvent::new(
             pod.pod(),
@@ -280,8 +224,70 @@ impl Defragmenter {
                 d.hold_seconds
             ),
         ));
+        if let Err((moved, refusal)) = self.evict(api, events, &plan.moves, &who).await {
+            events.emit(PodEvent::new(
+                pod.pod(),
+                true,
+                "DefragmentationAbandoned",
+                refusal,
+            ));
+            {
+                let mut view = cluster.write();
+                view.abandon_nominations(pod.uid());
+                view.release_destinations(pod.uid(), &moved);
+            }
+            release_claim(api, namespace, name, &who).await;
+            return DefragOutcome::Abandoned;
+        }
+        self.metrics
+            .gpus_freed
+            .inc_by(plan.allocation.grant_count() as u64);
+        DefragOutcome::Moved
+    }
+
+    /// Runs a search (given its stop: `millis` from now) off the runtime,
+    /// counting its time.
+    fn timed<T>(&self, millis: u64, search: impl FnOnce(&dyn Fn() -> bool) -> T) -> T {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(millis);
+        let out_of_time = || Instant::now() >= deadline;
+        let found = off_the_runtime(|| search(&out_of_time));
+        self.metrics
+            .search_micros
+            .inc_by(started.elapsed().as_micros() as u64);
+        found
+    }
+
+    /// Counts `n` moves against the minute's limit, if they fit in it.
+    fn take_moves(&self, n: usize, per_minute: u32) -> bool {
+        if n > self.moves_left(per_minute) {
+            return false;
+        }
+        self.count_moves(n);
+        true
+    }
+
+    /// Moves counted but not made (the plan stopped before its evictions).
+    fn give_back_moves(&self, n: usize) {
+        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..n {
+            moves.pop_back();
+        }
+    }
+
+    /// Evicts the pods of `moves` (each event says it makes room for
+    /// `whom`), in order; stops at the first refusal (a
+    /// PodDisruptionBudget, a failed call). `Err` holds the UIDs moved
+    /// before it, and the refusal in words.
+    async fn evict(
+        &self,
+        api: &ApiCalls,
+        events: &EventSink,
+        moves: &[PlannedMove],
+        whom: &str,
+    ) -> Result<(), (Vec<String>, String)> {
         let mut moved: Vec<String> = Vec::new();
-        for m in &plan.moves {
+        for m in moves {
             let Some((moved_ns, moved_name)) = m.pod.split_once('/') else {
                 continue;
             };
@@ -294,34 +300,119 @@ impl Defragmenter {
                         false,
                         "Moved",
                         format!(
-                            "evicted from node {} to make room for {who} (GPU fragmentation); its {} recreates it, and its place is held on node {}",
+                            "evicted from node {} to make room for {whom} (GPU fragmentation); its {} recreates it, and its place is held on node {}",
                             m.from, m.owner.0, m.to
                         ),
                     ));
                 }
                 Err(e) if e.is_not_found() => moved.push(m.uid.clone()),
                 Err(e) => {
-                    tracing::warn!(pod = %who, victim = %m.pod, "defragmentation: eviction refused, plan abandoned: {e}");
-                    events.emit(PodEvent::new(
-                        pod.pod(),
-                        true,
-                        "DefragmentationAbandoned",
-                        format!("moving {} from node {}: {e}", m.pod, m.from),
-                    ));
-                    {
-                        let mut view = cluster.write();
-                        view.abandon_nominations(pod.uid());
-                        view.release_destinations(pod.uid(), &moved);
-                    }
-                    release_claim(api, namespace, name, &who).await;
-                    return DefragOutcome::Abandoned;
+                    tracing::warn!(for_whom = %whom, victim = %m.pod, "defragmentation: eviction refused, plan abandoned: {e}");
+                    return Err((moved, format!("moving {} from node {}: {e}", m.pod, m.from)));
                 }
             }
         }
-        self.metrics
-            .gpus_freed
-            .inc_by(plan.allocation.grant_count() as u64);
-        DefragOutcome::Moved
+        Ok(())
+    }
+
+    /// One attempt to make room for a gang whose members must all be placed
+    /// at once (a Kueue workload's pods), named `whom` in events: the plan
+    /// of [`plan_gang_on`] on what the view leaves the gang
+    /// ([`crate::cluster::ClusterView::state_without_gang_holds`]), its
+    /// destinations checked as for a pod. If it is made, the pods are
+    /// evicted, each replacement's place is held (group
+    /// [`gang_moves`]), and each member's place waits for it
+    /// ([`crate::cluster::ClusterView::hold_gang_place`]), for the config's
+    /// `holdSeconds`. Movers are chosen as for `priority_of` (its priority;
+    /// never itself).
+    pub async fn make_room_for_gang(
+        &self,
+        (api, events): (&ApiCalls, &EventSink),
+        cluster: &SharedCluster,
+        config: &Config,
+        gang: &GangToPlace<'_>,
+    ) -> Result<GangDefragPlan, DefragOutcome> {
+        let outcome = self
+            .attempt_for_gang((api, events), cluster, config, gang)
+            .await;
+        self.metrics.plan(match &outcome {
+            Ok(_) => DefragOutcome::Moved.as_str(),
+            Err(o) => o.as_str(),
+        });
+        outcome
+    }
+
+    async fn attempt_for_gang(
+        &self,
+        (api, events): (&ApiCalls, &EventSink),
+        cluster: &SharedCluster,
+        config: &Config,
+        gang: &GangToPlace<'_>,
+    ) -> Result<GangDefragPlan, DefragOutcome> {
+        let who = gang.whom;
+        let d = &config.scheduler.defragmentation;
+        let pods = movable_pods(api, cluster, config, who).await?;
+        let candidates: Vec<Option<&[String]>> =
+            gang.candidates.iter().map(|c| c.as_deref()).collect();
+        let search = |inputs: &Inputs<'_>| {
+            let (state, budgets, movers) = {
+                let view = cluster.read();
+                let held = held_movers(&view, config, gang.priority_of, &pods, Timestamp::now());
+                let keys = held
+                    .iter()
+                    .filter_map(|(i, _)| pods.get(*i)?.metadata.uid.as_deref());
+                let state = view.state_without_gang_holds(gang.group);
+                (state.copy_for_moves(keys), view.budgets().clone(), held)
+            };
+            let movers = finish_movers(config, &pods, movers);
+            let outcome = self.timed(d.search_millis, |stop| {
+                plan_gang_on(
+                    state,
+                    &budgets,
+                    config,
+                    gang.pending,
+                    &candidates,
+                    movers,
+                    inputs,
+                    stop,
+                )
+            });
+            match outcome {
+                GangOutcome::Plan(p) => Ok(p),
+                GangOutcome::NotNeeded => Err(DefragOutcome::Handled),
+                GangOutcome::NoPlan {
+                    exhaustive,
+                    movable,
+                } => {
+                    tracing::info!(gang = %who, movable, exhaustive, "defragmentation: no set of at most {} moves makes room", d.max_moves);
+                    Err(DefragOutcome::NoPlan)
+                }
+            }
+        };
+        let plan = checked_plan(api, who, None, &pods, search, |p| &p.moves).await?;
+        if !self.take_moves(plan.moves.len(), d.moves_per_minute) {
+            tracing::info!(gang = %who, moves = plan.moves.len(), "defragmentation: the plan needs more moves than the minute's limit leaves; tried again on its next attempt");
+            return Err(DefragOutcome::RateLimited);
+        }
+        let until = Timestamp::now().as_millisecond()
+            + i64::try_from(d.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let held = hold_gang_plan(&mut cluster.write(), gang.group, gang.pending, &plan, until);
+        if let Err(why) = held {
+            self.give_back_moves(plan.moves.len());
+            tracing::info!(gang = %who, "defragmentation: the plan no longer holds ({why}); nothing evicted");
+            return Err(DefragOutcome::Abandoned);
+        }
+        tracing::info!(gang = %who, plan = %plan.describe(), "defragmentation: moving");
+        if let Err((moved, refusal)) = self.evict(api, events, &plan.moves, who).await {
+            tracing::info!(gang = %who, "defragmentation abandoned: {refusal}");
+            let mut view = cluster.write();
+            view.release_gang_places(gang.group);
+            view.release_destinations(&gang_moves(gang.group), &moved);
+            return Err(DefragOutcome::Abandoned);
+        }
+        let freed: usize = plan.places.iter().map(|(_, a)| a.grant_count()).sum();
+        self.metrics.gpus_freed.inc_by(freed as u64);
+        Ok(plan)
     }
 
     /// Nominates the target's freed GPUs for the pending pod and holds a
@@ -342,13 +433,7 @@ impl Defragmenter {
             + i64::try_from(hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let uid = pod.uid();
         let mut view = cluster.write();
-        for m in &plan.moves {
-            if view.held_allocation(&m.uid).map(|a| a.node.as_str()) != Some(m.from.as_str())
-                || !view.held_bound(&m.uid)
-            {
-                return Err(format!("{} is no longer on node {}", m.pod, m.from));
-            }
-        }
+        moved_pods_in_place(&view, &plan.moves)?;
         let on_target: Vec<String> = plan
             .moves
             .iter()
@@ -371,15 +456,9 @@ impl Defragmenter {
             &on_target,
             until,
         );
-        let left: std::collections::HashSet<&str> =
-            plan.moves.iter().map(|m| m.from.as_str()).collect();
-        for m in &plan.moves {
-            let held = view.hold_destination(uid, &m.uid, &m.owner.1, &m.plan, &m.to, until);
-            if !held && !left.contains(m.to.as_str()) {
-                view.abandon_nominations(uid);
-                view.release_destinations(uid, &[]);
-                return Err(format!("node {} no longer has room for {}", m.to, m.pod));
-            }
+        if let Err(why) = hold_replacements(&mut view, uid, &plan.moves, until) {
+            view.abandon_nominations(uid);
+            return Err(why);
         }
         Ok(())
     }
@@ -393,6 +472,109 @@ fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         _ => work(),
     }
+}
+
+/// A gang defragmentation makes room for: its members, by member key,
+/// each with the nodes kube-scheduler would offer it (`None`: every
+/// node).
+#[derive(Debug)]
+pub struct GangToPlace<'g> {
+    pub group: &'g GangKey,
+    /// Named in events and logs: "workload ml/train".
+    pub whom: &'g str,
+    pub pending: &'g [(String, PodPlan)],
+    pub candidates: &'g [Option<Vec<String>>],
+    /// A member, for the rules of who may move for it (its priority).
+    pub priority_of: &'g PodToPlace,
+}
+
+/// The pods of the namespaces whose policy lets theirs move (those holding
+/// GPUs), listed.
+async fn movable_pods(
+    api: &ApiCalls,
+    cluster: &SharedCluster,
+    config: &Config,
+    who: &str,
+) -> Result<Vec<Pod>, DefragOutcome> {
+    let namespaces: Vec<String> = {
+        let view = cluster.read();
+        view.quotas()
+            .used_namespaces()
+            .filter(|ns| namespace_movable(&view, config, ns))
+            .map(str::to_string)
+            .collect()
+    };
+    if namespaces.is_empty() {
+        tracing::debug!(for_whom = %who, "defragmentation: no namespace holding GPUs lets its pods move (namespace policy movable: true)");
+        return Err(DefragOutcome::NoPlan);
+    }
+    let mut pods: Vec<Pod> = Vec::new();
+    for ns in &namespaces {
+        match api.list_pods(ns).await {
+            Ok(mut p) => pods.append(&mut p),
+            Err(e) => {
+                tracing::warn!(for_whom = %who, "defragmentation: {e}");
+                return Err(DefragOutcome::Abandoned);
+            }
+        }
+    }
+    Ok(pods)
+}
+
+/// The plan `search` finds (given the destinations barred so far and the
+/// node objects read), searched again (at most [`REPLANS`] times) while
+/// one of its moves lands where kube-scheduler's own filters (nodeSelector,
+/// affinity, taints) would not let the replacement. `nodes`: the pending
+/// pod's nodes (every node when `None`).
+async fn checked_plan<P>(
+    api: &ApiCalls,
+    who: &str,
+    nodes: Option<&[String]>,
+    pods: &[Pod],
+    mut search: impl FnMut(&Inputs<'_>) -> Result<P, DefragOutcome>,
+    moves_of: impl Fn(&P) -> &[PlannedMove],
+) -> Result<P, DefragOutcome> {
+    let mut barred: Vec<(String, String)> = Vec::new();
+    let mut node_objects: Vec<Node> = Vec::new();
+    for _ in 0..=REPLANS {
+        let plan = search(&Inputs {
+            nodes,
+            pods,
+            node_objects: Some(&node_objects),
+            barred: &barred,
+        })?;
+        let mut refused = false;
+        for m in moves_of(&plan) {
+            if !node_objects
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(&m.to))
+            {
+                match api.get_node(&m.to).await {
+                    Ok(n) => node_objects.push(n),
+                    Err(e) => {
+                        tracing::warn!(for_whom = %who, "defragmentation: {e}");
+                        return Err(DefragOutcome::Abandoned);
+                    }
+                }
+            }
+            let node = node_objects
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(&m.to));
+            let moved = pods
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(&m.uid));
+            if let (Some(n), Some(p)) = (node, moved)
+                && scheduler_checks::excluded(p, n).is_some()
+            {
+                barred.push((m.uid.clone(), m.to.clone()));
+                refused = true;
+            }
+        }
+        if !refused {
+            return Ok(plan);
+        }
+    }
+    Err(DefragOutcome::NoPlan)
 }
 
 /// Removes the claim from a pod whose plan was abandoned, so that it may be

@@ -118,8 +118,9 @@ pub struct Preemptor {
     api: ApiCalls,
     events: EventSink,
     metrics: PreemptionMetrics,
-    /// For pods preemption cannot help.
-    defrag: Defragmenter,
+    /// For pods preemption cannot help (shared with Kueue's admission
+    /// check: one limit of moves per minute).
+    defrag: Arc<Defragmenter>,
 }
 
 /// The pods `/filter` left without a node, by UID.
@@ -135,7 +136,7 @@ impl Preemptor {
             nudged: Mutex::default(),
             api,
             events,
-            defrag: Defragmenter::new(metrics.defrag.clone()),
+            defrag: Arc::new(Defragmenter::new(metrics.defrag.clone())),
             metrics,
         }
     }
@@ -144,6 +145,12 @@ impl Preemptor {
     /// capacity.
     pub fn unplaced(&self, pod: &PodToPlace, nodes: Vec<String>) {
         self.noted.unplaced(pod, nodes);
+    }
+
+    /// Defragmentation, for the others that make room (Kueue's admission
+    /// check).
+    pub fn defragmenter(&self) -> Arc<Defragmenter> {
+        self.defrag.clone()
     }
 
     /// kube-scheduler preempts for the pod, or it was placed: nothing to do.

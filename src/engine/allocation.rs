@@ -96,6 +96,17 @@ impl Allocation {
         self.kinds.get(i).copied().unwrap_or_default()
     }
 
+    /// The GPUs it names (each once, in order).
+    pub fn gpu_uuids(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for g in self.containers.iter().flatten() {
+            if !out.contains(&g.uuid) {
+                out.push(g.uuid.clone());
+            }
+        }
+        out
+    }
+
     /// What the pod takes of each GPU while it exists: per GPU, Kubernetes'
     /// pod rule ([`pod_peak`]) over what each container takes of it (init
     /// containers at their peak, each beside the sidecars started before

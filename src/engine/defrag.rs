@@ -96,18 +96,29 @@ pub enum Search {
 const PENDING_KEY: &str = "defrag/pending";
 
 /// The search for `pending`, which may go to `nodes` (every node when
-/// `None`), moving some of `movable`, on `state` (a copy it changes and
-/// gives back as it was: [`ClusterState::copy_for_moves`] of the movable
-/// pods' keys will do).
+/// `None`), moving some of `movable`, on `state` (changed while it runs
+/// and given back as it was: a copy, [`ClusterState::copy_for_moves`] of
+/// the movable pods' keys, is enough).
 pub fn search(
-    state: ClusterState,
+    state: &mut ClusterState,
     pending: &PodPlan,
     nodes: Option<&[String]>,
     movable: &[Movable],
     rules: &Rules<'_>,
 ) -> Search {
+    search_spending(state, pending, nodes, movable, rules).0
+}
+
+/// [`search`], and the node fits it spent.
+fn search_spending(
+    state: &mut ClusterState,
+    pending: &PodPlan,
+    nodes: Option<&[String]>,
+    movable: &[Movable],
+    rules: &Rules<'_>,
+) -> (Search, u64) {
     if state.evaluate(pending, nodes).best().is_some() {
-        return Search::FitsNow;
+        return (Search::FitsNow, 0);
     }
     let mut s = Searcher {
         work: state,
@@ -117,83 +128,206 @@ pub fn search(
         spent: 0,
         out_of_budget: false,
     };
-    // Preference order: lowest priority, least recently moved, key.
-    let mut order: Vec<usize> = (0..movable.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&movable[a], &movable[b]);
-        (x.priority, x.since, &x.key).cmp(&(y.priority, y.since, &y.key))
-    });
-    let allowed = |node: &str| nodes.is_none_or(|ns| ns.iter().any(|n| n == node));
-    // Targets: the pod's nodes where it fits once every movable pod there
-    // is gone, in name order, each with its movable pods.
-    let mut by_node: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
-    for &i in &order {
-        let node = movable[i].node.as_str();
-        if allowed(node) {
-            by_node.entry(node).or_default().push(i);
-        }
-    }
-    let mut targets: Vec<(&str, Vec<usize>)> = by_node.into_iter().collect();
-    targets.retain(|(node, on)| s.fits_without(node, on));
-    let is_target: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();
-    if s.out_of_budget {
-        return Search::NoPlan { exhaustive: false };
-    }
-    // One move: the first valid in preference order is the best one.
-    if rules.max_moves >= 1 {
+    let found = s.run(nodes);
+    (found, s.spent)
+}
+
+impl Searcher<'_, '_> {
+    fn run(&mut self, nodes: Option<&[String]>) -> Search {
+        let (movable, rules) = (self.movable, self.rules);
+        let s = self;
+        // Preference order: lowest priority, least recently moved, key.
+        let mut order: Vec<usize> = (0..movable.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&movable[a], &movable[b]);
+            (x.priority, x.since, &x.key).cmp(&(y.priority, y.since, &y.key))
+        });
+        let allowed = |node: &str| nodes.is_none_or(|ns| ns.iter().any(|n| n == node));
+        // Targets: the pod's nodes where it fits once every movable pod there
+        // is gone, in name order, each with its movable pods.
+        let mut by_node: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
         for &i in &order {
             let node = movable[i].node.as_str();
-            if !is_target.contains(node) {
-                continue;
+            if allowed(node) {
+                by_node.entry(node).or_default().push(i);
             }
-            if s.fits_without(node, &[i])
-                && let Some(plan) = s.try_set(node, &[i])
-            {
+        }
+        let mut targets: Vec<(&str, Vec<usize>)> = by_node.into_iter().collect();
+        targets.retain(|(node, on)| s.fits_without(node, on));
+        let is_target: std::collections::HashSet<&str> = targets.iter().map(|(n, _)| *n).collect();
+        if s.out_of_budget {
+            return Search::NoPlan { exhaustive: false };
+        }
+        // One move: the first valid in preference order is the best one.
+        if rules.max_moves >= 1 {
+            for &i in &order {
+                let node = movable[i].node.as_str();
+                if !is_target.contains(node) {
+                    continue;
+                }
+                if s.fits_without(node, &[i])
+                    && let Some(plan) = s.try_set(node, &[i])
+                {
+                    return Search::Found(plan);
+                }
+                if s.out_of_budget {
+                    return Search::NoPlan { exhaustive: false };
+                }
+            }
+        }
+        for k in 2..=rules.max_moves.min(movable.len()) {
+            let mut best: Option<(Preference, Plan)> = None;
+            'sizes: for t in (1..=k).rev() {
+                for (node, on) in &targets {
+                    if on.len() < t {
+                        continue;
+                    }
+                    let others: Vec<usize> = order
+                        .iter()
+                        .copied()
+                        .filter(|&i| movable[i].node != *node)
+                        .collect();
+                    if others.len() < k - t {
+                        continue;
+                    }
+                    let mut pick: Vec<usize> = (0..t).collect();
+                    loop {
+                        let first: Vec<usize> = pick.iter().map(|&p| on[p]).collect();
+                        if s.fits_without(node, &first) {
+                            s.try_chains(node, &first, &others, k - t, &mut best);
+                        }
+                        if s.out_of_budget {
+                            break 'sizes;
+                        }
+                        if !next_combination(&mut pick, on.len()) {
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some((_, plan)) = best {
                 return Search::Found(plan);
             }
             if s.out_of_budget {
                 return Search::NoPlan { exhaustive: false };
             }
         }
+        Search::NoPlan { exhaustive: true }
     }
-    for k in 2..=rules.max_moves.min(movable.len()) {
-        let mut best: Option<(Preference, Plan)> = None;
-        'sizes: for t in (1..=k).rev() {
-            for (node, on) in &targets {
-                if on.len() < t {
-                    continue;
-                }
-                let others: Vec<usize> = order
-                    .iter()
-                    .copied()
-                    .filter(|&i| movable[i].node != *node)
-                    .collect();
-                if others.len() < k - t {
-                    continue;
-                }
-                let mut pick: Vec<usize> = (0..t).collect();
-                loop {
-                    let first: Vec<usize> = pick.iter().map(|&p| on[p]).collect();
-                    if s.fits_without(node, &first) {
-                        s.try_chains(node, &first, &others, k - t, &mut best);
-                    }
-                    if s.out_of_budget {
-                        break 'sizes;
-                    }
-                    if !next_combination(&mut pick, on.len()) {
-                        break;
-                    }
-                }
+}
+
+/// A gang's plan: where each member goes, and the moves that make room.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GangPlan {
+    /// Each member's place, by its key, once the moves are made.
+    pub places: Vec<(String, Allocation)>,
+    /// Every move of the plan, in the order they were found.
+    pub moves: Vec<Move>,
+}
+
+/// What the search for a gang came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GangSearch {
+    /// Every member fits now: nothing to move.
+    FitsNow,
+    Found(GangPlan),
+    /// Some member found no plan within what is left of `max_moves`:
+    /// `exhaustive` when every set was tried for it.
+    NoPlan {
+        exhaustive: bool,
+    },
+}
+
+/// The search for a gang whose members must all be placed at once
+/// (`pending[i]` among `candidates[i]`, every node when `None` or
+/// missing): the members are placed largest first
+/// ([`super::gang::placing_order`], the order of
+/// [`super::gang::place_gang`]), each on the best node under its policy
+/// where it fits; a member that fits nowhere gets a [`search`] on the
+/// state as the members before it and the moves found for them left it,
+/// among the movable pods not moved yet, within the moves left of
+/// `rules.max_moves` and the node fits left of `rules.budget`. Greedy
+/// (one member after the other, never revisited): a plan is valid, not
+/// always the smallest. `state` is given back as it was.
+pub fn search_gang(
+    state: &mut ClusterState,
+    pending: &[(String, PodPlan)],
+    candidates: &[Option<&[String]>],
+    movable: &[Movable],
+    rules: &Rules<'_>,
+) -> GangSearch {
+    let mut places: Vec<(String, Allocation)> = Vec::new();
+    let mut moves: Vec<Move> = Vec::new();
+    // What was taken out of `state` (the moved pods), to put back.
+    let mut removed: Vec<(String, Allocation)> = Vec::new();
+    let mut spent = 0u64;
+    let mut outcome = None;
+    for i in super::gang::placing_order(pending.iter().map(|(_, p)| p)) {
+        let (key, plan) = &pending[i];
+        let nodes = candidates.get(i).copied().flatten();
+        let best = state
+            .evaluate(plan, nodes)
+            .best()
+            .map(|f| f.node.to_string());
+        if let Some(node) = best
+            && let Ok(allocation) = state.assign(plan, &node)
+            && state.apply_hold(key, allocation.clone()).is_ok()
+        {
+            places.push((key.clone(), allocation));
+            continue;
+        }
+        let left: Vec<Movable> = movable
+            .iter()
+            .filter(|m| !moves.iter().any(|x| x.key == m.key))
+            .cloned()
+            .collect();
+        let sub = Rules {
+            max_moves: rules.max_moves.saturating_sub(moves.len()),
+            budget: rules.budget.saturating_sub(spent),
+            ..*rules
+        };
+        let (found, used) = search_spending(state, plan, nodes, &left, &sub);
+        spent = spent.saturating_add(used);
+        let Search::Found(p) = found else {
+            outcome = Some(GangSearch::NoPlan {
+                exhaustive: matches!(found, Search::NoPlan { exhaustive: true }),
+            });
+            break;
+        };
+        // The moves made in the state, the member placed: what the next
+        // members are placed on.
+        let mut applied = true;
+        for m in &p.moves {
+            if let Some(a) = state.remove(&m.key) {
+                removed.push((m.key.clone(), a));
             }
+            applied &= state
+                .apply_hold(&move_key(&m.key), m.allocation.clone())
+                .is_ok();
         }
-        if let Some((_, plan)) = best {
-            return Search::Found(plan);
-        }
-        if s.out_of_budget {
-            return Search::NoPlan { exhaustive: false };
+        applied &= state.apply_hold(key, p.allocation.clone()).is_ok();
+        places.push((key.clone(), p.allocation));
+        moves.extend(p.moves);
+        if !applied {
+            outcome = Some(GangSearch::NoPlan { exhaustive: false });
+            break;
         }
     }
-    Search::NoPlan { exhaustive: true }
+    for (key, _) in &places {
+        state.remove_hold(key);
+    }
+    for m in &moves {
+        state.remove_hold(&move_key(&m.key));
+    }
+    for (key, allocation) in removed {
+        // Put back exactly what was removed: cannot fail.
+        let _ = state.apply(&key, allocation);
+    }
+    match outcome {
+        Some(o) => o,
+        None if moves.is_empty() => GangSearch::FitsNow,
+        None => GangSearch::Found(GangPlan { places, moves }),
+    }
 }
 
 /// How a valid set ranks among those of its size (lower is better).
@@ -201,7 +335,7 @@ type Preference = (i32, i64, i64, Vec<String>);
 
 struct Searcher<'a, 'r> {
     /// The state the sets are tried on; every try leaves it as it was.
-    work: ClusterState,
+    work: &'a mut ClusterState,
     pending: &'a PodPlan,
     movable: &'a [Movable],
     rules: &'a Rules<'r>,

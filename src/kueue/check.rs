@@ -9,6 +9,8 @@
 //!   without those holds and take the held places.
 //! - **Retry**: not now (what is free is scattered or taken), with the
 //!   numbers: "largest free slice 8 GiB; 2 × 24 GiB needed".
+//!   [`answer_and_gang`] also gives the gang whose room moving pods could
+//!   make (the controller's defragmentation then keeps the check Pending).
 //! - **Rejected**: never: not on this cluster with every device free, or
 //!   the pods as written would be refused by gpugate's webhooks.
 //!
@@ -148,6 +150,13 @@ fn templated_pod(
             "pod set {}: template.spec is not an object",
             set.name
         ));
+    }
+    // The API server resolves a pod's priority class into spec.priority
+    // when it is created; Kueue has resolved the workload's already.
+    if spec.get("priority").is_none_or(Value::is_null)
+        && let Some(p) = workload.priority
+    {
+        spec["priority"] = json!(p);
     }
     // Kueue writes its flavors' node labels into the pods' nodeSelector
     // when it admits the workload.
@@ -318,6 +327,19 @@ fn largest_free_words(state: &ClusterState, kinds: &[&'static str]) -> String {
     }
 }
 
+/// A workload's GPU pods as the gang defragmentation makes room for
+/// (`controllers::defragmentation::GangToPlace`).
+#[derive(Debug, Clone)]
+pub struct WorkloadGang {
+    pub group: GangKey,
+    /// Each GPU pod, by hold key, with its plan.
+    pub pending: Vec<(String, PodPlan)>,
+    /// The nodes kube-scheduler would offer each (`None`: every node).
+    pub candidates: Vec<Option<Vec<String>>>,
+    /// The first GPU pod set's pod (its priority rules who may move).
+    pub first: PodToPlace,
+}
+
 /// The check's answer for `workload` on the view: its pods placed, as a
 /// gang, on the state without the workload's own holds.
 pub fn answer(
@@ -327,19 +349,31 @@ pub fn answer(
     flavor_labels: &BTreeMap<String, BTreeMap<String, String>>,
     candidates: Candidates<'_>,
 ) -> Answer {
+    answer_and_gang(view, config, workload, flavor_labels, candidates).0
+}
+
+/// [`answer`], and when it is Retry only because what is free now is
+/// scattered or taken (the pods fit on the cluster with every device free,
+/// within the namespace quota), the gang that moving pods could make room
+/// for.
+pub fn answer_and_gang(
+    view: &ClusterView,
+    config: &Config,
+    workload: &Workload,
+    flavor_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    candidates: Candidates<'_>,
+) -> (Answer, Option<WorkloadGang>) {
     let members = match members(view, config, workload, flavor_labels) {
-        Ok(m) if m.is_empty() => return Answer::NoDevices,
+        Ok(m) if m.is_empty() => return (Answer::NoDevices, None),
         Ok(m) => m,
-        Err(reason) => return Answer::Rejected(reason),
+        Err(reason) => return (Answer::Rejected(reason), None),
     };
     if members
         .iter()
         .any(|m| m.pod.plan.numa.guaranteed && view.node_topologies_listing())
     {
-        return Answer::Retry(
-            "NodeResourceTopology objects are still being listed; asked again once they are"
-                .to_string(),
-        );
+        let wait = "NodeResourceTopology objects are still being listed; asked again once they are";
+        return (Answer::Retry(wait.to_string()), None);
     }
     let members: Vec<(&Member<'_>, Option<Vec<String>>)> = members
         .iter()
@@ -360,47 +394,73 @@ pub fn answer(
     let mut state = view.state_without_gang_holds(&group);
     let fit_now = match place_all(&mut state, workload, &group, &members) {
         Err(fit) => fit,
-        Ok(placed) => return ready(view, config, workload, group, &members, placed, needed),
+        Ok(placed) => {
+            let answer = match quota_refusal(view, config, workload, &members, &placed, &needed) {
+                Some(refused) => refused,
+                None => ready(group, &members, placed, needed),
+            };
+            return (answer, None);
+        }
     };
     // Could it ever fit? The same placement with every device free.
     let mut empty = state.emptied();
-    if let Err(fit_ever) = place_all(&mut empty, workload, &group, &members) {
-        let alone = members
-            .iter()
-            .find(|(m, c)| empty.evaluate(&m.pod.plan, c.as_deref()).best().is_none());
-        return Answer::Rejected(match alone {
-            Some((m, _)) => format!(
-                "no node can ever hold a pod of pod set {} ({}), even with every device free; \
-                 {needed} needed",
-                m.set.name,
-                slices_words(&[(m, None)], true),
-            ),
-            None => format!(
-                "{needed} needed at once, and even with every device free only {fit_ever} of \
-                 {total} pods fit"
-            ),
-        });
+    let placed_ever = match place_all(&mut empty, workload, &group, &members) {
+        Ok(placed) => placed,
+        Err(fit_ever) => {
+            let alone = members
+                .iter()
+                .find(|(m, c)| empty.evaluate(&m.pod.plan, c.as_deref()).best().is_none());
+            let reason = match alone {
+                Some((m, _)) => format!(
+                    "no node can ever hold a pod of pod set {} ({}), even with every device \
+                     free; {needed} needed",
+                    m.set.name,
+                    slices_words(&[(m, None)], true),
+                ),
+                None => format!(
+                    "{needed} needed at once, and even with every device free only {fit_ever} \
+                     of {total} pods fit"
+                ),
+            };
+            return (Answer::Rejected(reason), None);
+        }
+    };
+    // Room would not help if the quota refuses the pods.
+    if let Some(refused) = quota_refusal(view, config, workload, &members, &placed_ever, &needed) {
+        return (refused, None);
     }
-    Answer::Retry(format!(
+    let gang = WorkloadGang {
+        group,
+        pending: members
+            .iter()
+            .flat_map(|(m, _)| {
+                (0..m.set.count).map(|i| (hold_key(workload, &m.set.name, i), m.pod.plan.clone()))
+            })
+            .collect(),
+        candidates: members
+            .iter()
+            .flat_map(|(m, c)| (0..m.set.count).map(move |_| c.clone()))
+            .collect(),
+        first: members[0].0.pod.clone(),
+    };
+    let retry = format!(
         "{}; {needed} needed ({fit_now} of {total} pods fit now)",
         largest_free_words(&state, &kinds)
-    ))
+    );
+    (Answer::Retry(retry), Some(gang))
 }
 
-/// Ready, with the places found, unless the namespace quota refuses all
-/// the pods at once.
-fn ready(
+/// Retry (or Rejected, when the quota's limit is below what the pods ask
+/// at all) if the namespace quota refuses every pod of the workload at once
+/// (`placed`), against each pod set's namespace quota.
+fn quota_refusal(
     view: &ClusterView,
     config: &Config,
     workload: &Workload,
-    group: GangKey,
     members: &[(&Member<'_>, Option<Vec<String>>)],
-    placed: Vec<(String, Allocation)>,
-    needed: String,
-) -> Answer {
-    let total = placed.len();
-    // Quota: every pod of the workload at once, against each pod set's
-    // namespace quota.
+    placed: &[(String, Allocation)],
+    needed: &str,
+) -> Option<Answer> {
     let sum = placed.iter().fold(QuotaAmount::default(), |s, (_, a)| {
         s.saturating_add(QuotaAmount::of_allocation(a))
     });
@@ -416,13 +476,24 @@ fn ready(
                 e.quota,
                 e.numbers()
             );
-            return if e.requested > e.limit {
+            return Some(if e.requested > e.limit {
                 Answer::Rejected(message)
             } else {
                 Answer::Retry(message)
-            };
+            });
         }
     }
+    None
+}
+
+/// Ready, with the places found.
+fn ready(
+    group: GangKey,
+    members: &[(&Member<'_>, Option<Vec<String>>)],
+    placed: Vec<(String, Allocation)>,
+    needed: String,
+) -> Answer {
+    let total = placed.len();
     let label = json!({GROUP_NAME: group.name, GROUP_MIN_AVAILABLE: total.to_string()});
     let mut pod_set_updates: Vec<Value> = Vec::new();
     for (m, _) in members {

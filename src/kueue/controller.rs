@@ -11,6 +11,13 @@
 //! come gets its places again, until its check's Ready time plus
 //! `kueue.holdSeconds`. A workload that finishes, is evicted (Kueue sets
 //! its check back to Pending) or is deleted gives its holds back.
+//!
+//! A workload that would fit once movable pods moved gets them moved
+//! (gpugate's own defragmentation, `controllers::defragmentation`, whose
+//! moves per minute it shares): its check stays Pending with the plan in
+//! its message while its places wait on what the moved pods leave, and
+//! turns Ready on them once they are gone. What is being moved for is not
+//! rebuilt by a new leader: it answers Retry until the moves are done.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -31,10 +38,12 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 use crate::cluster::SharedCluster;
+use crate::cluster::api::ApiCalls;
 use crate::cluster::events::{EventSink, PodEvent};
 use crate::config::Config;
+use crate::controllers::defragmentation::{Defragmenter, GangToPlace};
 use crate::engine::gang::GangKey;
-use crate::kueue::check::{Answer, answer, group_of};
+use crate::kueue::check::{Answer, WorkloadGang, answer, answer_and_gang, group_of};
 use crate::kueue::workload::{
     ADMISSION_CHECKS, CheckState, GROUP, RESOURCE_FLAVORS, VERSION, WORKLOADS, Workload,
     active_patch, check_patch,
@@ -43,6 +52,10 @@ use crate::placement::scheduler_checks::excluded;
 
 /// How often the Workloads are looked at.
 const TICK: Duration = Duration::from_secs(1);
+
+/// How long after looking for a plan to move pods for a workload the check
+/// looks again (Kueue asks again about a Retry within a second or two).
+const PLAN_AGAIN: Duration = Duration::from_secs(10);
 
 /// `gpugate_kueue_check_answers_total`: answers given, by answer
 /// (`ready`, `retry`, `rejected`) and whether the write landed.
@@ -121,6 +134,16 @@ struct Held {
     group: GangKey,
 }
 
+/// A workload pods are being moved for: its places wait for it (as gang
+/// places in the view) until `until_ms`, and its check stays Pending with
+/// `message`.
+#[derive(Debug, Clone)]
+struct Moving {
+    group: GangKey,
+    until_ms: i64,
+    message: String,
+}
+
 pub struct AdmissionCheck {
     client: Client,
     cluster: Arc<SharedCluster>,
@@ -136,6 +159,15 @@ pub struct AdmissionCheck {
     /// unchanged answer is not told again.
     told: HashMap<String, String>,
     nodes: NodeCache,
+    /// Defragmentation (shared with gpugate's own, for its moves per
+    /// minute) and the API it evicts through; `None`: never moves.
+    defrag: Option<(Arc<Defragmenter>, ApiCalls)>,
+    /// Workloads pods are being moved for, by UID.
+    moving: HashMap<String, Moving>,
+    /// When a plan was last looked for each workload (by UID), and whether
+    /// one was looked for in this tick.
+    planned: HashMap<String, std::time::Instant>,
+    planned_this_tick: bool,
 }
 
 impl AdmissionCheck {
@@ -157,7 +189,19 @@ impl AdmissionCheck {
             held: HashMap::new(),
             told: HashMap::new(),
             nodes: NodeCache::default(),
+            defrag: None,
+            moving: HashMap::new(),
+            planned: HashMap::new(),
+            planned_this_tick: false,
         }
+    }
+
+    /// Lets the check move pods for a workload that would fit if they
+    /// moved (`scheduler.defragmentation`), through `defrag` (gpugate's own,
+    /// whose moves per minute it shares) and `api`.
+    pub fn with_defragmentation(mut self, defrag: Arc<Defragmenter>, api: ApiCalls) -> Self {
+        self.defrag = Some((defrag, api));
+        self
     }
 
     /// Runs until `stop`.
@@ -191,10 +235,23 @@ impl AdmissionCheck {
         }
     }
 
+    /// Forgets that pods are being moved for the workload `uid`, and gives
+    /// back the places waiting for it (the moved pods' replacements keep
+    /// theirs).
+    fn stop_moving(&mut self, uid: &str) {
+        if let Some(m) = self.moving.remove(uid) {
+            self.cluster.write().release_gang_places(&m.group);
+        }
+    }
+
     fn release_all(&mut self) {
         let uids: Vec<String> = self.held.keys().cloned().collect();
         for uid in uids {
             self.release(&uid);
+        }
+        let uids: Vec<String> = self.moving.keys().cloned().collect();
+        for uid in uids {
+            self.stop_moving(&uid);
         }
         self.metrics.held.set(0);
     }
@@ -285,7 +342,27 @@ impl AdmissionCheck {
         for uid in gone {
             self.release(&uid);
         }
+        let now_ms = now.as_millisecond();
+        let stopped: Vec<String> = self
+            .moving
+            .iter()
+            .filter(|(uid, m)| {
+                m.until_ms <= now_ms
+                    || !all.iter().any(|(_, wl)| {
+                        wl.uid == **uid
+                            && !wl.done
+                            && wl.quota_reserved
+                            && matches!(ours_of(wl), Some((_, CheckState::Pending, _)))
+                    })
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stopped {
+            self.stop_moving(&uid);
+        }
         self.told.retain(|uid, _| live.contains(uid.as_str()));
+        self.planned.retain(|uid, _| live.contains(uid.as_str()));
+        self.planned_this_tick = false;
         let flavor_labels = flavor_node_labels(flavors);
         let names: Vec<String> = self
             .cluster
@@ -340,18 +417,44 @@ impl AdmissionCheck {
             let nodes = self.nodes.get(&self.client).await;
             let candidates =
                 |pod: &k8s_openapi::api::core::v1::Pod| candidates_of(pod, &names, &nodes);
-            let decided = {
+            let (decided, gang) = {
                 let mut view = self.cluster.write();
-                let decided = answer(&view, &config, wl, &flavor_labels, &candidates);
+                let (decided, gang) =
+                    answer_and_gang(&view, &config, wl, &flavor_labels, &candidates);
                 if let Answer::Ready(r) = &decided {
+                    // Its own holds take over from the places that waited
+                    // for it while pods moved.
+                    view.release_gang_places(&r.group);
                     view.replace_gang_holds(
                         &r.group,
                         r.holds.clone(),
                         now.as_millisecond().saturating_add(config.kueue.hold_ms()),
                     );
                 }
-                decided
+                (decided, gang)
             };
+            if let (Answer::Retry(retry), Some(gang)) = (&decided, gang) {
+                // It would fit if pods moved: moving them (or waiting for
+                // those moved), the check stays Pending.
+                if let Some(message) = self.make_room(&config, wl, retry, &gang).await {
+                    let current = wl.check(&check).map(|c| c.message.as_str());
+                    let written = current == Some(message.as_str())
+                        || self
+                            .write_check(raw, wl, &check, &CheckState::Pending, &message, &[], now)
+                            .await;
+                    self.metrics
+                        .answers
+                        .get_or_create(&AnswerLabels {
+                            answer: "defragmenting",
+                            written,
+                        })
+                        .inc();
+                    continue;
+                }
+            }
+            if matches!(decided, Answer::Ready(_)) {
+                self.moving.remove(&wl.uid);
+            }
             let (state, message, updates, label) = match &decided {
                 Answer::NoDevices => (
                     CheckState::Ready,
@@ -434,6 +537,73 @@ impl AdmissionCheck {
         self.metrics
             .held
             .set(i64::try_from(holding).unwrap_or(i64::MAX));
+    }
+
+    /// For a workload that would fit if pods moved: the Pending message
+    /// while pods are (or were just) moved for it, or `None` (answer
+    /// Retry) when defragmentation is off, finds no plan, or its plan was
+    /// not made.
+    async fn make_room(
+        &mut self,
+        config: &Config,
+        wl: &Workload,
+        retry: &str,
+        gang: &WorkloadGang,
+    ) -> Option<String> {
+        if let Some(m) = self.moving.get(&wl.uid) {
+            return Some(m.message.clone());
+        }
+        let (defrag, api) = self.defrag.as_ref()?;
+        // A search costs up to searchMillis and lists the movable pods: one
+        // per tick, and one per workload every PLAN_AGAIN.
+        let recent = self
+            .planned
+            .get(&wl.uid)
+            .is_some_and(|t| t.elapsed() < PLAN_AGAIN);
+        if !config.scheduler.defragmentation.enabled || self.planned_this_tick || recent {
+            return None;
+        }
+        self.planned_this_tick = true;
+        self.planned
+            .insert(wl.uid.clone(), std::time::Instant::now());
+        let whom = format!("workload {}", wl.key());
+        let target = GangToPlace {
+            group: &gang.group,
+            whom: &whom,
+            pending: &gang.pending,
+            candidates: &gang.candidates,
+            priority_of: &gang.first,
+        };
+        let plan = defrag
+            .make_room_for_gang((api, &self.events), &self.cluster, config, &target)
+            .await
+            .ok()?;
+        let hold = config.scheduler.defragmentation.hold_seconds;
+        let message = format!(
+            "{retry}; {} to make room, its places held {hold} s; Ready once they are gone",
+            plan.describe()
+        );
+        tracing::info!(workload = %wl.key(), plan = %plan.describe(), "Kueue: moving pods to make room");
+        self.events.emit(PodEvent::about_object(
+            (&format!("{GROUP}/{VERSION}"), "Workload"),
+            (&wl.namespace, &wl.name, &wl.uid),
+            false,
+            "PlacementDefragmenting",
+            message.clone(),
+        ));
+        self.told.insert(wl.uid.clone(), message.clone());
+        let until_ms = jiff::Timestamp::now()
+            .as_millisecond()
+            .saturating_add(i64::try_from(hold.saturating_mul(1000)).unwrap_or(i64::MAX));
+        self.moving.insert(
+            wl.uid.clone(),
+            Moving {
+                group: gang.group.clone(),
+                until_ms,
+                message: message.clone(),
+            },
+        );
+        Some(message)
     }
 
     /// Writes the check's state; false when the write did not land (the

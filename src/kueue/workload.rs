@@ -94,6 +94,9 @@ pub struct Workload {
     /// Finished, or no longer active (`spec.active: false`): its pods are
     /// done or will not come.
     pub done: bool,
+    /// `spec.priority`: what Kueue resolved its priority class to (the
+    /// pods' `spec.priority` when their templates name none).
+    pub priority: Option<i32>,
     pub checks: Vec<Check>,
 }
 
@@ -144,6 +147,10 @@ impl Workload {
             quota_reserved: admission.is_some(),
             admitted: condition_true(status, "Admitted"),
             done: !active || condition_true(status, "Finished"),
+            priority: raw
+                .pointer("/spec/priority")
+                .and_then(Value::as_i64)
+                .and_then(|p| i32::try_from(p).ok()),
             checks,
         })
     }

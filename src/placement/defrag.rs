@@ -10,13 +10,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::cluster::convert::{membership, pod_finished, pod_priority};
-use crate::cluster::view::{BudgetedPod, Budgets};
+use crate::cluster::view::{BudgetedPod, Budgets, gang_moves};
 use crate::cluster::{ClusterView, pod_name, pod_namespace};
 use crate::config::Config;
 use crate::config::namespace_policy::policy_for_namespace;
-use crate::engine::ClusterState;
-use crate::engine::defrag::{Movable, Rules, Search, search};
-use crate::engine::gang::group_key;
+use crate::engine::defrag::{GangSearch, Movable, Rules, Search, search, search_gang};
+use crate::engine::gang::{GangKey, group_key};
+use crate::engine::{ClusterState, PodPlan};
 
 use super::pod::{PodToPlace, plan_of};
 use super::scheduler_checks;
@@ -342,7 +342,7 @@ pub struct Inputs<'a> {
 /// while it runs) with the view's `budgets`; `stop` ends it early (a
 /// deadline).
 pub fn plan_on(
-    state: ClusterState,
+    mut state: ClusterState,
     budgets: &Budgets,
     config: &Config,
     pending: &PodToPlace,
@@ -356,11 +356,157 @@ pub fn plan_on(
     if !matches!(pending.gang(), Ok(None)) {
         return Outcome::GangMember;
     }
-    let by_uid: HashMap<&str, &Pod> = inputs
-        .pods
-        .iter()
-        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
-        .collect();
+    let found = with_rules(budgets, config, inputs, stop, |rules| {
+        search(&mut state, &pending.plan, inputs.nodes, &movers, rules)
+    });
+    match found {
+        Search::FitsNow => Outcome::NotNeeded,
+        Search::NoPlan { exhaustive } => Outcome::NoPlan {
+            exhaustive,
+            movable: movers.len(),
+        },
+        Search::Found(p) => Outcome::Plan(DefragPlan {
+            node: p.node,
+            allocation: p.allocation,
+            moves: named_moves(p.moves, inputs.pods, &movers),
+        }),
+    }
+}
+
+/// A gang's plan, with the pods named: every member's place (by member
+/// key) once the moves are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GangDefragPlan {
+    pub places: Vec<(String, crate::engine::Allocation)>,
+    pub moves: Vec<PlannedMove>,
+}
+
+impl GangDefragPlan {
+    /// "moving 2 pods: ml/a (n1 → n2), ml/b (n1 → n3)".
+    pub fn describe(&self) -> String {
+        format!(
+            "moving {} pod{}: {}",
+            self.moves.len(),
+            if self.moves.len() == 1 { "" } else { "s" },
+            moves_words(&self.moves)
+        )
+    }
+}
+
+/// What defragmentation says of a gang that must be placed at once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GangOutcome {
+    /// Every member fits now: nothing to move.
+    NotNeeded,
+    Plan(GangDefragPlan),
+    /// No plan of at most `maxMoves` moves in all (see [`Outcome::NoPlan`]).
+    NoPlan {
+        exhaustive: bool,
+        movable: usize,
+    },
+}
+
+/// The plan for a gang whose members (`pending[i]`, by member key, among
+/// `candidates[i]`) must all be placed at once, moving some of `movers`
+/// ([`crate::engine::defrag::search_gang`]: member by member, largest
+/// first; `maxMoves` and the search budget count for the whole gang), on
+/// `state` (a copy, as for [`plan_on`]).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_gang_on(
+    mut state: ClusterState,
+    budgets: &Budgets,
+    config: &Config,
+    pending: &[(String, PodPlan)],
+    candidates: &[Option<&[String]>],
+    movers: Vec<Movable>,
+    inputs: &Inputs<'_>,
+    stop: &dyn Fn() -> bool,
+) -> GangOutcome {
+    let found = with_rules(budgets, config, inputs, stop, |rules| {
+        search_gang(&mut state, pending, candidates, &movers, rules)
+    });
+    match found {
+        GangSearch::FitsNow => GangOutcome::NotNeeded,
+        GangSearch::NoPlan { exhaustive } => GangOutcome::NoPlan {
+            exhaustive,
+            movable: movers.len(),
+        },
+        GangSearch::Found(p) => GangOutcome::Plan(GangDefragPlan {
+            places: p.places,
+            moves: named_moves(p.moves, inputs.pods, &movers),
+        }),
+    }
+}
+
+/// Whether every pod of `moves` is still where the plan found it (bound,
+/// on the node it moves from); if not, which one is not.
+pub fn moved_pods_in_place(view: &ClusterView, moves: &[PlannedMove]) -> Result<(), String> {
+    for m in moves {
+        if view.held_allocation(&m.uid).map(|a| a.node.as_str()) != Some(m.from.as_str())
+            || !view.held_bound(&m.uid)
+        {
+            return Err(format!("{} is no longer on node {}", m.pod, m.from));
+        }
+    }
+    Ok(())
+}
+
+/// Holds, until `until`, a place for each replacement of `moves` on the
+/// GPUs planned (destination group `group`), checking that each is free
+/// now but those on a node another moved pod leaves (held once it has).
+/// If one is not, the group's places are given back and why is returned.
+pub fn hold_replacements(
+    view: &mut ClusterView,
+    group: &str,
+    moves: &[PlannedMove],
+    until: i64,
+) -> Result<(), String> {
+    let left: std::collections::HashSet<&str> = moves.iter().map(|m| m.from.as_str()).collect();
+    for m in moves {
+        let gpus = m.allocation.gpu_uuids();
+        let held = view.hold_destination(group, &m.uid, &m.owner.1, &m.plan, (&m.to, &gpus), until);
+        if !held && !left.contains(m.to.as_str()) {
+            view.release_destinations(group, &[]);
+            return Err(format!("node {} no longer has room for {}", m.to, m.pod));
+        }
+    }
+    Ok(())
+}
+
+/// Holds, until `until`, a gang plan's replacements' places (destination
+/// group [`gang_moves`]: [`hold_replacements`]) and each member's place
+/// (waiting until the moved pods are gone:
+/// [`ClusterView::hold_gang_place`]), once every moved pod is checked to
+/// be where it was. If not, nothing is held and why is returned.
+pub fn hold_gang_plan(
+    view: &mut ClusterView,
+    group: &GangKey,
+    pending: &[(String, PodPlan)],
+    plan: &GangDefragPlan,
+    until: i64,
+) -> Result<(), String> {
+    moved_pods_in_place(view, &plan.moves)?;
+    hold_replacements(view, &gang_moves(group), &plan.moves, until)?;
+    view.release_gang_places(group);
+    for (key, allocation) in &plan.places {
+        if let Some((_, member)) = pending.iter().find(|(k, _)| k == key) {
+            view.hold_gang_place(group, key, member, allocation, until);
+        }
+    }
+    Ok(())
+}
+
+/// Runs `search` with defragmentation's [`Rules`]: the config's bounds,
+/// the view's PodDisruptionBudgets over `inputs.pods`, and kube-scheduler's
+/// own filters on each destination (`inputs.node_objects`, `inputs.barred`).
+fn with_rules<T>(
+    budgets: &Budgets,
+    config: &Config,
+    inputs: &Inputs<'_>,
+    stop: &dyn Fn() -> bool,
+    search: impl FnOnce(&Rules<'_>) -> T,
+) -> T {
+    let by_uid = pods_by_uid(inputs.pods);
     let node_objects: BTreeMap<&str, &Node> = inputs
         .node_objects
         .unwrap_or_default()
@@ -393,65 +539,68 @@ pub fn plan_on(
         }
     };
     let d = &config.scheduler.defragmentation;
-    let rules = Rules {
+    search(&Rules {
         max_moves: d.max_moves,
         budget: d.search_budget,
         breaks_budget: &breaks,
         may_land: &may_land,
         stop,
-    };
-    match search(state, &pending.plan, inputs.nodes, &movers, &rules) {
-        Search::FitsNow => Outcome::NotNeeded,
-        Search::NoPlan { exhaustive } => Outcome::NoPlan {
-            exhaustive,
-            movable: movers.len(),
-        },
-        Search::Found(p) => Outcome::Plan(DefragPlan {
-            node: p.node,
-            allocation: p.allocation,
-            moves: p
-                .moves
-                .into_iter()
-                .map(|m| {
-                    let pod = by_uid.get(m.key.as_str());
-                    let owner = pod
-                        .and_then(|p| recreating_owner(p))
-                        .map(|(k, u)| (k.to_string(), u.to_string()))
-                        .unwrap_or_default();
-                    let plan = movers
-                        .iter()
-                        .find(|x| x.key == m.key)
-                        .map(|x| x.plan.clone())
-                        .unwrap_or_else(|| pending.plan.clone());
-                    PlannedMove {
-                        pod: pod.map(|p| pod_name(p)).unwrap_or_default(),
-                        uid: m.key,
-                        from: m.from,
-                        to: m.to,
-                        owner,
-                        allocation: m.allocation,
-                        plan,
-                    }
-                })
-                .collect(),
-        }),
-    }
+    })
+}
+
+fn pods_by_uid(pods: &[Pod]) -> HashMap<&str, &Pod> {
+    pods.iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect()
+}
+
+/// The engine's moves, with each pod's name, owner and replacement plan.
+fn named_moves(
+    moves: Vec<crate::engine::defrag::Move>,
+    pods: &[Pod],
+    movers: &[Movable],
+) -> Vec<PlannedMove> {
+    let by_uid = pods_by_uid(pods);
+    moves
+        .into_iter()
+        .filter_map(|m| {
+            let pod = by_uid.get(m.key.as_str());
+            let owner = pod
+                .and_then(|p| recreating_owner(p))
+                .map(|(k, u)| (k.to_string(), u.to_string()))
+                .unwrap_or_default();
+            let plan = movers.iter().find(|x| x.key == m.key)?.plan.clone();
+            Some(PlannedMove {
+                pod: pod.map(|p| pod_name(p)).unwrap_or_default(),
+                uid: m.key,
+                from: m.from,
+                to: m.to,
+                owner,
+                allocation: m.allocation,
+                plan,
+            })
+        })
+        .collect()
+}
+
+/// "ml/a (n1 → n2), ml/b (n1 → n3)".
+fn moves_words(moves: &[PlannedMove]) -> String {
+    moves
+        .iter()
+        .map(|m| format!("{} ({} → {})", m.pod, m.from, m.to))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl DefragPlan {
     /// "fits on node n1 after moving ml/a (n1 → n2), ml/b (n1 → n3)".
     pub fn describe(&self) -> String {
-        let moves: Vec<String> = self
-            .moves
-            .iter()
-            .map(|m| format!("{} ({} → {})", m.pod, m.from, m.to))
-            .collect();
         format!(
             "fits on node {} after moving {} pod{}: {}",
             self.node,
             self.moves.len(),
             if self.moves.len() == 1 { "" } else { "s" },
-            moves.join(", ")
+            moves_words(&self.moves)
         )
     }
 }
@@ -501,7 +650,14 @@ mod tests {
         let config = Config::default();
         let now = Timestamp::now();
         let replacement = PodToPlace::read(pod("new", Some("rs"), 12000), &config, &view).unwrap();
-        assert!(view.hold_destination("pending", "moved", "rs", &replacement.plan, "n2", i64::MAX));
+        assert!(view.hold_destination(
+            "pending",
+            "moved",
+            "rs",
+            &replacement.plan,
+            ("n2", &[]),
+            i64::MAX
+        ));
         // 12,000 MiB on n2 held: a stranger of 5,000 MiB fits only on n1.
         let stranger = PodToPlace::read(pod("other", None, 5000), &config, &view).unwrap();
         let Verdict::Nodes(v) = judge(&view, &config, &stranger, None, now) else {
@@ -544,7 +700,7 @@ mod tests {
         let (mut view, _) = cluster().to_view();
         let config = Config::default();
         let big = PodToPlace::read(pod("new", Some("rs"), 14000), &config, &view).unwrap();
-        assert!(!view.hold_destination("pending", "moved", "rs", &big.plan, "n1", 1_000));
+        assert!(!view.hold_destination("pending", "moved", "rs", &big.plan, ("n1", &[]), 1_000));
         let n1 = ["n1".to_string()];
         let fits_n1 = |view: &ClusterView, mib| {
             let p = PodToPlace::read(pod("x", None, mib), &config, view).unwrap();

@@ -611,7 +611,7 @@ fn gpugate_config(deployed: &[Value]) -> anyhow::Result<String> {
       nodeSchedulerPolicy: spread
       gpuSchedulerPolicy: binpack
   - name: e2e-defrag
-    namespaces: [e2e-defrag]
+    namespaces: [e2e-defrag, e2e-kueue-movable]
     movable: true
 "
     ));

@@ -406,7 +406,8 @@ async fn opted_in(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()> {
 
 /// The Deployment, its ReplicaSets (no garbage collector runs) and every
 /// pod of `ns`.
-async fn teardown(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+/// Deletes the namespace's Deployments, ReplicaSets and pods.
+pub async fn teardown(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
     let client = &ctx.cp.admin;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);

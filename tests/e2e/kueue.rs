@@ -21,12 +21,20 @@
 //!    Workload), and once the Job controller runs the first job's pods bind
 //!    on those GPUs. Nothing is over-committed and gpugate's ledger equals
 //!    the annotations.
+//! 6. Admitted after a planned move: two 4,000 MiB slices of a Deployment
+//!    (namespace e2e-kueue-movable, which the suite's config lets move)
+//!    share one GPU; 10,000 MiB pods fill the seven others. A job of two
+//!    8 GiB pods fits only if both slices move: the check stays Pending
+//!    while gpugate moves them (`PlacementDefragmenting`), the
+//!    Deployment's replacements bind on the places held for them, and the
+//!    job is admitted and binds on the GPU the slices left.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -34,6 +42,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Propag
 use kube::discovery::{ApiResource, Discovery};
 use serde_json::{Value, json};
 
+use crate::control_plane::ensure_namespace;
 use crate::fixtures::{
     create_pod, devices, gpu_node, gpu_pod, is_bound, ledger_matches, usage_by_gpu, wait_event,
 };
@@ -46,9 +55,12 @@ const T4: &str = "NVIDIA Tesla T4";
 const KUEUE_VERSION: &str = "v0.17.0";
 const QUEUE: &str = "team-queue";
 const WAIT: Duration = Duration::from_secs(60);
-/// The Job controller, and the garbage collector that deletes a deleted
-/// Job's Workload (its owner) as in any cluster.
-const JOB_CONTROLLERS: &str = "job,garbagecollector";
+/// The Job controller, the garbage collector that deletes a deleted Job's
+/// Workload (its owner) as in any cluster, and the Deployment and
+/// ReplicaSet controllers that recreate the pods defragmentation moves.
+const JOB_CONTROLLERS: &str = "job,garbagecollector,deployment,replicaset";
+/// A namespace the suite's config lets defragmentation move pods of.
+const MOVABLE: &str = "e2e-kueue-movable";
 
 /// The recipe's block after `<!-- e2e: NAME -->` in docs/install.md.
 fn recipe(root: &Path, name: &str) -> anyhow::Result<String> {
@@ -343,10 +355,11 @@ fn held_places(message: &str) -> Vec<(String, String)> {
     out
 }
 
-async fn fillers(ctx: &Ctx, ns: &str, n: usize) -> anyhow::Result<Vec<String>> {
+/// `n` bare pods of 10,000 MiB named `<prefix>-<i>`, bound.
+async fn fillers(ctx: &Ctx, ns: &str, prefix: &str, n: usize) -> anyhow::Result<Vec<String>> {
     let mut names = Vec::new();
     for i in 0..n {
-        let name = format!("filler-{i}");
+        let name = format!("{prefix}-{i}");
         let mut pod = gpu_pod(
             &name,
             &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "10000")],
@@ -363,7 +376,17 @@ async fn fillers(ctx: &Ctx, ns: &str, n: usize) -> anyhow::Result<Vec<String>> {
                 .list(&ListParams::default().labels("!job"))
                 .await
                 .map_err(|e| e.to_string())?;
-            let bound = list.items.iter().filter(|p| is_bound(p)).count();
+            let bound = list
+                .items
+                .iter()
+                .filter(|p| {
+                    is_bound(p)
+                        && p.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(&format!("{prefix}-")))
+                })
+                .count();
             if bound == n {
                 Ok(())
             } else {
@@ -461,7 +484,7 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     delete_job(ctx, ns, "fits").await?;
 
     // 2. Scattered: Retry with the numbers; a smaller job behind it runs.
-    let fill = fillers(ctx, ns, 8).await?;
+    let fill = fillers(ctx, ns, "filler", 8).await?;
     create_job(ctx, ns, &job("big", ns, 2, 12288)).await?;
     let retry = wait_answer(
         ctx,
@@ -582,6 +605,160 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     // While the Job controller runs: it takes its finalizer off the pods.
     for j in ["held", "rival"] {
         delete_job(ctx, ns, j).await?;
+    }
+    for name in fill.iter().skip(2) {
+        pods.delete(name, &now).await?;
+    }
+    let result = admitted_after_a_move(ctx, ns).await;
+    let cleaned = crate::defrag::teardown(ctx, MOVABLE).await;
+    result?;
+    cleaned
+}
+
+/// The Deployment of two 4,000 MiB slices that share one GPU (binpack on
+/// nodes and GPUs).
+fn slices() -> anyhow::Result<Deployment> {
+    let mut pod = gpu_pod(
+        "template",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "4000")],
+    );
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(0);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slices", "namespace": MOVABLE},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "slices"}},
+            "template": {
+                "metadata": {"labels": {"app": "slices"}, "annotations": {
+                    "hami.io/node-scheduler-policy": "binpack",
+                    "hami.io/gpu-scheduler-policy": "binpack"}},
+                "spec": pod["spec"],
+            },
+        },
+    }))?)
+}
+
+/// The Deployment's pods, bound and not being deleted, once there are two.
+async fn slices_bound(ctx: &Ctx) -> anyhow::Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), MOVABLE);
+    eventually("two slices bound", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let bound: Vec<Pod> = pods
+                .list(&ListParams::default().labels("app=slices"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && is_bound(p))
+                .collect();
+            if bound.len() == 2 {
+                Ok(bound)
+            } else {
+                Err(format!("{} bound", bound.len()))
+            }
+        }
+    })
+    .await
+}
+
+/// 6: the job is admitted after the planned moves.
+async fn admitted_after_a_move(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.cp.admin.clone(), ns);
+    eventually("the fillers gone", WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let left = pods
+                .list(&ListParams::default().labels("!job"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            if left == 0 {
+                Ok(())
+            } else {
+                Err(format!("{left} left"))
+            }
+        }
+    })
+    .await?;
+    ensure_namespace(&ctx.cp.admin, MOVABLE).await?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.cp.admin.clone(), MOVABLE);
+    deployments
+        .create(&PostParams::default(), &slices()?)
+        .await
+        .context("create the Deployment")?;
+    let before = slices_bound(ctx).await?;
+    let shared = places(&before);
+    ensure!(
+        shared.len() == 2 && shared[0] == shared[1],
+        "the slices do not share a GPU: {shared:?}"
+    );
+    let freed = shared[0].clone();
+    let fill = fillers(ctx, ns, "wall", 7).await?;
+    let walls: Vec<Pod> = {
+        let mut out = Vec::new();
+        for name in &fill {
+            out.push(pods.get(name).await?);
+        }
+        out
+    };
+    ensure!(
+        !places(&walls).contains(&freed),
+        "a 10,000 MiB pod went on the slices' GPU {freed:?}"
+    );
+    create_job(ctx, ns, &job("moved", ns, 2, 8192)).await?;
+    let moving = wait_answer(ctx, ns, "moved", "PlacementDefragmenting", "moving 2 pods").await?;
+    println!("    moved: {moving}");
+    let bound = job_pods_bound(ctx, ns, "moved", 2).await?;
+    ensure!(
+        places(&bound) == vec![freed.clone(), freed.clone()],
+        "job moved: pods on {:?}, the slices left {freed:?}",
+        places(&bound)
+    );
+    let after = slices_bound(ctx).await?;
+    let was: Vec<&str> = before
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    ensure!(
+        after
+            .iter()
+            .all(|p| !was.contains(&p.metadata.uid.as_deref().unwrap_or_default())),
+        "a slice was not moved"
+    );
+    ensure!(
+        !places(&after).contains(&freed),
+        "a replacement went back on {freed:?}"
+    );
+    println!(
+        "    moved: job on {:?}, the slices now on {:?}",
+        places(&bound),
+        places(&after)
+    );
+    let mut all: Vec<Pod> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(is_bound)
+        .collect();
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, WAIT).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, MOVABLE, &after, WAIT).await?;
+    all.extend(after);
+    for (gpu, (_, mem, _)) in usage_by_gpu(&all)? {
+        if mem > 16384 {
+            bail!("GPU {gpu} over-committed: {mem} MiB");
+        }
+    }
+    delete_job(ctx, ns, "moved").await?;
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    for name in &fill {
+        pods.delete(name, &now).await?;
     }
     Ok(())
 }

@@ -4,10 +4,17 @@
 //! the eviction until a pod of the same owner and the same plan binds, or
 //! the time is up. A place that is not free yet (a chain: another moved
 //! pod still holds it) is held as soon as it is.
+//!
+//! The same kind of place waits for the members of a gang that pods were
+//! moved for (a Kueue workload's: `kueue::defrag`), under the group
+//! `gang:<namespace>/<name>` and an owner no controller has: held as soon
+//! as the moved pods are gone, given back when the gang's own holds take
+//! over or the time is up.
 
 use std::collections::BTreeMap;
 
-use crate::engine::PodPlan;
+use crate::engine::gang::GangKey;
+use crate::engine::{Allocation, ClusterState, PodPlan};
 
 use super::ClusterView;
 
@@ -18,6 +25,8 @@ struct Destination {
     owner: String,
     plan: PodPlan,
     node: String,
+    /// The GPUs to hold it on (any of the node's when empty).
+    gpus: Vec<String>,
     /// The plan it is part of (the pending pod's UID).
     group: String,
     /// Unix ms.
@@ -52,8 +61,11 @@ pub struct Destinations {
 
 impl ClusterView {
     /// Holds a place on `node` for the replacement of `moved` (recreated by
-    /// `owner`, planned as `plan`) until `until_ms`, for the plan `group`.
-    /// Whether it could be held at once (otherwise, as soon as it fits).
+    /// `owner`, planned as `plan`) until `until_ms`, for the plan `group`:
+    /// on the GPUs `gpus` (those the plan chose, so that the places of one
+    /// plan do not take each other's), or on those the pod would get when
+    /// it is held (`gpus` empty). Whether it could be held at once
+    /// (otherwise, as soon as it fits).
     #[allow(clippy::too_many_arguments)]
     pub fn hold_destination(
         &mut self,
@@ -61,7 +73,7 @@ impl ClusterView {
         moved: &str,
         owner: &str,
         plan: &PodPlan,
-        node: &str,
+        (node, gpus): (&str, &[String]),
         until_ms: i64,
     ) -> bool {
         let key = format!("defrag/{group}/{moved}");
@@ -72,6 +84,7 @@ impl ClusterView {
                 owner: owner.to_string(),
                 plan: plan.clone(),
                 node: node.to_string(),
+                gpus: gpus.to_vec(),
                 group: group.to_string(),
                 until_ms,
                 held: false,
@@ -84,7 +97,16 @@ impl ClusterView {
         let Some(d) = self.destinations.by_key.get(key).filter(|d| !d.held) else {
             return false;
         };
-        let Ok(allocation) = self.state.assign(&d.plan, &d.node) else {
+        let on_gpus;
+        let plan = if d.gpus.is_empty() {
+            &d.plan
+        } else {
+            let mut p = d.plan.clone();
+            p.selection.use_uuids = d.gpus.clone();
+            on_gpus = p;
+            &on_gpus
+        };
+        let Ok(allocation) = self.state.assign(plan, &d.node) else {
             return false;
         };
         let held = self.state.apply_hold(key, allocation).is_ok();
@@ -185,4 +207,63 @@ impl ClusterView {
     pub fn destination_count(&self) -> usize {
         self.destinations.by_key.len()
     }
+
+    /// Holds the place `at` (a node and the GPUs a plan chose there) for
+    /// member `key` of gang `group` (planned as `plan`) until `until_ms`,
+    /// as soon as it fits (at once when it does now). Whether it was held
+    /// at once.
+    pub fn hold_gang_place(
+        &mut self,
+        group: &GangKey,
+        key: &str,
+        plan: &PodPlan,
+        at: &Allocation,
+        until_ms: i64,
+    ) -> bool {
+        let places = gang_places(group);
+        // The owner is the group's name, never a controller's UID: no
+        // replacement pod takes the place.
+        let gpus = at.gpu_uuids();
+        self.hold_destination(&places, key, &places, plan, (&at.node, &gpus), until_ms)
+    }
+
+    /// Gives back the places waiting for gang `group`'s members.
+    pub fn release_gang_places(&mut self, group: &GangKey) {
+        self.release_destinations(&gang_places(group), &[]);
+    }
+
+    /// The places waiting for gang `group`'s members: (held now, in all).
+    pub fn gang_places(&self, group: &GangKey) -> (usize, usize) {
+        let places = gang_places(group);
+        let mine = self
+            .destinations
+            .by_key
+            .values()
+            .filter(|d| d.group == places);
+        (mine.clone().filter(|d| d.held).count(), mine.count())
+    }
+
+    /// Takes the places held for gang `group`'s members out of `state`.
+    pub(super) fn remove_gang_places(&self, state: &mut ClusterState, group: &GangKey) {
+        if self.destinations.by_key.is_empty() {
+            return;
+        }
+        let places = gang_places(group);
+        for (key, d) in &self.destinations.by_key {
+            if d.held && d.group == places {
+                state.remove_hold(key);
+            }
+        }
+    }
+}
+
+/// The destination group of the places waiting for gang `group`.
+fn gang_places(group: &GangKey) -> String {
+    format!("gang:{}/{}", group.namespace, group.name)
+}
+
+/// The destination group of the places held for the replacements of the
+/// pods moved for gang `group`.
+pub fn gang_moves(group: &GangKey) -> String {
+    format!("gang:{}/{}/moves", group.namespace, group.name)
 }

@@ -40,7 +40,7 @@ use crate::engine::{Allocation, ClusterState, Node, QuotaAmount};
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name, pod_priority};
 
 pub use budgets::{BudgetedPod, Budgets, PackedLabels};
-pub use destinations::TakenDestination;
+pub use destinations::{TakenDestination, gang_moves};
 pub use gangs::{GangHold, Gangs};
 pub use quotas::Quotas;
 pub use reservations::{BindInProgress, Expired, PromisedWork, Reservation, TakenHolds};
@@ -558,10 +558,13 @@ impl ClusterView {
         self.gangs.members(group)
     }
 
-    /// The engine state without the holds of `group`: what its members are
-    /// judged on.
+    /// The engine state without what is held for `group`: its members'
+    /// holds, and the places waiting for them while pods are moved for it
+    /// ([`Self::hold_gang_place`]). What its members are judged on.
     pub fn state_without_gang_holds(&self, group: &GangKey) -> ClusterState {
-        self.gangs.state_without(&self.state, group)
+        let mut state = self.gangs.state_without(&self.state, group);
+        self.remove_gang_places(&mut state, group);
+        state
     }
 
     /// Whether `group` has holds.
