@@ -20,7 +20,11 @@
 //!    restarted gpugate held the first job's places again from its
 //!    Workload), and once the Job controller runs the first job's pods bind
 //!    on those GPUs. Nothing is over-committed and gpugate's ledger equals
-//!    the annotations.
+//!    the annotations. Before the Job controller starts again, a failover
+//!    without a restart: kube-scheduler stopped and its Lease taken by
+//!    another holder, gpugate stops leading and holds nothing; a new
+//!    kube-scheduler takes the Lease, gpugate leads again and holds the
+//!    first job's places again, and the rival is still not admitted.
 //! 6. Admitted after a planned move: two 4,000 MiB slices of a Deployment
 //!    (namespace e2e-kueue-movable, which the suite's config lets move)
 //!    share one GPU; 10,000 MiB pods fill the seven others. A job of two
@@ -36,6 +40,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
@@ -580,6 +585,17 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     .await?;
     println!("    after the restart, a rival for the held GPUs: {retry}");
     held_gauge(ctx, 1.0).await?;
+    failover(ctx).await?;
+    let wl = workload_of(ctx, ns, "rival").await?;
+    ensure!(
+        !wl["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Admitted" && c["status"] == "True"),
+        "the rival was admitted across the failover: {}",
+        wl["status"]
+    );
     let _kcm = crate::defrag::controller_manager(ctx, JOB_CONTROLLERS)?;
     let pods_held = job_pods_bound(ctx, ns, "held", 2).await?;
     ensure!(
@@ -613,6 +629,56 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     let cleaned = crate::defrag::teardown(ctx, MOVABLE).await;
     result?;
     cleaned
+}
+
+/// A failover without a restart: kube-scheduler stopped and its Lease
+/// taken by another holder, so that gpugate stops leading
+/// (`hami_scheduler_is_leader` 0) and gives back what it holds; then a new
+/// kube-scheduler takes the Lease, and gpugate, leading again as a
+/// replica that starts leading does, holds the admitted workload's places
+/// again from its Workload before it answers any check.
+async fn failover(ctx: &Ctx) -> anyhow::Result<()> {
+    ctx.cp.stop_scheduler();
+    let leases: Api<Lease> = Api::namespaced(ctx.cp.admin.clone(), "gpugate");
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let taken = json!({"spec": {
+        "holderIdentity": "another-replica_e2e", "acquireTime": now, "renewTime": now,
+        "leaseDurationSeconds": 15}});
+    leases
+        .patch(
+            "gpugate-scheduler",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&taken),
+        )
+        .await?;
+    leader_gauge(ctx, 0.0).await?;
+    held_gauge(ctx, 0.0).await?;
+    println!("    failover: the Lease held elsewhere, gpugate holds nothing");
+    let config = ctx.cp.local_scheduler_config(&ctx.variants[0].1)?;
+    ctx.cp.start_scheduler("kube-scheduler", &config).await?;
+    leader_gauge(ctx, 1.0).await?;
+    held_gauge(ctx, 1.0).await?;
+    println!("    failover: leading again, the admitted workload's places held again");
+    Ok(())
+}
+
+/// Waits until gpugate's `hami_scheduler_is_leader` is `n`.
+async fn leader_gauge(ctx: &Ctx, n: f64) -> anyhow::Result<()> {
+    let port = ctx.cp.gpugate_admin_port;
+    eventually(
+        &format!("hami_scheduler_is_leader {n}"),
+        WAIT,
+        || async move {
+            let text = crate::http::metrics(port)
+                .await
+                .map_err(|e| e.to_string())?;
+            match crate::http::gauge(&text, "hami_scheduler_is_leader") {
+                Some(v) if v == n => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
 }
 
 /// The Deployment of two 4,000 MiB slices that share one GPU (binpack on
