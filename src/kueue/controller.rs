@@ -46,7 +46,7 @@ use crate::engine::gang::GangKey;
 use crate::kueue::check::{Answer, WorkloadGang, answer, answer_and_gang, group_of};
 use crate::kueue::workload::{
     ADMISSION_CHECKS, CheckState, GROUP, RESOURCE_FLAVORS, VERSION, WORKLOADS, Workload,
-    active_patch, check_patch,
+    active_patch, bounded, check_patch,
 };
 use crate::placement::scheduler_checks::excluded;
 
@@ -438,7 +438,7 @@ impl AdmissionCheck {
                 // those moved), the check stays Pending.
                 if let Some(message) = self.make_room(&config, wl, retry, &gang).await {
                     let current = wl.check(&check).map(|c| c.message.as_str());
-                    let written = current == Some(message.as_str())
+                    let written = current == Some(bounded(&message).as_str())
                         || self
                             .write_check(raw, wl, &check, &CheckState::Pending, &message, &[], now)
                             .await;
@@ -452,9 +452,9 @@ impl AdmissionCheck {
                     continue;
                 }
             }
-            if matches!(decided, Answer::Ready(_)) {
-                self.moving.remove(&wl.uid);
-            }
+            // Ready (its holds took over), or no longer a question of room
+            // (a quota, the webhooks): what waited for it is given back.
+            self.stop_moving(&wl.uid);
             let (state, message, updates, label) = match &decided {
                 Answer::NoDevices => (
                     CheckState::Ready,
