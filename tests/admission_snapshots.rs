@@ -45,6 +45,7 @@ const FIXTURES: &[&str] = &[
     "env-escape.yaml",
     "forged-allocation.yaml",
     "forged-numa-zones.yaml",
+    "gpu-and-ascend.yaml",
     "gpu-only.yaml",
     "gpu-sidecar.yaml",
     "init-and-sidecar.yaml",

@@ -323,6 +323,19 @@ impl ContainerSpec for ContainerView<'_> {
     fn request(&self, resource: &str) -> Option<&str> {
         self.resources.get()?.requests.as_ref()?.0.get(resource)
     }
+
+    fn resource_names(&self) -> Vec<&str> {
+        let Some(r) = self.resources.get() else {
+            return Vec::new();
+        };
+        r.limits
+            .get()
+            .map(|l| &l.0)
+            .into_iter()
+            .chain(r.requests.as_ref().map(|q| &q.0))
+            .flat_map(|p| p.0.iter().map(|(k, _)| k.as_ref()))
+            .collect()
+    }
 }
 
 /// An optional string member (`null` reads as unset).

@@ -70,6 +70,17 @@ impl ContainerSpec for Container {
     fn request(&self, resource: &str) -> Option<&str> {
         quantity_in(self.resources.as_ref()?.requests.as_ref()?, resource)
     }
+
+    fn resource_names(&self) -> Vec<&str> {
+        let Some(r) = self.resources.as_ref() else {
+            return Vec::new();
+        };
+        r.limits
+            .iter()
+            .chain(r.requests.iter())
+            .flat_map(|m| m.keys().map(String::as_str))
+            .collect()
+    }
 }
 
 fn quantity_in<'a>(map: &'a BTreeMap<String, Quantity>, resource: &str) -> Option<&'a str> {

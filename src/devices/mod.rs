@@ -44,6 +44,39 @@ pub fn by_vendor(vendor: &str) -> Option<KindId> {
     kinds().find(|(_, k)| k.vendor == vendor).map(|(id, _)| id)
 }
 
+/// The device kinds a HAMi v2.10 fleet registers that gpugate does not
+/// place yet (../shared/hami-vendors.md, section 0; HAMi master's HCU
+/// names too): the prefixes of their resource names as HAMi's chart names
+/// them, and the kind in words. A pod gpugate places that asks for one of
+/// them is refused with its name, never placed with that part of its
+/// request dropped (its device plugin would then fail it at `Allocate`, or
+/// run it without the device).
+pub static NOT_PLACED: &[(&str, &str)] = &[
+    ("huawei.com/Ascend", "Ascend NPU"),
+    ("hygon.com/dcu", "Hygon DCU"),
+    ("hygon.com/hcu", "Hygon HCU"),
+    ("cambricon.com/vmlu", "Cambricon MLU"),
+    ("cambricon.com/mlu.smlu.", "Cambricon MLU"),
+    ("metax-tech.com/", "Metax GPU"),
+    ("iluvatar.ai/", "Iluvatar GPU"),
+    ("mthreads.com/", "Mthreads GPU"),
+    ("kunlunxin.com/", "Kunlunxin XPU"),
+    ("enflame.com/", "Enflame GCU"),
+    ("aws.amazon.com/neuron", "AWS Neuron device"),
+    ("amd.com/gpu", "AMD GPU"),
+    ("birentech.com/", "Biren GPU"),
+    ("vastaitech.com/", "Vastai device"),
+];
+
+/// The kind, in words, of a resource gpugate does not place
+/// ([`NOT_PLACED`]); `None` for any other resource.
+pub fn not_placed(resource: &str) -> Option<&'static str> {
+    NOT_PLACED
+        .iter()
+        .find(|(prefix, _)| resource.starts_with(prefix))
+        .map(|(_, kind)| *kind)
+}
+
 /// What differs between kinds of devices on the wire and in the webhook.
 #[derive(Debug)]
 pub struct DeviceKind {

@@ -361,6 +361,13 @@ mod tests {
         fn request(&self, r: &str) -> Option<&str> {
             self.requests.get(r).copied()
         }
+        fn resource_names(&self) -> Vec<&str> {
+            self.limits
+                .keys()
+                .chain(self.requests.keys())
+                .copied()
+                .collect()
+        }
     }
 
     fn c(limits: &[(&'static str, &'static str)], requests: &[(&'static str, &'static str)]) -> C {

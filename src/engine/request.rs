@@ -90,9 +90,13 @@ impl PodRequest {
             .into_iter()
             .map(|c| (c, ContainerKind::of(true, c.restart_policy())));
         let app = app.into_iter().map(|c| (c, ContainerKind::App));
+        let mut not_placed: Option<RequestError> = None;
         let containers = init
             .chain(app)
             .map(|(c, kind)| {
+                if not_placed.is_none() {
+                    not_placed = not_placed_in(c);
+                }
                 Ok(ContainerRequest {
                     name: c.name().to_string(),
                     kind,
@@ -100,10 +104,17 @@ impl PodRequest {
                 })
             })
             .collect::<Result<Vec<_>, RequestError>>()?;
-        Ok(PodRequest {
+        let request = PodRequest {
             containers,
             device_kind: cfg.kind,
-        })
+        };
+        // A pod gpugate places must not lose part of its request: one that
+        // also asks for a kind gpugate does not place is refused. A pod
+        // that asks gpugate for nothing is not its to judge.
+        match not_placed {
+            Some(e) if request.has_gpus() => Err(e),
+            _ => Ok(request),
+        }
     }
 }
 
@@ -121,10 +132,34 @@ pub trait ContainerSpec {
     fn limit(&self, resource: &str) -> Option<&str>;
     /// `resources.requests[resource]`, as written.
     fn request(&self, resource: &str) -> Option<&str>;
+    /// The names of its limits and requests (a name may come twice).
+    fn resource_names(&self) -> Vec<&str>;
     /// The limit, else the request: what a container asks for.
     fn quantity(&self, resource: &str) -> Option<&str> {
         self.limit(resource).or_else(|| self.request(resource))
     }
+}
+
+/// The first resource of `c` whose device kind gpugate does not place
+/// ([`crate::devices::NOT_PLACED`]) and that it asks at least one of, as
+/// the error that refuses its pod.
+fn not_placed_in<C: ContainerSpec + ?Sized>(c: &C) -> Option<RequestError> {
+    c.resource_names().into_iter().find_map(|name| {
+        let kind = crate::devices::not_placed(name)?;
+        let asked = c
+            .quantity(name)
+            .is_some_and(|q| parse_whole(q).map_or(true, |n| n > 0));
+        asked.then(|| RequestError {
+            container: c.name().to_string(),
+            resource: name.to_string(),
+            problem: format!(
+                "asks for {kind}s, which gpugate does not place yet (it places NVIDIA GPUs); \
+                 their device plugin needs the scheduler's allocation, so the pod would not get \
+                 them: ask for them in a pod of its own, scheduled by the scheduler that serves \
+                 {kind}s"
+            ),
+        })
+    })
 }
 
 /// A GPU request that cannot be honoured.
@@ -336,6 +371,13 @@ mod tests {
         }
         fn request(&self, resource: &str) -> Option<&str> {
             find(self.requests, resource)
+        }
+        fn resource_names(&self) -> Vec<&str> {
+            self.limits
+                .iter()
+                .chain(self.requests)
+                .map(|(k, _)| *k)
+                .collect()
         }
     }
 
