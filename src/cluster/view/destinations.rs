@@ -6,7 +6,7 @@
 //! pod still holds it) is held as soon as it is.
 //!
 //! The same kind of place waits for the members of a gang that pods were
-//! moved for (a Kueue workload's: `kueue::defrag`), under the group
+//! moved for (a Kueue workload's: `kueue::controller`), under the group
 //! `gang:<namespace>/<name>` and an owner no controller has: held as soon
 //! as the moved pods are gone, given back when the gang's own holds take
 //! over or the time is up.
