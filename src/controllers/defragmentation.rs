@@ -98,23 +98,6 @@ impl Defragmenter {
         }
     }
 
-    /// Moves left in the current minute.
-    fn moves_left(&self, per_minute: u32) -> usize {
-        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
-        while moves
-            .front()
-            .is_some_and(|t| t.elapsed() >= Duration::from_secs(60))
-        {
-            moves.pop_front();
-        }
-        (per_minute as usize).saturating_sub(moves.len())
-    }
-
-    fn count_moves(&self, n: usize) {
-        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
-        moves.extend(std::iter::repeat_n(Instant::now(), n));
-    }
-
     /// One attempt for `pod` (read just now, unbound, unclaimed), among
     /// `nodes` (those `/filter` refused for capacity).
     pub async fn make_room(
@@ -258,12 +241,20 @@ impl Defragmenter {
         found
     }
 
-    /// Counts `n` moves against the minute's limit, if they fit in it.
+    /// Counts `n` moves against the minute's limit, if they fit in it (one
+    /// lock: gpugate's preemption and Kueue's check take moves at once).
     fn take_moves(&self, n: usize, per_minute: u32) -> bool {
-        if n > self.moves_left(per_minute) {
+        let mut moves = self.moves.lock().unwrap_or_else(|e| e.into_inner());
+        while moves
+            .front()
+            .is_some_and(|t| t.elapsed() >= Duration::from_secs(60))
+        {
+            moves.pop_front();
+        }
+        if n > (per_minute as usize).saturating_sub(moves.len()) {
             return false;
         }
-        self.count_moves(n);
+        moves.extend(std::iter::repeat_n(Instant::now(), n));
         true
     }
 
@@ -396,7 +387,14 @@ impl Defragmenter {
         }
         let until = Timestamp::now().as_millisecond()
             + i64::try_from(d.hold_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let held = hold_gang_plan(&mut cluster.write(), gang.group, gang.pending, &plan, until);
+        let moves = gang_moves(gang.group, until);
+        let held = hold_gang_plan(
+            &mut cluster.write(),
+            (gang.group, &moves),
+            gang.pending,
+            &plan,
+            until,
+        );
         if let Err(why) = held {
             self.give_back_moves(plan.moves.len());
             tracing::info!(gang = %who, "defragmentation: the plan no longer holds ({why}); nothing evicted");
@@ -407,7 +405,7 @@ impl Defragmenter {
             tracing::info!(gang = %who, "defragmentation abandoned: {refusal}");
             let mut view = cluster.write();
             view.release_gang_places(gang.group);
-            view.release_destinations(&gang_moves(gang.group), &moved);
+            view.release_destinations(&moves, &moved);
             return Err(DefragOutcome::Abandoned);
         }
         let freed: usize = plan.places.iter().map(|(_, a)| a.grant_count()).sum();
@@ -651,21 +649,22 @@ mod tests {
         assert_eq!(off_the_runtime(|| 8), 8);
     }
 
-    /// The minute's limit counts moves, and forgets those older than a
-    /// minute.
+    /// The minute's limit counts moves, refuses a plan that does not fit
+    /// in what is left, and forgets moves older than a minute.
     #[test]
     fn moves_per_minute_are_counted() {
         let d = Defragmenter::default();
-        assert_eq!(d.moves_left(5), 5);
-        d.count_moves(3);
-        assert_eq!(d.moves_left(5), 2);
-        d.count_moves(4);
-        assert_eq!(d.moves_left(5), 0);
+        assert!(d.take_moves(3, 5));
+        assert!(!d.take_moves(3, 5));
+        assert!(d.take_moves(2, 5));
+        assert!(!d.take_moves(1, 5));
+        d.give_back_moves(1);
+        assert!(d.take_moves(1, 5));
         d.moves
             .lock()
             .unwrap()
             .iter_mut()
             .for_each(|t| *t = t.checked_sub(Duration::from_secs(61)).unwrap());
-        assert_eq!(d.moves_left(5), 5);
+        assert!(d.take_moves(5, 5));
     }
 }

@@ -281,13 +281,23 @@ pub fn search_gang(
             .filter(|m| !moves.iter().any(|x| x.key == m.key))
             .cloned()
             .collect();
+        // A PodDisruptionBudget counts every pod the gang's plan moves, not
+        // only the set tried for this member.
+        let chosen: Vec<&str> = moves.iter().map(|m| m.key.as_str()).collect();
+        let breaks = |keys: &[&str]| {
+            let all: Vec<&str> = chosen.iter().chain(keys).copied().collect();
+            (rules.breaks_budget)(&all)
+        };
         let sub = Rules {
             max_moves: rules.max_moves.saturating_sub(moves.len()),
             budget: rules.budget.saturating_sub(spent),
+            breaks_budget: &breaks,
             ..*rules
         };
         let (found, used) = search_spending(state, plan, nodes, &left, &sub);
         spent = spent.saturating_add(used);
+        // (FitsNow cannot come: the member fit nowhere just above, unless
+        // its assignment failed; either way no plan.)
         let Search::Found(p) = found else {
             outcome = Some(GangSearch::NoPlan {
                 exhaustive: matches!(found, Search::NoPlan { exhaustive: true }),

@@ -95,7 +95,7 @@ impl PodRequest {
             .chain(app)
             .map(|(c, kind)| {
                 if not_placed.is_none() {
-                    not_placed = not_placed_in(c);
+                    not_placed = not_placed_in(c, cfg);
                 }
                 Ok(ContainerRequest {
                     name: c.name().to_string(),
@@ -141,10 +141,15 @@ pub trait ContainerSpec {
 }
 
 /// The first resource of `c` whose device kind gpugate does not place
-/// ([`crate::devices::NOT_PLACED`]) and that it asks at least one of, as
-/// the error that refuses its pod.
-fn not_placed_in<C: ContainerSpec + ?Sized>(c: &C) -> Option<RequestError> {
+/// ([`crate::devices::NOT_PLACED`]; not one of `cfg`'s own names) and
+/// that it asks at least one of, as the error that refuses its pod.
+fn not_placed_in<C: ContainerSpec + ?Sized>(c: &C, cfg: &DeviceConfig) -> Option<RequestError> {
+    let own = cfg.gpu_resource_names();
     c.resource_names().into_iter().find_map(|name| {
+        // A name the config gives gpugate's own kind is never another's.
+        if own.contains(&name) {
+            return None;
+        }
         let kind = crate::devices::not_placed(name)?;
         let asked = c
             .quantity(name)

@@ -425,9 +425,17 @@ pub fn answer_and_gang(
             return (Answer::Rejected(reason), None);
         }
     };
-    // Room would not help if the quota refuses the pods.
-    if let Some(refused) = quota_refusal(view, config, workload, &members, &placed_ever, &needed) {
-        return (refused, None);
+    let retry = format!(
+        "{}; {needed} needed ({fit_now} of {total} pods fit now)",
+        largest_free_words(&state, &kinds)
+    );
+    // Room would not help if the quota refuses the pods: no pods are moved
+    // for it, and the quota is the reason given. That placement is a
+    // hypothetical one, on empty devices, so it is never Rejected for it.
+    if let Some(Answer::Rejected(m) | Answer::Retry(m)) =
+        quota_refusal(view, config, workload, &members, &placed_ever, &needed)
+    {
+        return (Answer::Retry(m), None);
     }
     let gang = WorkloadGang {
         group,
@@ -443,10 +451,6 @@ pub fn answer_and_gang(
             .collect(),
         first: members[0].0.pod.clone(),
     };
-    let retry = format!(
-        "{}; {needed} needed ({fit_now} of {total} pods fit now)",
-        largest_free_words(&state, &kinds)
-    );
     (Answer::Retry(retry), Some(gang))
 }
 

@@ -437,18 +437,21 @@ impl AdmissionCheck {
                 // It would fit if pods moved: moving them (or waiting for
                 // those moved), the check stays Pending.
                 if let Some(message) = self.make_room(&config, wl, retry, &gang).await {
+                    // Written once (and again if Kueue changed it), not
+                    // every tick while the moved pods go.
                     let current = wl.check(&check).map(|c| c.message.as_str());
-                    let written = current == Some(bounded(&message).as_str())
-                        || self
+                    if current != Some(bounded(&message).as_str()) {
+                        let written = self
                             .write_check(raw, wl, &check, &CheckState::Pending, &message, &[], now)
                             .await;
-                    self.metrics
-                        .answers
-                        .get_or_create(&AnswerLabels {
-                            answer: "defragmenting",
-                            written,
-                        })
-                        .inc();
+                        self.metrics
+                            .answers
+                            .get_or_create(&AnswerLabels {
+                                answer: "defragmenting",
+                                written,
+                            })
+                            .inc();
+                    }
                     continue;
                 }
             }

@@ -94,8 +94,10 @@ pub struct Workload {
     /// Finished, or no longer active (`spec.active: false`): its pods are
     /// done or will not come.
     pub done: bool,
-    /// `spec.priority`: what Kueue resolved its priority class to (the
-    /// pods' `spec.priority` when their templates name none).
+    /// `spec.priority` when `spec.priorityClassSource` is a PriorityClass
+    /// (then it is the pods' `spec.priority` too, when their templates name
+    /// none); `None` for a WorkloadPriorityClass's, which the pods do not
+    /// carry.
     pub priority: Option<i32>,
     pub checks: Vec<Check>,
 }
@@ -147,10 +149,17 @@ impl Workload {
             quota_reserved: admission.is_some(),
             admitted: condition_true(status, "Admitted"),
             done: !active || condition_true(status, "Finished"),
+            // Only a PriorityClass's value is the pods' too; a Kueue
+            // WorkloadPriorityClass ranks the workload alone.
             priority: raw
                 .pointer("/spec/priority")
                 .and_then(Value::as_i64)
-                .and_then(|p| i32::try_from(p).ok()),
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|_| {
+                    raw.pointer("/spec/priorityClassSource")
+                        .and_then(Value::as_str)
+                        == Some("scheduling.k8s.io/priorityclass")
+                }),
             checks,
         })
     }

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::cluster::convert::{membership, pod_finished, pod_priority};
-use crate::cluster::view::{BudgetedPod, Budgets, gang_moves};
+use crate::cluster::view::{BudgetedPod, Budgets};
 use crate::cluster::{ClusterView, pod_name, pod_namespace};
 use crate::config::Config;
 use crate::config::namespace_policy::policy_for_namespace;
@@ -447,6 +447,11 @@ pub fn moved_pods_in_place(view: &ClusterView, moves: &[PlannedMove]) -> Result<
         {
             return Err(format!("{} is no longer on node {}", m.pod, m.from));
         }
+        // Another plan (a pod's, a workload's) searched at the same time
+        // moves it already.
+        if view.is_being_moved(&m.uid) {
+            return Err(format!("{} is being moved by another plan", m.pod));
+        }
     }
     Ok(())
 }
@@ -474,23 +479,37 @@ pub fn hold_replacements(
 }
 
 /// Holds, until `until`, a gang plan's replacements' places (destination
-/// group [`gang_moves`]: [`hold_replacements`]) and each member's place
-/// (waiting until the moved pods are gone:
-/// [`ClusterView::hold_gang_place`]), once every moved pod is checked to
-/// be where it was. If not, nothing is held and why is returned.
+/// group `moves`, one per plan: [`crate::cluster::view::gang_moves`];
+/// [`hold_replacements`]) and
+/// each member's place (waiting until the moved pods are gone:
+/// [`ClusterView::hold_gang_place`]), once every moved pod is checked to be
+/// where it was. A member's place not free now on a node no moved pod
+/// leaves means the view changed since the search: nothing is held and
+/// why is returned, as when a check fails.
 pub fn hold_gang_plan(
     view: &mut ClusterView,
-    group: &GangKey,
+    (group, moves): (&GangKey, &str),
     pending: &[(String, PodPlan)],
     plan: &GangDefragPlan,
     until: i64,
 ) -> Result<(), String> {
     moved_pods_in_place(view, &plan.moves)?;
-    hold_replacements(view, &gang_moves(group), &plan.moves, until)?;
+    hold_replacements(view, moves, &plan.moves, until)?;
     view.release_gang_places(group);
+    let left: std::collections::HashSet<&str> =
+        plan.moves.iter().map(|m| m.from.as_str()).collect();
     for (key, allocation) in &plan.places {
-        if let Some((_, member)) = pending.iter().find(|(k, _)| k == key) {
-            view.hold_gang_place(group, key, member, allocation, until);
+        let Some((_, member)) = pending.iter().find(|(k, _)| k == key) else {
+            continue;
+        };
+        let held = view.hold_gang_place(group, key, member, allocation, until);
+        if !held && !left.contains(allocation.node.as_str()) {
+            view.release_gang_places(group);
+            view.release_destinations(moves, &[]);
+            return Err(format!(
+                "node {} no longer has room for {key}",
+                allocation.node
+            ));
         }
     }
     Ok(())

@@ -263,7 +263,20 @@ fn gang_places(group: &GangKey) -> String {
 }
 
 /// The destination group of the places held for the replacements of the
-/// pods moved for gang `group`.
-pub fn gang_moves(group: &GangKey) -> String {
-    format!("gang:{}/{}/moves", group.namespace, group.name)
+/// pods moved by plan `plan` (any number unique to it: the plan's end
+/// time) for gang `group`: one per plan, so that giving back what one plan
+/// held never takes a place an earlier plan's replacement still needs.
+pub fn gang_moves(group: &GangKey, plan: i64) -> String {
+    format!("gang:{}/{}/moves/{plan}", group.namespace, group.name)
+}
+
+impl ClusterView {
+    /// Whether a place is held (or waits) for the replacement of the pod
+    /// `uid`: it is being moved by a plan already.
+    pub fn is_being_moved(&self, uid: &str) -> bool {
+        // Keys are `defrag/<group>/<moved pod UID>` (a gang's own places
+        // end with a member's hold key, never a UID).
+        let tail = format!("/{uid}");
+        !uid.is_empty() && self.destinations.by_key.keys().any(|k| k.ends_with(&tail))
+    }
 }
