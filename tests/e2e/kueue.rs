@@ -53,7 +53,7 @@ use crate::fixtures::{
 };
 use crate::manifests;
 use crate::procs::{Proc, free_port};
-use crate::scenarios::Ctx;
+use crate::scenarios::{Ctx, wait_gauge};
 use crate::wait::eventually;
 
 const T4: &str = "NVIDIA Tesla T4";
@@ -304,21 +304,7 @@ async fn job_pods_bound(ctx: &Ctx, ns: &str, name: &str, count: usize) -> anyhow
 
 /// Waits until gpugate says it holds the places of `n` admitted workloads.
 async fn held_gauge(ctx: &Ctx, n: f64) -> anyhow::Result<()> {
-    let port = ctx.cp.gpugate_admin_port;
-    eventually(
-        &format!("gpugate_kueue_workloads_held {n}"),
-        WAIT,
-        || async move {
-            let text = crate::http::metrics(port)
-                .await
-                .map_err(|e| e.to_string())?;
-            match crate::http::gauge(&text, "gpugate_kueue_workloads_held") {
-                Some(v) if v == n => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
+    wait_gauge(ctx, "gpugate_kueue_workloads_held", WAIT, move |v| v == n).await
 }
 
 /// `(node, GPU)` of each device the pods hold, sorted.
@@ -664,21 +650,7 @@ async fn failover(ctx: &Ctx) -> anyhow::Result<()> {
 
 /// Waits until gpugate's `hami_scheduler_is_leader` is `n`.
 async fn leader_gauge(ctx: &Ctx, n: f64) -> anyhow::Result<()> {
-    let port = ctx.cp.gpugate_admin_port;
-    eventually(
-        &format!("hami_scheduler_is_leader {n}"),
-        WAIT,
-        || async move {
-            let text = crate::http::metrics(port)
-                .await
-                .map_err(|e| e.to_string())?;
-            match crate::http::gauge(&text, "hami_scheduler_is_leader") {
-                Some(v) if v == n => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
+    wait_gauge(ctx, "hami_scheduler_is_leader", WAIT, move |v| v == n).await
 }
 
 /// The Deployment of two 4,000 MiB slices that share one GPU (binpack on

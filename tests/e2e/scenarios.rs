@@ -1374,10 +1374,8 @@ async fn renamed_resources(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Resul
     .await
 }
 
-/// Waits until gpugate reports `want` uncovered GPU resources for both
-/// webhook configurations.
 /// Waits until gpugate's gauge `name` satisfies `ok`.
-async fn wait_gauge(
+pub async fn wait_gauge(
     ctx: &Ctx,
     name: &'static str,
     timeout: Duration,
@@ -1394,6 +1392,8 @@ async fn wait_gauge(
     .await
 }
 
+/// Waits until gpugate reports `want` uncovered GPU resources for both
+/// webhook configurations.
 async fn wait_uncovered(ctx: &Ctx, want: f64) -> anyhow::Result<()> {
     let port = ctx.metrics_port();
     eventually(
