@@ -461,6 +461,18 @@ fn every_fixture_gets_the_same_answer() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let pod: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        // The oracle predates every kind but NVIDIA.
+        let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
+        let spec = typed.spec.as_ref().unwrap();
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers);
+        if Config::default().device_config_for(containers).kind != gpugate::devices::KindId::NVIDIA
+        {
+            continue;
+        }
         for (config, namespace) in configs() {
             let lean = mutate_pod(&pod, &config, namespace);
             let old = oracle::mutate_pod(&pod, &config, namespace);

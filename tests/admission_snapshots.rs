@@ -42,10 +42,12 @@ fn readable(mut answer: Value) -> Value {
 const FIXTURES: &[&str] = &[
     "both-memory-forms.yaml",
     "cores-150.yaml",
+    "dcu-slice.yaml",
     "env-escape.yaml",
     "forged-allocation.yaml",
     "forged-numa-zones.yaml",
     "gpu-and-ascend.yaml",
+    "gpu-and-dcu.yaml",
     "gpu-only.yaml",
     "gpu-sidecar.yaml",
     "init-and-sidecar.yaml",

@@ -1636,3 +1636,78 @@ async fn a_single_node_offered_is_held_under_filter_mode_all() {
 fn no_limit() -> ClientLimit {
     ClientLimit::new(&ApiLimits::default(), &ClientMetrics::default())
 }
+
+/// A node with two NVIDIA T4s and two Hygon DCUs, each registered by its
+/// own device plugin (hami-vendors.md 3.2: legacy text, no index).
+fn mixed_node(name: &str) -> Value {
+    let mut n = node(name, 2);
+    n["metadata"]["annotations"]["hami.io/node-dcu-register"] = json!(format!(
+        "DCU-{name}-0,4,65520,100,DCU-Z100L,0,true:DCU-{name}-1,4,65520,100,DCU-Z100L,0,true:"
+    ));
+    n
+}
+
+#[tokio::test]
+async fn a_dcu_pod_gets_hamis_dcu_lists_and_the_ledger_reads_them_back() {
+    // hami-vendors.md 3.3 and 1.5: `hami.io/dcu-devices-to-allocate` =
+    // `-allocated`, vendor word DCU, entries for the DCU containers only
+    // (Hygon's types are `DCU-<model>`); no NVIDIA list; the shared lock.
+    let dcu_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "infer", "namespace": "ml", "uid": "u-dcu"},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [
+                {"name": "logs", "image": "busybox"},
+                {"name": "infer", "image": "busybox", "resources": {"limits": {
+                    "hygon.com/dcunum": "1", "hygon.com/dcumem": "2000",
+                    "hygon.com/dcucores": "60"}}}
+            ]
+        },
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(
+        &[mixed_node("mix-1")],
+        &[dcu_pod, pod("ml", "train", "u-gpu", 4000, 30)],
+        config(1.0),
+    );
+    assert_eq!(rig.bind("ml", "infer", "u-dcu", "mix-1").await, "");
+    let p = rig.pod("ml", "infer");
+    let a = annotations(&p);
+    let list = a["hami.io/dcu-devices-allocated"].as_str().unwrap();
+    assert!(
+        list == "DCU-mix-1-0,DCU,2000,60:;" || list == "DCU-mix-1-1,DCU,2000,60:;",
+        "{list}"
+    );
+    assert_eq!(a["hami.io/dcu-devices-to-allocate"], list);
+    assert!(!a.contains_key("hami.io/vgpu-devices-allocated"), "{a:?}");
+    assert!(!a.contains_key("hami.io/vgpu-devices-to-allocate"), "{a:?}");
+    assert_eq!(a["hami.io/vgpu-node"], "mix-1");
+    assert_eq!(a["hami.io/bind-phase"], "allocating");
+    assert!(rig.lock("mix-1").unwrap().ends_with("Z,ml,infer"));
+    // What the ledger holds is what the annotations say, read back.
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    let read = pod_allocation(&k).unwrap().unwrap();
+    assert_eq!(read, rig.held("u-dcu").unwrap());
+    assert_eq!(
+        read.usage_by_gpu()
+            .iter()
+            .map(|(g, u)| (g.to_string(), u.mem_mib, u.cores))
+            .collect::<Vec<_>>(),
+        [(list.split(',').next().unwrap().to_string(), 2000, 60)]
+    );
+
+    // The NVIDIA pod on the same node gets NVIDIA's list only, one entry
+    // per container, once the device plugin has released the lock.
+    release_lock(&rig.api, "mix-1");
+    rig.deliver_node_events();
+    assert_eq!(rig.bind("ml", "train", "u-gpu", "mix-1").await, "");
+    let p = rig.pod("ml", "train");
+    let a = annotations(&p);
+    let gpus = a["hami.io/vgpu-devices-allocated"].as_str().unwrap();
+    assert!(
+        gpus.starts_with("GPU-mix-1-") && gpus.ends_with(",NVIDIA,4000,30:;"),
+        "{gpus}"
+    );
+    assert!(!a.contains_key("hami.io/dcu-devices-allocated"), "{a:?}");
+}

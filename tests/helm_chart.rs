@@ -451,14 +451,11 @@ fn renamed_resources_reach_every_object() {
         assert!(cel.contains("r.startsWith('hami.io/')"), "{cel}");
         assert!(!cel.contains("nvidia.com"), "{cel}");
     }
-    let sched = config_map_yaml(&o, "gpugate-scheduler-config", "config.yaml");
-    let managed: Vec<&str> = sched["extenders"][0]["managedResources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(managed, names.map(|(_, v)| v));
+    let managed = managed_resources(&o);
+    // The renamed NVIDIA names, then Hygon's, as HAMi's chart lists them.
+    let mut want: Vec<&str> = names.map(|(_, v)| v).to_vec();
+    want.extend(["hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"]);
+    assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in
     // HAMi's chart, and reach the webhooks too.
@@ -481,6 +478,56 @@ fn renamed_resources_reach_every_object() {
         cel.contains("r.startsWith('example.com/') || r.startsWith('nvidia.com/')"),
         "{cel}"
     );
+}
+
+/// The names in kube-scheduler's managedResources, in order.
+fn managed_resources(o: &[Value]) -> Vec<String> {
+    let sched = config_map_yaml(o, "gpugate-scheduler-config", "config.yaml");
+    sched["extenders"][0]["managedResources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// HAMi v2.10's Hygon DCU values (`dcuResource*`, the device config's
+/// `hygon` section with its memoryFactor) reach gpugate's `hygon` section,
+/// the webhooks and kube-scheduler's managedResources.
+#[test]
+fn hamis_dcu_values_reach_every_object() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "dcuResourceName=example.org/dcunum",
+            "--set-string",
+            "device-config.content=hygon:\n  memoryFactor: 2\n  resourceCoreName: example.org/dcucores\n",
+        ],
+    );
+    let c = gpugate_config(&o);
+    assert_eq!(c.hygon.resource_count_name, "example.org/dcunum");
+    assert_eq!(c.hygon.resource_memory_name, "hygon.com/dcumem");
+    assert_eq!(c.hygon.resource_core_name, "example.org/dcucores");
+    assert_eq!(c.hygon.memory_factor, 2);
+    assert_eq!(c.nvidia.resource_count_name, "nvidia.com/gpu");
+    let cel = webhook(&o, "MutatingWebhookConfiguration")["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cel.contains("r.startsWith('example.org/')") && cel.contains("r.startsWith('hygon.com/')"),
+        "{cel}"
+    );
+    let managed = managed_resources(&o);
+    for name in [
+        "example.org/dcunum",
+        "hygon.com/dcumem",
+        "example.org/dcucores",
+    ] {
+        assert!(managed.iter().any(|m| m == name), "{managed:?}");
+    }
 }
 
 /// kubeScheduler.enabled=false: gpugate alone (one replica, replaced not

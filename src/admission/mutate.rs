@@ -78,7 +78,10 @@ pub fn mutate(
     let nv = config.device_config_for(spec.all_containers());
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     let labels = cluster.and_then(|v| v.namespace_labels(namespace));
-    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels);
+    // Namespace policies speak of HAMi-core slices (docs/configuration.md):
+    // other kinds' pods are left as written.
+    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels)
+        .filter(|_| nv.kind.kind().hami_core);
     let mut edits = PodEdits::default();
     let mut uses_gpus = false;
     for (init, containers) in [(true, &spec.init_containers), (false, &spec.containers)] {
@@ -131,12 +134,21 @@ fn container_edits<'c>(
         .and_then(|res| res.resolve(nv).map(|gpu| (res, gpu)));
     let (mut res, gpu) =
         read.map_err(|e| Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string())))?;
-    let env = &nv.kind.kind().env;
+    let kind = nv.kind.kind();
+    let env = &kind.env;
     let mut target = Target {
         container,
         env_names: None,
         edits: ContainerEdits::default(),
     };
+    if !kind.hami_core {
+        // HAMi's webhook writes nothing into such a kind's containers
+        // (hami-vendors.md, each backend's "Webhook").
+        return Ok(ContainerOutcome {
+            edits: target.edits,
+            uses_gpus: gpu.is_some(),
+        });
+    }
     if gpu.is_some() {
         if let Some(p) = policy {
             apply_policy_defaults(&mut res, &mut target, &p.defaults, nv);

@@ -88,7 +88,8 @@ pub fn validate(
             }
         }
     }
-    let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv)
+    let others = config.other_device_configs(nv.kind);
+    let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv, &others)
         .map_err(PlanError::from)
         .and_then(|request| PodPlan::from_parts(request, pod, config.default_policies()));
     let plan = match plan {
@@ -105,14 +106,17 @@ pub fn validate(
     }
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     let labels = cluster.and_then(|v| v.namespace_labels(namespace));
-    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels);
+    let policy = policy_for_namespace(&config.namespace_policies, namespace, labels)
+        .filter(|_| nv.kind.kind().hami_core);
     let allowed_env = policy.map_or(&[][..], |p| &p.limits.allow_env[..]);
     let vgpu_containers = spec
         .all_containers()
         .zip(&plan.request.containers)
         .filter(|(_, request)| request.gpu.is_some())
         .map(|(c, _)| c);
-    for c in vgpu_containers {
+    // HAMi-core's variables mean nothing to another kind's runtime.
+    let hami_core = nv.kind.kind().hami_core;
+    for c in vgpu_containers.filter(|_| hami_core) {
         match env_escape(c, nv, allowed_env) {
             Ok(None) => {}
             Ok(Some(message)) => {

@@ -34,7 +34,6 @@ use crate::cluster::api::{self, ApiError};
 use crate::cluster::lock::{LocalTurn, Taken};
 use crate::cluster::pod_annotations::BindingAnnotations;
 use crate::engine::Allocation;
-use crate::hami::keys;
 use crate::placement::{self, PodToPlace, ReserveError};
 
 use super::Target;
@@ -348,7 +347,7 @@ impl Transaction<'_> {
             return Ok(());
         };
         match self
-            .binding_outcome(pod.pod(), Some(annotations.devices()), &e)
+            .binding_outcome(pod.pod(), Some(annotations.carried()), &e)
             .await
         {
             BindingOutcome::Bound => Ok(()),
@@ -392,11 +391,12 @@ impl Transaction<'_> {
     /// by this Binding after all (a lost answer), surely not (with why,
     /// when the pod says more than the error), or unknown. Reads the pod
     /// again, a few times when the failure left the outcome open.
-    /// `devices` is the allocation the Binding carried.
+    /// `devices` is the allocation the Binding carried (its first device
+    /// list: key and value).
     async fn binding_outcome(
         &self,
         pod: &Pod,
-        devices: Option<&str>,
+        devices: Option<(&str, &str)>,
         error: &ApiError,
     ) -> BindingOutcome {
         let args = self.bind.target;
@@ -418,13 +418,14 @@ impl Transaction<'_> {
                 }
                 Ok(p) => match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                     Some(n) if n == args.node => {
-                        let carried = p
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(keys::VGPU_DEVICES_ALLOCATED))
-                            .map(String::as_str);
-                        return if devices.is_none() || carried == devices {
+                        let carried = devices.and_then(|(key, _)| {
+                            p.metadata
+                                .annotations
+                                .as_ref()?
+                                .get(key)
+                                .map(String::as_str)
+                        });
+                        return if devices.is_none_or(|(_, list)| carried == Some(list)) {
                             BindingOutcome::Bound
                         } else {
                             // Bound here by an earlier Binding, with other

@@ -26,10 +26,12 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
         .iter()
         .flatten()
         .chain(&spec.containers);
+    let cfg = config.device_config_for(containers);
     PodRequest::from_containers(
         spec.init_containers.iter().flatten(),
         &spec.containers,
-        config.device_config_for(containers),
+        cfg,
+        &config.other_device_configs(cfg.kind),
     )
 }
 

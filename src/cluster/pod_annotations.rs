@@ -8,8 +8,10 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::devices::{self, PodLists};
 use crate::engine::numa::{NumaGrant, NumaRequest};
 use crate::engine::{Allocation, ContainerKind, MigInstance};
+use crate::hami::PodDevices;
 use crate::hami::binding::binding_metadata;
 use crate::hami::mig::{MigAllocation, decode_mig_allocations, encode_mig_allocations};
 use crate::hami::pod_devices::{decode_pod_devices, encode_pod_devices};
@@ -21,8 +23,9 @@ use super::convert::{pod_finished, pod_name};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingAnnotations {
     node: String,
-    /// `hami.io/vgpu-devices-allocated` (and `-to-allocate`).
-    devices: String,
+    /// Each device kind's list, under its kind's keys
+    /// (`hami.io/vgpu-devices-allocated` and `-to-allocate` for NVIDIA).
+    lists: Vec<(&'static PodLists, String)>,
     /// `hami.io/vgpu-mig-allocations`, for a pod given MIG instances.
     mig: Option<String>,
     /// [`NUMA_ZONES`], for an aligned pod.
@@ -34,22 +37,42 @@ impl BindingAnnotations {
         let mig = mig_allocations(allocation);
         BindingAnnotations {
             node: allocation.node.clone(),
-            devices: encode_pod_devices(&allocation.to_pod_devices()),
+            lists: allocation
+                .device_lists()
+                .iter()
+                .map(|(kind, list)| (&kind.kind().pod_lists, encode_pod_devices(list)))
+                .collect(),
             mig: (!mig.is_empty()).then(|| encode_mig_allocations(&mig)),
             numa_zones: allocation.numa.as_ref().map(encode_numa_zones),
         }
     }
 
-    /// The device list the pod carries once bound
-    /// (`hami.io/vgpu-devices-allocated`).
-    pub fn devices(&self) -> &str {
-        &self.devices
+    /// The first device list the pod carries once bound: its annotation
+    /// key (`hami.io/vgpu-devices-allocated` for NVIDIA) and value.
+    pub fn carried(&self) -> (&'static str, &str) {
+        self.lists
+            .first()
+            .map_or(("", ""), |(keys, list)| (keys.allocated, list.as_str()))
+    }
+
+    /// The device lists, as a log shows them (`DCU: uuid,DCU,2000,60:;`).
+    pub fn devices(&self) -> String {
+        self.lists
+            .iter()
+            .map(|(keys, list)| format!("{}={list}", keys.allocated))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// The Binding's `metadata` (annotations and labels) at `now_unix`:
     /// kube-apiserver copies them onto the pod as it assigns the node.
     pub fn metadata(&self, now_unix: i64) -> Value {
-        let mut metadata = binding_metadata(&self.node, &self.devices, now_unix);
+        let lists: Vec<(&str, &str, &str)> = self
+            .lists
+            .iter()
+            .map(|(keys, list)| (keys.to_allocate, keys.allocated, list.as_str()))
+            .collect();
+        let mut metadata = binding_metadata(&self.node, &lists, now_unix);
         if let Some(mig) = &self.mig {
             metadata["annotations"][keys::VGPU_MIG_ALLOCATIONS] = Value::String(mig.clone());
         }
@@ -125,37 +148,38 @@ pub struct PodAllocationError {
     pub source: DecodeError,
 }
 
-/// The GPUs a pod holds, from `hami.io/vgpu-node` and
-/// `hami.io/vgpu-devices-allocated`. `None` for pods that hold none: no
-/// allocation annotations, or finished (Succeeded / Failed). Terminating pods
-/// still hold their GPUs.
+/// The devices a pod holds, from `hami.io/vgpu-node` and each device
+/// kind's allocated list (`hami.io/vgpu-devices-allocated` for NVIDIA).
+/// `None` for pods that hold none: no allocation annotations, or finished
+/// (Succeeded / Failed). Terminating pods still hold their devices.
 pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationError> {
     if pod_finished(pod) {
         return Ok(None);
     }
     let annotations = pod.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-    let (Some(node), Some(devices)) = (get(keys::VGPU_NODE), get(keys::VGPU_DEVICES_ALLOCATED))
-    else {
+    let Some(node) = get(keys::VGPU_NODE) else {
         return Ok(None);
     };
-    let devices = decode_pod_devices(keys::VGPU_DEVICES_ALLOCATED, devices).map_err(|source| {
-        PodAllocationError {
-            pod: pod_name(pod),
-            source,
+    let mut lists = Vec::new();
+    for (_, kind) in devices::kinds() {
+        let key = kind.pod_lists.allocated;
+        if let Some(value) = get(key) {
+            let list = decode_pod_devices(key, value).map_err(|source| PodAllocationError {
+                pod: pod_name(pod),
+                source,
+            })?;
+            lists.push(list);
         }
-    })?;
-    let kinds = container_kinds(pod);
-    // gpugate writes one entry per container, so entry i is container i.
-    // HAMi writes entries only for containers with GPUs; then which entries
-    // are init containers is unknown, and all are counted as app containers:
-    // their sum is never less than the real usage, so nothing is over-committed.
-    let kinds = if devices.containers.len() == kinds.len() {
-        kinds
-    } else {
-        Vec::new()
-    };
-    let mut allocation = Allocation::from_pod_devices(node, &devices, &kinds);
+    }
+    if lists.is_empty() {
+        return Ok(None);
+    }
+    // gpugate writes NVIDIA's list with one entry per container, so entry
+    // i is container i; a list with fewer entries counts every entry as
+    // an app container (`Allocation::from_device_lists`).
+    let lists: Vec<&PodDevices> = lists.iter().collect();
+    let mut allocation = Allocation::from_device_lists(node, &lists, &container_kinds(pod));
     if let Some(mig) = get(keys::VGPU_MIG_ALLOCATIONS).filter(|v| !v.trim().is_empty()) {
         attach_mig(&mut allocation, mig).map_err(|source| PodAllocationError {
             pod: pod_name(pod),
@@ -164,6 +188,16 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
     }
     allocation.numa = pod_numa_grant(pod);
     Ok(Some(allocation))
+}
+
+/// The device uuids a pod's allocated lists name, readable or not, for
+/// a pod whose allocation cannot be read ([`crate::hami::pod_devices::uuids_named`]).
+pub fn uuids_named(pod: &Pod) -> Vec<String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    devices::kinds()
+        .filter_map(|(_, kind)| annotations?.get(kind.pod_lists.allocated))
+        .flat_map(|v| crate::hami::pod_devices::uuids_named(v))
+        .collect()
 }
 
 /// The MIG instances of a pod that its device plugin reports created (the

@@ -26,6 +26,8 @@ pub use crate::engine::resources::DeviceConfig;
 pub struct Config {
     pub scheduler: SchedulerConfig,
     pub nvidia: DeviceConfig,
+    /// Hygon DCUs: HAMi's `hygon` device config section.
+    pub hygon: KindSection<{ crate::devices::KindId::HYGON.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -41,6 +43,58 @@ pub struct Config {
     /// Kueue's admission check: which AdmissionChecks gpugate answers, and
     /// how long it holds an admitted workload's places.
     pub kueue: kueue::KueueConfig,
+}
+
+/// A device kind's config section, read over the kind's own defaults
+/// (`devices::ConfigDefaults`): a key the file leaves out keeps the kind's
+/// value, not NVIDIA's. `KIND` is the kind's `KindId::index`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindSection<const KIND: u8>(pub DeviceConfig);
+
+impl<const KIND: u8> KindSection<KIND> {
+    fn kind() -> crate::devices::KindId {
+        // KIND is always one of KindId's constants (see `Config`).
+        crate::devices::KindId::at(KIND).unwrap_or_default()
+    }
+}
+
+impl<const KIND: u8> Default for KindSection<KIND> {
+    fn default() -> Self {
+        KindSection(DeviceConfig::for_kind(Self::kind()))
+    }
+}
+
+impl<const KIND: u8> std::ops::Deref for KindSection<KIND> {
+    type Target = DeviceConfig;
+    fn deref(&self) -> &DeviceConfig {
+        &self.0
+    }
+}
+
+impl<const KIND: u8> std::ops::DerefMut for KindSection<KIND> {
+    fn deref_mut(&mut self) -> &mut DeviceConfig {
+        &mut self.0
+    }
+}
+
+impl<'de, const KIND: u8> Deserialize<'de> for KindSection<KIND> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        use serde_yaml_ng::{Mapping, Value};
+        let given = Option::<Mapping>::deserialize(d)?.unwrap_or_default();
+        let kind = Self::kind();
+        let mut merged = match serde_yaml_ng::to_value(DeviceConfig::for_kind(kind)) {
+            Ok(Value::Mapping(m)) => m,
+            Ok(_) | Err(_) => Mapping::new(),
+        };
+        for (key, value) in given {
+            merged.insert(key, value);
+        }
+        let mut section = DeviceConfig::deserialize(Value::Mapping(merged))
+            .map_err(|e| D::Error::custom(format!("{}: {e}", kind.kind().name)))?;
+        section.kind = kind;
+        Ok(KindSection(section))
+    }
 }
 
 /// Names of the MutatingWebhookConfiguration and
@@ -488,7 +542,7 @@ impl Config {
     /// Each device kind's section (resource names and defaults), in the
     /// order of [`crate::devices::KINDS`].
     pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
-        [&self.nvidia]
+        [&self.nvidia, &self.hygon]
     }
 
     /// The section of one device kind.
@@ -500,8 +554,10 @@ impl Config {
     }
 
     /// The section a pod's containers are read with: the first kind one of
-    /// whose resource names a container gives (limit or request), the
-    /// first kind when none does (the pod asks for no device).
+    /// whose resource names a container asks for (a quantity above 0, or
+    /// one that cannot be read, so that the error names it), else the
+    /// first kind one of whose names a container gives, else the first
+    /// kind (the pod asks for no device).
     pub fn device_config_for<'c, C>(
         &self,
         containers: impl Iterator<Item = &'c C> + Clone,
@@ -509,16 +565,31 @@ impl Config {
     where
         C: crate::engine::request::ContainerSpec + 'c,
     {
-        self.device_configs()
-            .into_iter()
-            .find(|cfg| {
-                containers.clone().any(|c| {
-                    cfg.gpu_resource_names()
-                        .iter()
-                        .any(|name| c.quantity(name).is_some())
+        let gives = |cfg: &&DeviceConfig, asked: bool| {
+            containers.clone().any(|c| {
+                cfg.gpu_resource_names().iter().any(|name| {
+                    c.quantity(name).is_some_and(|q| {
+                        !asked || crate::engine::quantity::parse_whole(q).map_or(true, |n| n > 0)
+                    })
                 })
             })
+        };
+        let sections = self.device_configs();
+        sections
+            .iter()
+            .find(|cfg| gives(cfg, true))
+            .or_else(|| sections.iter().find(|cfg| gives(cfg, false)))
+            .copied()
             .unwrap_or(&self.nvidia)
+    }
+
+    /// The sections of every kind but `kind`: what a pod read as `kind`'s
+    /// must not also ask for.
+    pub fn other_device_configs(&self, kind: crate::devices::KindId) -> Vec<&DeviceConfig> {
+        self.device_configs()
+            .into_iter()
+            .filter(|c| c.kind != kind)
+            .collect()
     }
 
     /// The policies of a pod that names none.
@@ -577,7 +648,26 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        self.nvidia.validate()?;
+        let sections = self.device_configs();
+        for (i, section) in sections.iter().enumerate() {
+            section.validate()?;
+            // A resource name read by two kinds would make a pod's kind
+            // depend on the order of the sections.
+            for other in &sections[i + 1..] {
+                if let Some(name) = section
+                    .gpu_resource_names()
+                    .into_iter()
+                    .filter(|n| !n.is_empty())
+                    .find(|n| other.gpu_resource_names().contains(n))
+                {
+                    return Err(format!(
+                        "{name} is a resource of both {} and {}: give each kind its own names",
+                        section.kind.kind().name,
+                        other.kind.kind().name
+                    ));
+                }
+            }
+        }
         self.kueue.validate()?;
         if self.scheduler.name.trim().is_empty() {
             return Err("scheduler.name must not be empty".to_string());

@@ -14,6 +14,7 @@
 //! NVIDIA is the first kind ([`nvidia::NVIDIA`]); what a second one adds is
 //! in docs/architecture.md, "Device kinds".
 
+pub mod hygon;
 pub mod nvidia;
 
 /// A kind of device, as [`KINDS`] lists it. Small (a GPU carries one).
@@ -23,15 +24,27 @@ pub struct KindId(u8);
 impl KindId {
     /// NVIDIA GPUs shared by HAMi-core or split by MIG.
     pub const NVIDIA: KindId = KindId(0);
+    /// Hygon DCUs shared by slices (HAMi v2.10's `DCU` backend).
+    pub const HYGON: KindId = KindId(1);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
         KINDS[usize::from(self.0)]
     }
+
+    /// Its place in [`KINDS`] (a config section's type parameter).
+    pub const fn index(self) -> u8 {
+        self.0
+    }
+
+    /// The kind at `index` of [`KINDS`]; `None` past the end.
+    pub fn at(index: u8) -> Option<KindId> {
+        (usize::from(index) < KINDS.len()).then_some(KindId(index))
+    }
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 1] = [&nvidia::NVIDIA];
+pub static KINDS: [&DeviceKind; 2] = [&nvidia::NVIDIA, &hygon::HYGON];
 
 /// Every kind with its id.
 pub fn kinds() -> impl Iterator<Item = (KindId, &'static DeviceKind)> {
@@ -53,7 +66,6 @@ pub fn by_vendor(vendor: &str) -> Option<KindId> {
 /// run it without the device).
 pub static NOT_PLACED: &[(&str, &str)] = &[
     ("huawei.com/Ascend", "Ascend NPU"),
-    ("hygon.com/dcu", "Hygon DCU"),
     ("hygon.com/hcu", "Hygon HCU"),
     ("cambricon.com/vmlu", "Cambricon MLU"),
     ("cambricon.com/mlu.smlu.", "Cambricon MLU"),
@@ -97,8 +109,67 @@ pub struct DeviceKind {
     pub modes: &'static [DeviceMode],
     /// The mode of a device registered without one.
     pub default_mode: &'static str,
+    /// How a device registered in a mode `modes` does not list is shared
+    /// (`None`: not at all). For a kind whose device plugin writes no
+    /// meaningful mode.
+    pub other_modes: Option<Sharing>,
     /// Environment the mutating webhook writes.
     pub env: WebhookEnv,
+    /// Whether HAMi-core limits the kind's devices inside the container:
+    /// then the webhook injects HAMi's defaults (a count for a slice, 100
+    /// cores for a whole device; hami-compat.md 2.3) and refuses the
+    /// environment variables that lift HAMi-core's limits. Other kinds'
+    /// containers are left as written, as HAMi's webhook leaves them.
+    pub hami_core: bool,
+    /// What one device is called in messages (`NVIDIA GPU`, `Hygon DCU`).
+    pub noun: &'static str,
+    /// The pod annotations that carry the kind's device lists.
+    pub pod_lists: PodLists,
+    /// Which containers have an entry in the kind's device lists.
+    pub entries: Entries,
+    /// The defaults of the kind's config section (named [`DeviceKind::name`]).
+    pub config: ConfigDefaults,
+}
+
+/// The pod annotations with a kind's device lists (HAMi's codec,
+/// hami-compat.md 4.2): what the device plugin hands out, and what the
+/// pod holds (the ledger reads this one back).
+#[derive(Debug, PartialEq, Eq)]
+pub struct PodLists {
+    pub to_allocate: &'static str,
+    pub allocated: &'static str,
+}
+
+/// Which containers have an entry in a kind's device lists
+/// (hami-vendors.md 1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entries {
+    /// One entry per container, init containers first, empty for a
+    /// container without the kind's devices: entry `i` is container `i`,
+    /// which is how a device plugin that maps entries by index finds its
+    /// container.
+    EveryContainer,
+    /// Entries only for the containers with the kind's devices, in order:
+    /// what HAMi writes when the registered device type is not the vendor
+    /// word (Hygon's `DCU-…`), and what such a kind's device plugin reads
+    /// (it skips empty entries).
+    AskingContainers,
+}
+
+/// The defaults of a kind's config section (`engine::resources::DeviceConfig`):
+/// the resource names of HAMi v2.10's chart and the request defaults of
+/// the kind's HAMi backend. `""` for a resource the kind does not have.
+#[derive(Debug)]
+pub struct ConfigDefaults {
+    pub resource_count_name: &'static str,
+    pub resource_memory_name: &'static str,
+    pub resource_memory_percentage_name: &'static str,
+    pub resource_core_name: &'static str,
+    pub resource_priority_name: &'static str,
+    /// Cores (percent of one device) when a container gives none.
+    pub default_cores: u32,
+    /// Count given to a container that asks for memory or cores only.
+    pub default_gpu_num: u32,
 }
 
 /// Pod annotations that choose among a kind's devices.
@@ -158,6 +229,7 @@ impl DeviceKind {
             .iter()
             .find(|m| m.name == mode)
             .map(|m| m.sharing)
+            .or(self.other_modes)
     }
 
     /// The names of its modes.

@@ -2,7 +2,9 @@
 //! only in v2.10) shared by slices, MIG by instances (hami-compat.md 3.2,
 //! 4.5 and "MIG in v2.10").
 
-use super::{DeviceKind, DeviceMode, SelectionKeys, Sharing, WebhookEnv};
+use super::{
+    ConfigDefaults, DeviceKind, DeviceMode, Entries, PodLists, SelectionKeys, Sharing, WebhookEnv,
+};
 
 /// Node: the NVIDIA device inventory (JSON array, or the legacy text form).
 pub const NODE_REGISTER: &str = "hami.io/node-nvidia-register";
@@ -10,6 +12,10 @@ pub const NODE_REGISTER: &str = "hami.io/node-nvidia-register";
 pub const NODE_SCORE: &str = "hami.io/node-nvidia-score";
 /// The vendor word in pod device lists.
 pub const VENDOR: &str = "NVIDIA";
+/// Pod: devices still to hand out; consumed by the device plugin.
+pub const DEVICES_TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
+/// Pod: devices allocated; never changed after bind. The ledger reads this.
+pub const DEVICES_ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
 
 /// Pod: GPU models to use (comma list).
 pub const USE_GPU_TYPE: &str = "nvidia.com/use-gputype";
@@ -54,9 +60,28 @@ pub static NVIDIA: DeviceKind = DeviceKind {
         },
     ],
     default_mode: "hami-core",
+    other_modes: None,
     env: WebhookEnv {
         hide_devices: ("NVIDIA_VISIBLE_DEVICES", "none"),
         core_policy: "GPU_CORE_UTILIZATION_POLICY",
         task_priority: "CUDA_TASK_PRIORITY",
+    },
+    hami_core: true,
+    noun: "NVIDIA GPU",
+    pod_lists: PodLists {
+        to_allocate: DEVICES_TO_ALLOCATE,
+        allocated: DEVICES_ALLOCATED,
+    },
+    // HAMi's NVIDIA device plugin maps entry i to container i
+    // (hami-vendors.md, "NVIDIA padding"): gpugate writes every entry.
+    entries: Entries::EveryContainer,
+    config: ConfigDefaults {
+        resource_count_name: "nvidia.com/gpu",
+        resource_memory_name: "nvidia.com/gpumem",
+        resource_memory_percentage_name: "nvidia.com/gpumem-percentage",
+        resource_core_name: "nvidia.com/gpucores",
+        resource_priority_name: "nvidia.com/priority",
+        default_cores: 0,
+        default_gpu_num: 1,
     },
 };

@@ -61,6 +61,19 @@ pub enum MigMismatch {
 }
 
 impl DeviceGrant {
+    /// Its entry in HAMi's device list (`uuid,vendor,mem,cores`).
+    pub fn to_container_device(&self) -> ContainerDevice {
+        ContainerDevice {
+            uuid: self.uuid.clone(),
+            vendor: self.kind.kind().vendor.to_string(),
+            // Requests are capped at i32::MAX MiB, so this never saturates
+            // for allocations the engine made.
+            mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
+            cores: self.cores,
+            slots: self.slots,
+        }
+    }
+
     /// How the grant's MIG instance disagrees with `gpu`, its GPU.
     pub fn mig_mismatch(&self, gpu: &Gpu) -> Option<MigMismatch> {
         match (gpu.is_mig(), &self.mig) {
@@ -140,8 +153,9 @@ impl Allocation {
             .collect()
     }
 
-    /// HAMi's device list (`hami.io/vgpu-devices-allocated`): every container
-    /// has an entry, init containers first, so entry `i` is container `i`.
+    /// HAMi's device list of every grant, whatever its kind: every
+    /// container has an entry, init containers first, so entry `i` is
+    /// container `i`. What bind writes is [`Allocation::device_lists`].
     pub fn to_pod_devices(&self) -> PodDevices {
         PodDevices {
             containers: self
@@ -150,19 +164,97 @@ impl Allocation {
                 .map(|devices| {
                     devices
                         .iter()
-                        .map(|d| ContainerDevice {
-                            uuid: d.uuid.clone(),
-                            vendor: d.kind.kind().vendor.to_string(),
-                            // Requests are capped at i32::MAX MiB, so this never saturates
-                            // for allocations the engine made.
-                            mem_mib: u32::try_from(d.mem_mib).unwrap_or(u32::MAX),
-                            cores: d.cores,
-                            slots: d.slots,
-                        })
+                        .map(DeviceGrant::to_container_device)
                         .collect()
                 })
                 .collect(),
         }
+    }
+
+    /// HAMi's device lists of the allocation: one per kind of device it
+    /// holds, in the order of [`devices::KINDS`], each with the entries
+    /// its kind's device plugin reads ([`devices::Entries`]). An
+    /// allocation of no device gives the first kind's list, one empty
+    /// entry per container.
+    pub fn device_lists(&self) -> Vec<(KindId, PodDevices)> {
+        let held: BTreeSet<KindId> = self.containers.iter().flatten().map(|d| d.kind).collect();
+        if held.is_empty() {
+            return vec![(KindId::default(), self.to_pod_devices())];
+        }
+        held.into_iter()
+            .map(|kind| {
+                let per_container = self.containers.iter().map(|devices| {
+                    devices
+                        .iter()
+                        .filter(|d| d.kind == kind)
+                        .map(DeviceGrant::to_container_device)
+                        .collect::<Vec<_>>()
+                });
+                let containers = match kind.kind().entries {
+                    devices::Entries::EveryContainer => per_container.collect(),
+                    devices::Entries::AskingContainers => {
+                        per_container.filter(|c| !c.is_empty()).collect()
+                    }
+                };
+                (kind, PodDevices { containers })
+            })
+            .collect()
+    }
+
+    /// The allocation as its device lists say it, which is what the ledger
+    /// reads back from the pod's annotations: itself when every list has
+    /// an entry per container; otherwise (a kind whose lists name the
+    /// asking containers only) every entry as an app container, as
+    /// [`Allocation::from_device_lists`] reads it. Bind holds this form, so
+    /// that the pod it annotates is the allocation it holds.
+    pub fn as_written(self) -> Allocation {
+        let lists = self.device_lists();
+        if lists
+            .iter()
+            .all(|(_, l)| l.containers.len() == self.containers.len())
+        {
+            return self;
+        }
+        let lists: Vec<&PodDevices> = lists.iter().map(|(_, l)| l).collect();
+        let mut out = Allocation::from_device_lists(&self.node, &lists, &[]);
+        out.numa = self.numa;
+        out
+    }
+
+    /// Reads a pod's device lists back ([`Allocation::device_lists`]):
+    /// `containers` is the pod's containers' kinds, in order. A list with
+    /// an entry per container gives each container its devices; a list
+    /// with fewer (HAMi's entries for the asking containers only) cannot
+    /// say which entry is an init container, so then every entry counts
+    /// as an app container: their sum is never less than the real usage,
+    /// so nothing is over-committed. Devices of vendors no kind knows are
+    /// not gpugate's and are skipped.
+    pub fn from_device_lists(
+        node: &str,
+        lists: &[&PodDevices],
+        containers: &[ContainerKind],
+    ) -> Self {
+        let indexed = lists.iter().all(|l| l.containers.len() == containers.len());
+        if let [only] = lists {
+            let kinds = if indexed { containers } else { &[] };
+            return Self::from_pod_devices(node, only, kinds);
+        }
+        let mut out = Self::from_pod_devices(node, &PodDevices::default(), &[]);
+        if indexed {
+            out.containers = vec![Vec::new(); containers.len()];
+            out.kinds = containers.to_vec();
+        }
+        for list in lists {
+            let read = Self::from_pod_devices(node, list, &[]);
+            if indexed {
+                for (mine, theirs) in out.containers.iter_mut().zip(read.containers) {
+                    mine.extend(theirs);
+                }
+            } else {
+                out.containers.extend(read.containers);
+            }
+        }
+        out
     }
 
     /// Reads HAMi's device list back. `kinds` comes from the pod spec;

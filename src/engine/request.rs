@@ -81,10 +81,13 @@ impl PodRequest {
     }
 
     /// Reads init containers, then app containers, from any view of them.
+    /// `others` are the sections of the other kinds gpugate places: a pod
+    /// that asks for one of them too is refused (one kind per pod).
     pub fn from_containers<'c, C: ContainerSpec + 'c>(
         init: impl IntoIterator<Item = &'c C>,
         app: impl IntoIterator<Item = &'c C>,
         cfg: &DeviceConfig,
+        others: &[&DeviceConfig],
     ) -> Result<Self, RequestError> {
         let init = init
             .into_iter()
@@ -95,7 +98,7 @@ impl PodRequest {
             .chain(app)
             .map(|(c, kind)| {
                 if not_placed.is_none() {
-                    not_placed = not_placed_in(c, cfg);
+                    not_placed = not_placed_in(c, cfg, others);
                 }
                 Ok(ContainerRequest {
                     name: c.name().to_string(),
@@ -140,28 +143,50 @@ pub trait ContainerSpec {
     }
 }
 
-/// The first resource of `c` whose device kind gpugate does not place
-/// ([`crate::devices::NOT_PLACED`]; not one of `cfg`'s own names) and
-/// that it asks at least one of, as the error that refuses its pod.
-fn not_placed_in<C: ContainerSpec + ?Sized>(c: &C, cfg: &DeviceConfig) -> Option<RequestError> {
+/// The first resource of `c` of a device kind other than `cfg`'s that it
+/// asks at least one of, as the error that refuses its pod: a kind gpugate
+/// does not place ([`crate::devices::NOT_PLACED`]), or another kind it
+/// places (`others`), since a pod takes devices of one kind.
+fn not_placed_in<C: ContainerSpec + ?Sized>(
+    c: &C,
+    cfg: &DeviceConfig,
+    others: &[&DeviceConfig],
+) -> Option<RequestError> {
     let own = cfg.gpu_resource_names();
+    let this = cfg.kind.kind();
     c.resource_names().into_iter().find_map(|name| {
         // A name the config gives gpugate's own kind is never another's.
-        if own.contains(&name) {
+        if name.is_empty() || own.contains(&name) {
             return None;
         }
+        let asked = || {
+            c.quantity(name)
+                .is_some_and(|q| parse_whole(q).map_or(true, |n| n > 0))
+        };
+        if let Some(other) = others
+            .iter()
+            .find(|o| o.gpu_resource_names().contains(&name))
+        {
+            let other = other.kind.kind();
+            return asked().then(|| RequestError {
+                container: c.name().to_string(),
+                resource: name.to_string(),
+                problem: format!(
+                    "asks for {}s in a pod that asks for {}s: gpugate places one kind of \
+                     device per pod, so one of them would be lost; ask for them in pods of \
+                     their own",
+                    other.noun, this.noun
+                ),
+            });
+        }
         let kind = crate::devices::not_placed(name)?;
-        let asked = c
-            .quantity(name)
-            .is_some_and(|q| parse_whole(q).map_or(true, |n| n > 0));
-        asked.then(|| RequestError {
+        asked().then(|| RequestError {
             container: c.name().to_string(),
             resource: name.to_string(),
             problem: format!(
-                "asks for {kind}s, which gpugate does not place yet (it places NVIDIA GPUs); \
-                 their device plugin needs the scheduler's allocation, so the pod would not get \
-                 them: ask for them in a pod of its own, scheduled by the scheduler that serves \
-                 {kind}s"
+                "asks for {kind}s, which gpugate does not place yet; their device plugin needs \
+                 the scheduler's allocation, so the pod would not get them: ask for them in a \
+                 pod of its own, scheduled by the scheduler that serves {kind}s"
             ),
         })
     })
@@ -614,7 +639,7 @@ mod tests {
             },
             container(&[(GPU, "2")], &[]),
         ];
-        let r = PodRequest::from_containers(&init, &app, &DeviceConfig::default()).unwrap();
+        let r = PodRequest::from_containers(&init, &app, &DeviceConfig::default(), &[]).unwrap();
         let names: Vec<_> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["init", "proxy", "sidecar", "main"]);
         use ContainerKind::{App, Init, Sidecar};

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 
 use crate::devices::KindId;
-use serde::de::IgnoredAny;
 
 /// Keys of HAMi's `nvidia` device config that only its device plugin reads.
 pub const DEVICE_PLUGIN_KEYS: [&str; 7] = [
@@ -22,7 +22,7 @@ pub const DEVICE_PLUGIN_KEYS: [&str; 7] = [
 
 /// One device kind's resource names and request defaults (for NVIDIA,
 /// HAMi's `nvidia` device config).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DeviceConfig {
     /// The kind these names and defaults are for (not a key: the section
@@ -60,13 +60,13 @@ pub struct DeviceConfig {
     /// config that only its device plugin reads ([`DEVICE_PLUGIN_KEYS`],
     /// so that HAMi's `nvidia` section can be copied as is), and then
     /// ignored; refused otherwise (a typo must not fall back to a default).
-    #[serde(flatten)]
+    #[serde(flatten, skip_serializing)]
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
 }
 
 /// One entry of `migProfileAllowlist`: GPU models and the profiles they
 /// may be split into.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MigAllowlistEntry {
     /// Model names as the device plugin registers them (`NVIDIA
@@ -148,17 +148,26 @@ impl DeviceConfig {
 }
 
 impl Default for DeviceConfig {
+    /// NVIDIA's section.
     fn default() -> Self {
+        Self::for_kind(KindId::NVIDIA)
+    }
+}
+
+impl DeviceConfig {
+    /// A kind's section with its defaults (`devices::ConfigDefaults`).
+    pub fn for_kind(kind: KindId) -> Self {
+        let d = &kind.kind().config;
         Self {
-            kind: KindId::NVIDIA,
-            resource_count_name: "nvidia.com/gpu".to_string(),
-            resource_memory_name: "nvidia.com/gpumem".to_string(),
-            resource_memory_percentage_name: "nvidia.com/gpumem-percentage".to_string(),
-            resource_core_name: "nvidia.com/gpucores".to_string(),
-            resource_priority_name: "nvidia.com/priority".to_string(),
+            kind,
+            resource_count_name: d.resource_count_name.to_string(),
+            resource_memory_name: d.resource_memory_name.to_string(),
+            resource_memory_percentage_name: d.resource_memory_percentage_name.to_string(),
+            resource_core_name: d.resource_core_name.to_string(),
+            resource_priority_name: d.resource_priority_name.to_string(),
             default_memory: 0,
-            default_cores: 0,
-            default_gpu_num: 1,
+            default_cores: d.default_cores,
+            default_gpu_num: d.default_gpu_num,
             memory_factor: 1,
             overwrite_env: false,
             gpu_core_policy: "default".to_string(),

@@ -14,23 +14,30 @@ use super::keys;
 /// annotation (HAMi's device plugin reads the annotation).
 const LABEL_VALUE_MAX: usize = 63;
 
-/// The Binding's `metadata` for the allocation of `devices` (the device
-/// list, encoded by the caller once) on `node` at `now_unix`.
-pub fn binding_metadata(node: &str, devices: &str, now_unix: i64) -> Value {
+/// The Binding's `metadata` for the allocation of `lists` on `node` at
+/// `now_unix`: each device kind's list (its to-allocate key, its
+/// allocated key, the list encoded by the caller once) under both keys.
+pub fn binding_metadata(node: &str, lists: &[(&str, &str, &str)], now_unix: i64) -> Value {
     let now = now_unix.to_string();
     let mut labels = BTreeMap::new();
     if node.len() <= LABEL_VALUE_MAX {
         labels.insert(keys::VGPU_NODE, json!(node));
     }
+    let mut annotations = serde_json::Map::new();
+    for (key, value) in [
+        (keys::VGPU_NODE, node),
+        (keys::VGPU_TIME, &now),
+        (keys::BIND_PHASE, "allocating"),
+        (keys::BIND_TIME, &now),
+    ] {
+        annotations.insert(key.to_string(), json!(value));
+    }
+    for (to_allocate, allocated, list) in lists {
+        annotations.insert(to_allocate.to_string(), json!(list));
+        annotations.insert(allocated.to_string(), json!(list));
+    }
     json!({
-        "annotations": {
-            keys::VGPU_NODE: node,
-            keys::VGPU_TIME: now,
-            keys::VGPU_DEVICES_TO_ALLOCATE: devices,
-            keys::VGPU_DEVICES_ALLOCATED: devices,
-            keys::BIND_PHASE: "allocating",
-            keys::BIND_TIME: now,
-        },
+        "annotations": annotations,
         "labels": labels,
     })
 }
@@ -55,7 +62,13 @@ mod tests {
                 }],
             ],
         };
-        let p = binding_metadata("gpu-1", &encode_pod_devices(&devices), 1_700_000_000);
+        let list = encode_pod_devices(&devices);
+        let lists = [(
+            keys::VGPU_DEVICES_TO_ALLOCATE,
+            keys::VGPU_DEVICES_ALLOCATED,
+            list.as_str(),
+        )];
+        let p = binding_metadata("gpu-1", &lists, 1_700_000_000);
         let ann = &p["annotations"];
         assert_eq!(ann["hami.io/vgpu-node"], "gpu-1");
         assert_eq!(
@@ -74,7 +87,7 @@ mod tests {
 
     #[test]
     fn a_node_name_too_long_for_a_label_is_only_annotated() {
-        let p = binding_metadata(&"n".repeat(64), "", 0);
+        let p = binding_metadata(&"n".repeat(64), &[], 0);
         assert_eq!(p["labels"], json!({}));
         assert_eq!(p["annotations"]["hami.io/vgpu-node"], "n".repeat(64));
     }

@@ -13,10 +13,11 @@ pub const DEVICE_CORDON: &str = "hami.io/device-cordon";
 pub const VGPU_NODE: &str = "hami.io/vgpu-node";
 /// Pod: Unix seconds of the allocation.
 pub const VGPU_TIME: &str = "hami.io/vgpu-time";
-/// Pod: devices still to hand out; consumed by the device plugin.
-pub const VGPU_DEVICES_TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
-/// Pod: devices allocated; never changed after bind. The ledger reads this.
-pub const VGPU_DEVICES_ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
+/// Pod: NVIDIA's device lists (what the device plugin still hands out;
+/// what the pod holds). Every kind's are its `devices::PodLists`.
+pub use crate::devices::nvidia::{
+    DEVICES_ALLOCATED as VGPU_DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE as VGPU_DEVICES_TO_ALLOCATE,
+};
 /// Pod: the MIG instance of each MIG grant (JSON, HAMi v2.10); the device
 /// plugin adds the instance's runtime ids.
 pub const VGPU_MIG_ALLOCATIONS: &str = "hami.io/vgpu-mig-allocations";

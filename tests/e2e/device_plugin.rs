@@ -6,7 +6,9 @@
 //! through the node lock (`hami.io/mutex.lock`), as HAMi master does
 //! (#3126): the lock must name a pod that is Pending and bound to the node.
 //! It hands each container the next non-empty entry of that pod's
-//! `hami.io/vgpu-devices-to-allocate`, writes back what is left with
+//! `hami.io/vgpu-devices-to-allocate` (a Hygon DCU pod's
+//! `hami.io/dcu-devices-to-allocate`, which Hygon's plugin reads the same
+//! way, hami-vendors.md 3.6), writes back what is left with
 //! `hami.io/bind-phase: success` once nothing is, and releases the lock.
 //!
 //! So the simulation sees the protocol's hazards as a real node would: a
@@ -227,8 +229,8 @@ fn lock_holder(
         .and_then(|l| l.holder)
 }
 
-/// Whether a container asks for GPUs (a `…/gpu` count resource, under any
-/// resource name prefix).
+/// Whether a container asks for devices: a `…/gpu` count resource, under
+/// any resource name prefix, or another device kind's count.
 fn asks_for_gpus(c: &Container) -> bool {
     let r = c.resources.as_ref();
     [
@@ -237,7 +239,22 @@ fn asks_for_gpus(c: &Container) -> bool {
     ]
     .into_iter()
     .flatten()
-    .any(|m| m.keys().any(|k| k.ends_with("/gpu")))
+    .any(|m| {
+        m.keys().any(|k| {
+            k.ends_with("/gpu")
+                || gpugate::devices::kinds().any(|(_, kind)| kind.config.resource_count_name == k)
+        })
+    })
+}
+
+/// The device list the pod's device plugin hands out: the first device
+/// kind's to-allocate annotation the pod carries (each plugin reads its
+/// own kind's).
+fn to_allocate_key(annotations: &std::collections::BTreeMap<String, String>) -> &'static str {
+    gpugate::devices::kinds()
+        .map(|(_, kind)| kind.pod_lists.to_allocate)
+        .find(|key| annotations.contains_key(*key))
+        .unwrap_or(VGPU_DEVICES_TO_ALLOCATE)
 }
 
 impl State {
@@ -554,10 +571,8 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
                 return Ok(None);
             }
         }
-        let list = annotations
-            .get(VGPU_DEVICES_TO_ALLOCATE)
-            .cloned()
-            .unwrap_or_default();
+        let key = to_allocate_key(&annotations);
+        let list = annotations.get(key).cloned().unwrap_or_default();
         let (entries, rest) = pop_entries(&list, job.containers.len());
         let served: Vec<Served> = job
             .containers
@@ -572,7 +587,7 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
         let done = rest.split(';').all(str::is_empty);
         let mut patch = json!({"metadata": {
             "resourceVersion": pod.metadata.resource_version,
-            "annotations": {VGPU_DEVICES_TO_ALLOCATE: rest},
+            "annotations": {key: rest},
         }});
         if done {
             patch["metadata"]["annotations"][BIND_PHASE] = json!("success");

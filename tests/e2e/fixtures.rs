@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use gpugate::hami::keys::{VGPU_DEVICES_ALLOCATED, VGPU_NODE};
+use gpugate::hami::keys::VGPU_NODE;
 use gpugate::hami::pod_devices::{ContainerDevice, decode_pod_devices};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::Client;
@@ -44,6 +44,26 @@ pub fn gpu_node(name: &str, gpus: usize, split: u32, mem_mib: u32, model: &str) 
     })
 }
 
+/// A node with `dcus` Hygon DCUs registered the way Hygon's device plugin
+/// does (hami-vendors.md 3.2: HAMi's legacy text, 7 fields, types
+/// `DCU-<model>`), and `gpus` NVIDIA T4s beside them when above 0.
+pub fn dcu_node(name: &str, dcus: usize, gpus: usize) -> Value {
+    let register: String = (0..dcus)
+        .map(|i| format!("DCU-{name}-{i},4,65520,100,DCU-Z100L,0,true:"))
+        .collect();
+    let mut node = if gpus > 0 {
+        gpu_node(name, gpus, 10, 16384, "NVIDIA Tesla T4")
+    } else {
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                            "annotations": {}},
+               "status": {"capacity": {}}})
+    };
+    node["metadata"]["annotations"]["hami.io/node-dcu-register"] = json!(register);
+    node["status"]["capacity"]["hygon.com/dcunum"] = json!((dcus * 4).to_string());
+    node
+}
+
 /// Creates a node (labelled with the scenario) and sets its status as a
 /// kubelet would: Ready, with room for pods, plus the example's GPU count.
 pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyhow::Result<String> {
@@ -57,11 +77,13 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         .await
         .with_context(|| format!("create node {name}"))?;
     let mut capacity = json!({"cpu": "1000", "memory": "4Ti", "pods": "500"});
-    if let Some(gpu) = status
-        .as_ref()
-        .and_then(|s| s["capacity"]["nvidia.com/gpu"].as_str())
-    {
-        capacity["nvidia.com/gpu"] = json!(gpu);
+    for resource in ["nvidia.com/gpu", "hygon.com/dcunum"] {
+        if let Some(count) = status
+            .as_ref()
+            .and_then(|s| s["capacity"][resource].as_str())
+        {
+            capacity[resource] = json!(count);
+        }
     }
     let now = jiff::Timestamp::now().to_string();
     let patch = json!({"status": {
@@ -167,7 +189,7 @@ pub async fn wait_bound(
                 Err(format!(
                     "nodeName {:?}, allocation {:?}",
                     node_of(&pod),
-                    annotation(&pod, VGPU_DEVICES_ALLOCATED)
+                    allocated_list(&pod)
                 ))
             }
         }
@@ -177,7 +199,13 @@ pub async fn wait_bound(
 
 /// Bound (spec.nodeName) and with HAMi's allocation written.
 pub fn is_bound(pod: &Pod) -> bool {
-    !node_of(pod).is_empty() && annotation(pod, VGPU_DEVICES_ALLOCATED).is_some()
+    !node_of(pod).is_empty() && allocated_list(pod).is_some()
+}
+
+/// The first device kind's allocated list the pod carries
+/// (`hami.io/vgpu-devices-allocated` for NVIDIA).
+pub fn allocated_list(pod: &Pod) -> Option<&str> {
+    gpugate::devices::kinds().find_map(|(_, kind)| annotation(pod, kind.pod_lists.allocated))
 }
 
 /// The first container's resource limits.
@@ -206,12 +234,24 @@ pub fn node_of(pod: &Pod) -> &str {
         .unwrap_or("")
 }
 
-/// The GPUs of every container, from `hami.io/vgpu-devices-allocated`.
+/// The devices of every container, from every device kind's allocated
+/// list (`hami.io/vgpu-devices-allocated` for NVIDIA,
+/// `hami.io/dcu-devices-allocated` for Hygon DCUs).
 pub fn devices(pod: &Pod) -> anyhow::Result<Vec<ContainerDevice>> {
-    let value = annotation(pod, VGPU_DEVICES_ALLOCATED)
-        .ok_or_else(|| anyhow!("no {VGPU_DEVICES_ALLOCATED}"))?;
-    let decoded = decode_pod_devices(VGPU_DEVICES_ALLOCATED, value)
-        .map_err(|e| anyhow!("{VGPU_DEVICES_ALLOCATED} {value:?}: {e}"))?;
+    let mut out = Vec::new();
+    for (_, kind) in gpugate::devices::kinds() {
+        let key = kind.pod_lists.allocated;
+        if let Some(value) = annotation(pod, key) {
+            let decoded =
+                decode_pod_devices(key, value).map_err(|e| anyhow!("{key} {value:?}: {e}"))?;
+            out.extend(decoded.containers.into_iter().flatten());
+        }
+    }
+    if out.is_empty()
+        && !gpugate::devices::kinds().any(|(_, k)| annotation(pod, k.pod_lists.allocated).is_some())
+    {
+        return Err(anyhow!("no device list"));
+    }
     if annotation(pod, VGPU_NODE) != Some(node_of(pod)) {
         return Err(anyhow!(
             "{VGPU_NODE} is {:?} but the pod is bound to {:?}",
@@ -219,7 +259,7 @@ pub fn devices(pod: &Pod) -> anyhow::Result<Vec<ContainerDevice>> {
             node_of(pod)
         ));
     }
-    Ok(decoded.containers.into_iter().flatten().collect())
+    Ok(out)
 }
 
 pub fn uuids(pod: &Pod) -> anyhow::Result<Vec<String>> {

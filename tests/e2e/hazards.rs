@@ -88,9 +88,9 @@ impl Drop for Delay<'_> {
 /// The non-empty entries of the pod's `hami.io/vgpu-devices-allocated`,
 /// in container order: what its containers must be given.
 fn own_entries(pod: &Pod) -> Vec<String> {
-    annotation(pod, gpugate::hami::keys::VGPU_DEVICES_ALLOCATED)
-        .unwrap_or_default()
-        .split(';')
+    gpugate::devices::kinds()
+        .filter_map(|(_, kind)| annotation(pod, kind.pod_lists.allocated))
+        .flat_map(|list| list.split(';'))
         .filter(|e| !e.is_empty())
         .map(str::to_string)
         .collect()
@@ -98,7 +98,7 @@ fn own_entries(pod: &Pod) -> Vec<String> {
 
 /// Until the simulated kubelet has admitted the pod; then each of its GPU
 /// containers must have its own entry, from its own pod's list.
-async fn admitted_with_own_devices(
+pub async fn admitted_with_own_devices(
     plugin: &DevicePlugin,
     client: &Client,
     ns: &str,

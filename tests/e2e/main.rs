@@ -22,6 +22,7 @@ mod manifests;
 mod pki;
 mod procs;
 mod scenarios;
+mod vendors;
 mod wait;
 
 use std::path::{Path, PathBuf};

@@ -95,7 +95,7 @@ impl Ctx {
 }
 
 /// (scenario name, namespace, node label value)
-pub const SCENARIOS: [(&str, &str, &str); 30] = [
+pub const SCENARIOS: [(&str, &str, &str); 31] = [
     ("policy stories and topology", "e2e-stories", "stories"),
     (
         "exclusive GPU, defaults, pods without GPUs",
@@ -230,6 +230,11 @@ pub const SCENARIOS: [(&str, &str, &str); 30] = [
         "e2e-kueue",
         "kueue",
     ),
+    (
+        "a mixed cluster: NVIDIA GPUs and Hygon DCUs",
+        "e2e-vendors",
+        "vendors",
+    ),
 ];
 
 /// The variant rendered from the Helm chart with a HAMi values file.
@@ -271,6 +276,7 @@ pub async fn run(ctx: &Ctx, plugin: &DevicePlugin, index: usize) -> anyhow::Resu
         27 => crate::hazards::scoped_quota(ctx, ns, scenario).await,
         28 => crate::api_usage::flow_control(ctx, ns, scenario).await,
         29 => crate::kueue::kueue(ctx, ns, scenario).await,
+        30 => crate::vendors::mixed_cluster(ctx, plugin, ns, scenario).await,
         _ => bail!("no scenario {index}"),
     }
 }

@@ -416,9 +416,7 @@ fn unreadable_of(pod: &Pod, problem: String) -> super::Unreadable {
         .or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.as_deref()))
         .unwrap_or_default()
         .to_string();
-    let uuids = get(crate::hami::keys::VGPU_DEVICES_ALLOCATED)
-        .map(crate::hami::pod_devices::uuids_named)
-        .unwrap_or_default();
+    let uuids = crate::cluster::pod_annotations::uuids_named(pod);
     super::Unreadable {
         problem,
         node,

@@ -77,11 +77,30 @@ values, then device-config.content's nvidia section over them. */}}
 {{- toYaml $nvidia -}}
 {{- end -}}
 
-{{/* The five configured resource names, one per line. */}}
+{{/* The Hygon DCU section of gpugate's config: HAMi's dcuResource* values,
+then device-config.content's hygon section over them (HAMi's chart writes
+memoryFactor there). */}}
+{{- define "gpugate.hygon" -}}
+{{- $hygon := dict
+  "resourceCountName" .Values.dcuResourceName
+  "resourceMemoryName" .Values.dcuResourceMem
+  "resourceCoreName" .Values.dcuResourceCores -}}
+{{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" "memoryFactor" -}}
+{{- range $k, $v := include "gpugate.contentSection" (list . "hygon") | fromJson -}}
+{{- if has $k $known }}{{ $_ := set $hygon $k $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $hygon -}}
+{{- end -}}
+
+{{/* Every configured resource name of every device kind, one per line. */}}
 {{- define "gpugate.resourceNames" -}}
 {{- $n := include "gpugate.nvidia" . | fromYaml -}}
 {{- range list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" }}
 {{ index $n . }}
+{{- end -}}
+{{- $h := include "gpugate.hygon" . | fromYaml -}}
+{{- range list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
+{{ index $h . }}
 {{- end -}}
 {{- end -}}
 
@@ -216,14 +235,21 @@ device-config.content's others are left out and listed by helm install. */}}
 {{/* device-config.content's nvidia section, parsed (an empty dict when
 there is none). */}}
 {{- define "gpugate.contentNvidia" -}}
-{{- $content := (index .Values "device-config" | default dict).content | default "" -}}
-{{- $nvidia := dict -}}
+{{- include "gpugate.contentSection" (list . "nvidia") -}}
+{{- end -}}
+
+{{/* One section of device-config.content, parsed (an empty dict when
+there is none): (list $root "section"). */}}
+{{- define "gpugate.contentSection" -}}
+{{- $root := index . 0 -}}
+{{- $content := (index $root.Values "device-config" | default dict).content | default "" -}}
+{{- $section := dict -}}
 {{- if $content -}}
 {{- $parsed := fromYaml $content -}}
 {{- if hasKey $parsed "Error" -}}
 {{- fail (printf "device-config.content is not YAML: %s" $parsed.Error) -}}
 {{- end -}}
-{{- $nvidia = $parsed.nvidia | default dict -}}
+{{- $section = index $parsed (index . 1) | default dict -}}
 {{- end -}}
-{{- toJson $nvidia -}}
+{{- toJson $section -}}
 {{- end -}}

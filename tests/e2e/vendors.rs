@@ -1,0 +1,217 @@
+//! Device kinds besides NVIDIA on the real control plane (issue 40): a
+//! mixed cluster of NVIDIA and Hygon DCU nodes. The simulated device
+//! plugin registers DCUs as Hygon's does (HAMi's legacy text) and hands
+//! out `hami.io/dcu-devices-to-allocate` entries through the node lock.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::{Value, json};
+
+use crate::device_plugin::DevicePlugin;
+use crate::fixtures::*;
+use crate::hazards::admitted_with_own_devices;
+use crate::scenarios::Ctx;
+
+const BIND: Duration = Duration::from_secs(60);
+
+/// A pod whose second container asks for DCUs (`limits`); the first, a
+/// log shipper, for none.
+fn dcu_pod(name: &str, limits: &[(&str, &str)]) -> Value {
+    let mut pod = gpu_pod(name, limits);
+    let main = pod["spec"]["containers"][0].take();
+    pod["spec"]["containers"] = json!([
+        {"name": "logs", "image": "busybox", "command": ["sleep", "infinity"]},
+        main,
+    ]);
+    pod
+}
+
+/// hami-vendors.md 3.3: `<uuid>,DCU,<MiB>,<cores>:;`, one entry for the one
+/// container with DCUs (Hygon's types are `DCU-<model>`, 1.5).
+fn is_hamis_dcu_list(list: &str, mib: u32, cores: u32) -> bool {
+    list.strip_suffix(&format!(",DCU,{mib},{cores}:;"))
+        .is_some_and(|uuid| uuid.starts_with("DCU-vd-") && !uuid.contains([';', ':', ',']))
+}
+
+// 31 ------------------------------------------------------------------------
+
+/// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs.
+/// A DCU slice, an NVIDIA slice, three whole DCUs and a pending fourth;
+/// a pod asking for both kinds is refused; deleting the slice frees its
+/// DCU for the pending pod; the ledger equals the annotations throughout.
+pub async fn mixed_cluster(
+    ctx: &Ctx,
+    plugin: &DevicePlugin,
+    ns: &str,
+    scenario: &str,
+) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    ctx.nodes(scenario, &[dcu_node("vd-1", 2, 2), dcu_node("vd-2", 2, 0)])
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+
+    // The webhook routes the DCU pod (no schedulerName) to gpugate's
+    // scheduler and leaves its containers as written (3.4).
+    let slice = [
+        ("hygon.com/dcunum", "1"),
+        ("hygon.com/dcumem", "2000"),
+        ("hygon.com/dcucores", "60"),
+    ];
+    create_pod(admin, ns, &dcu_pod("dcu-slice", &slice)).await?;
+    let bound = wait_bound(admin, ns, "dcu-slice", BIND).await?;
+    let list = annotation(&bound, "hami.io/dcu-devices-allocated").unwrap_or_default();
+    ensure!(
+        is_hamis_dcu_list(list, 2000, 60),
+        "hami.io/dcu-devices-allocated is {list:?}"
+    );
+    ensure!(
+        annotation(&bound, "hami.io/vgpu-devices-allocated").is_none(),
+        "a DCU pod got an NVIDIA list"
+    );
+    let spec = bound.spec.clone().unwrap_or_default();
+    let limits: Vec<_> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            c.resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .map(|l| l.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .collect();
+    ensure!(
+        spec.scheduler_name.as_deref() == Some("hami-scheduler")
+            && limits
+                == [
+                    vec![],
+                    vec![
+                        "hygon.com/dcucores".to_string(),
+                        "hygon.com/dcumem".to_string(),
+                        "hygon.com/dcunum".to_string()
+                    ]
+                ],
+        "the webhook changed the DCU pod: {limits:?}"
+    );
+    // Hygon's plugin (simulated) finds the pod by the lock and hands the
+    // entry to the one container that asks (`cuda`, gpu_pod's name).
+    admitted_with_own_devices(plugin, admin, ns, "dcu-slice").await?;
+    let served = plugin.served(ns, "dcu-slice");
+    ensure!(
+        served.len() == 1
+            && served[0].container == "cuda"
+            && served[0].entry == list.trim_end_matches(';'),
+        "Allocate gave {served:?}"
+    );
+
+    // An NVIDIA pod goes to the one node with GPUs, with NVIDIA's list.
+    create_pod(
+        admin,
+        ns,
+        &gpu_pod(
+            "gpu-slice",
+            &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "3000")],
+        ),
+    )
+    .await?;
+    let gpu = wait_bound(admin, ns, "gpu-slice", BIND).await?;
+    ensure!(
+        node_of(&gpu) == "vd-1",
+        "the GPU pod went to {}",
+        node_of(&gpu)
+    );
+    let gpus = annotation(&gpu, "hami.io/vgpu-devices-allocated").unwrap_or_default();
+    ensure!(
+        gpus.starts_with("GPU-vd-1-") && gpus.ends_with(",NVIDIA,3000,0:;"),
+        "hami.io/vgpu-devices-allocated is {gpus:?}"
+    );
+    ensure!(
+        annotation(&gpu, "hami.io/dcu-devices-allocated").is_none(),
+        "an NVIDIA pod got a DCU list"
+    );
+
+    // Both kinds in one pod: refused, both named.
+    let mut both = gpu_pod("both", &[("nvidia.com/gpu", "1")]);
+    if let Some(containers) = both["spec"]["containers"].as_array_mut() {
+        containers.push(json!({"name": "dcu", "image": "busybox",
+                               "resources": {"limits": {"hygon.com/dcunum": "1"}}}));
+    }
+    let refused = create_refused(admin, ns, &both).await?;
+    ensure!(
+        refused.contains("Hygon DCUs in a pod that asks for NVIDIA GPUs"),
+        "refused with {refused:?}"
+    );
+
+    // Three whole DCUs (a count alone: all memory, 100 cores; 3.7) take
+    // the three idle ones; a fourth waits: the slice's DCU lacks the
+    // memory (1.11 step 9).
+    for i in 0..4 {
+        create_pod(
+            admin,
+            ns,
+            &dcu_pod(&format!("whole-{i}"), &[("hygon.com/dcunum", "1")]),
+        )
+        .await?;
+    }
+    let mut pending = Vec::new();
+    for i in 0..4 {
+        let name = format!("whole-{i}");
+        if wait_bound(admin, ns, &name, Duration::from_secs(20))
+            .await
+            .is_err()
+        {
+            pending.push(name);
+        }
+    }
+    ensure!(pending.len() == 1, "pending: {pending:?}");
+    let waiting = &pending[0];
+    wait_event(
+        admin,
+        ns,
+        waiting,
+        "FailedScheduling",
+        "CardInsufficientMemory",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let bound_now = |pods: Vec<Pod>| -> Vec<Pod> { pods.into_iter().filter(is_bound).collect() };
+    let all = bound_now(pods.list(&ListParams::default()).await?.items);
+    dcus_not_over_committed(&all)?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+
+    // Deleting the slice frees its DCU: the waiting pod takes it.
+    let freed = list.split(',').next().unwrap_or_default().to_string();
+    pods.delete(
+        "dcu-slice",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let taken = wait_bound(admin, ns, waiting, BIND).await?;
+    ensure!(
+        uuids(&taken)? == [freed.clone()],
+        "{waiting} got {:?}, the freed DCU is {freed}",
+        uuids(&taken)?
+    );
+    let all = bound_now(pods.list(&ListParams::default()).await?.items);
+    dcus_not_over_committed(&all)?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
+}
+
+/// No DCU holds more than its 65,520 MiB or 100 cores, by the annotations.
+fn dcus_not_over_committed(bound: &[Pod]) -> anyhow::Result<()> {
+    for (dcu, (_, mib, cores)) in usage_by_gpu(bound)? {
+        if dcu.starts_with("DCU-") {
+            ensure!(
+                mib <= 65520 && cores <= 100,
+                "{dcu} over-committed: {mib} MiB, {cores} cores"
+            );
+        }
+    }
+    Ok(())
+}
