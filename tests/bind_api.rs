@@ -1685,10 +1685,16 @@ async fn a_dcu_pod_gets_hamis_dcu_lists_and_the_ledger_reads_them_back() {
     assert_eq!(a["hami.io/vgpu-node"], "mix-1");
     assert_eq!(a["hami.io/bind-phase"], "allocating");
     assert!(rig.lock("mix-1").unwrap().ends_with("Z,ml,infer"));
-    // What the ledger holds is what the annotations say, read back.
+    // What the annotations say, read back, is what the ledger holds as
+    // they write it; the ledger keeps the DCU on its container (`infer`).
     let k: Pod = serde_json::from_value(p.clone()).unwrap();
     let read = pod_allocation(&k).unwrap().unwrap();
-    assert_eq!(read, rig.held("u-dcu").unwrap());
+    let held = rig.held("u-dcu").unwrap();
+    assert!(held.written_as(&read), "{held:?} vs {read:?}");
+    assert_eq!(held.clone().as_written(), read);
+    assert!(held.containers[0].is_empty() && held.containers[1].len() == 1);
+    rig.deliver_watch_events();
+    assert_eq!(rig.held("u-dcu").unwrap(), held, "the watch's copy kept");
     assert_eq!(
         read.usage_by_gpu()
             .iter()

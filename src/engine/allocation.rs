@@ -205,8 +205,7 @@ impl Allocation {
     /// reads back from the pod's annotations: itself when every list has
     /// an entry per container; otherwise (a kind whose lists name the
     /// asking containers only) every entry as an app container, as
-    /// [`Allocation::from_device_lists`] reads it. Bind holds this form, so
-    /// that the pod it annotates is the allocation it holds.
+    /// [`Allocation::from_device_lists`] reads it.
     pub fn as_written(self) -> Allocation {
         let lists = self.device_lists();
         if lists
@@ -219,6 +218,13 @@ impl Allocation {
         let mut out = Allocation::from_device_lists(&self.node, &lists, &[]);
         out.numa = self.numa;
         out
+    }
+
+    /// Whether `read`, an allocation read back from a pod's annotations, is
+    /// this one as its device lists write it ([`Allocation::as_written`]):
+    /// the ledger then keeps this one, which knows each device's container.
+    pub fn written_as(&self, read: &Allocation) -> bool {
+        self == read || self.clone().as_written() == *read
     }
 
     /// Reads a pod's device lists back ([`Allocation::device_lists`]):

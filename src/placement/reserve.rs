@@ -113,10 +113,8 @@ pub fn reserve(
     // A member of a group being placed takes the devices the group's
     // placement gives it there.
     let planned = label.and_then(|_| gang::planned_place(view, config, pod, node));
-    // Held as the pod's annotations will say it, so that the watch's copy
-    // of the bound pod is the allocation held (`Allocation::as_written`).
     let allocation = match planned.map_or_else(|| view.state().assign(&pod.plan, node), Ok) {
-        Ok(a) => a.as_written(),
+        Ok(a) => a,
         Err(rejection) => {
             restore(view, taken);
             restore_place(view, place);

@@ -37,11 +37,11 @@ impl ClusterView {
                 None
             }
             Ok(Some(allocation)) => {
-                if let Some(held) = self
-                    .pods
-                    .get_mut(key)
-                    .filter(|p| p.allocation.as_ref() == Some(&allocation))
-                {
+                if let Some(held) = self.pods.get_mut(key).filter(|p| {
+                    p.allocation
+                        .as_ref()
+                        .is_some_and(|a| a.written_as(&allocation))
+                }) {
                     // Status updates of a running pod: nothing changes but
                     // whether the kubelet has admitted it. A reservation of
                     // a bound pod is now carried by the pod.
