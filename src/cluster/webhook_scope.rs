@@ -114,13 +114,21 @@ where
     Ok(api.get_opt(name).await?.map(hooks))
 }
 
-/// Reads both configurations once and reports what they miss.
-pub async fn check(client: &kube::Client, config: &Config, metrics: &WebhookScopeMetrics) {
-    let names: Vec<&str> = config
+/// Every GPU resource name of every device kind in `config`: what the
+/// webhooks must name. A kind without one of the four (Hygon has no
+/// percentage) leaves it `""`, which is no name.
+fn resource_names(config: &Config) -> Vec<&str> {
+    config
         .device_configs()
         .into_iter()
         .flat_map(|c| c.gpu_resource_names())
-        .collect();
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// Reads both configurations once and reports what they miss.
+pub async fn check(client: &kube::Client, config: &Config, metrics: &WebhookScopeMetrics) {
+    let names = resource_names(config);
     let (m, v) = (&config.webhooks.mutating, &config.webhooks.validating);
     let found = [
         (
@@ -217,6 +225,11 @@ mod tests {
         let texts: Vec<&str> = conditions.iter().map(String::as_str).collect();
         let nvidia = DeviceConfig::default();
         assert!(uncovered(&texts, &nvidia.gpu_resource_names()).is_empty());
+        // Every kind's default names, as `check` lists them.
+        let config = crate::config::Config::default();
+        let all = resource_names(&config);
+        assert!(all.contains(&"hygon.com/dcunum"), "{all:?}");
+        assert!(uncovered(&texts, &all).is_empty(), "{all:?}");
         // Renamed in the config but not in the webhooks: every one is missed.
         assert_eq!(
             uncovered(&texts, &["hami.io/gpu", "hami.io/gpumem"]),
