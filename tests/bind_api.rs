@@ -1717,3 +1717,34 @@ async fn a_dcu_pod_gets_hamis_dcu_lists_and_the_ledger_reads_them_back() {
     );
     assert!(!a.contains_key("hami.io/dcu-devices-allocated"), "{a:?}");
 }
+
+#[tokio::test]
+async fn an_hcu_pod_gets_hami_masters_hcu_lists() {
+    // hami-vendors.md 3.8: `hami.io/hcu-devices-to-allocate` = `-allocated`,
+    // vendor word HCU.
+    let mut n = node("hcu-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-hcu-register":
+        "HCU-a,4,65520,100,HCU-K100AI,0,true:"});
+    let hcu_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hcu", "namespace": "ml", "uid": "u-hcu"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [
+            {"name": "main", "image": "busybox", "resources": {"limits": {
+                "hygon.com/hcunum": "1", "hygon.com/hcumem": "1000"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(&[n], &[hcu_pod], config(1.0));
+    assert_eq!(rig.bind("ml", "hcu", "u-hcu", "hcu-node").await, "");
+    let p = rig.pod("ml", "hcu");
+    let a = annotations(&p);
+    assert_eq!(a["hami.io/hcu-devices-allocated"], "HCU-a,HCU,1000,100:;");
+    assert_eq!(a["hami.io/hcu-devices-to-allocate"], "HCU-a,HCU,1000,100:;");
+    assert!(!a.contains_key("hami.io/dcu-devices-allocated"), "{a:?}");
+    assert!(!a.contains_key("hami.io/vgpu-devices-allocated"), "{a:?}");
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-hcu")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

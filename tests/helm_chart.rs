@@ -454,7 +454,14 @@ fn renamed_resources_reach_every_object() {
     let managed = managed_resources(&o);
     // The renamed NVIDIA names, then Hygon's, as HAMi's chart lists them.
     let mut want: Vec<&str> = names.map(|(_, v)| v).to_vec();
-    want.extend(["hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"]);
+    want.extend([
+        "hygon.com/dcunum",
+        "hygon.com/dcumem",
+        "hygon.com/dcucores",
+        "hygon.com/hcunum",
+        "hygon.com/hcumem",
+        "hygon.com/hcucores",
+    ]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

@@ -61,7 +61,7 @@ async fn filter(s: &Server, pod: &Value) -> (Vec<String>, Value) {
     let out = post_json(
         s,
         "/filter",
-        json!({"Pod": pod, "NodeNames": ["dcu-1", "dcu-2", "mixed", "gpu-only"]}),
+        json!({"Pod": pod, "NodeNames": ["dcu-1", "dcu-2", "mixed", "gpu-only", "hcu-1"]}),
     )
     .await;
     let kept = out["NodeNames"]
@@ -453,4 +453,59 @@ fn the_webhook_routes_a_dcu_pod_and_leaves_its_containers_alone() {
         validate_pod(&dcu, &Config::default(), None),
         Validation::Allow { .. }
     ));
+}
+
+#[tokio::test]
+async fn hcus_are_a_kind_of_their_own_under_hami_masters_names() {
+    // 3.8: HAMi master renamed the backend HCU: its own register, lists,
+    // resources and type annotations; the UUID annotations unchanged.
+    let (view, _) = snapshot().to_view();
+    let hcu1 = view.state().node("hcu-1").unwrap();
+    assert!(hcu1.gpus.iter().all(|g| g.kind == KindId::HCU));
+    let config = Config::default();
+    let hcu = pod(
+        "hcu",
+        json!({}),
+        json!({"hygon.com/hcunum": "1", "hygon.com/hcumem": "2000", "hygon.com/hcucores": "30"}),
+    );
+    let p: Pod = serde_json::from_value(hcu.clone()).unwrap();
+    let r = pod_request(&p, &config).unwrap();
+    assert_eq!(r.device_kind, KindId::HCU);
+    assert_eq!(
+        r.containers[0].gpu,
+        Some(GpuRequest {
+            count: 1,
+            memory: Memory::Mib(2000),
+            cores: 30
+        })
+    );
+    let s = server(config).await;
+    let (kept, _) = filter(&s, &hcu).await;
+    assert_eq!(kept, ["hcu-1"]);
+    // A DCU pod never takes an HCU, and the other way round.
+    let (kept, _) = filter(&s, &yaml("tests/fixtures/pods/dcu-slice.yaml")).await;
+    assert!(!kept.contains(&"hcu-1".to_string()), "{kept:?}");
+    let picky = pod(
+        "picky",
+        json!({"hygon.com/use-hcutype": "K100AI", "hygon.com/use-gpuuuid": "HCU-1-1"}),
+        json!({"hygon.com/hcunum": "1"}),
+    );
+    let (kept, _) = filter(&s, &picky).await;
+    assert_eq!(kept, ["hcu-1"]);
+    let wrong_type = pod(
+        "wrong-type",
+        json!({"hygon.com/use-hcutype": "Z100"}),
+        json!({"hygon.com/hcunum": "1"}),
+    );
+    let (kept, _) = filter(&s, &wrong_type).await;
+    assert!(kept.is_empty(), "{kept:?}");
+    // HAMi master's hygon section copied into gpugate's DCU section is
+    // refused with where the names belong.
+    let e = Config::from_yaml("hygon:\n  resourceCountName: hygon.com/hcunum\n", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("give HCU names in the hcu section"), "{e}");
+    let c = Config::from_yaml("hcu:\n  memoryFactor: 2\n", "t").unwrap();
+    assert_eq!(c.hcu.resource_count_name, "hygon.com/hcunum");
+    assert_eq!(c.hcu.memory_factor, 2);
 }

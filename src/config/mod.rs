@@ -28,6 +28,8 @@ pub struct Config {
     pub nvidia: DeviceConfig,
     /// Hygon DCUs: HAMi's `hygon` device config section.
     pub hygon: KindSection<{ crate::devices::KindId::HYGON.index() }>,
+    /// Hygon HCUs: HAMi master's `hygon` section (its HCU names).
+    pub hcu: KindSection<{ crate::devices::KindId::HCU.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -542,7 +544,7 @@ impl Config {
     /// Each device kind's section (resource names and defaults), in the
     /// order of [`crate::devices::KINDS`].
     pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
-        [&self.nvidia, &self.hygon]
+        [&self.nvidia, &self.hygon, &self.hcu]
     }
 
     /// The section of one device kind.
@@ -648,6 +650,19 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        // HAMi master's `hygon` section names HCUs; copied into gpugate's
+        // (HAMi v2.10's DCUs) it would write DCU lists for HCU pods.
+        if let Some(name) = self
+            .hygon
+            .gpu_resource_names()
+            .into_iter()
+            .find(|n| n.starts_with("hygon.com/hcu"))
+        {
+            return Err(format!(
+                "hygon.* names {name}, HAMi master's HCU resource: the hygon section is HAMi \
+                 v2.10's DCUs (hami.io/dcu-devices-*); give HCU names in the hcu section"
+            ));
+        }
         let sections = self.device_configs();
         for (i, section) in sections.iter().enumerate() {
             section.validate()?;

@@ -20,7 +20,7 @@ pub const DEVICES_ALLOCATED: &str = "hami.io/dcu-devices-allocated";
 /// Pod: DCU types to use / to avoid (comma lists; 3.3).
 pub const USE_DCU_TYPE: &str = "hygon.com/use-dcutype";
 pub const NOUSE_DCU_TYPE: &str = "hygon.com/nouse-dcutype";
-/// Pod: DCU UUIDs to use / to avoid (comma lists; 3.3).
+/// Pod: DCU (and HCU) UUIDs to use / to avoid (comma lists; 3.3, 3.8).
 pub const USE_UUID: &str = "hygon.com/use-gpuuuid";
 pub const NOUSE_UUID: &str = "hygon.com/nouse-gpuuuid";
 

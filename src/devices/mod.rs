@@ -14,6 +14,7 @@
 //! NVIDIA is the first kind ([`nvidia::NVIDIA`]); what a second one adds is
 //! in docs/architecture.md, "Device kinds".
 
+pub mod hcu;
 pub mod hygon;
 pub mod nvidia;
 
@@ -26,6 +27,8 @@ impl KindId {
     pub const NVIDIA: KindId = KindId(0);
     /// Hygon DCUs shared by slices (HAMi v2.10's `DCU` backend).
     pub const HYGON: KindId = KindId(1);
+    /// Hygon HCUs: HAMi master's names for the DCU backend.
+    pub const HCU: KindId = KindId(2);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -44,7 +47,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 2] = [&nvidia::NVIDIA, &hygon::HYGON];
+pub static KINDS: [&DeviceKind; 3] = [&nvidia::NVIDIA, &hygon::HYGON, &hcu::HCU];
 
 /// Every kind with its id.
 pub fn kinds() -> impl Iterator<Item = (KindId, &'static DeviceKind)> {
@@ -66,7 +69,6 @@ pub fn by_vendor(vendor: &str) -> Option<KindId> {
 /// run it without the device).
 pub static NOT_PLACED: &[(&str, &str)] = &[
     ("huawei.com/Ascend", "Ascend NPU"),
-    ("hygon.com/hcu", "Hygon HCU"),
     ("cambricon.com/vmlu", "Cambricon MLU"),
     ("cambricon.com/mlu.smlu.", "Cambricon MLU"),
     ("metax-tech.com/", "Metax GPU"),

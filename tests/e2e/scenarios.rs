@@ -231,7 +231,7 @@ pub const SCENARIOS: [(&str, &str, &str); 31] = [
         "kueue",
     ),
     (
-        "a mixed cluster: NVIDIA GPUs and Hygon DCUs",
+        "a mixed cluster: NVIDIA GPUs, Hygon DCUs and HCUs",
         "e2e-vendors",
         "vendors",
     ),

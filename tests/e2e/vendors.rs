@@ -36,9 +36,21 @@ fn is_hamis_dcu_list(list: &str, mib: u32, cores: u32) -> bool {
         .is_some_and(|uuid| uuid.starts_with("DCU-vd-") && !uuid.contains([';', ':', ',']))
 }
 
+/// A node with two Hygon HCUs registered under HAMi master's names
+/// (hami-vendors.md 3.8).
+fn hcu_node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                        "annotations": {"hami.io/node-hcu-register": format!(
+                            "HCU-{name}-0,4,65520,100,HCU-K100AI,0,true:\
+                             HCU-{name}-1,4,65520,100,HCU-K100AI,0,true:")}},
+           "status": {"capacity": {"hygon.com/hcunum": "8"}}})
+}
+
 // 31 ------------------------------------------------------------------------
 
-/// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs.
+/// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
+/// vd-3 two HCUs (HAMi master's names).
 /// A DCU slice, an NVIDIA slice, three whole DCUs and a pending fourth;
 /// a pod asking for both kinds is refused; deleting the slice frees its
 /// DCU for the pending pod; the ledger equals the annotations throughout.
@@ -49,8 +61,15 @@ pub async fn mixed_cluster(
     scenario: &str,
 ) -> anyhow::Result<()> {
     let admin = &ctx.cp.admin;
-    ctx.nodes(scenario, &[dcu_node("vd-1", 2, 2), dcu_node("vd-2", 2, 0)])
-        .await?;
+    ctx.nodes(
+        scenario,
+        &[
+            dcu_node("vd-1", 2, 2),
+            dcu_node("vd-2", 2, 0),
+            hcu_node("vd-3"),
+        ],
+    )
+    .await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
@@ -132,6 +151,28 @@ pub async fn mixed_cluster(
         annotation(&gpu, "hami.io/dcu-devices-allocated").is_none(),
         "an NVIDIA pod got a DCU list"
     );
+
+    // HAMi master's HCU names: a kind of their own, on the HCU node only.
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod(
+            "hcu-slice",
+            &[("hygon.com/hcunum", "1"), ("hygon.com/hcumem", "3000")],
+        ),
+    )
+    .await?;
+    let hcu = wait_bound(admin, ns, "hcu-slice", BIND).await?;
+    let hcus = annotation(&hcu, "hami.io/hcu-devices-allocated").unwrap_or_default();
+    ensure!(
+        node_of(&hcu) == "vd-3"
+            && hcus.starts_with("HCU-vd-3-")
+            && hcus.ends_with(",HCU,3000,100:;")
+            && hcus.matches(';').count() == 1,
+        "hcu-slice on {} with {hcus:?}",
+        node_of(&hcu)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "hcu-slice").await?;
 
     // Both kinds in one pod: refused, both named.
     let mut both = gpu_pod("both", &[("nvidia.com/gpu", "1")]);

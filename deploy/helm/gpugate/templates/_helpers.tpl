@@ -77,19 +77,45 @@ values, then device-config.content's nvidia section over them. */}}
 {{- toYaml $nvidia -}}
 {{- end -}}
 
+{{/* device-config.content's hygon section when it names HAMi master's
+HCUs (hygon.com/hcu...), else nothing. */}}
+{{- define "gpugate.contentHcu" -}}
+{{- $c := include "gpugate.contentSection" (list . "hygon") | fromJson -}}
+{{- if hasPrefix "hygon.com/hcu" (toString ($c.resourceCountName | default "")) }}{{ toJson $c }}{{ else }}{}{{ end -}}
+{{- end -}}
+
 {{/* The Hygon DCU section of gpugate's config: HAMi's dcuResource* values,
 then device-config.content's hygon section over them (HAMi's chart writes
-memoryFactor there). */}}
+memoryFactor there) unless that section names HCUs. */}}
 {{- define "gpugate.hygon" -}}
 {{- $hygon := dict
   "resourceCountName" .Values.dcuResourceName
   "resourceMemoryName" .Values.dcuResourceMem
   "resourceCoreName" .Values.dcuResourceCores -}}
 {{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" "memoryFactor" -}}
+{{- if eq (include "gpugate.contentHcu" .) "{}" -}}
 {{- range $k, $v := include "gpugate.contentSection" (list . "hygon") | fromJson -}}
 {{- if has $k $known }}{{ $_ := set $hygon $k $v }}{{ end -}}
 {{- end -}}
+{{- end -}}
 {{- toYaml $hygon -}}
+{{- end -}}
+
+{{/* The Hygon HCU section of gpugate's config: HAMi master's
+devices.hygon values, then device-config.content's hygon section over
+them when it names HCUs. */}}
+{{- define "gpugate.hcu" -}}
+{{- $v := dig "hygon" dict (.Values.devices | default dict) -}}
+{{- $hcu := dict
+  "resourceCountName" ($v.resourceCountName | default "hygon.com/hcunum")
+  "resourceMemoryName" ($v.resourceMemoryName | default "hygon.com/hcumem")
+  "resourceCoreName" ($v.resourceCoreName | default "hygon.com/hcucores")
+  "memoryFactor" ($v.memoryFactor | default 1 | int) -}}
+{{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" "memoryFactor" -}}
+{{- range $k, $val := include "gpugate.contentHcu" . | fromJson -}}
+{{- if has $k $known }}{{ $_ := set $hcu $k $val }}{{ end -}}
+{{- end -}}
+{{- toYaml $hcu -}}
 {{- end -}}
 
 {{/* Every configured resource name of every device kind, one per line. */}}
@@ -98,9 +124,11 @@ memoryFactor there). */}}
 {{- range list "resourceCountName" "resourceMemoryName" "resourceMemoryPercentageName" "resourceCoreName" "resourcePriorityName" }}
 {{ index $n . }}
 {{- end -}}
-{{- $h := include "gpugate.hygon" . | fromYaml -}}
+{{- range $section := list "gpugate.hygon" "gpugate.hcu" }}
+{{- $h := include $section $ | fromYaml -}}
 {{- range list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
 {{ index $h . }}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
