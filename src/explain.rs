@@ -525,8 +525,9 @@ pub fn explain_pod(
         }
         Verdict::Everywhere(reason) => {
             out.nodes.clear();
-            out.summary = format!("no node can hold it: {}", in_words(&reason));
-            out.everywhere = Some(refusal(&reason));
+            let cfg = config.device_config(plan.request.device_kind);
+            out.summary = format!("no node can hold it: {}", in_words(&reason, cfg));
+            out.everywhere = Some(refusal(&reason, cfg));
             return out;
         }
         Verdict::Nodes(v) => v,
@@ -560,7 +561,10 @@ pub fn explain_pod(
             node: node.clone(),
             fits: false,
             excluded: None,
-            refusal: Some(refusal(reason)),
+            refusal: Some(refusal(
+                reason,
+                config.device_config(plan.request.device_kind),
+            )),
             missing,
             preempt,
         });
@@ -605,7 +609,8 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
         if some_node_could || !any_accepted {
             continue;
         }
-        let mut text = format!("container {} asks {}", c.name, gpu_words(&g));
+        let unit = plan.request.device_kind.kind().unit();
+        let mut text = format!("container {} asks {}", c.name, gpu_words(&g, unit));
         let sliced = nodes
             .iter()
             .flat_map(|n| n.gpus.iter())
@@ -614,7 +619,7 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
         if let Some(gpu) = sliced {
             let _ = write!(
                 text,
-                "; the largest GPU it may use has {} MiB and {} cores ({})",
+                "; the largest {unit} it may use has {} MiB and {} cores ({})",
                 gpu.capacity.mem_mib, gpu.capacity.cores, gpu.model
             );
         }
@@ -635,7 +640,7 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
         if g.count > 1 && most > 0 {
             let _ = write!(
                 text,
-                "; at most {most} GPUs of one node could each hold such a slice"
+                "; at most {most} {unit}s of one node could each hold such a slice"
             );
         }
         return Some(text);
@@ -643,11 +648,11 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
     None
 }
 
-fn refusal(reason: &NodeReason) -> Refusal {
+fn refusal(reason: &NodeReason, cfg: &crate::engine::request::DeviceConfig) -> Refusal {
     Refusal {
         code: reason.code().to_string(),
         reason: reason.to_string(),
-        words: in_words(reason),
+        words: in_words(reason, cfg),
     }
 }
 
@@ -674,7 +679,8 @@ fn asks(plan: &PodPlan) -> Vec<String> {
         .iter()
         .filter_map(|c| {
             let g = c.gpu?;
-            Some(format!("container {}: {}", c.name, gpu_words(&g)))
+            let unit = plan.request.device_kind.kind().unit();
+            Some(format!("container {}: {}", c.name, gpu_words(&g, unit)))
         })
         .collect()
 }
@@ -687,12 +693,14 @@ fn memory_words(g: &GpuRequest) -> String {
     }
 }
 
-fn gpu_words(g: &GpuRequest) -> String {
+/// `2 GPUs with 8000 MiB and 30 cores each`, counted in `unit` (`GPU`,
+/// `DCU`).
+fn gpu_words(g: &GpuRequest, unit: &str) -> String {
     let memory = memory_words(g);
     let gpus = if g.count == 1 {
-        "1 GPU".to_string()
+        format!("1 {unit}")
     } else {
-        format!("{} GPUs", g.count)
+        format!("{} {unit}s", g.count)
     };
     let each = if g.count == 1 { "" } else { " each" };
     format!("{gpus} with {memory} and {} cores{each}", g.cores)
@@ -789,19 +797,22 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
     }
     let n = g.count as usize;
     let need = memory_words(g);
+    let unit = plan.request.device_kind.kind().unit();
     let on = if g.count == 1 {
-        "one GPU".to_string()
+        format!("one {unit}")
     } else {
-        format!("each of {} GPUs", g.count)
+        format!("each of {} {unit}s", g.count)
     };
     let mut text = format!("needs {need} and {} cores free on {on}", g.cores);
     let enough = usable.iter().filter(|u| u.0 == 0).count();
     match usable.iter().max_by_key(|u| (u.1, u.2)) {
-        None => text.push_str("; none of its GPUs can be used by this pod"),
+        None => {
+            let _ = write!(text, "; none of its {unit}s can be used by this pod");
+        }
         Some((_, mem, cores, uuid)) => {
             let _ = write!(
                 text,
-                "; the freest has {mem} MiB and {cores} cores free ({uuid}); {enough} of the {} GPUs it may use can take a slice now",
+                "; the freest has {mem} MiB and {cores} cores free ({uuid}); {enough} of the {} {unit}s it may use can take a slice now",
                 usable.len()
             );
         }

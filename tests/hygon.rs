@@ -509,3 +509,61 @@ async fn hcus_are_a_kind_of_their_own_under_hami_masters_names() {
     assert_eq!(c.hcu.resource_count_name, "hygon.com/hcunum");
     assert_eq!(c.hcu.memory_factor, 2);
 }
+
+#[test]
+fn explain_speaks_of_dcus_and_their_keys() {
+    // `gpugate explain` on a pending DCU pod: its request, each node's
+    // reason and the summary counted in DCUs, with the DCU kind's
+    // annotations and resources, never NVIDIA's.
+    let e = gpugate::explain::explain(
+        &snapshot(),
+        "ml",
+        "big-dcu",
+        &Config::default(),
+        jiff::Timestamp::now(),
+    )
+    .unwrap();
+    assert_eq!(e.status, "pending");
+    let json = serde_json::to_string(&e).unwrap();
+    assert!(!json.contains("nvidia.com"), "{json}");
+    // What is written for a person counts DCUs (the reason codes' terse
+    // texts, kube-scheduler's, keep HAMi's words).
+    let mut text: Vec<String> = e.asks.clone();
+    text.extend(e.never.clone());
+    for n in &e.nodes {
+        text.extend(n.refusal.as_ref().map(|r| r.words.clone()));
+        text.extend(n.missing.clone());
+    }
+    for t in &text {
+        assert!(!t.contains("GPU"), "{t}");
+    }
+    assert!(
+        json.contains("4 DCUs with 40000 MiB and 100 cores each"),
+        "{json}"
+    );
+    let words = |node: &str| {
+        e.nodes
+            .iter()
+            .find(|n| n.node == node)
+            .and_then(|n| n.refusal.as_ref())
+            .map(|r| r.words.clone())
+            .unwrap_or_default()
+    };
+    // dcu-1: only DCU-1-0 and DCU-1-1 hold 40,000 MiB, and DCU-1-0's
+    // cores are half taken.
+    assert!(
+        words("dcu-1").contains("have too few free cores (hygon.com/dcucores)"),
+        "{}",
+        words("dcu-1")
+    );
+    // A node without DCUs has none to offer (hami-vendors.md 1.3).
+    assert_eq!(
+        words("gpu-only"),
+        "container train asks for 4 DCUs and the node has 0"
+    );
+    assert!(
+        words("mixed").contains("of another kind of device"),
+        "{}",
+        words("mixed")
+    );
+}

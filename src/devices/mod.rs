@@ -234,6 +234,12 @@ impl DeviceKind {
             .or(self.other_modes)
     }
 
+    /// What one device is called in counts (`GPU`, `DCU`): the last word
+    /// of [`DeviceKind::noun`].
+    pub fn unit(&self) -> &'static str {
+        self.noun.rsplit(' ').next().unwrap_or(self.noun)
+    }
+
     /// The names of its modes.
     pub fn mode_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.modes.iter().map(|m| m.name)

@@ -71,8 +71,9 @@ pub fn fit_pod_in(
             continue;
         };
         if req.count > available {
-            // MIG GPUs may give one container several instances.
-            let most = most_grants(node);
+            // MIG GPUs may give one container several instances. Only the
+            // pod's kind of device counts (hami-vendors.md 1.3).
+            let most = most_grants(node, plan.selection.kind);
             if req.count > most {
                 scratch.app_usage = app;
                 return Err(Rejection::NodeInsufficientDevice {
@@ -201,9 +202,10 @@ fn fit_container(
 
 /// The most GPUs (grants) one container could get on the node: one per
 /// GPU, and on a MIG GPU as many instances as its split count.
-fn most_grants(node: &Node) -> u32 {
+fn most_grants(node: &Node, kind: crate::devices::KindId) -> u32 {
     node.gpus
         .iter()
+        .filter(|g| g.kind == kind)
         .map(Gpu::most_grants)
         .fold(0u32, u32::saturating_add)
 }

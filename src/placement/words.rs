@@ -4,65 +4,93 @@
 //! in `reason.rs`; these words never go to kube-scheduler.
 
 use crate::engine::gang::GangShortfall;
+use crate::engine::request::DeviceConfig;
 use crate::engine::{Reason, Rejection};
 
 use super::reason::{NodeReason, QuotaRefusal};
 
-/// What one per-GPU (or per-zone) reason says, after "n of m GPUs".
-fn card_words(reason: Reason) -> &'static str {
+/// What one per-device (or per-zone) reason says, after "n of m GPUs",
+/// in the words of the pod's device kind (`cfg`: its section, with the
+/// resource names as configured).
+fn card_words(reason: Reason, cfg: &DeviceConfig) -> String {
+    let kind = cfg.kind.kind();
+    let unit = kind.unit();
+    let keys = &kind.selection;
+    // `gpucores` of `nvidia.com/gpucores`.
+    let cores = cfg
+        .resource_core_name
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
     match reason {
-        Reason::CardNotHealth => {
-            "are reported unhealthy by the device plugin, or hold a pod whose MIG instance is inconsistent with the GPU (a MigInconsistent event on that pod says which)"
-        }
-        Reason::CardCordoned => "are cordoned (hami.io/device-cordon on the node)",
-        Reason::CardTypeMismatch => {
-            "are of a model or mode the pod excludes or does not name (nvidia.com/use-gputype, nvidia.com/nouse-gputype, nvidia.com/vgpu-mode), or in MIG mode without a usable profile"
-        }
-        Reason::CardUuidMismatch => {
-            "are excluded by UUID (nvidia.com/use-gpuuuid, nvidia.com/nouse-gpuuuid)"
-        }
+        Reason::CardNotHealth => format!(
+            "are reported unhealthy by the device plugin, or hold a pod whose MIG instance is inconsistent with the {unit} (a MigInconsistent event on that pod says which)"
+        ),
+        Reason::CardCordoned => "are cordoned (hami.io/device-cordon on the node)".to_string(),
+        Reason::CardTypeMismatch if keys.mode.is_empty() => format!(
+            "are of another kind of device, or of a type the pod excludes or does not name ({}, {})",
+            keys.use_type, keys.nouse_type
+        ),
+        Reason::CardTypeMismatch => format!(
+            "are of a model or mode the pod excludes or does not name ({}, {}, {}), or in MIG mode without a usable profile",
+            keys.use_type, keys.nouse_type, keys.mode
+        ),
+        Reason::CardUuidMismatch => format!(
+            "are excluded by UUID ({}, {})",
+            keys.use_uuid, keys.nouse_uuid
+        ),
         Reason::CardTimeSlicingExhausted => {
-            "have every slice taken (as many pods as the device plugin's split count)"
+            "have every slice taken (as many pods as the device plugin's split count)".to_string()
         }
-        Reason::ExclusiveDeviceAllocateConflict => {
-            "already hold other pods, and this pod needs a GPU to itself (gpucores 100, or an exclusive GPU policy)"
+        Reason::ExclusiveDeviceAllocateConflict => format!(
+            "already hold other pods, and this pod needs a {unit} to itself ({cores} 100, or an exclusive {unit} policy)"
+        ),
+        Reason::CardInsufficientMemory => format!("have too little free {unit} memory"),
+        Reason::CardInsufficientCore => {
+            format!("have too few free cores ({})", cfg.resource_core_name)
         }
-        Reason::CardInsufficientMemory => "have too little free GPU memory",
-        Reason::CardInsufficientCore => "have too few free cores (nvidia.com/gpucores)",
         Reason::CardComputeUnitsExhausted => {
             "have all their cores given out, so a pod asking for no cores cannot share them"
+                .to_string()
         }
         Reason::CardMigTopologyInfeasible => {
-            "are in MIG mode with no free instance that holds the request (no allowed profile is that large, or every placement of those that are overlaps an instance already there)"
+            "are in MIG mode with no free instance that holds the request (no allowed profile is that large, or every placement of those that are overlaps an instance already there)".to_string()
         }
-        Reason::NumaNotFit => {
-            "could hold a slice, but not enough of them sit on one NUMA node (nvidia.com/numa-bind)"
-        }
+        Reason::NumaNotFit => format!(
+            "could hold a slice, but not enough of them sit on one NUMA node ({})",
+            keys.numa_bind
+        ),
         Reason::AllocatedCardsInsufficientRequest => {
-            "could hold a slice, fewer than the container asks for"
+            "could hold a slice, fewer than the container asks for".to_string()
         }
-        Reason::NumaZoneInsufficientCPU => "lack the free CPUs",
-        Reason::NumaZoneInsufficientMemory => "lack the free memory",
-        Reason::NumaZoneInsufficientGPU => "lack GPUs that can hold the slices",
+        Reason::NumaZoneInsufficientCPU => "lack the free CPUs".to_string(),
+        Reason::NumaZoneInsufficientMemory => "lack the free memory".to_string(),
+        Reason::NumaZoneInsufficientGPU => format!("lack {unit}s that can hold the slices"),
         Reason::CardAllocationUnreadable => {
-            "hold a pod whose allocation annotations cannot be read (an AllocationUnreadable event on that pod says why), so what is free there is unknown; they take no new pod until the annotations can be read or the pod is gone"
+            "hold a pod whose allocation annotations cannot be read (an AllocationUnreadable event on that pod says why), so what is free there is unknown; they take no new pod until the annotations can be read or the pod is gone".to_string()
         }
     }
 }
 
 /// `n of m GPUs <words>; k of m GPUs <words>`.
-fn counted(of: u32, unit: &str, counts: &crate::engine::reason::ReasonCounts) -> String {
+fn counted(
+    of: u32,
+    unit: &str,
+    counts: &crate::engine::reason::ReasonCounts,
+    cfg: &DeviceConfig,
+) -> String {
     counts
         .iter()
-        .map(|(r, n)| format!("{n} of {of} {unit} {}", card_words(r)))
+        .map(|(r, n)| format!("{n} of {of} {unit} {}", card_words(r, cfg)))
         .collect::<Vec<_>>()
         .join("; ")
 }
 
-/// Why the node cannot take the pod, in a sentence or two.
-pub fn in_words(reason: &NodeReason) -> String {
+/// Why the node cannot take the pod, in a sentence or two, in the words
+/// of the pod's device kind (`cfg`, its config section).
+pub fn in_words(reason: &NodeReason, cfg: &DeviceConfig) -> String {
     match reason {
-        NodeReason::Engine(r) => rejection_words(r),
+        NodeReason::Engine(r) => rejection_words(r, cfg),
         NodeReason::Quota(q) => match q {
             QuotaRefusal::Exceeded(e) => format!(
                 "the namespace's ResourceQuota {} has no room for it: {}; wait for pods the quota covers to finish, or raise the quota",
@@ -121,15 +149,21 @@ pub fn in_words(reason: &NodeReason) -> String {
     }
 }
 
-fn rejection_words(r: &Rejection) -> String {
+fn rejection_words(r: &Rejection, cfg: &DeviceConfig) -> String {
+    let kind = cfg.kind.kind();
+    let units = format!("{}s", kind.unit());
     match r {
-        Rejection::NodeUnregistered => "the node has no GPUs registered by HAMi's device plugin (no readable hami.io/node-nvidia-register annotation). If kube-scheduler offers it anyway, its GPUs may come through DRA (a DeviceClass whose extendedResourceName is the pod's GPU resource): gpugate places slices only on GPUs HAMi's device plugin registers".to_string(),
+        Rejection::NodeUnregistered => format!(
+            "the node has no {units} registered by HAMi's device plugin (no readable {} annotation). If kube-scheduler offers it anyway, its {units} may come through DRA (a DeviceClass whose extendedResourceName is the pod's {} resource): gpugate places slices only on {units} HAMi's device plugin registers",
+            kind.register_key,
+            kind.unit()
+        ),
         Rejection::NodeInsufficientDevice {
             container,
             requested,
             available,
         } => format!(
-            "container {container} asks for {requested} GPUs and the node has {available}"
+            "container {container} asks for {requested} {units} and the node has {available}"
         ),
         Rejection::Devices {
             container,
@@ -137,15 +171,15 @@ fn rejection_words(r: &Rejection) -> String {
             counts,
         } => format!(
             "for container {container}, {}",
-            counted(*gpus, "GPUs", counts)
+            counted(*gpus, &units, counts, cfg)
         ),
         Rejection::NumaZones {
             subject,
             zones,
             counts,
         } => format!(
-            "the node's kubelet puts a Guaranteed pod's CPUs, memory and GPUs on one NUMA zone, and for {subject}, {}",
-            counted(*zones, "zones", counts)
+            "the node's kubelet puts a Guaranteed pod's CPUs, memory and {units} on one NUMA zone, and for {subject}, {}",
+            counted(*zones, "zones", counts, cfg)
         ),
     }
 }
@@ -161,22 +195,29 @@ mod tests {
     /// and a server still listing NodeResourceTopology objects.
     #[test]
     fn words_of_the_codes_explain_does_not_give() {
+        let nvidia = DeviceConfig::default();
         assert_eq!(
-            in_words(&NodeReason::NotBestNode {
-                policy: NodePolicy::Binpack,
-                top: None
-            }),
+            in_words(
+                &NodeReason::NotBestNode {
+                    policy: NodePolicy::Binpack,
+                    top: None
+                },
+                &nvidia
+            ),
             "the pod fits, but filterMode best offers kube-scheduler only the best node under the binpack policy"
         );
         assert_eq!(
-            in_words(&NodeReason::NotBestNode {
-                policy: NodePolicy::Spread,
-                top: Some(10)
-            }),
+            in_words(
+                &NodeReason::NotBestNode {
+                    policy: NodePolicy::Spread,
+                    top: Some(10)
+                },
+                &nvidia
+            ),
             "the pod fits, but filterMode top offers kube-scheduler only the 10 best node(s) under the spread policy"
         );
         assert_eq!(
-            in_words(&NodeReason::NumaTopologiesListing),
+            in_words(&NodeReason::NumaTopologiesListing, &nvidia),
             "gpugate is still reading the nodes' NodeResourceTopology objects; a Guaranteed pod is placed once it has them (a second or so)"
         );
         let mut counts = crate::engine::reason::ReasonCounts::default();
@@ -188,8 +229,39 @@ mod tests {
         });
         assert_eq!(mig.to_string(), "1/1 CardMigTopologyInfeasible");
         assert_eq!(
-            in_words(&mig),
+            in_words(&mig, &nvidia),
             "for container main, 1 of 1 GPUs are in MIG mode with no free instance that holds the request (no allowed profile is that large, or every placement of those that are overlaps an instance already there)"
+        );
+    }
+
+    /// A DCU pod's reasons name DCUs and the DCU kind's keys and resources.
+    #[test]
+    fn a_dcu_pods_reasons_are_in_dcu_words() {
+        let dcu = DeviceConfig::for_kind(crate::devices::KindId::HYGON);
+        let mut counts = crate::engine::reason::ReasonCounts::default();
+        counts.add(Reason::CardTypeMismatch, 2);
+        counts.add(Reason::CardInsufficientCore, 1);
+        let r = NodeReason::Engine(Rejection::Devices {
+            container: "main".into(),
+            gpus: 4,
+            counts,
+        });
+        let words = in_words(&r, &dcu);
+        for needle in [
+            "4 DCUs are of another kind of device, or of a type the pod excludes or does not name (hygon.com/use-dcutype, hygon.com/nouse-dcutype)",
+            "have too few free cores (hygon.com/dcucores)",
+        ] {
+            assert!(words.contains(needle), "{words}");
+        }
+        assert!(!words.contains("nvidia.com"), "{words}");
+        let r = NodeReason::Engine(Rejection::NodeInsufficientDevice {
+            container: "main".into(),
+            requested: 4,
+            available: 2,
+        });
+        assert_eq!(
+            in_words(&r, &dcu),
+            "container main asks for 4 DCUs and the node has 2"
         );
     }
 }
