@@ -570,9 +570,11 @@ impl Config {
         let gives = |cfg: &&DeviceConfig, asked: bool| {
             containers.clone().any(|c| {
                 cfg.gpu_resource_names().iter().any(|name| {
-                    c.quantity(name).is_some_and(|q| {
-                        !asked || crate::engine::quantity::parse_whole(q).map_or(true, |n| n > 0)
-                    })
+                    if asked {
+                        crate::engine::request::asks_for(c, name)
+                    } else {
+                        c.quantity(name).is_some()
+                    }
                 })
             })
         };

@@ -25,51 +25,81 @@ pub const USE_UUID: &str = "hygon.com/use-gpuuuid";
 pub const NOUSE_UUID: &str = "hygon.com/nouse-gpuuuid";
 
 /// Hygon DCUs.
-pub static HYGON: DeviceKind = DeviceKind {
+pub static HYGON: DeviceKind = hygon_kind(HygonNames {
     name: "hygon",
     vendor: VENDOR,
-    register_key: NODE_REGISTER,
-    score_key: None,
-    selection: SelectionKeys {
-        use_type: USE_DCU_TYPE,
-        nouse_type: NOUSE_DCU_TYPE,
-        use_uuid: USE_UUID,
-        nouse_uuid: NOUSE_UUID,
-        // No mode annotation, no NUMA binding: HAMi's DCU fit reads
-        // neither (1.4, 3.5).
-        mode: "",
-        numa_bind: "",
-    },
-    // Every DCU is shared by slices, whatever mode its legacy text names
-    // (HAMi's DCU backend never reads it; 3.5).
-    modes: &[],
-    default_mode: "",
-    other_modes: Some(Sharing::Slices),
-    env: WebhookEnv {
-        hide_devices: ("", ""),
-        core_policy: "",
-        task_priority: "",
-    },
-    hami_core: false,
     noun: "Hygon DCU",
+    register_key: NODE_REGISTER,
     pod_lists: PodLists {
         to_allocate: DEVICES_TO_ALLOCATE,
         allocated: DEVICES_ALLOCATED,
     },
-    // Hygon's plugin registers types `DCU-<model>`, not the vendor word,
-    // so HAMi lists only the containers with DCUs (hami-vendors.md,
-    // "Hygon"); the plugin skips empty entries either way (3.6).
-    entries: Entries::AskingContainers,
-    config: ConfigDefaults {
-        resource_count_name: "hygon.com/dcunum",
-        resource_memory_name: "hygon.com/dcumem",
-        resource_memory_percentage_name: "",
-        resource_core_name: "hygon.com/dcucores",
-        resource_priority_name: "",
-        // HAMi's DCU request defaults to 100 cores: a count alone, or a
-        // count with memory only, takes its DCUs whole (3.1, 3.7).
-        default_cores: 100,
-        // HAMi reads no DCU request without `hygon.com/dcunum` (3.1).
-        default_gpu_num: 0,
-    },
-};
+    use_type: USE_DCU_TYPE,
+    nouse_type: NOUSE_DCU_TYPE,
+    resources: ["hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"],
+});
+
+/// What tells HAMi's two Hygon backends apart (DCU here, HCU in
+/// [`super::hcu`]): names only; their rules are the same.
+pub(super) struct HygonNames {
+    pub name: &'static str,
+    pub vendor: &'static str,
+    pub noun: &'static str,
+    pub register_key: &'static str,
+    pub pod_lists: PodLists,
+    pub use_type: &'static str,
+    pub nouse_type: &'static str,
+    /// Count, memory and cores resources.
+    pub resources: [&'static str; 3],
+}
+
+/// A Hygon backend under `names`.
+pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
+    let [count, memory, cores] = names.resources;
+    DeviceKind {
+        name: names.name,
+        vendor: names.vendor,
+        register_key: names.register_key,
+        score_key: None,
+        selection: SelectionKeys {
+            use_type: names.use_type,
+            nouse_type: names.nouse_type,
+            use_uuid: USE_UUID,
+            nouse_uuid: NOUSE_UUID,
+            // No mode annotation, no NUMA binding: HAMi's DCU fit reads
+            // neither (1.4, 3.5).
+            mode: "",
+            numa_bind: "",
+        },
+        // Every device is shared by slices, whatever mode its legacy text
+        // names (HAMi's backend never reads it; 3.5).
+        modes: &[],
+        default_mode: "",
+        other_modes: Some(Sharing::Slices),
+        env: WebhookEnv {
+            hide_devices: ("", ""),
+            core_policy: "",
+            task_priority: "",
+        },
+        hami_core: false,
+        noun: names.noun,
+        pod_lists: names.pod_lists,
+        // Hygon's plugin registers types `DCU-<model>`, not the vendor
+        // word, so HAMi lists only the containers with devices
+        // (hami-vendors.md, "Hygon"); the plugin skips empty entries either
+        // way (3.6).
+        entries: Entries::AskingContainers,
+        config: ConfigDefaults {
+            resource_count_name: count,
+            resource_memory_name: memory,
+            resource_memory_percentage_name: "",
+            resource_core_name: cores,
+            resource_priority_name: "",
+            // HAMi's request defaults to 100 cores: a count alone, or a
+            // count with memory only, takes its devices whole (3.1, 3.7).
+            default_cores: 100,
+            // HAMi reads no request without the count (3.1).
+            default_gpu_num: 0,
+        },
+    }
+}

@@ -159,10 +159,7 @@ fn not_placed_in<C: ContainerSpec + ?Sized>(
         if name.is_empty() || own.contains(&name) {
             return None;
         }
-        let asked = || {
-            c.quantity(name)
-                .is_some_and(|q| parse_whole(q).map_or(true, |n| n > 0))
-        };
+        let asked = || asks_for(c, name);
         if let Some(other) = others
             .iter()
             .find(|o| o.gpu_resource_names().contains(&name))
@@ -190,6 +187,13 @@ fn not_placed_in<C: ContainerSpec + ?Sized>(
             ),
         })
     })
+}
+
+/// Whether `c` asks for `resource`: a quantity above 0, or one that
+/// cannot be read (so that the error about it names it).
+pub fn asks_for<C: ContainerSpec + ?Sized>(c: &C, resource: &str) -> bool {
+    c.quantity(resource)
+        .is_some_and(|q| parse_whole(q).map_or(true, |n| n > 0))
 }
 
 /// A GPU request that cannot be honoured.
