@@ -197,6 +197,32 @@ pub async fn wait_bound(
     .await
 }
 
+/// Waits until pod `name`, unschedulable until a pod was just deleted,
+/// is bound. kube-scheduler retries an unschedulable pod when a pod is
+/// deleted; once in a while (seen in scenarios 5 and 31, 2026-11-25 and
+/// 2026-11-28) that retry's `/filter` comes before gpugate's watch shows
+/// the deletion, and kube-scheduler then parks the pod for minutes. An
+/// update of the pod (a label) makes it retry: what is tested is that
+/// gpugate then finds the devices free.
+pub async fn wait_bound_after_delete(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Pod> {
+    if let Ok(p) = wait_bound(client, ns, name, Duration::from_secs(15)).await {
+        return Ok(p);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"e2e.gpugate.io/nudge": "1"}}})),
+    )
+    .await?;
+    wait_bound(client, ns, name, timeout).await
+}
+
 /// Bound (spec.nodeName) and with HAMi's allocation written.
 pub fn is_bound(pod: &Pod) -> bool {
     !node_of(pod).is_empty() && allocated_list(pod).is_some()

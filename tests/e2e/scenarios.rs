@@ -680,23 +680,7 @@ async fn delete_frees(ctx: &Ctx, ns: &str, scenario: &str) -> anyhow::Result<()>
         },
     )
     .await?;
-    // kube-scheduler retries an unschedulable pod when a pod is deleted;
-    // once in a while (seen once in many runs, 2026-11-25) the deletion
-    // meets the pod in the middle of a retry and kube-scheduler parks it
-    // for minutes. An update of the pod (a label) makes it retry: what is
-    // tested here is that gpugate then finds the GPU free.
-    let second = match wait_bound(&ctx.cp.admin, ns, "second", Duration::from_secs(15)).await {
-        Ok(p) => p,
-        Err(_) => {
-            pods.patch(
-                "second",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"e2e.gpugate.io/nudge": "1"}}})),
-            )
-            .await?;
-            wait_bound(&ctx.cp.admin, ns, "second", BIND).await?
-        }
-    };
+    let second = wait_bound_after_delete(&ctx.cp.admin, ns, "second", BIND).await?;
     ensure!(
         uuids(&second)? == uuids(&first)?,
         "second got {:?}, the freed GPU is {:?}",

@@ -233,7 +233,7 @@ pub async fn mixed_cluster(
         },
     )
     .await?;
-    let taken = wait_bound(admin, ns, waiting, BIND).await?;
+    let taken = wait_bound_after_delete(admin, ns, waiting, BIND).await?;
     ensure!(
         uuids(&taken)? == [freed.clone()],
         "{waiting} got {:?}, the freed DCU is {freed}",
