@@ -114,10 +114,18 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 
 async fn install_crds(ctx: &Ctx, dir: &Path) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(ctx.cp.admin.clone());
+    let mut kinds = Vec::new();
     for entry in std::fs::read_dir(dir.join("crds"))? {
         let path = entry?.path();
         for doc in manifests::documents(&std::fs::read_to_string(&path)?)? {
             let crd: CustomResourceDefinition = serde_json::from_value(doc)?;
+            for v in crd.spec.versions.iter().filter(|v| v.served) {
+                kinds.push(kube::api::GroupVersionKind::gvk(
+                    &crd.spec.group,
+                    &v.name,
+                    &crd.spec.names.kind,
+                ));
+            }
             match api.create(&PostParams::default(), &crd).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -125,16 +133,24 @@ async fn install_crds(ctx: &Ctx, dir: &Path) -> anyhow::Result<()> {
             }
         }
     }
+    // Every kind, not one: the apiserver serves each CRD when it is
+    // established, one by one, and Kueue's manager exits at start if one
+    // it indexes (ResourceFlavor, say) is not served yet.
     let admin = ctx.cp.admin.clone();
     eventually("Kueue's CRDs served", WAIT, || {
-        let admin = admin.clone();
+        let (admin, kinds) = (admin.clone(), kinds.clone());
         async move {
             let d = Discovery::new(admin)
                 .run()
                 .await
                 .map_err(|e| e.to_string())?;
-            let gvk = kube::api::GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload");
-            d.resolve_gvk(&gvk).map(|_| ()).ok_or("not yet".to_string())
+            match kinds.iter().find(|gvk| d.resolve_gvk(gvk).is_none()) {
+                Some(gvk) => Err(format!(
+                    "{}/{} {} not served yet",
+                    gvk.group, gvk.version, gvk.kind
+                )),
+                None => Ok(()),
+            }
         }
     })
     .await
