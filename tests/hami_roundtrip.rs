@@ -58,6 +58,7 @@ fn device_info(
         index,
         mode,
         mig_profiles: Vec::new(),
+        network_id: None,
     }
 }
 

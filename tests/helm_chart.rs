@@ -462,6 +462,18 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcumem",
         "hygon.com/hcucores",
     ]);
+    // Then every Ascend chip's, in the order of HAMi's chart.
+    let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
+        .iter()
+        .flat_map(|k| {
+            [
+                k.config.resource_count_name,
+                k.config.resource_memory_name,
+                k.config.resource_core_name,
+            ]
+        })
+        .collect();
+    want.extend(ascend);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in
@@ -535,6 +547,68 @@ fn hamis_dcu_values_reach_every_object() {
     ] {
         assert!(managed.iter().any(|m| m == name), "{managed:?}");
     }
+}
+
+/// HAMi's Ascend values reach gpugate's `vnpus` section: the chart's
+/// `devices.ascend.hamiVnpuCore` and `runtimeClassName` and
+/// `scheduler.overwriteEnv` for every chip, and `device-config.content`'s
+/// `vnpus` entries by commonWord, with HAMi's `resourceName` for the count
+/// and its own templates; the renamed count reaches `managedResources`.
+/// An entry for a chip gpugate does not place fails the render.
+#[test]
+fn hamis_ascend_values_reach_the_vnpus_section() {
+    let Some(tools) = tools() else { return };
+    let content = "vnpus:\n  configs:\n  - chipName: 910B3\n    commonWord: Ascend910B3\n    \
+                   resourceName: example.org/npu\n    memoryAllocatable: 65536\n    \
+                   memoryCapacity: 65536\n    templates:\n    - name: half\n      memory: 32768\n";
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "devices.ascend.hamiVnpuCore=true,devices.ascend.runtimeClassName=ascend,scheduler.overwriteEnv=true",
+            "--set-string",
+            &format!("device-config.content={content}"),
+        ],
+    );
+    let c = gpugate_config(&o);
+    assert!(c.vnpus.hami_vnpu_core);
+    assert!(
+        c.vnpus
+            .chips
+            .iter()
+            .all(|chip| chip.runtime_class_name == "ascend" && chip.overwrite_env)
+    );
+    let b3 = &c.vnpus.chips[2];
+    assert_eq!(b3.vnpu.common_word, "Ascend910B3");
+    assert_eq!(b3.resource_count_name, "example.org/npu");
+    assert_eq!(b3.resource_memory_name, "huawei.com/Ascend910B3-memory");
+    assert_eq!(b3.vnpu.templates.len(), 1);
+    assert_eq!(b3.vnpu.trim(20000), Some((32768, "half")));
+    // Chips the content leaves out keep HAMi's chart values.
+    assert_eq!(c.vnpus.chips[6].vnpu.templates.len(), 2);
+    assert!(c.vnpus.chips[6].vnpu.super_pod);
+    let managed = managed_resources(&o);
+    assert!(
+        managed.iter().any(|m| m == "example.org/npu"),
+        "{managed:?}"
+    );
+    assert!(
+        !managed.iter().any(|m| m == "huawei.com/Ascend910B3"),
+        "{managed:?}"
+    );
+
+    let e = template(
+        tools,
+        &[
+            "--set-string",
+            "device-config.content=vnpus:\n  configs:\n  - commonWord: Ascend950\n",
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("commonWord \"Ascend950\" is not a chip gpugate places"),
+        "{e}"
+    );
 }
 
 /// kubeScheduler.enabled=false: gpugate alone (one replica, replaced not

@@ -128,6 +128,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                     index: i,
                     mode: "hami-core".to_string(),
                     mig_profiles: Vec::new(),
+                    network_id: None,
                 })
                 .collect();
             // Both directions, as HAMi's device plugin writes them.

@@ -84,9 +84,10 @@ pub fn mutate(
         .filter(|_| nv.kind.kind().hami_core);
     let mut edits = PodEdits::default();
     let mut uses_gpus = false;
+    let soft = crate::engine::templates::soft_split(nv.kind, pod);
     for (init, containers) in [(true, &spec.init_containers), (false, &spec.containers)] {
         for (i, container) in containers.iter().enumerate() {
-            let edit = match container_edits(container, nv, policy) {
+            let edit = match container_edits(container, nv, policy, soft) {
                 Ok(edit) => edit,
                 Err(refusal) => return refusal,
             };
@@ -129,6 +130,7 @@ fn container_edits<'c>(
     container: &ContainerView<'_>,
     nv: &'c DeviceConfig,
     policy: Option<&NamespacePolicy>,
+    soft: bool,
 ) -> Result<ContainerOutcome<'c>, Mutation> {
     let read = ContainerResources::read(container, nv)
         .and_then(|res| res.resolve(nv).map(|gpu| (res, gpu)));
@@ -141,8 +143,11 @@ fn container_edits<'c>(
         env_names: None,
         edits: ContainerEdits::default(),
     };
+    if kind.templates.is_some() {
+        template_edits(&mut target, &res, gpu.as_ref(), nv, soft)?;
+    }
     if !kind.hami_core {
-        // HAMi's webhook writes nothing into such a kind's containers
+        // HAMi's webhook writes nothing else into such a kind's containers
         // (hami-vendors.md, each backend's "Webhook").
         return Ok(ContainerOutcome {
             edits: target.edits,
@@ -195,6 +200,40 @@ fn container_edits<'c>(
     })
 }
 
+/// A chip split into templates (hami-vendors.md 2.4): the memory the
+/// chip gives the container, written into its limits and requests as
+/// HAMi's webhook writes it (the template's, or the whole NPU's), and a
+/// super pod's count of 1 made 2; a container without the chip's devices
+/// gets `ASCEND_VISIBLE_DEVICES=""` under `overwriteEnv`. A request the
+/// chip cannot split is refused with the reason.
+fn template_edits<'c>(
+    target: &mut Target<'_, '_, 'c>,
+    res: &ContainerResources,
+    gpu: Option<&crate::engine::GpuRequest>,
+    nv: &'c DeviceConfig,
+    soft: bool,
+) -> Result<(), Mutation> {
+    let Some(req) = gpu else {
+        if nv.overwrite_env && res.count.is_none() {
+            let (name, value) = nv.kind.kind().env.hide_devices;
+            target.set_env(name, value.to_string())?;
+        }
+        return Ok(());
+    };
+    let split = crate::engine::templates::split(req, nv, soft, &res.container)
+        .map_err(|e| Mutation::Deny(Denial::new(DenyReason::InvalidRequest, e.to_string())))?;
+    if split.count != req.count {
+        let requested = target.container.request(&nv.resource_count_name).is_some();
+        target.put_quantity(&nv.resource_count_name, u64::from(split.count), requested);
+    }
+    let mib = split.mem_on(0);
+    let factor = u64::from(nv.memory_factor.max(1));
+    if mib.is_multiple_of(factor) {
+        target.put_quantity(&nv.resource_memory_name, mib / factor, true);
+    }
+    Ok(())
+}
+
 /// A container and what is being added to it.
 struct Target<'v, 'a, 'c> {
     container: &'v ContainerView<'a>,
@@ -209,6 +248,20 @@ impl<'c> Target<'_, '_, 'c> {
     fn set_limit(&mut self, name: &'c str, value: String) {
         if !self.container.has_limit(name) {
             self.edits.limits.entry(name).or_insert(value);
+        }
+    }
+
+    /// `resources.limits[name] = value`, and `requests[name]` when
+    /// `requests`, unless the container has that value there already.
+    fn put_quantity(&mut self, name: &'c str, value: u64, requests: bool) {
+        let same = |q: Option<&str>| {
+            q.and_then(|q| crate::engine::quantity::parse_whole(q).ok()) == Some(value)
+        };
+        if !same(self.container.limit(name)) {
+            self.edits.limits.insert(name, value.to_string());
+        }
+        if requests && !same(self.container.request(name)) {
+            self.edits.requests.insert(name, value.to_string());
         }
     }
 

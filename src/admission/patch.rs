@@ -36,8 +36,11 @@ pub struct PodEdits<'c> {
 /// What the mutating webhook adds to one container.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerEdits<'c> {
-    /// New `resources.limits`, by resource name.
+    /// New `resources.limits`, by resource name (a value the container
+    /// has under that name is replaced).
     pub limits: BTreeMap<&'c str, String>,
+    /// New `resources.requests`, likewise.
+    pub requests: BTreeMap<&'c str, String>,
     /// New `env` entries (name, value), in the order they are appended.
     pub env: Vec<(&'c str, String)>,
     /// Entries in the container's env list before the new ones.
@@ -46,7 +49,7 @@ pub struct ContainerEdits<'c> {
 
 impl ContainerEdits<'_> {
     pub fn is_empty(&self) -> bool {
-        self.limits.is_empty() && self.env.is_empty()
+        self.limits.is_empty() && self.requests.is_empty() && self.env.is_empty()
     }
 }
 
@@ -147,16 +150,27 @@ impl Ops {
                 other => self.put(&env_path, other, Value::Array(items.collect())),
             }
         }
-        if !edit.limits.is_empty() {
+        if !edit.limits.is_empty() || !edit.requests.is_empty() {
             let resources_path = format!("{path}/resources");
             match &container.resources {
                 Slot::Set(resources) => {
                     let limits_path = format!("{resources_path}/limits");
                     self.members(&limits_path, &resources.limits, &edit.limits);
+                    let requests_path = format!("{resources_path}/requests");
+                    let requests = match &resources.requests {
+                        Some(_) => Slot::Set(()),
+                        None => Slot::Absent,
+                    };
+                    self.members(&requests_path, &requests, &edit.requests);
                 }
                 other => {
                     let mut resources = Map::new();
-                    resources.insert("limits".into(), string_map(&edit.limits));
+                    for (name, entries) in [("limits", &edit.limits), ("requests", &edit.requests)]
+                    {
+                        if !entries.is_empty() {
+                            resources.insert(name.into(), string_map(entries));
+                        }
+                    }
                     self.put(&resources_path, other, Value::Object(resources));
                 }
             }

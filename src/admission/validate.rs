@@ -90,6 +90,7 @@ pub fn validate(
     }
     let others = config.other_device_configs(nv.kind);
     let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv, &others)
+        .and_then(|request| request.split_into_templates(nv, pod))
         .map_err(PlanError::from)
         .and_then(|request| PodPlan::from_parts(request, pod, config.default_policies()));
     let plan = match plan {

@@ -109,7 +109,15 @@ impl Transaction<'_> {
             .lock_wait
             .observe(self.asked.elapsed().as_secs_f64());
         crate::faults::abort_if_armed(crate::faults::Point::BindAbortAfterLock);
-        let annotations = BindingAnnotations::of(&allocation);
+        let annotations = BindingAnnotations::of(&allocation).for_device_plugin(
+            &allocation,
+            self.bind.config,
+            pod.pod()
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap_or(&Default::default()),
+        );
         match self.write_binding(&pod, &annotations).await {
             Ok(()) => {
                 crate::faults::abort_if_armed(crate::faults::Point::BindAbortAfterBinding);

@@ -27,12 +27,14 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
         .flatten()
         .chain(&spec.containers);
     let cfg = config.device_config_for(containers);
+    let empty = BTreeMap::new();
     PodRequest::from_containers(
         spec.init_containers.iter().flatten(),
         &spec.containers,
         cfg,
         &config.other_device_configs(cfg.kind),
-    )
+    )?
+    .split_into_templates(cfg, pod.metadata.annotations.as_ref().unwrap_or(&empty))
 }
 
 /// A pod's plan: its request, selection annotations and policy overrides
@@ -53,6 +55,9 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
     plan.selection.mig_allowlist = config
         .device_config(plan.request.device_kind)
         .mig_allowlist();
+    if config.vnpus.hami_vnpu_core {
+        plan.selection.unmarked_mode = Some(crate::devices::ascend::HAMI_CORE);
+    }
     Ok(plan)
 }
 
@@ -164,6 +169,16 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                 d.index = u32::try_from(i).unwrap_or(u32::MAX);
             }
         }
+        let chip = kind.kind().templates;
+        // An Ascend node says whether its plugin splits softly; a node
+        // that does not say is read at placement (config
+        // `vnpus.hamiVnpuCore`). Soft-split cores are percent of the NPU,
+        // so every Ascend NPU offers 100; template pods take none (2.5).
+        let node_mode = chip.map(|c| match get(c.node_mode_annotation).map(str::trim) {
+            Some("true") => crate::devices::ascend::HAMI_CORE,
+            Some(_) => crate::devices::ascend::TEMPLATE,
+            None => "",
+        });
         gpus.extend(devices.into_iter().map(|d| {
             let mut g = Gpu::new(
                 d.id,
@@ -175,13 +190,17 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                     unreadable: 0,
                     slots: d.count,
                     mem_mib: d.devmem,
-                    cores: d.devcore,
+                    cores: if chip.is_some() { 100 } else { d.devcore },
                 },
             );
             g.kind = kind;
             g.numa = d.numa;
             g.healthy = d.health;
-            g.set_mode(d.mode, d.mig_profiles);
+            g.set_network(d.network_id);
+            match node_mode {
+                Some(mode) => g.set_mode(mode, Vec::new()),
+                None => g.set_mode(d.mode, d.mig_profiles),
+            }
             g.cordoned = cordon.as_ref().map_or(true, |c| c.contains(&g.uuid));
             g
         }));

@@ -8,8 +8,11 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::config::Config;
 use crate::devices::{self, PodLists};
+use crate::engine::annotations::Annotations;
 use crate::engine::numa::{NumaGrant, NumaRequest};
+use crate::engine::templates::{soft_split, template_of};
 use crate::engine::{Allocation, ContainerKind, MigInstance};
 use crate::hami::PodDevices;
 use crate::hami::binding::binding_metadata;
@@ -30,6 +33,11 @@ pub struct BindingAnnotations {
     mig: Option<String>,
     /// [`NUMA_ZONES`], for an aligned pod.
     numa_zones: Option<String>,
+    /// What a kind's device plugin reads beside its lists (Ascend's
+    /// `huawei.com/<chip>`), by key.
+    extras: Vec<(&'static str, String)>,
+    /// Whether HAMi's `predicate-time` is written (Ascend).
+    predicate_time: bool,
 }
 
 impl BindingAnnotations {
@@ -44,7 +52,58 @@ impl BindingAnnotations {
                 .collect(),
             mig: (!mig.is_empty()).then(|| encode_mig_allocations(&mig)),
             numa_zones: allocation.numa.as_ref().map(encode_numa_zones),
+            extras: Vec::new(),
+            predicate_time: false,
         }
+    }
+
+    /// Adds what a template kind's device plugin reads beside its list
+    /// (hami-vendors.md 2.3): `huawei.com/<chip>`, a JSON array with one
+    /// object per device of every container in list order (`UUID`, the
+    /// template `temp` unless the pod splits softly or takes a whole NPU,
+    /// `memory` in MiB, `core`; zero values left out, as Go's
+    /// `omitempty`), and `predicate-time`.
+    pub fn for_device_plugin(
+        mut self,
+        allocation: &Allocation,
+        config: &Config,
+        annotations: &impl Annotations,
+    ) -> Self {
+        for (kind, list) in allocation.device_lists() {
+            let Some(chip) = kind.kind().templates else {
+                continue;
+            };
+            let cfg = config.device_config(kind);
+            let soft = soft_split(kind, annotations);
+            // By hand, in the fields' Go order (UUID, temp, memory, core),
+            // so that the text is byte-equal to HAMi's.
+            let info: Vec<String> = list
+                .containers
+                .iter()
+                .flatten()
+                .map(|d| {
+                    let mut o = format!("{{\"UUID\":{}", Value::from(d.uuid.as_str()));
+                    let temp = (!soft)
+                        .then(|| template_of(cfg, u64::from(d.mem_mib)))
+                        .flatten();
+                    if let Some(t) = temp {
+                        o.push_str(&format!(",\"temp\":{}", Value::from(t)));
+                    }
+                    if d.mem_mib > 0 {
+                        o.push_str(&format!(",\"memory\":{}", d.mem_mib));
+                    }
+                    if d.cores > 0 {
+                        o.push_str(&format!(",\"core\":{}", d.cores));
+                    }
+                    o.push('}');
+                    o
+                })
+                .collect();
+            self.extras
+                .push((chip.runtime_info, format!("[{}]", info.join(","))));
+            self.predicate_time = true;
+        }
+        self
     }
 
     /// The first device list the pod carries once bound: its annotation
@@ -78,6 +137,13 @@ impl BindingAnnotations {
         }
         if let Some(zones) = &self.numa_zones {
             metadata["annotations"][NUMA_ZONES] = Value::String(zones.clone());
+        }
+        for (key, value) in &self.extras {
+            metadata["annotations"][*key] = Value::String(value.clone());
+        }
+        if self.predicate_time {
+            metadata["annotations"][devices::ascend::PREDICATE_TIME] =
+                Value::String(now_unix.to_string());
         }
         metadata
     }

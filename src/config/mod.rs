@@ -30,6 +30,8 @@ pub struct Config {
     pub hygon: KindSection<{ crate::devices::KindId::HYGON.index() }>,
     /// Hygon HCUs: HAMi master's `hygon` section (its HCU names).
     pub hcu: KindSection<{ crate::devices::KindId::HCU.index() }>,
+    /// Ascend NPUs: HAMi's `vnpus` section, one entry per chip.
+    pub vnpus: Vnpus,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -82,20 +84,106 @@ impl<const KIND: u8> std::ops::DerefMut for KindSection<KIND> {
 impl<'de, const KIND: u8> Deserialize<'de> for KindSection<KIND> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        use serde_yaml_ng::{Mapping, Value};
-        let given = Option::<Mapping>::deserialize(d)?.unwrap_or_default();
-        let kind = Self::kind();
-        let mut merged = match serde_yaml_ng::to_value(DeviceConfig::for_kind(kind)) {
-            Ok(Value::Mapping(m)) => m,
-            Ok(_) | Err(_) => Mapping::new(),
-        };
-        for (key, value) in given {
-            merged.insert(key, value);
+        let given = Option::<serde_yaml_ng::Mapping>::deserialize(d)?.unwrap_or_default();
+        read_over_defaults(Self::kind(), given)
+            .map(KindSection)
+            .map_err(D::Error::custom)
+    }
+}
+
+/// A kind's section as a file gives it, read over the kind's defaults.
+fn read_over_defaults(
+    kind: crate::devices::KindId,
+    given: serde_yaml_ng::Mapping,
+) -> Result<DeviceConfig, String> {
+    use serde_yaml_ng::{Mapping, Value};
+    let mut merged = match serde_yaml_ng::to_value(DeviceConfig::for_kind(kind)) {
+        Ok(Value::Mapping(m)) => m,
+        Ok(_) | Err(_) => Mapping::new(),
+    };
+    for (key, value) in given {
+        merged.insert(key, value);
+    }
+    let mut section = DeviceConfig::deserialize(Value::Mapping(merged))
+        .map_err(|e| format!("{}: {e}", kind.kind().name))?;
+    section.kind = kind;
+    Ok(section)
+}
+
+/// Ascend NPUs: HAMi's `vnpus` section. Each entry of `configs` is read
+/// over the defaults of the chip its `commonWord` names (HAMi's chart
+/// values, `devices::ascend`); a chip the file leaves out keeps its
+/// defaults (gpugate places a kind as soon as a node registers it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vnpus {
+    /// Nodes whose device plugin does not say (`hami-vnpu-core`) split
+    /// softly (`hami-core`) when true, into templates when false.
+    pub hami_vnpu_core: bool,
+    /// One section per chip, in the order of `devices::ascend::CHIPS`.
+    pub chips: Vec<DeviceConfig>,
+}
+
+impl Default for Vnpus {
+    fn default() -> Self {
+        Vnpus {
+            hami_vnpu_core: false,
+            chips: ascend_kinds().map(DeviceConfig::for_kind).collect(),
         }
-        let mut section = DeviceConfig::deserialize(Value::Mapping(merged))
-            .map_err(|e| D::Error::custom(format!("{}: {e}", kind.kind().name)))?;
-        section.kind = kind;
-        Ok(KindSection(section))
+    }
+}
+
+fn ascend_kinds() -> impl Iterator<Item = crate::devices::KindId> {
+    let first = crate::devices::KindId::ASCEND_FIRST.index();
+    (0..crate::devices::ascend::CHIPS.len())
+        .filter_map(move |i| crate::devices::KindId::at(first + i as u8))
+}
+
+impl<'de> Deserialize<'de> for Vnpus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+        struct Given {
+            hami_vnpu_core: bool,
+            configs: Vec<serde_yaml_ng::Mapping>,
+        }
+        let given = Option::<Given>::deserialize(d)?.unwrap_or_default();
+        let mut out = Vnpus {
+            hami_vnpu_core: given.hami_vnpu_core,
+            ..Vnpus::default()
+        };
+        let mut seen = Vec::new();
+        for (i, entry) in given.configs.into_iter().enumerate() {
+            let word = entry
+                .get("commonWord")
+                .and_then(serde_yaml_ng::Value::as_str)
+                .ok_or_else(|| D::Error::custom(format!("vnpus.configs[{i}] has no commonWord")))?
+                .to_string();
+            let Some(at) = ascend_kinds().position(|k| k.kind().vendor == word) else {
+                return Err(D::Error::custom(format!(
+                    "vnpus.configs[{i}]: commonWord {word:?} is not a chip gpugate places: \
+                     it places {}",
+                    ascend_kinds()
+                        .map(|k| k.kind().vendor)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            };
+            if seen.contains(&at) {
+                return Err(D::Error::custom(format!(
+                    "vnpus.configs[{i}]: commonWord {word:?} comes twice"
+                )));
+            }
+            seen.push(at);
+            // HAMi names the count `resourceName` here.
+            let mut entry = entry;
+            if let Some(count) = entry.remove("resourceName") {
+                entry.insert("resourceCountName".into(), count);
+            }
+            out.chips[at] = read_over_defaults(out.chips[at].kind, entry)
+                .map_err(|e| D::Error::custom(format!("vnpus.configs[{i}] ({e})")))?;
+        }
+        Ok(out)
     }
 }
 
@@ -544,7 +632,13 @@ impl Config {
     /// Each device kind's section (resource names and defaults), in the
     /// order of [`crate::devices::KINDS`].
     pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
-        [&self.nvidia, &self.hygon, &self.hcu]
+        let first = usize::from(crate::devices::KindId::ASCEND_FIRST.index());
+        std::array::from_fn(|i| match i {
+            0 => &self.nvidia,
+            1 => &self.hygon,
+            2 => &*self.hcu,
+            i => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
+        })
     }
 
     /// The section of one device kind.

@@ -101,5 +101,7 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
             // HAMi reads no request without the count (3.1).
             default_gpu_num: 0,
         },
+        templates: None,
+        grouping: super::Grouping::Any,
     }
 }

@@ -14,6 +14,7 @@
 //! NVIDIA is the first kind ([`nvidia::NVIDIA`]); what a second one adds is
 //! in docs/architecture.md, "Device kinds".
 
+pub mod ascend;
 pub mod hcu;
 pub mod hygon;
 pub mod nvidia;
@@ -29,6 +30,9 @@ impl KindId {
     pub const HYGON: KindId = KindId(1);
     /// Hygon HCUs: HAMi master's names for the DCU backend.
     pub const HCU: KindId = KindId(2);
+    /// Ascend NPUs, one kind per chip of HAMi v2.10's chart
+    /// ([`ascend::CHIPS`] lists them in this order).
+    pub const ASCEND_FIRST: KindId = KindId(3);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -47,7 +51,18 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 3] = [&nvidia::NVIDIA, &hygon::HYGON, &hcu::HCU];
+pub static KINDS: [&DeviceKind; 10] = [
+    &nvidia::NVIDIA,
+    &hygon::HYGON,
+    &hcu::HCU,
+    &ascend::ASCEND_910A,
+    &ascend::ASCEND_910B2,
+    &ascend::ASCEND_910B3,
+    &ascend::ASCEND_910B4_1,
+    &ascend::ASCEND_910B4,
+    &ascend::ASCEND_310P,
+    &ascend::ASCEND_910C,
+];
 
 /// Every kind with its id.
 pub fn kinds() -> impl Iterator<Item = (KindId, &'static DeviceKind)> {
@@ -68,6 +83,8 @@ pub fn by_vendor(vendor: &str) -> Option<KindId> {
 /// request dropped (its device plugin would then fail it at `Allocate`, or
 /// run it without the device).
 pub static NOT_PLACED: &[(&str, &str)] = &[
+    // Ascend chips beyond HAMi's chart (gpugate has a kind for each of
+    // the chart's chips).
     ("huawei.com/Ascend", "Ascend NPU"),
     ("cambricon.com/vmlu", "Cambricon MLU"),
     ("cambricon.com/mlu.smlu.", "Cambricon MLU"),
@@ -131,6 +148,64 @@ pub struct DeviceKind {
     pub entries: Entries,
     /// The defaults of the kind's config section (named [`DeviceKind::name`]).
     pub config: ConfigDefaults,
+    /// For a kind split into fixed templates (Ascend vNPUs): the chip's
+    /// templates and memory, as HAMi's chart gives them. `None`: slices of
+    /// any size.
+    pub templates: Option<&'static TemplateChip>,
+    /// How a container's devices must sit together on a node.
+    pub grouping: Grouping,
+}
+
+/// A chip split into fixed templates (hami-vendors.md 2.1): the defaults
+/// of its config entry. A container's memory is rounded up to the
+/// smallest template that holds it; one above every template takes the
+/// whole device.
+#[derive(Debug)]
+pub struct TemplateChip {
+    /// HAMi's `chipName`.
+    pub chip_name: &'static str,
+    /// MiB a whole device gives a container.
+    pub memory_allocatable: u32,
+    /// MiB of the device: a request above it fits no template.
+    pub memory_capacity: u32,
+    pub ai_core: u32,
+    pub ai_cpu: u32,
+    /// By memory, ascending.
+    pub templates: &'static [Template],
+    /// Devices are taken two by two, both NPUs of a card (Ascend 910C
+    /// super pods, 2.4 and 2.5).
+    pub super_pod: bool,
+    /// The pod annotation that asks for a soft split (`hami-core`) instead
+    /// of templates, and the node annotation that says a node has one.
+    pub mode_annotation: &'static str,
+    pub node_mode_annotation: &'static str,
+    /// Pod annotation: JSON with each device's template for the device
+    /// plugin (`huawei.com/<chip>`).
+    pub runtime_info: &'static str,
+}
+
+/// One template of a chip, as HAMi's chart names it.
+#[derive(Debug)]
+pub struct Template {
+    pub name: &'static str,
+    /// MiB.
+    pub memory: u32,
+    pub ai_core: u32,
+    pub ai_cpu: u32,
+}
+
+/// How a container's devices must sit together on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Any devices.
+    Any,
+    /// Devices that register a network group (Ascend's `NetworkID`) are
+    /// taken from the largest group of fitting devices first, so that
+    /// they talk over one HCCS ring (2.5).
+    NetworkGroups,
+    /// Devices are taken by cards of two (index / 2), both NPUs of a card
+    /// at once (Ascend 910C, 2.5).
+    CardPairs,
 }
 
 /// The pod annotations with a kind's device lists (HAMi's codec,

@@ -84,4 +84,6 @@ pub static NVIDIA: DeviceKind = DeviceKind {
         default_cores: 0,
         default_gpu_num: 1,
     },
+    templates: None,
+    grouping: super::Grouping::Any,
 };

@@ -134,6 +134,10 @@ pub struct Gpu {
     /// The kind of device (the device plugin that registered it); its
     /// modes decide how the GPU is shared ([`Gpu::set_mode`]).
     pub kind: KindId,
+    /// The network group the device plugin registered the device in
+    /// (Ascend's `NetworkID`), [`NO_NETWORK`] when none: see
+    /// [`Gpu::network`]. Two bytes, so that a GPU stays two cache lines.
+    network: i16,
     pub uuid: String,
     /// Model string, e.g. `NVIDIA A100-SXM4-40GB`.
     pub model: String,
@@ -149,6 +153,9 @@ pub struct Gpu {
     /// Lower-case words of `model`, precomputed for type selection.
     pub(crate) model_words: Box<[String]>,
 }
+
+/// [`Gpu::network`] of a device registered in no network group.
+const NO_NETWORK: i16 = -1;
 
 // The layout the evaluation's speed depends on (docs/benchmarks.md): two
 // cache lines per GPU, the checks' fields in the first 32 bytes.
@@ -173,12 +180,26 @@ impl Gpu {
             healthy: true,
             cordoned: false,
             kind: KindId::NVIDIA,
+            network: NO_NETWORK,
             mode: Box::default(),
             shareable: true,
             mig: false,
             capacity,
             mig_profiles: Box::default(),
         }
+    }
+
+    /// The network group the device was registered in, if any.
+    pub fn network(&self) -> Option<u16> {
+        u16::try_from(self.network).ok()
+    }
+
+    /// Sets the network group; one outside `0..=32767` reads as none.
+    pub fn set_network(&mut self, id: Option<i64>) {
+        self.network = id
+            .and_then(|n| i16::try_from(n).ok())
+            .filter(|n| *n >= 0)
+            .unwrap_or(NO_NETWORK);
     }
 
     /// HAMi's device mode (`hami-core`, `mig`, `mps`; empty = `hami-core`).

@@ -4,6 +4,7 @@
 use super::chain::ChainCandidate;
 pub use super::checks::{ZoneRule, check_gpu};
 use super::device::{Gpu, Node, Usage};
+use super::grouping;
 use super::joint;
 use super::lifecycle::ContainerKind;
 use super::plan::PodPlan;
@@ -11,6 +12,7 @@ use super::policy::{GpuPolicy, ScoringWeights, device_score};
 use super::reason::{Reason, ReasonCounts, Rejection};
 use super::request::GpuRequest;
 use super::topology;
+use crate::devices::Grouping;
 
 /// Reusable buffers so that evaluating thousands of nodes allocates nothing
 /// per node.
@@ -115,7 +117,9 @@ pub fn fit_pod_in(
                 .count();
             let budget = joint::JOINT_BUDGET
                 .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
-            if gpu_containers > 1 && budget > 0 {
+            // The joint search knows no grouping rule (super::grouping).
+            let free = plan.selection.kind.kind().grouping == Grouping::Any;
+            if gpu_containers > 1 && budget > 0 && free {
                 let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
                 if let Some(grants) = found {
@@ -171,7 +175,23 @@ fn fit_container(
         return Err(counts);
     }
     s.chosen.clear();
-    let ok = if plan.selection.numa_bind {
+    let grouping = plan.selection.kind.kind().grouping;
+    let ok = if grouping != Grouping::Any && n > 1 {
+        let policy = (plan.gpu_policy, plan.scoring_weights);
+        match grouping::choose(node, usage, &s.candidates, n, grouping, policy) {
+            Ok(chosen) => {
+                s.chosen = chosen;
+                true
+            }
+            Err(took) => {
+                counts.add(
+                    Reason::AllocatedCardsInsufficientRequest,
+                    u32::try_from(took).unwrap_or(u32::MAX),
+                );
+                return Err(counts);
+            }
+        }
+    } else if plan.selection.numa_bind {
         choose_numa_bound(node, usage, n, (plan.gpu_policy, plan.scoring_weights), s)
     } else {
         let mut pool = std::mem::take(&mut s.pool);

@@ -18,6 +18,7 @@ pub mod device;
 pub mod fit;
 pub mod gang;
 pub mod glob;
+pub mod grouping;
 pub mod joint;
 pub mod lifecycle;
 pub mod numa;
@@ -31,6 +32,7 @@ pub mod request;
 pub mod resources;
 pub mod selection;
 pub mod state;
+pub mod templates;
 pub mod topology;
 
 pub use allocation::{Allocation, DeviceGrant};

@@ -56,12 +56,104 @@ pub struct DeviceConfig {
     /// before every device plugin has re-registered. Empty: every
     /// registered profile.
     pub mig_profile_allowlist: Vec<MigAllowlistEntry>,
+    /// A chip split into templates (Ascend, HAMi's `vnpus.configs[]`
+    /// keys): its templates and memory; empty for other kinds.
+    #[serde(flatten)]
+    pub vnpu: VnpuChip,
     /// Every other key: accepted only when it is one of HAMi's device
     /// config that only its device plugin reads ([`DEVICE_PLUGIN_KEYS`],
     /// so that HAMi's `nvidia` section can be copied as is), and then
     /// ignored; refused otherwise (a typo must not fall back to a default).
     #[serde(flatten, skip_serializing)]
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
+}
+
+/// The keys of one entry of HAMi's `vnpus.configs` beyond resource names:
+/// what splits a chip into templates (hami-vendors.md 2.1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VnpuChip {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub chip_name: String,
+    /// The chip's vendor word; must be the kind's own.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub common_word: String,
+    /// MiB a whole device gives a container.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub memory_allocatable: u32,
+    /// MiB of the device: a request above it fits no template.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub memory_capacity: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ai_core: u32,
+    #[serde(rename = "aiCPU", skip_serializing_if = "is_zero")]
+    pub ai_cpu: u32,
+    /// In any order: the smallest that holds a request is chosen.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<TemplateConfig>,
+    /// Devices taken by cards of two (Ascend 910C).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub super_pod: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One template of a chip.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateConfig {
+    pub name: String,
+    /// MiB.
+    pub memory: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ai_core: u32,
+    #[serde(default, rename = "aiCPU", skip_serializing_if = "is_zero")]
+    pub ai_cpu: u32,
+}
+
+impl VnpuChip {
+    /// The chip's defaults, as HAMi's chart gives them.
+    fn of(kind: &crate::devices::DeviceKind) -> Self {
+        let Some(c) = kind.templates else {
+            return Self::default();
+        };
+        VnpuChip {
+            chip_name: c.chip_name.to_string(),
+            common_word: kind.vendor.to_string(),
+            memory_allocatable: c.memory_allocatable,
+            memory_capacity: c.memory_capacity,
+            ai_core: c.ai_core,
+            ai_cpu: c.ai_cpu,
+            templates: c
+                .templates
+                .iter()
+                .map(|t| TemplateConfig {
+                    name: t.name.to_string(),
+                    memory: t.memory,
+                    ai_core: t.ai_core,
+                    ai_cpu: t.ai_cpu,
+                })
+                .collect(),
+            super_pod: c.super_pod,
+        }
+    }
+
+    /// HAMi's `trimMemory` (2.4): the smallest template that holds `mib`,
+    /// with its name; else the whole device (`memoryAllocatable`, no
+    /// name) when `mib` is at most `memoryCapacity`; else `None`.
+    pub fn trim(&self, mib: u64) -> Option<(u32, &str)> {
+        if let Some(t) = self
+            .templates
+            .iter()
+            .filter(|t| mib <= u64::from(t.memory))
+            .min_by_key(|t| t.memory)
+        {
+            return Some((t.memory, t.name.as_str()));
+        }
+        (mib <= u64::from(self.memory_capacity)).then_some((self.memory_allocatable, ""))
+    }
 }
 
 /// One entry of `migProfileAllowlist`: GPU models and the profiles they
@@ -173,6 +265,7 @@ impl DeviceConfig {
             gpu_core_policy: "default".to_string(),
             runtime_class_name: String::new(),
             mig_profile_allowlist: Vec::new(),
+            vnpu: VnpuChip::of(kind.kind()),
             device_plugin_only: BTreeMap::new(),
         }
     }
@@ -215,6 +308,7 @@ impl DeviceConfig {
                 ));
             }
         }
+        self.validate_vnpu()?;
         if n.memory_factor == 0 {
             return Err(format!("{section}.memoryFactor must be at least 1"));
         }
@@ -223,6 +317,50 @@ impl DeviceConfig {
                 "{section}.defaultMemory is {} MiB, more than HAMi's device plugin can represent ({})",
                 n.default_memory,
                 i32::MAX
+            ));
+        }
+        Ok(())
+    }
+
+    /// The template keys: only for a chip split into templates, and then
+    /// consistent (a template above the device could never be placed).
+    fn validate_vnpu(&self) -> Result<(), String> {
+        let kind = self.kind.kind();
+        let section = kind.name;
+        let v = &self.vnpu;
+        if kind.templates.is_none() {
+            return if *v == VnpuChip::default() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{section}: templates, memoryAllocatable and the other vnpus keys are for \
+                     Ascend chips (the vnpus section), not for {}s",
+                    kind.noun
+                ))
+            };
+        }
+        if v.common_word != kind.vendor {
+            return Err(format!(
+                "vnpus {section}: commonWord is {:?}; it must be {:?}",
+                v.common_word, kind.vendor
+            ));
+        }
+        if v.memory_allocatable == 0 || v.memory_allocatable > v.memory_capacity {
+            return Err(format!(
+                "vnpus {section}: memoryAllocatable is {} MiB and memoryCapacity {} MiB: allowed \
+                 1 <= memoryAllocatable <= memoryCapacity",
+                v.memory_allocatable, v.memory_capacity
+            ));
+        }
+        if let Some(t) = v
+            .templates
+            .iter()
+            .find(|t| t.memory == 0 || t.memory > v.memory_capacity || t.name.trim().is_empty())
+        {
+            return Err(format!(
+                "vnpus {section}: template {:?} of {} MiB: a template needs a name and at most \
+                 memoryCapacity ({} MiB)",
+                t.name, t.memory, v.memory_capacity
             ));
         }
         Ok(())

@@ -63,6 +63,10 @@ pub struct Selection {
     pub mode: Option<String>,
     /// The kind of device the pod asks for: no other kind is accepted.
     pub kind: KindId,
+    /// The mode of a device registered without one, when not the kind's
+    /// default (config `vnpus.hamiVnpuCore`: unmarked Ascend nodes split
+    /// softly); set at the edge from the config.
+    pub unmarked_mode: Option<&'static str>,
     /// The config's `migProfileAllowlist` (`None`: every registered
     /// profile); set at the edge from the config.
     pub mig_allowlist: Option<MigAllowlist>,
@@ -126,6 +130,7 @@ impl Selection {
         };
         Ok(Selection {
             kind: id,
+            unmarked_mode: None,
             mig_allowlist: None,
             mode,
             use_models: models(keys.use_type),
@@ -150,10 +155,12 @@ impl Selection {
     /// The model and mode check for a pod that names one.
     #[inline(never)]
     fn accepts_model_named(&self, gpu: &Gpu) -> bool {
-        self.mode
-            .as_deref()
-            .is_none_or(|m| m.contains(gpu.mode_or_default()))
-            && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
+        self.mode.as_deref().is_none_or(|m| {
+            m.contains(match self.unmarked_mode {
+                Some(unmarked) if gpu.mode().is_empty() => unmarked,
+                _ => gpu.mode_or_default(),
+            })
+        }) && (self.use_models.is_empty() || self.use_models.iter().any(|p| p.matches(gpu)))
             && !self.avoid_models.iter().any(|p| p.matches(gpu))
     }
 

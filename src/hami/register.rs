@@ -49,6 +49,10 @@ pub struct DeviceInfo {
     /// read and written by hand ([`super::mig`]).
     #[serde(skip)]
     pub mig_profiles: Vec<MigProfile>,
+    /// `custominfo.NetworkID`, when a number (Ascend 910 chips, the HCCS
+    /// ring the NPU sits on; hami-vendors.md 2.2); read by hand.
+    #[serde(skip)]
+    pub network_id: Option<i64>,
 }
 
 /// The mode HAMi assumes for devices registered in the 7-field text form.
@@ -122,6 +126,9 @@ pub fn encode_node_devices_json(devices: &[DeviceInfo]) -> String {
                 mig_profiles_json(&d.mig_profiles)
             ));
         }
+        if let Some(id) = d.network_id {
+            out.push_str(&format!(",\"custominfo\":{{\"NetworkID\":{id}}}"));
+        }
         out.push('}');
     }
     out.push(']');
@@ -180,8 +187,10 @@ fn decode_json(value: &str) -> Result<Vec<DeviceInfo>, DecodeError> {
 
 /// One device of the JSON form. Absent and `null` fields take their zero
 /// value (Go's `omitempty` leaves zero values out); `migProfiles` is read
-/// as HAMi v2.10 writes it ([`super::mig`]); unknown fields such as
-/// `devicevendor` and `custominfo` are ignored.
+/// as HAMi v2.10 writes it ([`super::mig`]); of `custominfo` only a
+/// whole-number `NetworkID` is read (HAMi reads it as a JSON number and
+/// ignores it otherwise); unknown fields such as `devicevendor` are
+/// ignored.
 fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeError> {
     let id = json_str(i, "", obj, "id")?;
     let u32_field = |field: &'static str, max: u32| -> Result<u32, DecodeError> {
@@ -217,6 +226,12 @@ fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeE
         numa,
         health,
         index,
+        network_id: obj
+            .get("custominfo")
+            .and_then(|c| c.get("NetworkID"))
+            .and_then(Value::as_f64)
+            .filter(|n| n.fract() == 0.0 && n.abs() < 1e15)
+            .map(|n| n as i64),
     })
 }
 
@@ -343,8 +358,9 @@ fn legacy_device(i: usize, piece: &str) -> Result<DeviceInfo, DecodeError> {
         })?,
         index,
         mode,
-        // The text form predates MIG profiles.
+        // The text form predates MIG profiles and custom info.
         mig_profiles: Vec::new(),
+        network_id: None,
     })
 }
 
@@ -373,6 +389,7 @@ mod tests {
             index,
             mode: "hami-core".to_string(),
             mig_profiles: Vec::new(),
+            network_id: None,
         }
     }
 
@@ -397,6 +414,7 @@ mod tests {
                 index: 0,
                 mode: String::new(),
                 mig_profiles: Vec::new(),
+                network_id: None,
             }]
         );
         // HAMi's example has no mode, so encoding gives back the same bytes.

@@ -585,7 +585,13 @@ type SourcesDigest = [u8; 32];
 /// absent, or present with its length and text.
 fn node_sources(node: &K8sNode) -> SourcesDigest {
     let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
-    let kinds = crate::devices::kinds().flat_map(|(_, k)| [Some(k.register_key), k.score_key]);
+    let kinds = crate::devices::kinds().flat_map(|(_, k)| {
+        [
+            Some(k.register_key),
+            k.score_key,
+            k.templates.map(|c| c.node_mode_annotation),
+        ]
+    });
     for key in kinds.flatten().chain([crate::hami::keys::DEVICE_CORDON]) {
         match node.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
             None => digest.update(&[0]),

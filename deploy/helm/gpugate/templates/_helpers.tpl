@@ -118,6 +118,41 @@ them when it names HCUs. */}}
 {{- toYaml $hcu -}}
 {{- end -}}
 
+{{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
+{{- define "gpugate.ascendChips" -}}
+["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
+{{- end -}}
+
+{{/* The vnpus section of gpugate's config (Ascend NPUs): HAMi's
+devices.ascend.hamiVnpuCore and runtimeClassName and
+scheduler.overwriteEnv for every chip, then device-config.content's
+vnpus entries over them, by commonWord. An entry for a chip gpugate does
+not place fails the render. */}}
+{{- define "gpugate.vnpus" -}}
+{{- $a := dig "ascend" dict (.Values.devices | default dict) -}}
+{{- $content := include "gpugate.contentSection" (list . "vnpus") | fromJson -}}
+{{- $chips := include "gpugate.ascendChips" . | fromJsonArray -}}
+{{- $given := $content.configs | default list -}}
+{{- range $g := $given -}}
+{{- if not (has (toString $g.commonWord) $chips) -}}
+{{- fail (printf "device-config.content vnpus.configs: commonWord %q is not a chip gpugate places (%s)" (toString $g.commonWord) (join ", " $chips)) -}}
+{{- end -}}
+{{- end -}}
+{{- $configs := list -}}
+{{- range $cw := $chips -}}
+{{- $c := dict "commonWord" $cw -}}
+{{- with $a.runtimeClassName }}{{ $_ := set $c "runtimeClassName" . }}{{ end -}}
+{{- if eq (toString $.Values.scheduler.overwriteEnv) "true" }}{{ $_ := set $c "overwriteEnv" true }}{{ end -}}
+{{- range $g := $given -}}
+{{- if eq (toString $g.commonWord) $cw }}{{ $c = mergeOverwrite $c (deepCopy $g) }}{{ end -}}
+{{- end -}}
+{{- $configs = append $configs $c -}}
+{{- end -}}
+{{- $core := $a.hamiVnpuCore | default false -}}
+{{- if hasKey $content "hamiVnpuCore" }}{{ $core = $content.hamiVnpuCore }}{{ end -}}
+{{- toYaml (dict "hamiVnpuCore" $core "configs" $configs) -}}
+{{- end -}}
+
 {{/* Every configured resource name of every device kind, one per line. */}}
 {{- define "gpugate.resourceNames" -}}
 {{- $n := include "gpugate.nvidia" . | fromYaml -}}
@@ -129,6 +164,11 @@ them when it names HCUs. */}}
 {{- range list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
 {{ index $h . }}
 {{- end -}}
+{{- end -}}
+{{- range $c := (include "gpugate.vnpus" . | fromYaml).configs }}
+{{ $c.resourceName | default (printf "huawei.com/%s" $c.commonWord) }}
+{{ $c.resourceMemoryName | default (printf "huawei.com/%s-memory" $c.commonWord) }}
+{{ $c.resourceCoreName | default (printf "huawei.com/%s-core" $c.commonWord) }}
 {{- end -}}
 {{- end -}}
 
