@@ -1748,3 +1748,76 @@ async fn an_hcu_pod_gets_hami_masters_hcu_lists() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+#[tokio::test]
+async fn an_ascend_pod_gets_hamis_lists_template_json_and_predicate_time() {
+    // hami-vendors.md 2.3: `hami.io/<chip>-devices-to-allocate` =
+    // `-allocated`, vendor word the chip's common word, one entry per
+    // container (1.5: the plugin's type is the common word), the template
+    // in `huawei.com/<chip>` (UUID, temp, memory; zero core left out) and
+    // `predicate-time`; the shared lock.
+    let mut n = node("npu-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-register-Ascend910B3":
+        r#"[{"index":0,"id":"NPU-a","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,"custominfo":{"NetworkID":0}}]"#});
+    let npu_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "npu", "namespace": "ml", "uid": "u-npu"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [
+            {"name": "logs", "image": "busybox"},
+            {"name": "main", "image": "busybox", "resources": {"limits": {
+                "huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "16384"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let soft_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "soft", "namespace": "ml", "uid": "u-soft",
+                     "annotations": {"huawei.com/vnpu-mode": "hami-core"}},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [
+            {"name": "main", "image": "busybox", "resources": {"limits": {
+                "huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "3000",
+                "huawei.com/Ascend910B3-core": "25"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let mut soft_node = node("soft-node", 0);
+    soft_node["metadata"]["annotations"] = json!({
+        "hami.io/node-register-Ascend910B3":
+            r#"[{"index":0,"id":"NPU-s","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true}]"#,
+        "hami-vnpu-core": "true"});
+    let rig = Rig::new(&[n, soft_node], &[npu_pod, soft_pod], config(1.0));
+    assert_eq!(rig.bind("ml", "npu", "u-npu", "npu-node").await, "");
+    let p = rig.pod("ml", "npu");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/Ascend910B3-devices-allocated"],
+        ";NPU-a,Ascend910B3,16384,0:;"
+    );
+    assert_eq!(
+        a["hami.io/Ascend910B3-devices-to-allocate"],
+        ";NPU-a,Ascend910B3,16384,0:;"
+    );
+    assert_eq!(
+        a["huawei.com/Ascend910B3"],
+        r#"[{"UUID":"NPU-a","temp":"vir05_1c_16g","memory":16384}]"#
+    );
+    assert_eq!(a["predicate-time"], a["hami.io/bind-time"]);
+    assert!(!a.contains_key("hami.io/vgpu-devices-allocated"), "{a:?}");
+    assert!(rig.lock("npu-node").unwrap().ends_with("Z,ml,npu"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-npu")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+    // The soft split: memory and cores as asked, no template.
+    assert_eq!(rig.bind("ml", "soft", "u-soft", "soft-node").await, "");
+    let p = rig.pod("ml", "soft");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/Ascend910B3-devices-allocated"],
+        "NPU-s,Ascend910B3,3000,25:;"
+    );
+    assert_eq!(
+        a["huawei.com/Ascend910B3"],
+        r#"[{"UUID":"NPU-s","memory":3000,"core":25}]"#
+    );
+}

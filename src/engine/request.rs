@@ -263,8 +263,13 @@ impl ContainerResources {
     }
 
     /// What the mutating webhook injects (hami-compat.md 2.3 steps 4 and 5).
+    /// Only HAMi-core kinds get them: HAMi's webhook writes nothing into
+    /// another kind's containers (hami-vendors.md, each "Webhook").
     pub fn webhook_defaults(&self, cfg: &DeviceConfig) -> InjectedDefaults {
         let mut out = InjectedDefaults::default();
+        if !cfg.kind.kind().hami_core {
+            return out;
+        }
         let asks_slice = self.memory.is_some() || self.percentage.is_some() || self.cores.is_some();
         if self.count.is_none() && asks_slice && cfg.default_gpu_num > 0 {
             out.count = Some(cfg.default_gpu_num);

@@ -44,6 +44,12 @@ pub const DEVICE_SCORING_WEIGHTS: &str = "hami.io/device-scoring-weights";
 /// gpugate's validating webhook refuses them on CREATE and its
 /// ValidatingAdmissionPolicy (deploy/) on UPDATE, with the same rule.
 pub fn is_scheduler_owned(key: &str) -> bool {
+    // Ascend's `huawei.com/<chip>`: the template each NPU is split into
+    // (hami-vendors.md 2.3); rewritten, the device plugin would make a
+    // larger vNPU than the scheduler counted.
+    if key.starts_with("huawei.com/Ascend") {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };
@@ -69,6 +75,7 @@ mod tests {
             BIND_PHASE,
             BIND_TIME,
             "hami.io/cambricon-mlu-devices-to-allocate",
+            "huawei.com/Ascend910B3",
             "hami.io/dcu-devices-allocated",
             "hami.io/Ascend910B-devices-allocated",
             "hami.io/aws-neuron-devices-allocated",
@@ -85,6 +92,7 @@ mod tests {
             "hami.io/numa-alignment",
             "nvidia.com/vgpu-devices-allocated",
             "hami.io",
+            "huawei.com/vnpu-mode",
         ] {
             assert!(!is_scheduler_owned(not), "{not}");
         }

@@ -38,7 +38,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event, watcher};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -497,6 +497,28 @@ fn pop_entries(list: &str, n: usize) -> (Vec<String>, String) {
     (taken, rest)
 }
 
+/// For a kind split into templates, the first device of `entries` that
+/// its `huawei.com/<chip>` JSON does not name (or that JSON unreadable).
+fn runtime_info_missing(
+    annotations: &std::collections::BTreeMap<String, String>,
+    key: &str,
+    entries: &[String],
+) -> Option<String> {
+    let chip = gpugate::devices::kinds()
+        .find(|(_, k)| k.pod_lists.to_allocate == key)
+        .and_then(|(_, k)| k.templates)?;
+    let info: Vec<Value> = annotations
+        .get(chip.runtime_info)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    entries
+        .iter()
+        .flat_map(|e| e.split(':').filter(|d| !d.is_empty()))
+        .filter_map(|d| d.split(',').next())
+        .find(|uuid| !info.iter().any(|o| o["UUID"] == *uuid))
+        .map(|uuid| format!("{} names no {uuid}", chip.runtime_info))
+}
+
 /// Allocate for each of the pod's GPU containers, as HAMi's plugin does:
 /// the pod is the one the node's lock names (Pending and bound here), its
 /// next entries go to the containers, then it is marked `success` and the
@@ -574,6 +596,12 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
         let key = to_allocate_key(&annotations);
         let list = annotations.get(key).cloned().unwrap_or_default();
         let (entries, rest) = pop_entries(&list, job.containers.len());
+        // Ascend's plugin looks each device up by UUID in huawei.com/<chip>
+        // for its template (hami-vendors.md 2.6): one missing is an error.
+        if let Some(missing) = runtime_info_missing(&annotations, key, &entries) {
+            mistake(plugin, format!("Allocate for {who}: {missing}"));
+            return Ok(None);
+        }
         let served: Vec<Served> = job
             .containers
             .iter()

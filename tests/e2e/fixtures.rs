@@ -77,7 +77,13 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         .await
         .with_context(|| format!("create node {name}"))?;
     let mut capacity = json!({"cpu": "1000", "memory": "4Ti", "pods": "500"});
-    for resource in ["nvidia.com/gpu", "hygon.com/dcunum", "hygon.com/hcunum"] {
+    for resource in [
+        "nvidia.com/gpu",
+        "hygon.com/dcunum",
+        "hygon.com/hcunum",
+        "huawei.com/Ascend910B3",
+        "huawei.com/Ascend910C",
+    ] {
         if let Some(count) = status
             .as_ref()
             .and_then(|s| s["capacity"][resource].as_str())

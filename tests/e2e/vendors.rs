@@ -1,7 +1,10 @@
 //! Device kinds besides NVIDIA on the real control plane (issue 40): a
-//! mixed cluster of NVIDIA and Hygon DCU nodes. The simulated device
-//! plugin registers DCUs as Hygon's does (HAMi's legacy text) and hands
-//! out `hami.io/dcu-devices-to-allocate` entries through the node lock.
+//! mixed cluster of NVIDIA, Hygon DCU and HCU, and Ascend 910B3 and 910C
+//! nodes. The simulated device plugin registers DCUs as Hygon's does
+//! (HAMi's legacy text) and NPUs as HAMi's ascend-device-plugin does
+//! (JSON with network groups), and hands out each kind's to-allocate
+//! entries through the node lock (for NPUs, finding each one's template in
+//! `huawei.com/<chip>`).
 
 use std::time::Duration;
 
@@ -47,6 +50,160 @@ fn hcu_node(name: &str) -> Value {
            "status": {"capacity": {"hygon.com/hcunum": "8"}}})
 }
 
+/// A node with Ascend NPUs of `chip` registered as HAMi's
+/// ascend-device-plugin does (hami-vendors.md 2.2): JSON, `type` the common
+/// word, 4 vNPUs per NPU, `custominfo.NetworkID` 0 for NPUs 0-3 and 1
+/// above (0 for every 910C).
+fn npu_node(name: &str, chip: &str, npus: usize) -> Value {
+    let register: Vec<Value> = (0..npus)
+        .map(|i| {
+            let network = if chip == "Ascend910C" || i <= 3 { 0 } else { 1 };
+            json!({"index": i, "id": format!("NPU-{name}-{i}"), "count": 4, "devmem": 65536,
+                   "devcore": 20, "type": chip, "health": true,
+                   "custominfo": {"NetworkID": network}})
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                        "annotations": {
+                            format!("hami.io/node-register-{chip}"): Value::Array(register).to_string(),
+                            format!("hami.io/node-handshake-{chip}"): "Reported_2026.11.28 10:00:00"}},
+           "status": {"capacity": {format!("huawei.com/{chip}"): (npus * 4).to_string()}}})
+}
+
+/// The NPU indexes a pod holds, from its device list's UUIDs.
+fn npu_indexes(pod: &Pod) -> anyhow::Result<Vec<usize>> {
+    let mut out: Vec<usize> = uuids(pod)?
+        .iter()
+        .filter_map(|u| u.rsplit('-').next()?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Ascend on the real control plane (hami-vendors.md section 2): a 910B3
+/// node and a 910C node. A template slice is rewritten by the webhook to
+/// its template and bound with HAMi's lists, `huawei.com/Ascend910B3` and
+/// `predicate-time`, and the simulated plugin finds its template by UUID;
+/// four whole NPUs come from one network group; a 910C request of 1
+/// becomes a whole card of two; deleting the pods frees every NPU (eight
+/// whole NPUs then bind).
+async fn ascend(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let b3 = |name: &str, limits: &[(&str, &str)]| dcu_pod(name, limits);
+    create_pod(
+        admin,
+        ns,
+        &b3(
+            "npu-slice",
+            &[
+                ("huawei.com/Ascend910B3", "1"),
+                ("huawei.com/Ascend910B3-memory", "10000"),
+            ],
+        ),
+    )
+    .await?;
+    let slice = wait_bound(admin, ns, "npu-slice", BIND).await?;
+    let list = annotation(&slice, "hami.io/Ascend910B3-devices-allocated").unwrap_or_default();
+    let uuid = list
+        .strip_prefix(';')
+        .and_then(|l| l.strip_suffix(",Ascend910B3,16384,0:;"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        node_of(&slice) == "vd-4" && uuid.starts_with("NPU-vd-4-"),
+        "npu-slice on {} with {list:?}",
+        node_of(&slice)
+    );
+    ensure!(
+        annotation(&slice, "huawei.com/Ascend910B3")
+            == Some(&format!(r#"[{{"UUID":"{uuid}","temp":"vir05_1c_16g","memory":16384}}]"#)[..])
+            && annotation(&slice, "predicate-time").is_some(),
+        "huawei.com/Ascend910B3 is {:?}",
+        annotation(&slice, "huawei.com/Ascend910B3")
+    );
+    // The webhook wrote the template's memory into limits and requests.
+    let main = &slice.spec.clone().unwrap_or_default().containers[1];
+    let memory = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        m.and_then(|m| m.get("huawei.com/Ascend910B3-memory"))
+            .map(|q| q.0.clone())
+    };
+    let r = main.resources.clone().unwrap_or_default();
+    ensure!(
+        memory(r.limits.as_ref()).as_deref() == Some("16384")
+            && memory(r.requests.as_ref()).as_deref() == Some("16384"),
+        "the webhook left {r:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "npu-slice").await?;
+
+    // Four whole NPUs: the network group without the slice's NPU.
+    create_pod(
+        admin,
+        ns,
+        &b3("npu-four", &[("huawei.com/Ascend910B3", "4")]),
+    )
+    .await?;
+    let four = npu_indexes(&wait_bound(admin, ns, "npu-four", BIND).await?)?;
+    let slice_group = npu_indexes(&slice)?.first().copied().unwrap_or_default() / 4;
+    let want: Vec<usize> = (0..4).map(|i| (1 - slice_group) * 4 + i).collect();
+    ensure!(four == want, "npu-four took NPUs {four:?}, wanted {want:?}");
+
+    // 910C: a request of 1 becomes a card of two (2.4, 2.5).
+    create_pod(
+        admin,
+        ns,
+        &b3("npu-card", &[("huawei.com/Ascend910C", "1")]),
+    )
+    .await?;
+    let card = wait_bound(admin, ns, "npu-card", BIND).await?;
+    let held = npu_indexes(&card)?;
+    ensure!(
+        node_of(&card) == "vd-5" && held.len() == 2 && held[0] % 2 == 0 && held[1] == held[0] + 1,
+        "npu-card on {} holds NPUs {held:?}",
+        node_of(&card)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "npu-card").await?;
+    let all: Vec<Pod> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(is_bound)
+        .collect();
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+
+    // Deleting the pods frees every NPU: eight whole 910B3 NPUs then bind.
+    for name in ["npu-slice", "npu-four", "npu-card"] {
+        pods.delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    }
+    create_pod(
+        admin,
+        ns,
+        &b3("npu-eight", &[("huawei.com/Ascend910B3", "8")]),
+    )
+    .await?;
+    let eight = wait_bound_after_delete(admin, ns, "npu-eight", BIND).await?;
+    ensure!(
+        npu_indexes(&eight)? == (0..8).collect::<Vec<_>>(),
+        "npu-eight: {:?}",
+        uuids(&eight)?
+    );
+    Ok(())
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -67,9 +224,12 @@ pub async fn mixed_cluster(
             dcu_node("vd-1", 2, 2),
             dcu_node("vd-2", 2, 0),
             hcu_node("vd-3"),
+            npu_node("vd-4", "Ascend910B3", 8),
+            npu_node("vd-5", "Ascend910C", 4),
         ],
     )
     .await?;
+    ascend(ctx, plugin, ns).await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
