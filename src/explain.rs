@@ -18,13 +18,13 @@ use crate::cluster::{ClusterView, Snapshot};
 use crate::config::Config;
 use crate::engine::checks::{check_gpu, holds_when_empty};
 use crate::engine::reason::ZoneSubject;
-use crate::engine::request::{GpuRequest, Memory};
+use crate::engine::request::GpuRequest;
 use crate::engine::{Node, PodPlan, Reason, Rejection};
 use crate::placement::defrag;
 use crate::placement::preemption::capacity_shortage;
 use crate::placement::scheduler_checks;
 use crate::placement::victims::gpu_victims;
-use crate::placement::words::in_words;
+use crate::placement::words::{gpu_words, in_words, memory_words, request_words};
 use crate::placement::{self, NodeReason, PodToPlace, Verdict};
 use crate::simulate::render;
 
@@ -487,7 +487,7 @@ pub fn explain_pod(
         }
     };
     let plan = &placing.plan;
-    out.asks = asks(plan, config);
+    out.asks = request_words(plan, config);
     if crate::cluster::convert::pod_finished(pod) {
         out.status = "finished".into();
         out.summary = "the pod has finished; it holds no GPUs".into();
@@ -670,88 +670,6 @@ fn admission_refusal(view: &ClusterView, pod: &Pod, config: &Config) -> Option<S
         Validation::Deny(d) => Some(d.message),
         Validation::Invalid(e) => Some(e),
     }
-}
-
-/// Each GPU container's request in words; for a chip split into
-/// templates, the template the device plugin will make and how the
-/// devices must sit together.
-fn asks(plan: &PodPlan, config: &Config) -> Vec<String> {
-    let id = plan.request.device_kind;
-    let kind = id.kind();
-    let cfg = config.device_config(id);
-    let soft = plan
-        .selection
-        .mode
-        .as_deref()
-        .is_some_and(|m| m.trim() == crate::devices::ascend::HAMI_CORE);
-    plan.request
-        .containers
-        .iter()
-        .filter_map(|c| {
-            let g = c.gpu?;
-            let mut words = format!("container {}: {}", c.name, gpu_words(&g, kind.unit()));
-            if kind.templates.is_some() {
-                words.push_str(&template_words(&g, cfg, soft));
-            }
-            Some(words)
-        })
-        .collect()
-}
-
-/// `, template vir05_1c_16g of Ascend910B3, …`: what a chip split into
-/// templates makes of a request, and how its devices are chosen
-/// (hami-vendors.md 2.4, 2.5).
-fn template_words(
-    g: &GpuRequest,
-    cfg: &crate::engine::request::DeviceConfig,
-    soft: bool,
-) -> String {
-    let chip = &cfg.vnpu.common_word;
-    let mib = g.mem_on(0);
-    let mut out = if soft {
-        format!(", a soft split of {chip} (huawei.com/vnpu-mode: hami-core)")
-    } else {
-        match crate::engine::templates::template_of(cfg, mib) {
-            Some(t) => format!(
-                ", template {t} of {chip} (the smallest of {} that holds it)",
-                crate::engine::templates::template_list(cfg)
-            ),
-            None => format!(", whole {chip} NPUs (no template: {mib} MiB each)"),
-        }
-    };
-    match cfg.kind.kind().grouping {
-        crate::devices::Grouping::CardPairs => out.push_str(&format!(
-            "; {chip} NPUs come by cards of two: {} whole card{} (NPUs 2k and 2k+1)",
-            g.count / 2,
-            if g.count / 2 == 1 { "" } else { "s" }
-        )),
-        crate::devices::Grouping::NetworkGroups if g.count > 1 => {
-            out.push_str("; taken from the largest network group (NetworkID) of fitting NPUs first")
-        }
-        _ => {}
-    }
-    out
-}
-
-/// `8000 MiB`, or `30% of the memory`.
-fn memory_words(g: &GpuRequest) -> String {
-    match g.memory {
-        Memory::Mib(m) => format!("{m} MiB"),
-        Memory::Percent(p) => format!("{p}% of the memory"),
-    }
-}
-
-/// `2 GPUs with 8000 MiB and 30 cores each`, counted in `unit` (`GPU`,
-/// `DCU`).
-fn gpu_words(g: &GpuRequest, unit: &str) -> String {
-    let memory = memory_words(g);
-    let gpus = if g.count == 1 {
-        format!("1 {unit}")
-    } else {
-        format!("{} {unit}s", g.count)
-    };
-    let each = if g.count == 1 { "" } else { " each" };
-    format!("{gpus} with {memory} and {} cores{each}", g.cores)
 }
 
 /// How far a node is from holding the pod, in thousandths of a GPU: a GPU

@@ -62,6 +62,10 @@ pub struct PlacedDevice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unschedulable {
     pub pod: String,
+    /// Its request in words (`explain`'s), with a chip's template and
+    /// grouping rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub asks: Vec<String>,
     /// Why each node was rejected.
     pub reasons: BTreeMap<String, String>,
     /// Set when the pod itself is invalid (then `reasons` is empty).
@@ -117,6 +121,7 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
             Err(e) => {
                 report.unschedulable.push(Unschedulable {
                     pod: name,
+                    asks: Vec::new(),
                     reasons: BTreeMap::new(),
                     error: Some(e.to_string()),
                 });
@@ -162,6 +167,7 @@ pub fn simulate(cluster: &Snapshot, pods: &[Pod], config: &Config, now: Timestam
             }
             Placed::Nowhere(reasons) => report.unschedulable.push(Unschedulable {
                 pod: name,
+                asks: crate::placement::words::request_words(&pod.plan, config),
                 reasons,
                 error: None,
             }),
@@ -288,8 +294,16 @@ impl Report {
                 if let Some(e) = &u.error {
                     rows.push(vec![u.pod.clone(), "-".into(), e.clone()]);
                 }
+                for ask in &u.asks {
+                    rows.push(vec![u.pod.clone(), "(asks)".into(), ask.clone()]);
+                }
+                let named = !u.asks.is_empty();
                 for (i, (node, reason)) in u.reasons.iter().enumerate() {
-                    let pod = if i == 0 { u.pod.clone() } else { String::new() };
+                    let pod = if i == 0 && !named {
+                        u.pod.clone()
+                    } else {
+                        String::new()
+                    };
                     rows.push(vec![pod, node.clone(), reason.clone()]);
                 }
             }

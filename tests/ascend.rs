@@ -501,3 +501,37 @@ fn explain_shows_the_template_and_the_card_rule() {
         e.asks
     );
 }
+
+#[test]
+fn simulate_shows_why_in_the_chips_words() {
+    // `gpugate simulate`: a pod that fits nowhere is listed with its
+    // request in words (the card rule here) and each node's reason.
+    let p: Pod = serde_json::from_value(pod(
+        "cards",
+        json!({}),
+        json!({"huawei.com/Ascend910C": "4"}),
+    ))
+    .unwrap();
+    let report = gpugate::simulate::simulate(
+        &snapshot(),
+        &[p],
+        &Config::default(),
+        jiff::Timestamp::now(),
+    );
+    let u = &report.unschedulable[0];
+    assert!(
+        u.asks[0].contains("Ascend910C NPUs come by cards of two: 2 whole cards"),
+        "{:?}",
+        u.asks
+    );
+    assert!(
+        u.reasons["c-1"].contains("AllocatedCardsInsufficientRequest"),
+        "{:?}",
+        u.reasons
+    );
+    let table = report.to_table();
+    assert!(
+        table.contains("(asks)") && table.contains("cards of two"),
+        "{table}"
+    );
+}
