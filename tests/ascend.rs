@@ -472,7 +472,7 @@ fn explain_shows_the_template_and_the_card_rule() {
     let json = serde_json::to_string(&e).unwrap();
     assert!(!json.contains("nvidia.com"), "{json}");
     assert!(
-        e.asks[0].contains("4 NPUs with 65536 MiB and 0 cores each, whole Ascend910C NPUs")
+        e.asks[0].contains("4 NPUs with 65536 MiB and 0 cores each, whole NPUs (no template")
             && e.asks[0].contains("NPUs come by cards of two: 2 whole cards"),
         "{:?}",
         e.asks

@@ -1821,3 +1821,39 @@ async fn an_ascend_pod_gets_hamis_lists_template_json_and_predicate_time() {
         r#"[{"UUID":"NPU-s","memory":3000,"core":25}]"#
     );
 }
+
+#[tokio::test]
+async fn a_kunlun_vxpu_pod_gets_hamis_xpu_lists() {
+    // hami-vendors.md 8.3: `hami.io/xpu-devices-to-allocate` = `-allocated`,
+    // vendor word XPU, one entry per container, a half's memory and
+    // cores (8.1); the shared lock.
+    let mut n = node("xpu-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-register-xpu":
+        r#"[{"id":"xpu-0","index":0,"count":1,"devmem":98304,"devcore":100,"type":"XPU","health":true}]"#});
+    let xpu_pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "xpu", "namespace": "ml", "uid": "u-xpu"},
+        "spec": {"schedulerName": "hami-scheduler", "initContainers": [
+            {"name": "fetch", "image": "busybox"}], "containers": [
+            {"name": "main", "image": "busybox", "resources": {"limits": {
+                "kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "40000"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(&[n], &[xpu_pod], config(1.0));
+    assert_eq!(rig.bind("ml", "xpu", "u-xpu", "xpu-node").await, "");
+    let p = rig.pod("ml", "xpu");
+    let a = annotations(&p);
+    assert_eq!(a["hami.io/xpu-devices-allocated"], ";xpu-0,XPU,49152,50:;");
+    assert_eq!(
+        a["hami.io/xpu-devices-to-allocate"],
+        ";xpu-0,XPU,49152,50:;"
+    );
+    assert!(!a.contains_key("predicate-time"), "{a:?}");
+    assert!(rig.lock("xpu-node").unwrap().ends_with("Z,ml,xpu"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-xpu")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

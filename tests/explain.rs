@@ -224,6 +224,8 @@ fn every_reason_code_in_words() {
                     | ReasonCode::MoveDestination
                     | ReasonCode::NumaTopologiesListing
                     | ReasonCode::Card(gpugate::engine::Reason::CardMigTopologyInfeasible)
+                    // Kunlunxin vXPUs': in tests/kunlun.rs.
+                    | ReasonCode::Card(gpugate::engine::Reason::CardTemplateMismatch)
             )
         })
         .map(|c| c.to_string())

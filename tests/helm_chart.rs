@@ -462,7 +462,8 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcumem",
         "hygon.com/hcucores",
     ]);
-    // Then every Ascend chip's, in the order of HAMi's chart.
+    // Then every Ascend chip's, in the order of HAMi's chart, then
+    // Kunlunxin's vXPU names.
     let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
         .iter()
         .flat_map(|k| {
@@ -474,6 +475,7 @@ fn renamed_resources_reach_every_object() {
         })
         .collect();
     want.extend(ascend);
+    want.extend(["kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

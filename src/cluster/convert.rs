@@ -188,7 +188,19 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                     slices: 0,
                     unreserved: 0,
                     unreadable: 0,
-                    slots: d.count,
+                    // Kunlun's plugin registers a split count HAMi does
+                    // not read (8.8): a card holds as many of the
+                    // smallest size as its memory does.
+                    slots: match chip {
+                        Some(c) if c.slots_from_memory => c
+                            .templates
+                            .iter()
+                            .map(|t| d.devmem / t.memory.max(1))
+                            .max()
+                            .unwrap_or(d.count)
+                            .max(1),
+                        _ => d.count,
+                    },
                     mem_mib: d.devmem,
                     cores: if chip.is_some() { 100 } else { d.devcore },
                 },

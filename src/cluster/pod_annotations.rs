@@ -70,7 +70,8 @@ impl BindingAnnotations {
         annotations: &impl Annotations,
     ) -> Self {
         for (kind, list) in allocation.device_lists() {
-            let Some(chip) = kind.kind().templates else {
+            // Only a kind whose plugin reads templates by UUID (Ascend).
+            let Some(chip) = kind.kind().templates.filter(|c| !c.runtime_info.is_empty()) else {
                 continue;
             };
             let cfg = config.device_config(kind);

@@ -32,6 +32,8 @@ pub struct Config {
     pub hcu: KindSection<{ crate::devices::KindId::HCU.index() }>,
     /// Ascend NPUs: HAMi's `vnpus` section, one entry per chip.
     pub vnpus: Vnpus,
+    /// Kunlunxin vXPUs: HAMi's `kunlun` section.
+    pub kunlun: KunlunSection,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -108,6 +110,47 @@ fn read_over_defaults(
         .map_err(|e| format!("{}: {e}", kind.kind().name))?;
     section.kind = kind;
     Ok(section)
+}
+
+/// Kunlunxin vXPUs: HAMi's `kunlun` section, under its key names:
+/// `resourceVCountName` and `resourceVMemoryName` name the vXPU count and
+/// memory; `resourceCountName` names whole XPUs, which gpugate does not
+/// place, and is accepted and ignored. gpugate's own key names work too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KunlunSection(pub DeviceConfig);
+
+impl Default for KunlunSection {
+    fn default() -> Self {
+        KunlunSection(DeviceConfig::for_kind(crate::devices::KindId::KUNLUN_VXPU))
+    }
+}
+
+impl std::ops::Deref for KunlunSection {
+    type Target = DeviceConfig;
+    fn deref(&self) -> &DeviceConfig {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for KunlunSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut given = Option::<serde_yaml_ng::Mapping>::deserialize(d)?.unwrap_or_default();
+        if given.contains_key("resourceVCountName") {
+            given.remove("resourceCountName");
+        }
+        for (hami, ours) in [
+            ("resourceVCountName", "resourceCountName"),
+            ("resourceVMemoryName", "resourceMemoryName"),
+        ] {
+            if let Some(v) = given.remove(hami) {
+                given.insert(ours.into(), v);
+            }
+        }
+        read_over_defaults(crate::devices::KindId::KUNLUN_VXPU, given)
+            .map(KunlunSection)
+            .map_err(D::Error::custom)
+    }
 }
 
 /// Ascend NPUs: HAMi's `vnpus` section. Each entry of `configs` is read
@@ -633,10 +676,12 @@ impl Config {
     /// order of [`crate::devices::KINDS`].
     pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
         let first = usize::from(crate::devices::KindId::ASCEND_FIRST.index());
+        let kunlun = usize::from(crate::devices::KindId::KUNLUN_VXPU.index());
         std::array::from_fn(|i| match i {
             0 => &self.nvidia,
             1 => &self.hygon,
             2 => &*self.hcu,
+            i if i == kunlun => &*self.kunlun,
             i => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }

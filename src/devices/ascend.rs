@@ -95,6 +95,10 @@ macro_rules! ascend_kind {
                 mode_annotation: VNPU_MODE,
                 node_mode_annotation: NODE_VNPU_CORE,
                 runtime_info: concat!("huawei.com/", $cw),
+                cores_from_memory: false,
+                several_whole_only: true,
+                one_template_per_device: false,
+                slots_from_memory: false,
             }),
             grouping: $grouping,
         };

@@ -17,6 +17,7 @@
 pub mod ascend;
 pub mod hcu;
 pub mod hygon;
+pub mod kunlun;
 pub mod nvidia;
 
 /// A kind of device, as [`KINDS`] lists it. Small (a GPU carries one).
@@ -33,6 +34,8 @@ impl KindId {
     /// Ascend NPUs, one kind per chip of HAMi v2.10's chart
     /// ([`ascend::CHIPS`] lists them in this order).
     pub const ASCEND_FIRST: KindId = KindId(3);
+    /// Kunlunxin vXPUs (HAMi v2.10's `XPU` backend).
+    pub const KUNLUN_VXPU: KindId = KindId(10);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -51,7 +54,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 10] = [
+pub static KINDS: [&DeviceKind; 11] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -62,6 +65,7 @@ pub static KINDS: [&DeviceKind; 10] = [
     &ascend::ASCEND_910B4,
     &ascend::ASCEND_310P,
     &ascend::ASCEND_910C,
+    &kunlun::KUNLUN_VXPU,
 ];
 
 /// Every kind with its id.
@@ -91,7 +95,8 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     ("metax-tech.com/", "Metax GPU"),
     ("iluvatar.ai/", "Iluvatar GPU"),
     ("mthreads.com/", "Mthreads GPU"),
-    ("kunlunxin.com/", "Kunlunxin XPU"),
+    // Whole XPUs (HAMi's capacity-based `kunlun` backend); vXPUs are placed.
+    ("kunlunxin.com/xpu", "Kunlunxin XPU"),
     ("enflame.com/", "Enflame GCU"),
     ("aws.amazon.com/neuron", "AWS Neuron device"),
     ("amd.com/gpu", "AMD GPU"),
@@ -180,8 +185,21 @@ pub struct TemplateChip {
     pub mode_annotation: &'static str,
     pub node_mode_annotation: &'static str,
     /// Pod annotation: JSON with each device's template for the device
-    /// plugin (`huawei.com/<chip>`).
+    /// plugin (`huawei.com/<chip>`); `""` for none.
     pub runtime_info: &'static str,
+    /// A template's cores are its share of the device's memory
+    /// (`memory × 100 / memoryAllocatable`; Kunlun vXPU, 8.1); otherwise a
+    /// template takes no cores and a core request is refused (Ascend).
+    pub cores_from_memory: bool,
+    /// Several devices in one container are whole devices only (Ascend:
+    /// a vNPU is one NPU's, 2.4).
+    pub several_whole_only: bool,
+    /// A device that holds templates takes only more of the same one
+    /// (Kunlun vXPU, 8.5).
+    pub one_template_per_device: bool,
+    /// The device plugin's split count is not a limit: a device holds as
+    /// many templates as its memory does (Kunlun vXPU, 8.8).
+    pub slots_from_memory: bool,
 }
 
 /// One template of a chip, as HAMi's chart names it.
@@ -206,6 +224,11 @@ pub enum Grouping {
     /// Devices are taken by cards of two (index / 2), both NPUs of a card
     /// at once (Ascend 910C, 2.5).
     CardPairs,
+    /// An eight-card board of two wings (indexes 0-3 and 4-7) linked
+    /// card by card: 1, 2 or 4 devices from one wing (the wing with the
+    /// fewest fitting devices that hold them), else linked across the
+    /// wings, or all 8 (Kunlun, 8.5).
+    Board8,
 }
 
 /// The pod annotations with a kind's device lists (HAMi's codec,

@@ -152,6 +152,12 @@ fn fit_container(
 ) -> Result<(), ReasonCounts> {
     let mut counts = ReasonCounts::default();
     s.candidates.clear();
+    let one_size = plan
+        .selection
+        .kind
+        .kind()
+        .templates
+        .is_some_and(|t| t.one_template_per_device);
     for (pos, gpu) in node.gpus.iter().enumerate() {
         if !rule.allows(gpu) {
             counts.add(Reason::NumaZoneInsufficientGPU, 1);
@@ -159,6 +165,10 @@ fn fit_container(
         }
         let used = usage.get(pos).copied().unwrap_or_default();
         match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+            // A device split into one size at a time (Kunlun vXPU, 8.5).
+            Ok(take) if one_size && !same_size(&used, &take) => {
+                counts.add(Reason::CardTemplateMismatch, 1)
+            }
             Ok(take) => s.candidates.push((pos, take)),
             Err(reason) => counts.add(reason, 1),
         }
@@ -176,18 +186,15 @@ fn fit_container(
     }
     s.chosen.clear();
     let grouping = plan.selection.kind.kind().grouping;
-    let ok = if grouping != Grouping::Any && n > 1 {
+    let ok = if grouping != Grouping::Any && (n > 1 || grouping == Grouping::Board8) {
         let policy = (plan.gpu_policy, plan.scoring_weights);
         match grouping::choose(node, usage, &s.candidates, n, grouping, policy) {
             Ok(chosen) => {
                 s.chosen = chosen;
                 true
             }
-            Err(took) => {
-                counts.add(
-                    Reason::AllocatedCardsInsufficientRequest,
-                    u32::try_from(took).unwrap_or(u32::MAX),
-                );
+            Err((reason, count)) => {
+                counts.add(reason, count);
                 return Err(counts);
             }
         }
@@ -218,6 +225,12 @@ fn fit_container(
         s.grants.push((container, pos, take));
     }
     Ok(())
+}
+
+/// Whether a device holding `used` holds only slices of `take`'s size
+/// (or none).
+fn same_size(used: &Usage, take: &Usage) -> bool {
+    used.slots == 0 || u64::from(used.mem_mib) == u64::from(take.mem_mib) * u64::from(used.slots)
 }
 
 /// The most GPUs (grants) one container could get on the node: one per

@@ -14,10 +14,11 @@ use crate::devices::Grouping;
 
 use super::device::{Node, Usage};
 use super::policy::{GpuPolicy, ScoringWeights, device_score};
+use super::reason::Reason;
 
 /// Chooses `n` of `candidates` (node positions with what each takes)
-/// under `grouping`: their indexes into `candidates`, or the number the
-/// rule could take when it cannot take `n`.
+/// under `grouping`: their indexes into `candidates`, or, when the rule
+/// cannot take `n`, the reason and how many devices it counts.
 pub fn choose(
     node: &Node,
     usage: &[Usage],
@@ -25,7 +26,7 @@ pub fn choose(
     n: usize,
     grouping: Grouping,
     (policy, weights): (GpuPolicy, ScoringWeights),
-) -> Result<Vec<usize>, usize> {
+) -> Result<Vec<usize>, (Reason, u32)> {
     let mut ranked: Vec<(f64, usize)> = candidates
         .iter()
         .enumerate()
@@ -84,8 +85,107 @@ pub fn choose(
             if taken.len() == n {
                 Ok(taken)
             } else {
-                Err(taken.len())
+                let took = u32::try_from(taken.len()).unwrap_or(u32::MAX);
+                Err((Reason::AllocatedCardsInsufficientRequest, took))
             }
         }
+        Grouping::Board8 => {
+            // Boards of eight by index (HAMi assumes one; 8.5), each tried
+            // in turn; on a board, the fitting cards by position 0..8 in
+            // the policy's order.
+            let boards: std::collections::BTreeSet<u32> =
+                order.iter().map(|&c| gpu(c).index / 8).collect();
+            for board in boards {
+                let mut at: [Option<usize>; 8] = [None; 8];
+                for &c in &order {
+                    let index = gpu(c).index;
+                    if index / 8 == board && at[(index % 8) as usize].is_none() {
+                        at[(index % 8) as usize] = Some(c);
+                    }
+                }
+                if let Some(chosen) = board_pick(&at, &order, n, |c| gpu(c).index % 8) {
+                    return Ok(chosen);
+                }
+            }
+            Err((Reason::NumaNotFit, 1))
+        }
+    }
+}
+
+/// Kunlun's eight-card rule on one board (hami-vendors.md 8.5), by card
+/// position (gpugate reads positions as indexes; HAMi as places in its
+/// sorted list, 8.8): `at[p]` is the fitting candidate at position `p`.
+fn board_pick(
+    at: &[Option<usize>; 8],
+    order: &[usize],
+    n: usize,
+    position: impl Fn(usize) -> u32,
+) -> Option<Vec<usize>> {
+    let fits = |p: usize| at[p].is_some();
+    let take = |ps: &[usize]| -> Option<Vec<usize>> { ps.iter().map(|&p| at[p]).collect() };
+    match n {
+        8 => take(&[0, 1, 2, 3, 4, 5, 6, 7]),
+        1 | 2 | 4 => {
+            // A wing whose fitting cards number exactly `num`, trying the
+            // tightest first (1 tries 1, 3, 2, 4; HAMi's order), left wing
+            // before right: its first `n` in the policy's order.
+            let nums: &[usize] = match n {
+                1 => &[1, 3, 2, 4],
+                2 => &[2, 3, 4],
+                _ => &[4],
+            };
+            for &num in nums {
+                for wing in [0..4u32, 4..8u32] {
+                    let in_wing: Vec<usize> = order
+                        .iter()
+                        .copied()
+                        .filter(|&c| at[position(c) as usize] == Some(c))
+                        .filter(|&c| wing.contains(&position(c)))
+                        .collect();
+                    if in_wing.len() == num {
+                        return Some(in_wing.into_iter().take(n).collect());
+                    }
+                }
+            }
+            // Across the wings, over the links (8.5, `interconnect`).
+            match n {
+                2 => [[0, 4], [1, 5], [2, 6], [3, 7]]
+                    .iter()
+                    .find(|pair| pair.iter().all(|&p| fits(p)))
+                    .and_then(|pair| take(pair)),
+                4 => {
+                    const GROUPS: [[usize; 4]; 6] = [
+                        [0, 1, 4, 5],
+                        [2, 3, 6, 7],
+                        [0, 2, 4, 6],
+                        [1, 3, 5, 7],
+                        [0, 3, 4, 7],
+                        [1, 2, 5, 6],
+                    ];
+                    let free: Vec<&[usize; 4]> = GROUPS
+                        .iter()
+                        .filter(|g| g.iter().all(|&p| fits(p)))
+                        .collect();
+                    let fitting = (0..8).filter(|&p| fits(p)).count();
+                    // With six fitting, prefer a group that leaves a linked
+                    // pair (across, or in one wing) for a later pod.
+                    let linked = |a: usize, b: usize| a / 4 == b / 4 || a.abs_diff(b) == 4;
+                    let best = if fitting == 6 {
+                        free.iter()
+                            .find(|g| {
+                                let rest: Vec<usize> =
+                                    (0..8).filter(|&p| fits(p) && !g.contains(&p)).collect();
+                                rest.len() == 2 && linked(rest[0], rest[1])
+                            })
+                            .or(free.last())
+                    } else {
+                        free.first()
+                    };
+                    best.and_then(|g| take(&g[..]))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }

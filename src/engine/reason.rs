@@ -32,10 +32,14 @@ pub enum Reason {
     /// what it holds is unknown, so the GPU takes no new pod (gpugate's,
     /// not HAMi's, which frees such a GPU).
     CardAllocationUnreadable,
+    /// The device holds templates of another size, and its device plugin
+    /// splits a device into one size at a time (Kunlun vXPU; gpugate's
+    /// code, HAMi counts it as `NumaNotFit`).
+    CardTemplateMismatch,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -52,6 +56,7 @@ impl Reason {
         Reason::NumaZoneInsufficientMemory,
         Reason::NumaZoneInsufficientGPU,
         Reason::CardAllocationUnreadable,
+        Reason::CardTemplateMismatch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +77,7 @@ impl Reason {
             Reason::NumaZoneInsufficientMemory => "NumaZoneInsufficientMemory",
             Reason::NumaZoneInsufficientGPU => "NumaZoneInsufficientGPU",
             Reason::CardAllocationUnreadable => "CardAllocationUnreadable",
+            Reason::CardTemplateMismatch => "CardTemplateMismatch",
         }
     }
 }

@@ -58,6 +58,7 @@ pub fn split(
     container: &str,
 ) -> Result<GpuRequest, RequestError> {
     let chip = &cfg.vnpu;
+    let rules = cfg.kind.kind().templates;
     let error = |resource: &str, problem: String| RequestError {
         container: container.to_string(),
         resource: resource.to_string(),
@@ -112,7 +113,8 @@ pub fn split(
         // memoryAllocatable into the pod).
         Memory::Percent(_) => whole,
     };
-    if !soft && count > 1 && memory != whole {
+    let several_whole_only = rules.is_some_and(|r| r.several_whole_only);
+    if !soft && several_whole_only && count > 1 && memory != whole {
         return Err(error(
             &cfg.resource_memory_name,
             format!(
@@ -121,10 +123,17 @@ pub fn split(
             ),
         ));
     }
+    // Kunlun: a template's cores are its share of the card (8.1).
+    let cores = match rules {
+        Some(r) if r.cores_from_memory && whole > 0 => {
+            u32::try_from(memory * 100 / whole).unwrap_or(100).min(100)
+        }
+        _ => req.cores,
+    };
     Ok(GpuRequest {
         count,
         memory: Memory::Mib(memory),
-        cores: req.cores,
+        cores,
     })
 }
 

@@ -24,7 +24,8 @@ pub enum ReserveError {
     GangInvalid(String),
     DoesNotFit {
         node: String,
-        rejection: Rejection,
+        /// Boxed: a rejection carries every reason's count.
+        rejection: Box<Rejection>,
     },
     /// The ledger refused the allocation (a node or GPU it does not know).
     Ledger(ApplyError),
@@ -120,7 +121,7 @@ pub fn reserve(
             restore_place(view, place);
             return Err(ReserveError::DoesNotFit {
                 node: node.to_string(),
-                rejection,
+                rejection: Box::new(rejection),
             });
         }
     };

@@ -47,6 +47,9 @@ fn card_words(reason: Reason, cfg: &DeviceConfig) -> String {
             "already hold other pods, and this pod needs a {unit} to itself ({cores} 100, or an exclusive {unit} policy)"
         ),
         Reason::CardInsufficientMemory => format!("have too little free {unit} memory"),
+        Reason::CardTemplateMismatch => format!(
+            "hold slices of another size, and the device plugin splits a {unit} into one size at a time"
+        ),
         Reason::CardInsufficientCore => {
             format!("have too few free cores ({})", cfg.resource_core_name)
         }
@@ -226,7 +229,10 @@ fn template_words(g: &GpuRequest, cfg: &DeviceConfig, soft: bool) -> String {
                 ", template {t} of {chip} (the smallest of {} that holds it)",
                 crate::engine::templates::template_list(cfg)
             ),
-            None => format!(", whole {chip} NPUs (no template: {mib} MiB each)"),
+            None => format!(
+                ", whole {}s (no template: {mib} MiB each)",
+                cfg.kind.kind().unit()
+            ),
         }
     };
     match cfg.kind.kind().grouping {
@@ -238,6 +244,15 @@ fn template_words(g: &GpuRequest, cfg: &DeviceConfig, soft: bool) -> String {
         crate::devices::Grouping::NetworkGroups if g.count > 1 => {
             out.push_str("; taken from the largest network group (NetworkID) of fitting NPUs first")
         }
+        crate::devices::Grouping::Board8 => out.push_str(&format!(
+            "; {chip}s sit on boards of eight cards in two wings (0-3, 4-7): {} must be {}",
+            g.count,
+            match g.count {
+                1 | 2 | 4 => "in one wing, or linked across the wings",
+                8 => "a whole board",
+                _ => "1, 2, 4 or 8, so no board can take them",
+            }
+        )),
         _ => {}
     }
     out

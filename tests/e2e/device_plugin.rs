@@ -506,7 +506,8 @@ fn runtime_info_missing(
 ) -> Option<String> {
     let chip = gpugate::devices::kinds()
         .find(|(_, k)| k.pod_lists.to_allocate == key)
-        .and_then(|(_, k)| k.templates)?;
+        .and_then(|(_, k)| k.templates)
+        .filter(|c| !c.runtime_info.is_empty())?;
     let info: Vec<Value> = annotations
         .get(chip.runtime_info)
         .and_then(|v| serde_json::from_str(v).ok())

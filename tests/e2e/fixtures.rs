@@ -83,6 +83,7 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "hygon.com/hcunum",
         "huawei.com/Ascend910B3",
         "huawei.com/Ascend910C",
+        "kunlunxin.com/vxpu",
     ] {
         if let Some(count) = status
             .as_ref()

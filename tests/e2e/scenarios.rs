@@ -231,7 +231,7 @@ pub const SCENARIOS: [(&str, &str, &str); 31] = [
         "kueue",
     ),
     (
-        "a mixed cluster: NVIDIA GPUs, Hygon DCUs and HCUs, Ascend 910B3 and 910C NPUs",
+        "a mixed cluster: NVIDIA GPUs, Hygon DCUs and HCUs, Ascend 910B3 and 910C NPUs, Kunlunxin vXPUs",
         "e2e-vendors",
         "vendors",
     ),

@@ -204,6 +204,72 @@ async fn ascend(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// A node with eight Kunlunxin vXPU cards registered as Kunlunxin's plugin
+/// does (hami-vendors.md 8.2): JSON under `hami.io/node-register-xpu`,
+/// `type` XPU, split count 1 (which HAMi does not read).
+fn xpu_node(name: &str) -> Value {
+    let register: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({"id": format!("XPU-{name}-{i}"), "index": i, "count": 1, "devmem": 98304,
+                   "devcore": 100, "type": "XPU", "health": true})
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                        "annotations": {"hami.io/node-register-xpu": Value::Array(register).to_string()}},
+           "status": {"capacity": {"kunlunxin.com/vxpu": "8"}}})
+}
+
+/// Kunlunxin vXPUs on the real control plane (hami-vendors.md section 8):
+/// a 40,000 MiB request becomes a half (49,152 MiB, 50 cores) in the pod
+/// and in HAMi's list; four whole cards then take the wing without it.
+async fn kunlun(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod(
+            "xpu-half",
+            &[
+                ("kunlunxin.com/vxpu", "1"),
+                ("kunlunxin.com/vxpu-memory", "40000"),
+            ],
+        ),
+    )
+    .await?;
+    let half = wait_bound(admin, ns, "xpu-half", BIND).await?;
+    let list = annotation(&half, "hami.io/xpu-devices-allocated").unwrap_or_default();
+    let card = list
+        .strip_prefix(";XPU-vd-6-")
+        .and_then(|l| l.strip_suffix(",XPU,49152,50:;"))
+        .and_then(|i| i.parse::<usize>().ok());
+    ensure!(card.is_some(), "hami.io/xpu-devices-allocated is {list:?}");
+    let limit = half.spec.clone().unwrap_or_default().containers[1]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("kunlunxin.com/vxpu-memory"))
+        .map(|q| q.0.clone());
+    ensure!(
+        limit.as_deref() == Some("49152"),
+        "the webhook left {limit:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "xpu-half").await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("xpu-four", &[("kunlunxin.com/vxpu", "4")]),
+    )
+    .await?;
+    let four = npu_indexes(&wait_bound(admin, ns, "xpu-four", BIND).await?)?;
+    let other_wing = if card.unwrap_or_default() < 4 { 4 } else { 0 };
+    ensure!(
+        four == (other_wing..other_wing + 4).collect::<Vec<_>>(),
+        "xpu-four took cards {four:?}, the half is on card {card:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "xpu-four").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -226,10 +292,12 @@ pub async fn mixed_cluster(
             hcu_node("vd-3"),
             npu_node("vd-4", "Ascend910B3", 8),
             npu_node("vd-5", "Ascend910C", 4),
+            xpu_node("vd-6"),
         ],
     )
     .await?;
     ascend(ctx, plugin, ns).await?;
+    kunlun(ctx, plugin, ns).await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's

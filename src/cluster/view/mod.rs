@@ -589,7 +589,9 @@ fn node_sources(node: &K8sNode) -> SourcesDigest {
         [
             Some(k.register_key),
             k.score_key,
-            k.templates.map(|c| c.node_mode_annotation),
+            k.templates
+                .map(|c| c.node_mode_annotation)
+                .filter(|key| !key.is_empty()),
         ]
     });
     for key in kinds.flatten().chain([crate::hami::keys::DEVICE_CORDON]) {

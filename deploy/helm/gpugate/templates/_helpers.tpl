@@ -118,6 +118,20 @@ them when it names HCUs. */}}
 {{- toYaml $hcu -}}
 {{- end -}}
 
+{{/* The Kunlunxin vXPU section of gpugate's config: HAMi's
+kunlunResource* values, then device-config.content's kunlun section over
+them (HAMi's key names). */}}
+{{- define "gpugate.kunlun" -}}
+{{- $k := dict
+  "resourceVCountName" .Values.kunlunResourceVCountName
+  "resourceVMemoryName" .Values.kunlunResourceVMemoryName -}}
+{{- $known := list "resourceVCountName" "resourceVMemoryName" -}}
+{{- range $key, $v := include "gpugate.contentSection" (list . "kunlun") | fromJson -}}
+{{- if has $key $known }}{{ $_ := set $k $key $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $k -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -170,6 +184,9 @@ not place fails the render. */}}
 {{ $c.resourceMemoryName | default (printf "huawei.com/%s-memory" $c.commonWord) }}
 {{ $c.resourceCoreName | default (printf "huawei.com/%s-core" $c.commonWord) }}
 {{- end -}}
+{{- $k := include "gpugate.kunlun" . | fromYaml }}
+{{ $k.resourceVCountName }}
+{{ $k.resourceVMemoryName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
