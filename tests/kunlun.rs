@@ -202,6 +202,9 @@ fn the_kunlun_section_reads_hamis_key_names() {
     assert_eq!(c.kunlun.kind, KindId::KUNLUN_VXPU);
     let d = Config::default();
     assert_eq!(d.kunlun.resource_count_name, "kunlunxin.com/vxpu");
+    // HAMi's whole-XPU name alone never becomes the vXPU count.
+    let c = Config::from_yaml("kunlun:\n  resourceCountName: example.org/xpu\n", "t").unwrap();
+    assert_eq!(c.kunlun.resource_count_name, "kunlunxin.com/vxpu");
     let e = Config::from_yaml("kunlun:\n  resourceVCountNmae: x\n", "t")
         .unwrap_err()
         .to_string();

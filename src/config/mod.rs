@@ -115,7 +115,8 @@ fn read_over_defaults(
 /// Kunlunxin vXPUs: HAMi's `kunlun` section, under its key names:
 /// `resourceVCountName` and `resourceVMemoryName` name the vXPU count and
 /// memory; `resourceCountName` names whole XPUs, which gpugate does not
-/// place, and is accepted and ignored. gpugate's own key names work too.
+/// place, and is accepted and ignored (never read as the vXPU count: a
+/// whole-XPU pod must not be placed as vXPUs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KunlunSection(pub DeviceConfig);
 
@@ -136,9 +137,8 @@ impl<'de> Deserialize<'de> for KunlunSection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
         let mut given = Option::<serde_yaml_ng::Mapping>::deserialize(d)?.unwrap_or_default();
-        if given.contains_key("resourceVCountName") {
-            given.remove("resourceCountName");
-        }
+        given.remove("resourceCountName");
+        given.remove("resourceMemoryName");
         for (hami, ours) in [
             ("resourceVCountName", "resourceCountName"),
             ("resourceVMemoryName", "resourceMemoryName"),

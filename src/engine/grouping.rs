@@ -1,7 +1,8 @@
 //! How a container's several devices must sit together on a node, for the
 //! kinds whose device plugin needs it (`devices::Grouping`; hami-vendors.md
-//! 2.5): Ascend 910 NPUs from the largest network group (one HCCS ring)
-//! first, Ascend 910C NPUs by whole cards of two.
+//! 2.5, 8.5): Ascend 910 NPUs from the largest network group (one HCCS
+//! ring) first, Ascend 910C NPUs by whole cards of two, Kunlunxin cards on
+//! an eight-card board's wings and links.
 //!
 //! The fitting devices are first put in the GPU policy's order (binpack:
 //! the fullest first; spread: the emptiest first; then the lowest index),
