@@ -567,3 +567,47 @@ fn explain_speaks_of_dcus_and_their_keys() {
         words("mixed")
     );
 }
+
+#[test]
+fn a_kind_turned_off_is_left_to_another_scheduler() {
+    // The switch: `scheduler.disabledDeviceKinds` leaves a kind's
+    // pods to another scheduler (HAMi's, say, while a fleet moves over):
+    // the mutating webhook skips them, the validating webhook admits them
+    // unjudged, and `/filter` refuses them with the reason; other kinds are
+    // placed as before.
+    let config = Config::from_yaml("scheduler:\n  disabledDeviceKinds: [hygon]\n", "t").unwrap();
+    assert!(!config.kind_enabled(KindId::HYGON));
+    assert!(config.kind_enabled(KindId::NVIDIA));
+    let dcu = yaml("tests/fixtures/pods/dcu-slice.yaml");
+    assert!(matches!(
+        gpugate::admission::mutate::mutate_pod(&dcu, &config, None),
+        gpugate::admission::mutate::Mutation::Skip(_)
+    ));
+    // Even a request the DCU rules refuse is the other scheduler's to judge.
+    let over = pod(
+        "over",
+        json!({}),
+        json!({"hygon.com/dcunum": "1", "hygon.com/dcucores": "150"}),
+    );
+    assert!(matches!(
+        validate_pod(&over, &config, None),
+        Validation::Allow { .. }
+    ));
+    let p: Pod = serde_json::from_value(dcu).unwrap();
+    let e = pod_request(&p, &config).unwrap_err();
+    assert!(
+        e.problem
+            .contains("leaves to another scheduler (scheduler.disabledDeviceKinds names hygon)"),
+        "{e}"
+    );
+    let gpu: Pod =
+        serde_json::from_value(pod("gpu", json!({}), json!({"nvidia.com/gpu": "1"}))).unwrap();
+    assert!(pod_request(&gpu, &config).is_ok());
+    let e = Config::from_yaml("scheduler:\n  disabledDeviceKinds: [ascend]\n", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"ascend\", which is not a device kind: allowed nvidia, hygon"),
+        "{e}"
+    );
+}

@@ -76,6 +76,11 @@ pub fn mutate(
     }
 
     let nv = config.device_config_for(spec.all_containers());
+    if config.left_to_another_scheduler(nv, spec.all_containers()) {
+        return Mutation::Skip(
+            "pod asks for devices of a kind gpugate's config leaves to another scheduler",
+        );
+    }
     let namespace = namespace.or(pod.namespace()).unwrap_or("default");
     let labels = cluster.and_then(|v| v.namespace_labels(namespace));
     // Namespace policies speak of HAMi-core slices (docs/configuration.md):

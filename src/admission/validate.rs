@@ -76,6 +76,11 @@ pub fn validate(
         return Validation::Allow { warnings: vec![] };
     };
     let nv = config.device_config_for(spec.all_containers());
+    // Not gpugate's pod when the config leaves its kind to another
+    // scheduler (`scheduler.disabledDeviceKinds`): that one judges it.
+    if config.left_to_another_scheduler(nv, spec.all_containers()) {
+        return Validation::Allow { warnings: vec![] };
+    }
     let mut warnings = Vec::new();
     for c in spec.all_containers() {
         if let Err(message) = check_limits_match_requests(c, nv) {

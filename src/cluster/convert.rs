@@ -28,13 +28,14 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
         .chain(&spec.containers);
     let cfg = config.device_config_for(containers);
     let empty = BTreeMap::new();
-    PodRequest::from_containers(
+    let request = PodRequest::from_containers(
         spec.init_containers.iter().flatten(),
         &spec.containers,
         cfg,
         &config.other_device_configs(cfg.kind),
-    )?
-    .split_into_templates(cfg, pod.metadata.annotations.as_ref().unwrap_or(&empty))
+    )?;
+    config.placed_here(&request)?;
+    request.split_into_templates(cfg, pod.metadata.annotations.as_ref().unwrap_or(&empty))
 }
 
 /// A pod's plan: its request, selection annotations and policy overrides

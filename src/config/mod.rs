@@ -303,6 +303,13 @@ pub struct SchedulerConfig {
     /// kube-scheduler holds it. Empty: no leader election, every replica
     /// reports 1.
     pub leader_lease: String,
+    /// Device kinds gpugate leaves to another scheduler, by section name
+    /// (`nvidia`, `hygon`, `hcu`, `kunlun`, an Ascend chip's common word
+    /// such as `Ascend910B3`): the mutating webhook leaves their pods
+    /// alone, the validating webhook admits them, and `/filter` refuses
+    /// them with the reason. Empty: gpugate places every kind a node
+    /// registers.
+    pub disabled_device_kinds: Vec<String>,
 }
 
 /// Defragmentation (docs/policies.md, "Defragmentation"): for a pod that
@@ -643,6 +650,7 @@ impl Default for SchedulerConfig {
             preemption: PreemptionConfig::default(),
             defragmentation: DefragmentationConfig::default(),
             leader_lease: String::new(),
+            disabled_device_kinds: Vec::new(),
         }
     }
 }
@@ -684,6 +692,56 @@ impl Config {
             i if i == kunlun => &*self.kunlun,
             i => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
+    }
+
+    /// Whether gpugate places `kind` (`scheduler.disabledDeviceKinds`).
+    pub fn kind_enabled(&self, kind: crate::devices::KindId) -> bool {
+        let name = kind.kind().name;
+        !self
+            .scheduler
+            .disabled_device_kinds
+            .iter()
+            .any(|d| d == name)
+    }
+
+    /// Whether a container asks for devices of `cfg`'s kind while the
+    /// config turns that kind off: then the pod is not gpugate's.
+    pub fn left_to_another_scheduler<'c, C>(
+        &self,
+        cfg: &DeviceConfig,
+        mut containers: impl Iterator<Item = &'c C>,
+    ) -> bool
+    where
+        C: crate::engine::request::ContainerSpec + 'c,
+    {
+        !self.kind_enabled(cfg.kind)
+            && containers.any(|c| {
+                cfg.gpu_resource_names()
+                    .iter()
+                    .any(|n| !n.is_empty() && crate::engine::request::asks_for(c, n))
+            })
+    }
+
+    /// Refuses a request for devices of a kind the config turns off, naming
+    /// the first container that asks for them.
+    pub fn placed_here(
+        &self,
+        request: &crate::engine::PodRequest,
+    ) -> Result<(), crate::engine::request::RequestError> {
+        let kind = request.device_kind;
+        match request.containers.iter().find(|c| c.gpu.is_some()) {
+            Some(c) if !self.kind_enabled(kind) => Err(crate::engine::request::RequestError {
+                container: c.name.clone(),
+                resource: self.device_config(kind).resource_count_name.clone(),
+                problem: format!(
+                    "asks for {}s, which gpugate's config leaves to another scheduler \
+                     (scheduler.disabledDeviceKinds names {}): give the pod that scheduler's name",
+                    kind.kind().noun,
+                    kind.kind().name
+                ),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The section of one device kind.
@@ -791,6 +849,21 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        if let Some(unknown) = self
+            .scheduler
+            .disabled_device_kinds
+            .iter()
+            .find(|d| !crate::devices::kinds().any(|(_, k)| k.name == d.as_str()))
+        {
+            return Err(format!(
+                "scheduler.disabledDeviceKinds names {unknown:?}, which is not a device kind: \
+                 allowed {}",
+                crate::devices::kinds()
+                    .map(|(_, k)| k.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         // HAMi master's `hygon` section names HCUs; copied into gpugate's
         // (HAMi v2.10's DCUs) it would write DCU lists for HCU pods.
         if let Some(name) = self
