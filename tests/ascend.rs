@@ -206,7 +206,7 @@ fn requests_become_what_the_chip_makes() {
             json!({}),
             json!({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "70000"}),
             "huawei.com/Ascend910B3-memory",
-            "more than one Ascend910B3 NPU (65536 MiB)",
+            "more than one Ascend 910B3 NPU (65536 MiB)",
         ),
         (
             json!({}),

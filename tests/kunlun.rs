@@ -253,3 +253,35 @@ fn explain_shows_the_board_and_the_size_rule() {
     );
     assert!(e.asks[0].contains("template half of XPU"), "{:?}", e.asks);
 }
+
+#[test]
+fn the_webhook_rounds_a_given_memory_only() {
+    // 8.4: a `vxpu-memory` limit is rounded and written to limits and
+    // requests; a container without it gets none (its plugin may not
+    // advertise the resource).
+    use gpugate::admission::mutate::{Mutation, mutate_pod};
+    let config = Config::default();
+    let raw = |limits: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "x", "namespace": "ml"},
+               "spec": {"containers": [{"name": "main", "image": "kunlun",
+                                        "resources": {"limits": limits}}]}})
+    };
+    let Mutation::Patch(ops) = mutate_pod(&raw(vxpus("1", Some("40000"))), &config, None) else {
+        panic!("not a patch");
+    };
+    let ops = serde_json::to_string(&ops).unwrap();
+    assert!(
+        ops.contains(r#""path":"/spec/containers/0/resources/limits/kunlunxin.com~1vxpu-memory","value":"49152""#)
+            && ops.contains(r#""path":"/spec/containers/0/resources/requests","value":{"kunlunxin.com/vxpu-memory":"49152"}"#),
+        "{ops}"
+    );
+    let Mutation::Patch(ops) = mutate_pod(&raw(vxpus("2", None)), &config, None) else {
+        panic!("not a patch");
+    };
+    let ops = serde_json::to_string(&ops).unwrap();
+    assert!(
+        !ops.contains("vxpu-memory") && ops.contains("schedulerName"),
+        "{ops}"
+    );
+}

@@ -233,7 +233,13 @@ fn template_edits<'c>(
     }
     let mib = split.mem_on(0);
     let factor = u64::from(nv.memory_factor.max(1));
-    if mib.is_multiple_of(factor) {
+    let writes = res.memory.is_some()
+        || nv
+            .kind
+            .kind()
+            .templates
+            .is_some_and(|t| t.writes_default_memory);
+    if writes && mib.is_multiple_of(factor) {
         target.put_quantity(&nv.resource_memory_name, mib / factor, true);
     }
     Ok(())

@@ -99,6 +99,7 @@ macro_rules! ascend_kind {
                 several_whole_only: true,
                 one_template_per_device: false,
                 slots_from_memory: false,
+                writes_default_memory: true,
             }),
             grouping: $grouping,
         };

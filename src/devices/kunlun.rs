@@ -89,6 +89,7 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
         several_whole_only: false,
         one_template_per_device: true,
         slots_from_memory: true,
+        writes_default_memory: false,
     }),
     grouping: Grouping::Board8,
 };

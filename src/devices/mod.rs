@@ -200,6 +200,11 @@ pub struct TemplateChip {
     /// The device plugin's split count is not a limit: a device holds as
     /// many templates as its memory does (Kunlun vXPU, 8.8).
     pub slots_from_memory: bool,
+    /// The webhook writes the whole device's memory into a container that
+    /// gives none (Ascend, 2.4); otherwise only a given memory is rounded
+    /// in place (Kunlun, 8.4: its plugin may not advertise the memory
+    /// resource a pod did not ask for).
+    pub writes_default_memory: bool,
 }
 
 /// One template of a chip, as HAMi's chart names it.

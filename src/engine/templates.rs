@@ -1,5 +1,6 @@
-//! Chips split into fixed templates (Ascend vNPUs; hami-vendors.md 2.1
-//! and 2.4): a container's request, as written, becomes what the chip can
+//! Chips split into fixed templates (Ascend vNPUs, hami-vendors.md 2.1 and
+//! 2.4; Kunlunxin vXPUs, 8.1): a container's request, as written, becomes
+//! what the chip can
 //! give it. HAMi's webhook rewrites the pod this way and its fit reads the
 //! rewritten pod; gpugate reads every pod this way, so that a pod that
 //! missed the webhook is placed and counted as its device plugin will
@@ -15,6 +16,9 @@
 //!   asked (a container without memory takes the whole device).
 //! - Super pods (910C): devices come by cards of two; a count of 1 becomes
 //!   2, another odd count is refused.
+//! - Kunlunxin: a size's cores are its share of the card (25, 50, 100), and
+//!   several cards of one size are allowed (`devices::TemplateChip`'s
+//!   flags say which rules a chip follows).
 
 use super::annotations::Annotations;
 use super::request::{GpuRequest, Memory, PodRequest, RequestError};
@@ -24,8 +28,9 @@ use super::resources::DeviceConfig;
 /// `hami-core` (2.3).
 pub fn soft_split(kind: crate::devices::KindId, annotations: &impl Annotations) -> bool {
     kind.kind().templates.is_some_and(|c| {
-        annotations.annotation(c.mode_annotation).map(str::trim)
-            == Some(crate::devices::ascend::HAMI_CORE)
+        !c.mode_annotation.is_empty()
+            && annotations.annotation(c.mode_annotation).map(str::trim)
+                == Some(crate::devices::ascend::HAMI_CORE)
     })
 }
 
@@ -99,9 +104,9 @@ pub fn split(
                 return Err(error(
                     &cfg.resource_memory_name,
                     format!(
-                        "{m} MiB is more than one {} NPU ({} MiB): allowed a template ({}) or \
+                        "{m} MiB is more than one {} ({} MiB): allowed a template ({}) or \
                          at most {} MiB",
-                        chip.common_word,
+                        cfg.kind.kind().noun,
                         chip.memory_capacity,
                         template_list(cfg),
                         chip.memory_capacity
