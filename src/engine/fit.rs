@@ -152,12 +152,9 @@ fn fit_container(
 ) -> Result<(), ReasonCounts> {
     let mut counts = ReasonCounts::default();
     s.candidates.clear();
-    let one_size = plan
-        .selection
-        .kind
-        .kind()
-        .templates
-        .is_some_and(|t| t.one_template_per_device);
+    // What the pod's kind adds to the checks (hami-vendors.md 2.5, 8.5).
+    let kind = plan.selection.kind.kind();
+    let one_size = kind.templates.is_some_and(|t| t.one_template_per_device);
     for (pos, gpu) in node.gpus.iter().enumerate() {
         if !rule.allows(gpu) {
             counts.add(Reason::NumaZoneInsufficientGPU, 1);
@@ -185,7 +182,7 @@ fn fit_container(
         return Err(counts);
     }
     s.chosen.clear();
-    let grouping = plan.selection.kind.kind().grouping;
+    let grouping = kind.grouping;
     let ok = if grouping != Grouping::Any && (n > 1 || grouping == Grouping::Board8) {
         let policy = (plan.gpu_policy, plan.scoring_weights);
         match grouping::choose(node, usage, &s.candidates, n, grouping, policy) {

@@ -55,27 +55,13 @@ pub fn choose(
             if n <= 1 || order.iter().any(|&c| gpu(c).network().is_none()) {
                 return Ok(order.into_iter().take(n).collect());
             }
-            let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-            for &c in &order {
-                let id = gpu(c).network().unwrap_or_default();
-                match groups.iter_mut().find(|(g, _)| *g == id) {
-                    Some((_, members)) => members.push(c),
-                    None => groups.push((id, vec![c])),
-                }
-            }
+            let mut groups = grouped(&order, |c| u32::from(gpu(c).network().unwrap_or_default()));
             // Largest first; among equals, the one the policy reached first.
             groups.sort_by_key(|(_, members)| std::cmp::Reverse(members.len()));
             Ok(groups.into_iter().flat_map(|(_, m)| m).take(n).collect())
         }
         Grouping::CardPairs => {
-            let mut cards: Vec<(u32, Vec<usize>)> = Vec::new();
-            for &c in &order {
-                let card = gpu(c).index / 2;
-                match cards.iter_mut().find(|(id, _)| *id == card) {
-                    Some((_, members)) => members.push(c),
-                    None => cards.push((card, vec![c])),
-                }
-            }
+            let cards = grouped(&order, |c| gpu(c).index / 2);
             let mut taken = Vec::with_capacity(n);
             for (_, members) in cards.into_iter().filter(|(_, m)| m.len() == 2) {
                 if taken.len() >= n {
@@ -111,6 +97,20 @@ pub fn choose(
             Err((Reason::NumaNotFit, 1))
         }
     }
+}
+
+/// `order` split by `key`, each group in `order`'s order, the groups in
+/// the order their first members come.
+fn grouped(order: &[usize], key: impl Fn(usize) -> u32) -> Vec<(u32, Vec<usize>)> {
+    let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+    for &c in order {
+        let k = key(c);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, members)) => members.push(c),
+            None => groups.push((k, vec![c])),
+        }
+    }
+    groups
 }
 
 /// Kunlun's eight-card rule on one board (hami-vendors.md 8.5), by card

@@ -54,10 +54,7 @@ pub fn dcu_node(name: &str, dcus: usize, gpus: usize) -> Value {
     let mut node = if gpus > 0 {
         gpu_node(name, gpus, 10, 16384, "NVIDIA Tesla T4")
     } else {
-        json!({"apiVersion": "v1", "kind": "Node",
-               "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                            "annotations": {}},
-               "status": {"capacity": {}}})
+        plain_node(name, json!({}), json!({}))
     };
     node["metadata"]["annotations"]["hami.io/node-dcu-register"] = json!(register);
     node["status"]["capacity"]["hygon.com/dcunum"] = json!((dcus * 4).to_string());
@@ -228,6 +225,27 @@ pub async fn wait_bound_after_delete(
     )
     .await?;
     wait_bound(client, ns, name, timeout).await
+}
+
+/// The namespace's pods that are bound with their allocation written.
+pub async fn bound_pods(client: &Client, ns: &str) -> anyhow::Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(is_bound)
+        .collect())
+}
+
+/// A Ready-to-be node named `name` (its hostname label set) with these
+/// annotations and `status.capacity` (what `create_node` copies of it).
+pub fn plain_node(name: &str, annotations: Value, capacity: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                        "annotations": annotations},
+           "status": {"capacity": capacity}})
 }
 
 /// Bound (spec.nodeName) and with HAMi's allocation written.

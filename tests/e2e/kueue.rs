@@ -49,7 +49,8 @@ use serde_json::{Value, json};
 
 use crate::control_plane::ensure_namespace;
 use crate::fixtures::{
-    create_pod, devices, gpu_node, gpu_pod, is_bound, ledger_matches, usage_by_gpu, wait_event,
+    bound_pods, create_pod, devices, gpu_node, gpu_pod, is_bound, ledger_matches, usage_by_gpu,
+    wait_event,
 };
 use crate::manifests;
 use crate::procs::{Proc, free_port};
@@ -607,13 +608,7 @@ async fn steps(ctx: &Ctx, ns: &str, kcm: Proc) -> anyhow::Result<()> {
     );
     // Its pods bound: nothing is held for it any more.
     held_gauge(ctx, 0.0).await?;
-    let all: Vec<Pod> = pods
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(is_bound)
-        .collect();
+    let all = bound_pods(&ctx.cp.admin, ns).await?;
     for (gpu, (_, mem, _)) in usage_by_gpu(&all)? {
         if mem > 16384 {
             bail!("GPU {gpu} over-committed: {mem} MiB");
@@ -791,13 +786,7 @@ async fn admitted_after_a_move(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         places(&bound),
         places(&after)
     );
-    let mut all: Vec<Pod> = pods
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(is_bound)
-        .collect();
+    let mut all = bound_pods(&ctx.cp.admin, ns).await?;
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, WAIT).await?;
     ledger_matches(ctx.cp.gpugate_admin_port, MOVABLE, &after, WAIT).await?;
     all.extend(after);

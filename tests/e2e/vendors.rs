@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
 use crate::device_plugin::DevicePlugin;
@@ -42,12 +42,13 @@ fn is_hamis_dcu_list(list: &str, mib: u32, cores: u32) -> bool {
 /// A node with two Hygon HCUs registered under HAMi master's names
 /// (hami-vendors.md 3.8).
 fn hcu_node(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                        "annotations": {"hami.io/node-hcu-register": format!(
-                            "HCU-{name}-0,4,65520,100,HCU-K100AI,0,true:\
-                             HCU-{name}-1,4,65520,100,HCU-K100AI,0,true:")}},
-           "status": {"capacity": {"hygon.com/hcunum": "8"}}})
+    plain_node(
+        name,
+        json!({"hami.io/node-hcu-register": format!(
+            "HCU-{name}-0,4,65520,100,HCU-K100AI,0,true:\
+             HCU-{name}-1,4,65520,100,HCU-K100AI,0,true:")}),
+        json!({"hygon.com/hcunum": "8"}),
+    )
 }
 
 /// A node with Ascend NPUs of `chip` registered as HAMi's
@@ -63,12 +64,12 @@ fn npu_node(name: &str, chip: &str, npus: usize) -> Value {
                    "custominfo": {"NetworkID": network}})
         })
         .collect();
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                        "annotations": {
-                            format!("hami.io/node-register-{chip}"): Value::Array(register).to_string(),
-                            format!("hami.io/node-handshake-{chip}"): "Reported_2026.11.28 10:00:00"}},
-           "status": {"capacity": {format!("huawei.com/{chip}"): (npus * 4).to_string()}}})
+    plain_node(
+        name,
+        json!({format!("hami.io/node-register-{chip}"): Value::Array(register).to_string(),
+               format!("hami.io/node-handshake-{chip}"): "Reported_2026.11.28 10:00:00"}),
+        json!({format!("huawei.com/{chip}"): (npus * 4).to_string()}),
+    )
 }
 
 /// The NPU indexes a pod holds, from its device list's UUIDs.
@@ -169,13 +170,7 @@ async fn ascend(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()
         node_of(&card)
     );
     admitted_with_own_devices(plugin, admin, ns, "npu-card").await?;
-    let all: Vec<Pod> = pods
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(is_bound)
-        .collect();
+    let all = bound_pods(admin, ns).await?;
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
 
     // Deleting the pods frees every NPU: eight whole 910B3 NPUs then bind.
@@ -214,10 +209,11 @@ fn xpu_node(name: &str) -> Value {
                    "devcore": 100, "type": "XPU", "health": true})
         })
         .collect();
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
-                        "annotations": {"hami.io/node-register-xpu": Value::Array(register).to_string()}},
-           "status": {"capacity": {"kunlunxin.com/vxpu": "8"}}})
+    plain_node(
+        name,
+        json!({"hami.io/node-register-xpu": Value::Array(register).to_string()}),
+        json!({"kunlunxin.com/vxpu": "8"}),
+    )
 }
 
 /// Kunlunxin vXPUs on the real control plane (hami-vendors.md section 8):
@@ -446,8 +442,7 @@ pub async fn mixed_cluster(
         Duration::from_secs(60),
     )
     .await?;
-    let bound_now = |pods: Vec<Pod>| -> Vec<Pod> { pods.into_iter().filter(is_bound).collect() };
-    let all = bound_now(pods.list(&ListParams::default()).await?.items);
+    let all = bound_pods(admin, ns).await?;
     dcus_not_over_committed(&all)?;
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
 
@@ -467,7 +462,7 @@ pub async fn mixed_cluster(
         "{waiting} got {:?}, the freed DCU is {freed}",
         uuids(&taken)?
     );
-    let all = bound_now(pods.list(&ListParams::default()).await?.items);
+    let all = bound_pods(admin, ns).await?;
     dcus_not_over_committed(&all)?;
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
 }
