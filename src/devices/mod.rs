@@ -218,9 +218,10 @@ pub struct Template {
 }
 
 /// How a container's devices must sit together on a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Grouping {
     /// Any devices.
+    #[default]
     Any,
     /// Devices that register a network group (Ascend's `NetworkID`) are
     /// taken from the largest group of fitting devices first, so that

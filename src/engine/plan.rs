@@ -76,6 +76,7 @@ impl PodPlan {
         PodPlan {
             selection: Selection {
                 kind: request.device_kind,
+                rules: super::selection::KindRules::of(request.device_kind),
                 ..Selection::default()
             },
             request,

@@ -63,6 +63,9 @@ pub struct Selection {
     pub mode: Option<String>,
     /// The kind of device the pod asks for: no other kind is accepted.
     pub kind: KindId,
+    /// The kind's placement rules, copied from it once per plan: the fit
+    /// reads them for every node, and reading the kind there cost more.
+    pub rules: KindRules,
     /// The mode of a device registered without one, when not the kind's
     /// default (config `vnpus.hamiVnpuCore`: unmarked Ascend nodes split
     /// softly); set at the edge from the config.
@@ -70,6 +73,25 @@ pub struct Selection {
     /// The config's `migProfileAllowlist` (`None`: every registered
     /// profile); set at the edge from the config.
     pub mig_allowlist: Option<MigAllowlist>,
+}
+
+/// What a kind adds to the fit of a container (hami-vendors.md 2.5, 8.5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindRules {
+    /// How its devices must sit together.
+    pub grouping: crate::devices::Grouping,
+    /// A device holds one template size at a time.
+    pub one_size: bool,
+}
+
+impl KindRules {
+    pub fn of(kind: KindId) -> Self {
+        let kind = kind.kind();
+        KindRules {
+            grouping: kind.grouping,
+            one_size: kind.templates.is_some_and(|t| t.one_template_per_device),
+        }
+    }
 }
 
 /// An annotation value that cannot be understood.
@@ -130,6 +152,7 @@ impl Selection {
         };
         Ok(Selection {
             kind: id,
+            rules: KindRules::of(id),
             unmarked_mode: None,
             mig_allowlist: None,
             mode,
