@@ -5,11 +5,12 @@
 
 mod support {
     pub mod https;
+    pub mod ports;
     pub mod process;
 }
 
 use std::io::Read as _;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,8 +38,8 @@ impl Drop for Gpugate {
 }
 
 fn free_port() -> SocketAddr {
-    let l = StdListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    let port = support::ports::free_port().expect("a free port");
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 fn spawn(name: &str, extra: &[&str]) -> Gpugate {

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+#[path = "../support/ports.rs"]
+mod ports;
+
 pub struct Proc {
     child: Child,
     pub log: PathBuf,
@@ -89,8 +92,9 @@ pub fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A free port on 127.0.0.1 below the ephemeral range (support/ports.rs:
+/// one from `bind(0)` could be taken as a connection's source port before
+/// the server it was chosen for starts).
 pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    Ok(ports::free_port()?)
 }
