@@ -1857,3 +1857,126 @@ async fn a_kunlun_vxpu_pod_gets_hamis_xpu_lists() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+/// A node with `mlus` Cambricon MLUs of 16,384 MiB, as its device plugin
+/// advertises them (node capacity only, hami-vendors.md 4.2).
+fn mlu_node(name: &str, mlus: u64) -> Value {
+    let mut n = node(name, 0);
+    n["metadata"]["annotations"] = json!({});
+    n["status"] = json!({"capacity": {
+        "cambricon.com/mlu.smlu.vcore": (mlus * 100).to_string(),
+        "cambricon.com/mlu.smlu.vmemory": (mlus * 64).to_string()}});
+    n
+}
+
+/// A pending pod with an init container and one container asking for an
+/// MLU slice of 16 units (4,096 MiB) and 30 cores.
+fn mlu_pod(name: &str, uid: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {"schedulerName": "hami-scheduler", "initContainers": [
+            {"name": "fetch", "image": "busybox"}], "containers": [
+            {"name": "main", "image": "busybox", "resources": {"limits": {
+                "cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "16",
+                "cambricon.com/mlu.smlu.vcore": "30"}}}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+const MLU_LOCK: &str = "cambricon.com/dsmlu.lock";
+
+fn node_annotation(rig: &Rig, node: &str, key: &str) -> Option<String> {
+    rig.api.get(&node_path(node)).unwrap()["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn a_cambricon_pod_gets_hamis_mlu_lists_its_profile_and_cambricons_lock() {
+    // hami-vendors.md 4.3: `hami.io/cambricon-mlu-devices-to-allocate` =
+    // `-allocated`, vendor word MLU, one entry per container; the profile
+    // `<index>_<cores>_<units>` of the first MLU and ASSIGNED "false"; 4.2:
+    // Cambricon's own lock (an RFC 3339 time), not HAMi's.
+    let rig = Rig::new(
+        &[mlu_node("mlu-node", 2)],
+        &[mlu_pod("mlu", "u-mlu")],
+        config(1.0),
+    );
+    assert_eq!(rig.bind("ml", "mlu", "u-mlu", "mlu-node").await, "");
+    let p = rig.pod("ml", "mlu");
+    let a = annotations(&p);
+    let list = ";mlu-node-cambricon-mlu-0,MLU,4096,30:;";
+    assert_eq!(a["hami.io/cambricon-mlu-devices-allocated"], list);
+    assert_eq!(a["hami.io/cambricon-mlu-devices-to-allocate"], list);
+    assert_eq!(a["CAMBRICON_DSMLU_PROFILE"], "0_30_16");
+    assert_eq!(a["CAMBRICON_DSMLU_ASSIGNED"], "false");
+    assert!(!a.contains_key("predicate-time"), "{a:?}");
+    assert_eq!(rig.lock("mlu-node"), None);
+    let taken = node_annotation(&rig, "mlu-node", MLU_LOCK).unwrap();
+    let at: jiff::Timestamp = taken.parse().unwrap();
+    assert!(
+        jiff::Timestamp::now().duration_since(at).as_secs() < 5,
+        "{taken}"
+    );
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-mlu")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn cambricons_lock_is_waited_for_two_minutes_then_replaced() {
+    // 4.2: a lock younger than 2 minutes stops the bind (here after the
+    // 1 s wait), an older one is replaced; an unreadable one is left alone.
+    let young = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let mut n = mlu_node("mlu-node", 2);
+    n["metadata"]["annotations"] = json!({MLU_LOCK: young});
+    let rig = Rig::new(&[n], &[mlu_pod("mlu", "u-mlu")], config(1.0));
+    let e = rig.bind("ml", "mlu", "u-mlu", "mlu-node").await;
+    assert!(e.contains(MLU_LOCK) && e.contains("120 s"), "{e}");
+    assert_eq!(node_annotation(&rig, "mlu-node", MLU_LOCK), Some(young));
+    assert!(!has_allocation_annotations(&rig.pod("ml", "mlu")));
+    assert!(rig.held("u-mlu").is_none());
+
+    // Taken three minutes ago (in another zone, as HAMi writes local time).
+    let old = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(180))
+        .to_zoned(jiff::tz::TimeZone::fixed(jiff::tz::offset(8)))
+        .strftime("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string();
+    rig.api.update(&node_path("mlu-node"), |n| {
+        n["metadata"]["annotations"][MLU_LOCK] = json!(old)
+    });
+    assert_eq!(rig.bind("ml", "mlu", "u-mlu", "mlu-node").await, "");
+    let now = node_annotation(&rig, "mlu-node", MLU_LOCK).unwrap();
+    assert_ne!(now, old);
+
+    let mut n = mlu_node("mlu-node", 2);
+    n["metadata"]["annotations"] = json!({MLU_LOCK: "yesterday"});
+    let rig = Rig::new(&[n], &[mlu_pod("mlu", "u-mlu")], config(1.0));
+    let e = rig.bind("ml", "mlu", "u-mlu", "mlu-node").await;
+    assert!(e.contains("not an RFC 3339 time"), "{e}");
+    assert_eq!(
+        node_annotation(&rig, "mlu-node", MLU_LOCK).as_deref(),
+        Some("yesterday")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_cambricon_bind_releases_the_lock_it_took() {
+    let rig = Rig::new(
+        &[mlu_node("mlu-node", 2)],
+        &[mlu_pod("mlu", "u-mlu")],
+        config(1.0),
+    );
+    rig.api.fail(Method::POST, "/binding", 500, 1);
+    let e = rig.bind("ml", "mlu", "u-mlu", "mlu-node").await;
+    assert!(!e.is_empty());
+    assert!(!e.contains("undo incomplete"), "{e}");
+    assert_eq!(node_annotation(&rig, "mlu-node", MLU_LOCK), None);
+    assert!(rig.held("u-mlu").is_none());
+}

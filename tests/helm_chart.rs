@@ -463,7 +463,7 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcucores",
     ]);
     // Then every Ascend chip's, in the order of HAMi's chart, then
-    // Kunlunxin's vXPU names.
+    // Kunlunxin's vXPU names, then Cambricon's.
     let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
         .iter()
         .flat_map(|k| {
@@ -476,6 +476,11 @@ fn renamed_resources_reach_every_object() {
         .collect();
     want.extend(ascend);
     want.extend(["kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"]);
+    want.extend([
+        "cambricon.com/vmlu",
+        "cambricon.com/mlu.smlu.vmemory",
+        "cambricon.com/mlu.smlu.vcore",
+    ]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

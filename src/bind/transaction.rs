@@ -31,8 +31,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::cluster::api::{self, ApiError};
-use crate::cluster::lock::{LocalTurn, Taken};
+use crate::cluster::lock::{LocalTurn, LockError, Taken};
 use crate::cluster::pod_annotations::BindingAnnotations;
+use crate::devices::NodeLockStyle;
 use crate::engine::Allocation;
 use crate::placement::{self, PodToPlace, ReserveError};
 
@@ -117,6 +118,7 @@ impl Transaction<'_> {
                 .annotations
                 .as_ref()
                 .unwrap_or(&Default::default()),
+            self.bind.cluster.read().state().node(&allocation.node),
         );
         match self.write_binding(&pod, &annotations).await {
             Ok(()) => {
@@ -310,26 +312,54 @@ impl Transaction<'_> {
             .local_turn(&t.node, until)
             .await
             .map_err(|e| BindFailure::new(e.code().into(), format!("pod {who}: {e}")))?;
-        if self.bind.config.scheduler.node_lock.enabled && pod.has_gpus() {
-            let taken = self
-                .bind
-                .binder
-                .locks
-                .acquire(
-                    &self.bind.binder.api,
-                    self.bind.cluster,
-                    &t.node,
-                    (&t.namespace, &t.name),
-                    crate::cluster::lock::rules(self.bind.config),
-                    until,
-                )
-                .await
-                .map_err(|e| BindFailure::new(e.code().into(), format!("pod {who}: {e}")))?;
-            // Even a lock this pod held already (a bind before that could
-            // not release it) is released on failure.
-            undo.locked();
-            if let Taken::TakenOver(why) = &taken {
-                tracing::warn!(pod = %who, node = %t.node, %why, "node lock taken over");
+        if !self.bind.config.scheduler.node_lock.enabled {
+            return Ok(turn);
+        }
+        // Each lock the pod's kinds take, once (hami-vendors.md 1.8).
+        let mut styles: Vec<NodeLockStyle> = Vec::new();
+        for kind in pod.plan.request.device_kinds() {
+            let style = kind.kind().node_lock;
+            if !styles.contains(&style) {
+                styles.push(style);
+            }
+        }
+        let failed = |e: LockError| BindFailure::new(e.code().into(), format!("pod {who}: {e}"));
+        for style in styles {
+            match style {
+                NodeLockStyle::Hami => {
+                    let taken = self
+                        .bind
+                        .binder
+                        .locks
+                        .acquire(
+                            &self.bind.binder.api,
+                            self.bind.cluster,
+                            &t.node,
+                            (&t.namespace, &t.name),
+                            crate::cluster::lock::rules(self.bind.config),
+                            until,
+                        )
+                        .await
+                        .map_err(failed)?;
+                    // Even a lock this pod held already (a bind before that
+                    // could not release it) is released on failure.
+                    undo.locked();
+                    if let Taken::TakenOver(why) = &taken {
+                        tracing::warn!(pod = %who, node = %t.node, %why, "node lock taken over");
+                    }
+                }
+                NodeLockStyle::Own { key, hold } => {
+                    let value = crate::cluster::lock::acquire_vendor_lock(
+                        &self.bind.binder.api,
+                        &t.node,
+                        key,
+                        hold,
+                        until,
+                    )
+                    .await
+                    .map_err(failed)?;
+                    undo.vendor_locked(key, value);
+                }
             }
         }
         Ok(turn)

@@ -1,5 +1,5 @@
 //! What a bind took, to give back if it fails: the reservation (step 3)
-//! and HAMi's node lock (step 4). The transaction records each as it is
+//! and the node locks (step 4). The transaction records each as it is
 //! taken; on failure [`Undo::run`] gives them back, on success (or a
 //! Binding whose outcome is unknown) [`Undo::bound`] keeps them. Should
 //! the task end otherwise (a panic), dropping the guard releases the
@@ -29,6 +29,8 @@ pub(super) struct Undo<'a> {
     pod: &'a PodToPlace,
     reservation: Option<Reservation>,
     locked: bool,
+    /// Vendor locks taken (`devices::NodeLockStyle::Own`): key and value.
+    vendor_locks: Vec<(&'static str, String)>,
 }
 
 impl<'a> Undo<'a> {
@@ -38,12 +40,18 @@ impl<'a> Undo<'a> {
             pod,
             reservation: Some(reservation),
             locked: false,
+            vendor_locks: Vec::new(),
         }
     }
 
     /// HAMi's node lock is held for the pod.
     pub fn locked(&mut self) {
         self.locked = true;
+    }
+
+    /// A vendor's own node lock is held for the pod, with `value`.
+    pub fn vendor_locked(&mut self, key: &'static str, value: String) {
+        self.vendor_locks.push((key, value));
     }
 
     /// The Binding landed (or may have): the reservation is held until the
@@ -63,7 +71,7 @@ impl<'a> Undo<'a> {
         let tx = self.tx;
         let t = tx.target;
         let mut problems = Vec::new();
-        if self.locked || self.reservation.is_some() {
+        if self.locked || !self.vendor_locks.is_empty() || self.reservation.is_some() {
             tx.binder.metrics.hami.rollbacks.inc();
         }
         if self.locked
@@ -77,6 +85,18 @@ impl<'a> Undo<'a> {
             .await
         {
             problems.push(format!("releasing the node lock: {e}"));
+        }
+        for (key, value) in std::mem::take(&mut self.vendor_locks) {
+            if let Err(e) = api::without_deadline(crate::cluster::lock::release_vendor_lock(
+                &tx.binder.api,
+                &t.node,
+                key,
+                &value,
+            ))
+            .await
+            {
+                problems.push(format!("releasing {key}: {e}"));
+            }
         }
         if let Some(r) = self.reservation.take() {
             let mut view = tx.cluster.write();

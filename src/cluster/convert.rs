@@ -115,6 +115,63 @@ pub enum NodeError {
     Unregistered { node: String, annotation: String },
     #[error("node {node}: {source}")]
     Annotation { node: String, source: DecodeError },
+    #[error("node {node}: {problem}")]
+    Capacity { node: String, problem: String },
+}
+
+/// The devices of every kind read from node capacity
+/// ([`devices::CapacityInventory`]) that the node advertises: a kind none
+/// of whose resources is in `status.capacity` is absent; one whose
+/// capacities make no device says why.
+fn capacity_inventories(
+    node: &K8sNode,
+) -> Vec<(KindId, Result<Vec<crate::hami::DeviceInfo>, String>)> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let capacity = node.status.as_ref().and_then(|s| s.capacity.as_ref());
+    devices::kinds()
+        .filter_map(|(id, kind)| {
+            let inventory = kind.capacity?;
+            let texts: Vec<Option<&str>> = inventory
+                .resources
+                .iter()
+                .map(|r| capacity.and_then(|c| c.get(*r)).map(|q| q.0.as_str()))
+                .collect();
+            if texts.iter().all(Option::is_none) {
+                return None;
+            }
+            let read = || -> Result<Vec<crate::hami::DeviceInfo>, String> {
+                let mut values = Vec::with_capacity(texts.len());
+                for (resource, text) in inventory.resources.iter().zip(&texts) {
+                    values.push(match text {
+                        None => None,
+                        Some(t) => Some(crate::engine::quantity::parse_whole(t).map_err(|e| {
+                            format!("capacity {resource}: {t:?} is not a whole number ({e})")
+                        })?),
+                    });
+                }
+                let made = (inventory.devices)(&values)
+                    .map_err(|e| format!("{} from capacity: {e}", kind.noun))?;
+                Ok(made
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, d)| crate::hami::DeviceInfo {
+                        id: format!("{name}-{}-{i}", inventory.id_word),
+                        index: u32::try_from(i).unwrap_or(u32::MAX),
+                        count: d.slots,
+                        devmem: d.mem_mib,
+                        devcore: d.cores,
+                        device_type: d.device_type.to_string(),
+                        numa: 0,
+                        health: true,
+                        mode: String::new(),
+                        mig_profiles: Vec::new(),
+                        network_id: None,
+                    })
+                    .collect())
+            };
+            Some((id, read()))
+        })
+        .collect()
 }
 
 /// The engine's view of a node: the GPUs of every device kind that
@@ -135,18 +192,37 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         source,
     };
     let registered: Vec<(KindId, &str)> = devices::kinds()
+        .filter(|(_, kind)| !kind.register_key.is_empty())
         .filter_map(|(id, kind)| Some((id, get(kind.register_key)?)))
         .collect();
-    if registered.is_empty() {
+    let mut warnings = Vec::new();
+    let mut inventories = Vec::new();
+    for (kind, register) in registered {
+        let key = kind.kind().register_key;
+        inventories.push((
+            kind,
+            decode_node_devices(register).map_err(|e| wrap(e.in_annotation(key)))?,
+        ));
+    }
+    for (kind, devices) in capacity_inventories(node) {
+        match devices {
+            Ok(devices) => inventories.push((kind, devices)),
+            Err(e) => warnings.push(NodeError::Capacity {
+                node: name.clone(),
+                problem: e,
+            }),
+        }
+    }
+    if inventories.is_empty() && warnings.is_empty() {
         return Err(NodeError::Unregistered {
             node: name,
             annotation: devices::kinds()
                 .map(|(_, k)| k.register_key)
+                .filter(|k| !k.is_empty())
                 .collect::<Vec<_>>()
                 .join(" or "),
         });
     }
-    let mut warnings = Vec::new();
     let cordon = match get(keys::DEVICE_CORDON).map(decode_device_cordon) {
         None => Ok(Default::default()),
         Some(Ok(c)) => Ok(c),
@@ -156,9 +232,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         }
     };
     let mut gpus = Vec::new();
-    for (kind, register) in registered {
-        let key = kind.kind().register_key;
-        let mut devices = decode_node_devices(register).map_err(|e| wrap(e.in_annotation(key)))?;
+    for (kind, mut devices) in inventories {
         // The 7-field legacy form has no index (every device reads as 0):
         // then the registration order is the index, so that "lowest index
         // wins" means what the device plugin listed first.

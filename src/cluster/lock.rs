@@ -109,6 +109,26 @@ pub enum LockError {
     },
     #[error("node {node} kept changing while its lock was being taken")]
     Changing { node: String },
+    #[error(
+        "node {node} is locked since {since} ({key}, taken by a bind of the kind's devices and \
+         released by its device plugin, or replaced after {hold_seconds} s); waited {waited_ms} ms"
+    )]
+    VendorHeld {
+        node: String,
+        key: &'static str,
+        since: String,
+        hold_seconds: u64,
+        waited_ms: u128,
+    },
+    #[error(
+        "node {node}: {key} {value:?} is not an RFC 3339 time; it is left alone: remove the \
+         annotation if no scheduler holds it"
+    )]
+    VendorUnreadable {
+        node: String,
+        key: &'static str,
+        value: String,
+    },
     #[error("node lock: {0}")]
     Api(#[from] ApiError),
 }
@@ -143,9 +163,12 @@ impl LockError {
         match self {
             LockError::Contention { .. }
             | LockError::LocalBusy { .. }
-            | LockError::Changing { .. } => LockCode::Contention,
+            | LockError::Changing { .. }
+            | LockError::VendorHeld { .. } => LockCode::Contention,
             LockError::AwaitingAllocation { .. } => LockCode::AwaitingAllocation,
-            LockError::Unreadable { .. } => LockCode::Unreadable,
+            LockError::Unreadable { .. } | LockError::VendorUnreadable { .. } => {
+                LockCode::Unreadable
+            }
             LockError::Api(_) => LockCode::Api,
         }
     }
@@ -418,6 +441,115 @@ impl NodeLocks {
             message: "the node kept changing".to_string(),
         }))
     }
+}
+
+/// A vendor's own node lock (`devices::NodeLockStyle::Own`, Cambricon's
+/// `cambricon.com/dsmlu.lock`, hami-vendors.md 4.2): the time it was
+/// taken, nothing else. One younger than `hold` is waited for until
+/// `deadline`; an older one is replaced (HAMi releases it, then sets it).
+/// Written with a resourceVersion precondition, so two writers cannot both
+/// win. Returns the value written, for [`release_vendor_lock`].
+pub async fn acquire_vendor_lock(
+    api: &ApiCalls,
+    node: &str,
+    key: &'static str,
+    hold: Duration,
+    deadline: Instant,
+) -> Result<String, LockError> {
+    let start = Instant::now();
+    loop {
+        let current = api.get_node(node).await?;
+        let held = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .filter(|v| !v.is_empty());
+        if let Some(value) = held {
+            let since: Timestamp =
+                value
+                    .trim()
+                    .parse()
+                    .map_err(|_| LockError::VendorUnreadable {
+                        node: node.to_string(),
+                        key,
+                        value: value.clone(),
+                    })?;
+            let age = Timestamp::now().duration_since(since);
+            if age.is_negative() || age.unsigned_abs() < hold {
+                if Instant::now() + POLL > deadline {
+                    return Err(LockError::VendorHeld {
+                        node: node.to_string(),
+                        key,
+                        since: value.clone(),
+                        hold_seconds: hold.as_secs(),
+                        waited_ms: start.elapsed().as_millis(),
+                    });
+                }
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        }
+        let value = Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_else(|_| Timestamp::now())
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let patch = json!({"metadata": {
+            "resourceVersion": current.metadata.resource_version,
+            "annotations": {key: value},
+        }});
+        match api.merge_patch_node(node, &patch).await {
+            Ok(_) => return Ok(value),
+            Err(e) if e.is_conflict() && Instant::now() < deadline => continue,
+            Err(e) if e.is_conflict() => {
+                return Err(LockError::Changing {
+                    node: node.to_string(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Removes a vendor lock [`acquire_vendor_lock`] wrote, if the node still
+/// holds exactly `value` (the device plugin may have released it, and
+/// another bind taken it, since).
+pub async fn release_vendor_lock(
+    api: &ApiCalls,
+    node: &str,
+    key: &'static str,
+    value: &str,
+) -> Result<(), ApiError> {
+    let mut last = None;
+    for _ in 0..RELEASE_ATTEMPTS {
+        let current = match api.get_node(node).await {
+            Ok(n) => n,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let held = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key));
+        if held.map(String::as_str) != Some(value) {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": current.metadata.resource_version,
+            "annotations": {key: null},
+        }});
+        match api.merge_patch_node(node, &patch).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ApiError::Conflict {
+        what: format!("release {key} on {node}"),
+        message: "the node kept changing".to_string(),
+    }))
 }
 
 /// Removes the node's lock at `resource_version` (a conflict if the node

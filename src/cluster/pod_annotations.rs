@@ -63,12 +63,47 @@ impl BindingAnnotations {
     /// template `temp` unless the pod splits softly or takes a whole NPU,
     /// `memory` in MiB, `core`; zero values left out, as Go's
     /// `omitempty`), and `predicate-time`.
+    ///
+    /// Then what other kinds' plugins read beside their lists
+    /// ([`devices::DeviceKind::bind_extras`]), with each device's index on
+    /// `node` (the node the allocation is on; 0 for a device it does not
+    /// have).
     pub fn for_device_plugin(
         mut self,
         allocation: &Allocation,
         config: &Config,
         annotations: &impl Annotations,
+        node: Option<&crate::engine::Node>,
     ) -> Self {
+        for kind in allocation.kinds_held() {
+            let Some(extras) = kind.kind().bind_extras else {
+                continue;
+            };
+            let index = |uuid: &str| {
+                node.and_then(|n| n.gpus.iter().find(|g| g.uuid == uuid))
+                    .map_or(0, |g| g.index)
+            };
+            let input = devices::ExtrasInput {
+                node: &allocation.node,
+                containers: allocation
+                    .containers
+                    .iter()
+                    .map(|c| devices::ExtrasContainer {
+                        devices: c
+                            .iter()
+                            .filter(|d| d.kind == kind)
+                            .map(|d| devices::ExtraDevice {
+                                index: index(&d.uuid),
+                                uuid: d.uuid.clone(),
+                                mem_mib: d.mem_mib,
+                                cores: d.cores,
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            self.extras.extend(extras(&input));
+        }
         for (kind, list) in allocation.device_lists() {
             // Only a kind whose plugin reads templates by UUID (Ascend).
             let Some(chip) = kind.kind().templates.filter(|c| !c.runtime_info.is_empty()) else {

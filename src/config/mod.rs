@@ -34,6 +34,8 @@ pub struct Config {
     pub vnpus: Vnpus,
     /// Kunlunxin vXPUs: HAMi's `kunlun` section.
     pub kunlun: KunlunSection,
+    /// Cambricon MLUs: HAMi's `cambricon` section.
+    pub cambricon: KindSection<{ crate::devices::KindId::CAMBRICON.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -683,14 +685,15 @@ impl Config {
     /// Each device kind's section (resource names and defaults), in the
     /// order of [`crate::devices::KINDS`].
     pub fn device_configs(&self) -> [&DeviceConfig; crate::devices::KINDS.len()] {
-        let first = usize::from(crate::devices::KindId::ASCEND_FIRST.index());
-        let kunlun = usize::from(crate::devices::KindId::KUNLUN_VXPU.index());
-        std::array::from_fn(|i| match i {
-            0 => &self.nvidia,
-            1 => &self.hygon,
-            2 => &*self.hcu,
-            i if i == kunlun => &*self.kunlun,
-            i => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
+        use crate::devices::KindId;
+        let first = usize::from(KindId::ASCEND_FIRST.index());
+        std::array::from_fn(|i| match KindId::at(i as u8).unwrap_or_default() {
+            KindId::NVIDIA => &self.nvidia,
+            KindId::HYGON => &*self.hygon,
+            KindId::HCU => &*self.hcu,
+            KindId::KUNLUN_VXPU => &*self.kunlun,
+            KindId::CAMBRICON => &*self.cambricon,
+            _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }
 
@@ -880,6 +883,22 @@ impl Config {
         let sections = self.device_configs();
         for (i, section) in sections.iter().enumerate() {
             section.validate()?;
+            // A kind read from node capacity is read under the chart's
+            // names (the node's view does not follow config reloads).
+            let kind = section.kind.kind();
+            if let Some(inventory) = kind.capacity
+                && let Some(name) = [&section.resource_core_name, &section.resource_memory_name]
+                    .into_iter()
+                    .find(|n| !n.is_empty() && !inventory.resources.contains(&n.as_str()))
+            {
+                return Err(format!(
+                    "{}.* renames a resource to {name}: {}s are read from node capacity of {} \
+                     (what the device plugin advertises), so those names cannot change",
+                    kind.name,
+                    kind.noun,
+                    inventory.resources.join(" and ")
+                ));
+            }
             // A resource name read by two kinds would make a pod's kind
             // depend on the order of the sections.
             for other in &sections[i + 1..] {

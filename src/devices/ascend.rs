@@ -47,6 +47,7 @@ macro_rules! ascend_kind {
             name: $cw,
             vendor: $cw,
             register_key: concat!("hami.io/node-register-", $cw),
+            capacity: None,
             score_key: None,
             selection: SelectionKeys {
                 // HAMi's Ascend fit reads no type annotation (2.3).
@@ -83,6 +84,7 @@ macro_rules! ascend_kind {
                 // HAMi's request: cores 0 unless given (2.1).
                 default_cores: 0,
                 default_gpu_num: 0,
+                memory_factor: 1,
             },
             templates: Some(&TemplateChip {
                 chip_name: $chip,
@@ -102,6 +104,8 @@ macro_rules! ascend_kind {
                 writes_default_memory: true,
             }),
             grouping: $grouping,
+            node_lock: super::NodeLockStyle::Hami,
+            bind_extras: None,
         };
     };
 }

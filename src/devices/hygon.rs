@@ -60,6 +60,7 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
         name: names.name,
         vendor: names.vendor,
         register_key: names.register_key,
+        capacity: None,
         score_key: None,
         selection: SelectionKeys {
             use_type: names.use_type,
@@ -100,8 +101,11 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
             default_cores: 100,
             // HAMi reads no request without the count (3.1).
             default_gpu_num: 0,
+            memory_factor: 1,
         },
         templates: None,
         grouping: super::Grouping::Any,
+        node_lock: super::NodeLockStyle::Hami,
+        bind_extras: None,
     }
 }

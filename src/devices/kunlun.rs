@@ -24,6 +24,7 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
     name: "kunlun",
     vendor: VENDOR,
     register_key: NODE_REGISTER,
+    capacity: None,
     score_key: None,
     selection: SelectionKeys {
         use_type: "",
@@ -58,6 +59,7 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
         resource_priority_name: "",
         default_cores: 0,
         default_gpu_num: 0,
+        memory_factor: 1,
     },
     templates: Some(&TemplateChip {
         chip_name: "vXPU",
@@ -92,4 +94,6 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
         writes_default_memory: false,
     }),
     grouping: Grouping::Board8,
+    node_lock: super::NodeLockStyle::Hami,
+    bind_extras: None,
 };

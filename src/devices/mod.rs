@@ -14,7 +14,10 @@
 //! NVIDIA is the first kind ([`nvidia::NVIDIA`]); what a second one adds is
 //! in docs/architecture.md, "Device kinds".
 
+use std::time::Duration;
+
 pub mod ascend;
+pub mod cambricon;
 pub mod hcu;
 pub mod hygon;
 pub mod kunlun;
@@ -36,6 +39,8 @@ impl KindId {
     pub const ASCEND_FIRST: KindId = KindId(3);
     /// Kunlunxin vXPUs (HAMi v2.10's `XPU` backend).
     pub const KUNLUN_VXPU: KindId = KindId(10);
+    /// Cambricon MLUs (HAMi v2.10's `MLU` backend).
+    pub const CAMBRICON: KindId = KindId(11);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -54,7 +59,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 11] = [
+pub static KINDS: [&DeviceKind; 12] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -66,6 +71,7 @@ pub static KINDS: [&DeviceKind; 11] = [
     &ascend::ASCEND_310P,
     &ascend::ASCEND_910C,
     &kunlun::KUNLUN_VXPU,
+    &cambricon::CAMBRICON,
 ];
 
 /// Every kind with its id.
@@ -90,8 +96,8 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // Ascend chips beyond HAMi's chart (gpugate has a kind for each of
     // the chart's chips).
     ("huawei.com/Ascend", "Ascend NPU"),
-    ("cambricon.com/vmlu", "Cambricon MLU"),
-    ("cambricon.com/mlu.smlu.", "Cambricon MLU"),
+    // Whole MLUs (the plugin's non-shared mode; vMLUs are placed).
+    ("cambricon.com/mlu", "Cambricon MLU"),
     ("metax-tech.com/", "Metax GPU"),
     ("iluvatar.ai/", "Iluvatar GPU"),
     ("mthreads.com/", "Mthreads GPU"),
@@ -122,8 +128,12 @@ pub struct DeviceKind {
     /// The vendor word of HAMi's pod device lists (`GPU-a,NVIDIA,1024,30`).
     pub vendor: &'static str,
     /// Node annotation with the device inventory the device plugin
-    /// registers (JSON array, or HAMi's legacy text form).
+    /// registers (JSON array, or HAMi's legacy text form); `""` for a kind
+    /// read from node capacity.
     pub register_key: &'static str,
+    /// For a kind whose plugin registers no annotation: how its devices
+    /// are read from the node's capacity (hami-vendors.md 1.2, source 3).
+    pub capacity: Option<&'static CapacityInventory>,
     /// Node annotation with pairwise topology scores, when the kind has one.
     pub score_key: Option<&'static str>,
     /// Pod annotations that choose among the kind's devices.
@@ -159,6 +169,77 @@ pub struct DeviceKind {
     pub templates: Option<&'static TemplateChip>,
     /// How a container's devices must sit together on a node.
     pub grouping: Grouping,
+    /// The node lock a bind of the kind's devices takes (hami-vendors.md
+    /// 1.8).
+    pub node_lock: NodeLockStyle,
+    /// What the kind's device plugin reads beside its lists, written at
+    /// bind (Cambricon's profile, 4.3); `None` for nothing.
+    pub bind_extras: Option<BindExtras>,
+}
+
+/// A kind's rule for what its plugin reads beside its lists: annotation
+/// keys and values.
+pub type BindExtras = fn(&ExtrasInput<'_>) -> Vec<(&'static str, String)>;
+
+/// A kind's rule for the devices a node's capacities make.
+pub type CapacityDevices = fn(&[Option<u64>]) -> Result<Vec<CapacityDevice>, String>;
+
+/// Devices read from a node's capacity (hami-vendors.md 1.2, source 3):
+/// no annotation; device `i` is named `<node>-<id_word>-<i>`.
+#[derive(Debug)]
+pub struct CapacityInventory {
+    /// The capacity resources read, in the order `devices` takes them.
+    pub resources: &'static [&'static str],
+    /// The word of the devices' names.
+    pub id_word: &'static str,
+    /// The devices the capacities (`None`: absent) make, in index order;
+    /// `Err` says why they make none.
+    pub devices: CapacityDevices,
+}
+
+/// One device a node's capacity makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityDevice {
+    /// Pods that may share it at once.
+    pub slots: u32,
+    pub mem_mib: u32,
+    pub cores: u32,
+    pub device_type: &'static str,
+}
+
+/// The node lock a bind takes for a kind's devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeLockStyle {
+    /// HAMi's `hami.io/mutex.lock` (`cluster::lock`), which the device
+    /// plugin releases.
+    Hami,
+    /// A vendor's own lock: `key` holds the time it was taken; one younger
+    /// than `hold` is waited for, an older one replaced (Cambricon, 4.2).
+    /// The device plugin releases it.
+    Own { key: &'static str, hold: Duration },
+}
+
+/// What a bind gives a kind's [`DeviceKind::bind_extras`]: the node, and
+/// the kind's devices of each container (init containers first).
+#[derive(Debug)]
+pub struct ExtrasInput<'a> {
+    pub node: &'a str,
+    pub containers: Vec<ExtrasContainer>,
+}
+
+/// One container's devices of the kind.
+#[derive(Debug, Default)]
+pub struct ExtrasContainer {
+    pub devices: Vec<ExtraDevice>,
+}
+
+/// One device granted, with its index on the node.
+#[derive(Debug)]
+pub struct ExtraDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub mem_mib: u64,
+    pub cores: u32,
 }
 
 /// A chip split into fixed templates (hami-vendors.md 2.1): the defaults
@@ -276,6 +357,8 @@ pub struct ConfigDefaults {
     pub default_cores: u32,
     /// Count given to a container that asks for memory or cores only.
     pub default_gpu_num: u32,
+    /// MiB per unit of the memory resource (Cambricon: 256; 4.1).
+    pub memory_factor: u32,
 }
 
 /// Pod annotations that choose among a kind's devices.
@@ -360,7 +443,8 @@ mod tests {
             assert!(std::ptr::eq(id.kind(), kind));
             assert_eq!(by_vendor(kind.vendor), Some(id));
         }
-        assert_eq!(by_vendor("MLU"), None);
+        assert_eq!(by_vendor("MLU"), Some(KindId::CAMBRICON));
+        assert_eq!(by_vendor("Metax-GPU"), None);
         assert_eq!(by_vendor(""), None);
     }
 

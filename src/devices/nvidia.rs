@@ -36,6 +36,7 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     name: "nvidia",
     vendor: VENDOR,
     register_key: NODE_REGISTER,
+    capacity: None,
     score_key: Some(NODE_SCORE),
     selection: SelectionKeys {
         use_type: USE_GPU_TYPE,
@@ -83,7 +84,10 @@ pub static NVIDIA: DeviceKind = DeviceKind {
         resource_priority_name: "nvidia.com/priority",
         default_cores: 0,
         default_gpu_num: 1,
+        memory_factor: 1,
     },
     templates: None,
     grouping: super::Grouping::Any,
+    node_lock: super::NodeLockStyle::Hami,
+    bind_extras: None,
 };

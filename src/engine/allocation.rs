@@ -109,6 +109,11 @@ impl Allocation {
         self.kinds.get(i).copied().unwrap_or_default()
     }
 
+    /// The kinds of the devices it holds, each once, in [`KindId`] order.
+    pub fn kinds_held(&self) -> BTreeSet<KindId> {
+        self.containers.iter().flatten().map(|d| d.kind).collect()
+    }
+
     /// The GPUs it names (each once, in order).
     pub fn gpu_uuids(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -177,7 +182,7 @@ impl Allocation {
     /// allocation of no device gives the first kind's list, one empty
     /// entry per container.
     pub fn device_lists(&self) -> Vec<(KindId, PodDevices)> {
-        let held: BTreeSet<KindId> = self.containers.iter().flatten().map(|d| d.kind).collect();
+        let held = self.kinds_held();
         if held.is_empty() {
             return vec![(KindId::default(), self.to_pod_devices())];
         }

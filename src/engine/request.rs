@@ -66,6 +66,15 @@ impl PodRequest {
         self.containers.iter().any(|c| c.gpu.is_some())
     }
 
+    /// The kinds of device it asks for (none when it asks for none).
+    pub fn device_kinds(&self) -> Vec<KindId> {
+        if self.has_gpus() {
+            vec![self.device_kind]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Each container's kind, in order.
     pub fn kinds(&self) -> Vec<ContainerKind> {
         self.containers.iter().map(|c| c.kind).collect()

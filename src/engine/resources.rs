@@ -260,7 +260,7 @@ impl DeviceConfig {
             default_memory: 0,
             default_cores: d.default_cores,
             default_gpu_num: d.default_gpu_num,
-            memory_factor: 1,
+            memory_factor: d.memory_factor,
             overwrite_env: false,
             gpu_core_policy: "default".to_string(),
             runtime_class_name: String::new(),

@@ -50,6 +50,11 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     if key.starts_with("huawei.com/Ascend") {
         return true;
     }
+    // Cambricon's dynamic-SMLU profile (4.3): rewritten, the plugin would
+    // set up another MLU, or more of one, than the scheduler counted.
+    if key.starts_with("CAMBRICON_DSMLU_") {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };

@@ -158,8 +158,11 @@ fn rejection_words(r: &Rejection, cfg: &DeviceConfig) -> String {
     let units = format!("{}s", kind.unit());
     match r {
         Rejection::NodeUnregistered => format!(
-            "the node has no {units} registered by HAMi's device plugin (no readable {} annotation). If kube-scheduler offers it anyway, its {units} may come through DRA (a DeviceClass whose extendedResourceName is the pod's {} resource): gpugate places slices only on {units} HAMi's device plugin registers",
-            kind.register_key,
+            "the node has no {units} registered by HAMi's device plugin ({}). If kube-scheduler offers it anyway, its {units} may come through DRA (a DeviceClass whose extendedResourceName is the pod's {} resource): gpugate places slices only on {units} HAMi's device plugin registers",
+            match kind.capacity {
+                Some(c) => format!("no capacity of {}", c.resources.join(" or ")),
+                None => format!("no readable {} annotation", kind.register_key),
+            },
             kind.unit()
         ),
         Rejection::NodeInsufficientDevice {

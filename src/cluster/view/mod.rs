@@ -581,8 +581,8 @@ impl ClusterView {
 /// SHA-256 of the annotations a node's GPU view is read from.
 type SourcesDigest = [u8; 32];
 
-/// The digest of the annotations a node's GPU view is read from: each one
-/// absent, or present with its length and text.
+/// The digest of the annotations (and capacities) a node's GPU view is
+/// read from: each one absent, or present with its length and text.
 fn node_sources(node: &K8sNode) -> SourcesDigest {
     let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
     let kinds = crate::devices::kinds().flat_map(|(_, k)| {
@@ -594,15 +594,28 @@ fn node_sources(node: &K8sNode) -> SourcesDigest {
                 .filter(|key| !key.is_empty()),
         ]
     });
-    for key in kinds.flatten().chain([crate::hami::keys::DEVICE_CORDON]) {
-        match node.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
-            None => digest.update(&[0]),
-            Some(v) => {
-                digest.update(&[1]);
-                digest.update(&(v.len() as u64).to_le_bytes());
-                digest.update(v.as_bytes());
-            }
+    let mut add = |value: Option<&String>| match value {
+        None => digest.update(&[0]),
+        Some(v) => {
+            digest.update(&[1]);
+            digest.update(&(v.len() as u64).to_le_bytes());
+            digest.update(v.as_bytes());
         }
+    };
+    for key in kinds
+        .flatten()
+        .filter(|k| !k.is_empty())
+        .chain([crate::hami::keys::DEVICE_CORDON])
+    {
+        add(node.metadata.annotations.as_ref().and_then(|a| a.get(key)));
+    }
+    // Kinds read from node capacity (`devices::CapacityInventory`).
+    let capacity = node.status.as_ref().and_then(|s| s.capacity.as_ref());
+    for resource in crate::devices::kinds()
+        .filter_map(|(_, k)| k.capacity)
+        .flat_map(|c| c.resources)
+    {
+        add(capacity.and_then(|c| c.get(*resource)).map(|q| &q.0));
     }
     let mut out = [0; 32];
     out.copy_from_slice(digest.finish().as_ref());

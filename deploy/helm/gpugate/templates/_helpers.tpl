@@ -132,6 +132,20 @@ them (HAMi's key names). */}}
 {{- toYaml $k -}}
 {{- end -}}
 
+{{/* The Cambricon MLU section of gpugate's config: HAMi's mluResource*
+values, then device-config.content's cambricon section over them. */}}
+{{- define "gpugate.cambricon" -}}
+{{- $m := dict
+  "resourceCountName" .Values.mluResourceName
+  "resourceMemoryName" .Values.mluResourceMem
+  "resourceCoreName" .Values.mluResourceCores -}}
+{{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- range $key, $v := include "gpugate.contentSection" (list . "cambricon") | fromJson -}}
+{{- if has $key $known }}{{ $_ := set $m $key $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $m -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -187,6 +201,10 @@ not place fails the render. */}}
 {{- $k := include "gpugate.kunlun" . | fromYaml }}
 {{ $k.resourceVCountName }}
 {{ $k.resourceVMemoryName }}
+{{- $m := include "gpugate.cambricon" . | fromYaml }}
+{{ $m.resourceCountName }}
+{{ $m.resourceMemoryName }}
+{{ $m.resourceCoreName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
