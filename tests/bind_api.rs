@@ -1980,3 +1980,74 @@ async fn a_failed_cambricon_bind_releases_the_lock_it_took() {
     assert_eq!(node_annotation(&rig, "mlu-node", MLU_LOCK), None);
     assert!(rig.held("u-mlu").is_none());
 }
+
+/// A node with `devices` AWS Neuron devices of two cores, as AWS's plugin
+/// advertises them (node capacity only, hami-vendors.md 10.2).
+fn neuron_node(name: &str, devices: u64, instance_type: &str) -> Value {
+    let mut n = node(name, 0);
+    n["metadata"]["annotations"] = json!({});
+    n["metadata"]["labels"] = json!({"node.kubernetes.io/instance-type": instance_type});
+    n["status"] = json!({"capacity": {
+        "aws.amazon.com/neuron": devices.to_string(),
+        "aws.amazon.com/neuroncore": (devices * 2).to_string()}});
+    n
+}
+
+#[tokio::test]
+async fn aws_neuron_pods_get_hamis_list_and_the_ids_awss_plugin_reads() {
+    // hami-vendors.md 10.3: only `hami.io/aws-neuron-devices-allocated`
+    // (cores as a bit mask), `AWS_NEURON_IDS` (core indexes for a cores
+    // request, with NEURON_RESOURCE_TYPE; device indexes for a count in
+    // limits), the time, NEURON_ALLOCATED and the node; no node lock.
+    let core = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "core", "namespace": "ml", "uid": "u-core"},
+        "spec": {"schedulerName": "hami-scheduler", "initContainers": [
+            {"name": "fetch", "image": "busybox"}], "containers": [
+            {"name": "main", "image": "neuron", "resources": {"limits": {
+                "aws.amazon.com/neuroncore": "1"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let mut devices = core.clone();
+    devices["metadata"] = json!({"name": "devices", "namespace": "ml", "uid": "u-devices"});
+    devices["spec"]["containers"][0]["resources"]["limits"] = json!({"aws.amazon.com/neuron": "2"});
+    let rig = Rig::new(
+        &[neuron_node("inf-node", 4, "inf2.24xlarge")],
+        &[core, devices],
+        config(1.0),
+    );
+    let before = jiff::Timestamp::now().as_nanosecond();
+    assert_eq!(rig.bind("ml", "core", "u-core", "inf-node").await, "");
+    let p = rig.pod("ml", "core");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/aws-neuron-devices-allocated"],
+        ";inf-node-AWSNeuron-0,AWSNeuron,0,1:;"
+    );
+    assert!(!a.keys().any(|k| k.contains("to-allocate")), "{a:?}");
+    assert_eq!(a["AWS_NEURON_IDS"], "0");
+    assert_eq!(a["NEURON_RESOURCE_TYPE"], "aws.amazon.com/neuroncore");
+    assert_eq!(a["NEURON_ALLOCATED"], "false");
+    assert_eq!(a["aws.amazon.com/predicate-node"], "inf-node");
+    let at: i128 = a["NEURON_ALLOC_TIME"].as_str().unwrap().parse().unwrap();
+    assert!(at >= before && at <= jiff::Timestamp::now().as_nanosecond());
+    assert_eq!(rig.lock("inf-node"), None);
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-core")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+
+    // Two whole devices from the ring, by device index; device 0's other
+    // core stays free.
+    assert_eq!(rig.bind("ml", "devices", "u-devices", "inf-node").await, "");
+    let a = annotations(&rig.pod("ml", "devices")).clone();
+    assert_eq!(
+        a["hami.io/aws-neuron-devices-allocated"],
+        ";inf-node-AWSNeuron-1,AWSNeuron,0,3:inf-node-AWSNeuron-2,AWSNeuron,0,3:;"
+    );
+    assert_eq!(a["AWS_NEURON_IDS"], "1,2");
+    assert!(!a.contains_key("NEURON_RESOURCE_TYPE"), "{a:?}");
+    assert_eq!(rig.lock("inf-node"), None);
+}

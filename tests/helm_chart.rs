@@ -463,7 +463,7 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcucores",
     ]);
     // Then every Ascend chip's, in the order of HAMi's chart, then
-    // Kunlunxin's vXPU names, then Cambricon's.
+    // Kunlunxin's vXPU names, then Cambricon's, then AWS Neuron's.
     let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
         .iter()
         .flat_map(|k| {
@@ -480,6 +480,8 @@ fn renamed_resources_reach_every_object() {
         "cambricon.com/vmlu",
         "cambricon.com/mlu.smlu.vmemory",
         "cambricon.com/mlu.smlu.vcore",
+        "aws.amazon.com/neuron",
+        "aws.amazon.com/neuroncore",
     ]);
     assert_eq!(managed, want);
 

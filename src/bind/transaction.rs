@@ -113,11 +113,7 @@ impl Transaction<'_> {
         let annotations = BindingAnnotations::of(&allocation).for_device_plugin(
             &allocation,
             self.bind.config,
-            pod.pod()
-                .metadata
-                .annotations
-                .as_ref()
-                .unwrap_or(&Default::default()),
+            pod.pod(),
             self.bind.cluster.read().state().node(&allocation.node),
         );
         match self.write_binding(&pod, &annotations).await {
@@ -360,6 +356,7 @@ impl Transaction<'_> {
                     .map_err(failed)?;
                     undo.vendor_locked(key, value);
                 }
+                NodeLockStyle::None => {}
             }
         }
         Ok(turn)

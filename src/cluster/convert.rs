@@ -119,6 +119,19 @@ pub enum NodeError {
     Capacity { node: String, problem: String },
 }
 
+/// Whether a kind read from node capacity says the node's devices form a
+/// ring (`devices::CapacityInventory::ring_label`: AWS's instance type).
+fn ring_of(node: &K8sNode) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    devices::kinds()
+        .filter_map(|(_, k)| k.capacity?.ring_label)
+        .any(|(label, words)| {
+            labels
+                .and_then(|l| l.get(label))
+                .is_some_and(|v| words.iter().any(|w| v.contains(w)))
+        })
+}
+
 /// The devices of every kind read from node capacity
 /// ([`devices::CapacityInventory`]) that the node advertises: a kind none
 /// of whose resources is in `status.capacity` is absent; one whose
@@ -293,6 +306,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         }));
     }
     let mut out = Node::new(name.clone(), gpus);
+    out.ring = ring_of(node);
     for (key, scores) in devices::kinds().filter_map(|(_, k)| {
         let key = k.score_key?;
         Some((key, get(key)?))

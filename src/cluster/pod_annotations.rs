@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::devices::{self, PodLists};
-use crate::engine::annotations::Annotations;
 use crate::engine::numa::{NumaGrant, NumaRequest};
 use crate::engine::templates::{soft_split, template_of};
 use crate::engine::{Allocation, ContainerKind, MigInstance};
@@ -72,9 +71,17 @@ impl BindingAnnotations {
         mut self,
         allocation: &Allocation,
         config: &Config,
-        annotations: &impl Annotations,
+        pod: &Pod,
         node: Option<&crate::engine::Node>,
     ) -> Self {
+        let empty = Default::default();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let containers: Vec<&k8s_openapi::api::core::v1::Container> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .collect();
+        let now_unix_nanos = jiff::Timestamp::now().as_nanosecond();
         for kind in allocation.kinds_held() {
             let Some(extras) = kind.kind().bind_extras else {
                 continue;
@@ -83,12 +90,24 @@ impl BindingAnnotations {
                 node.and_then(|n| n.gpus.iter().find(|g| g.uuid == uuid))
                     .map_or(0, |g| g.index)
             };
+            let cfg = config.device_config(kind);
+            let count_in_limits = |i: usize| {
+                containers
+                    .get(i)
+                    .and_then(|c| c.resources.as_ref()?.limits.as_ref())
+                    .and_then(|l| l.get(&cfg.resource_count_name))
+                    .is_some_and(|q| crate::engine::quantity::is_positive(&q.0))
+            };
             let input = devices::ExtrasInput {
                 node: &allocation.node,
+                core_resource: &cfg.resource_core_name,
+                now_unix_nanos,
                 containers: allocation
                     .containers
                     .iter()
-                    .map(|c| devices::ExtrasContainer {
+                    .enumerate()
+                    .map(|(i, c)| devices::ExtrasContainer {
+                        count_in_limits: count_in_limits(i),
                         devices: c
                             .iter()
                             .filter(|d| d.kind == kind)

@@ -36,6 +36,8 @@ pub struct Config {
     pub kunlun: KunlunSection,
     /// Cambricon MLUs: HAMi's `cambricon` section.
     pub cambricon: KindSection<{ crate::devices::KindId::CAMBRICON.index() }>,
+    /// AWS Neuron devices: HAMi's `awsneuron` section.
+    pub awsneuron: KindSection<{ crate::devices::KindId::AWS_NEURON.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -693,6 +695,7 @@ impl Config {
             KindId::HCU => &*self.hcu,
             KindId::KUNLUN_VXPU => &*self.kunlun,
             KindId::CAMBRICON => &*self.cambricon,
+            KindId::AWS_NEURON => &*self.awsneuron,
             _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }
@@ -887,13 +890,14 @@ impl Config {
             // names (the node's view does not follow config reloads).
             let kind = section.kind.kind();
             if let Some(inventory) = kind.capacity
-                && let Some(name) = [&section.resource_core_name, &section.resource_memory_name]
-                    .into_iter()
-                    .find(|n| !n.is_empty() && !inventory.resources.contains(&n.as_str()))
+                && let Some(name) = inventory
+                    .resources
+                    .iter()
+                    .find(|r| !section.gpu_resource_names().contains(r))
             {
                 return Err(format!(
-                    "{}.* renames a resource to {name}: {}s are read from node capacity of {} \
-                     (what the device plugin advertises), so those names cannot change",
+                    "{}.* renames {name}: {}s are read from node capacity of {} (what the \
+                     device plugin advertises), so those names cannot change",
                     kind.name,
                     kind.noun,
                     inventory.resources.join(" and ")

@@ -104,6 +104,7 @@ macro_rules! ascend_kind {
                 writes_default_memory: true,
             }),
             grouping: $grouping,
+            core_masks: false,
             node_lock: super::NodeLockStyle::Hami,
             bind_extras: None,
         };

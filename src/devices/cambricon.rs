@@ -37,6 +37,7 @@ pub static CAMBRICON: DeviceKind = DeviceKind {
     capacity: Some(&CapacityInventory {
         resources: &[VCORE, VMEMORY],
         id_word: "cambricon-mlu",
+        ring_label: None,
         devices: mlus,
     }),
     score_key: None,
@@ -78,6 +79,7 @@ pub static CAMBRICON: DeviceKind = DeviceKind {
     },
     templates: None,
     grouping: super::Grouping::Any,
+    core_masks: false,
     node_lock: NodeLockStyle::Own {
         key: NODE_LOCK,
         hold: Duration::from_secs(120),

@@ -94,6 +94,7 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
         writes_default_memory: false,
     }),
     grouping: Grouping::Board8,
+    core_masks: false,
     node_lock: super::NodeLockStyle::Hami,
     bind_extras: None,
 };

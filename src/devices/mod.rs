@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 pub mod ascend;
+pub mod aws_neuron;
 pub mod cambricon;
 pub mod hcu;
 pub mod hygon;
@@ -41,6 +42,8 @@ impl KindId {
     pub const KUNLUN_VXPU: KindId = KindId(10);
     /// Cambricon MLUs (HAMi v2.10's `MLU` backend).
     pub const CAMBRICON: KindId = KindId(11);
+    /// AWS Neuron devices (HAMi v2.10's `AWSNeuron` backend).
+    pub const AWS_NEURON: KindId = KindId(12);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -59,7 +62,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 12] = [
+pub static KINDS: [&DeviceKind; 13] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -72,6 +75,7 @@ pub static KINDS: [&DeviceKind; 12] = [
     &ascend::ASCEND_910C,
     &kunlun::KUNLUN_VXPU,
     &cambricon::CAMBRICON,
+    &aws_neuron::AWS_NEURON,
 ];
 
 /// Every kind with its id.
@@ -104,7 +108,9 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // Whole XPUs (HAMi's capacity-based `kunlun` backend); vXPUs are placed.
     ("kunlunxin.com/xpu", "Kunlunxin XPU"),
     ("enflame.com/", "Enflame GCU"),
-    ("aws.amazon.com/neuron", "AWS Neuron device"),
+    // Neuron devices under the plugin's other name (HAMi's names are
+    // placed).
+    ("aws.amazon.com/neurondevice", "AWS Neuron device"),
     ("amd.com/gpu", "AMD GPU"),
     ("birentech.com/", "Biren GPU"),
     ("vastaitech.com/", "Vastai device"),
@@ -169,6 +175,10 @@ pub struct DeviceKind {
     pub templates: Option<&'static TemplateChip>,
     /// How a container's devices must sit together on a node.
     pub grouping: Grouping,
+    /// A device's cores are bits of a mask (two cores: 1, 2, 3), and a
+    /// container takes one core or the whole device; its cores resource
+    /// counts cores, split over devices (AWS Neuron, hami-vendors.md 10).
+    pub core_masks: bool,
     /// The node lock a bind of the kind's devices takes (hami-vendors.md
     /// 1.8).
     pub node_lock: NodeLockStyle,
@@ -176,6 +186,11 @@ pub struct DeviceKind {
     /// bind (Cambricon's profile, 4.3); `None` for nothing.
     pub bind_extras: Option<BindExtras>,
 }
+
+/// Cores per device of a [`DeviceKind::core_masks`] kind (HAMi's masks
+/// hold two; hami-vendors.md 10.1), and the mask of a whole device.
+pub const MASK_CORES: u64 = 2;
+pub const WHOLE_MASK: u32 = 3;
 
 /// A kind's rule for what its plugin reads beside its lists: annotation
 /// keys and values.
@@ -192,6 +207,9 @@ pub struct CapacityInventory {
     pub resources: &'static [&'static str],
     /// The word of the devices' names.
     pub id_word: &'static str,
+    /// A node label, and the words in its value that make the node's
+    /// devices a ring ([`Grouping::Windows`]; AWS's instance type, 10.5).
+    pub ring_label: Option<(&'static str, &'static [&'static str])>,
     /// The devices the capacities (`None`: absent) make, in index order;
     /// `Err` says why they make none.
     pub devices: CapacityDevices,
@@ -217,6 +235,8 @@ pub enum NodeLockStyle {
     /// than `hold` is waited for, an older one replaced (Cambricon, 4.2).
     /// The device plugin releases it.
     Own { key: &'static str, hold: Duration },
+    /// None: the device plugin finds its pods otherwise (AWS Neuron, 1.8).
+    None,
 }
 
 /// What a bind gives a kind's [`DeviceKind::bind_extras`]: the node, and
@@ -224,12 +244,18 @@ pub enum NodeLockStyle {
 #[derive(Debug)]
 pub struct ExtrasInput<'a> {
     pub node: &'a str,
+    /// The kind's cores resource, as the config names it.
+    pub core_resource: &'a str,
+    /// When the bind writes, in nanoseconds since the Unix epoch.
+    pub now_unix_nanos: i128,
     pub containers: Vec<ExtrasContainer>,
 }
 
 /// One container's devices of the kind.
 #[derive(Debug, Default)]
 pub struct ExtrasContainer {
+    /// Its limits give the kind's count resource above 0.
+    pub count_in_limits: bool,
     pub devices: Vec<ExtraDevice>,
 }
 
@@ -311,6 +337,10 @@ pub enum Grouping {
     /// Devices are taken by cards of two (index / 2), both NPUs of a card
     /// at once (Ascend 910C, 2.5).
     CardPairs,
+    /// Windows of consecutive idle devices (AWS Neuron, 10.5): on a node
+    /// whose devices form a ring (`Node::ring`), starting anywhere;
+    /// otherwise 4, 8 or 16 devices starting at a multiple of their number.
+    Windows,
     /// An eight-card board of two wings (indexes 0-3 and 4-7) linked
     /// card by card: 1, 2 or 4 devices from one wing (the wing with the
     /// fewest fitting devices that hold them), else linked across the

@@ -88,6 +88,7 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     },
     templates: None,
     grouping: super::Grouping::Any,
+    core_masks: false,
     node_lock: super::NodeLockStyle::Hami,
     bind_extras: None,
 };

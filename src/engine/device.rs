@@ -352,6 +352,9 @@ pub struct Node {
     /// shared between copies like `gpus`.
     pub(crate) pair_scores: std::sync::Arc<[i32]>,
     pub(crate) totals: NodeTotals,
+    /// Its devices form a ring: a window of consecutive devices may start
+    /// anywhere (`Grouping::Windows`; AWS Inferentia instances, 10.5).
+    pub ring: bool,
 }
 
 impl Node {
@@ -372,6 +375,7 @@ impl Node {
             pair_scores: vec![0; n * n].into(),
             gpus: gpus.into(),
             totals,
+            ring: false,
         }
     }
 

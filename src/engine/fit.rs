@@ -177,6 +177,14 @@ fn fit_container(
             same
         });
     }
+    // A core of a device whose cores are a mask is its free bit (AWS
+    // Neuron, 10.5).
+    if rules.core_masks {
+        for (pos, take) in &mut s.candidates {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            take.cores = super::core_masks::mask_taken(used.cores, take.cores);
+        }
+    }
     let n = req.count as usize;
     if s.candidates.len() < n {
         more_mig_instances(node, usage, req, plan, n, s);

@@ -1,8 +1,9 @@
 //! How a container's several devices must sit together on a node, for the
 //! kinds whose device plugin needs it (`devices::Grouping`; hami-vendors.md
-//! 2.5, 8.5): Ascend 910 NPUs from the largest network group (one HCCS
-//! ring) first, Ascend 910C NPUs by whole cards of two, Kunlunxin cards on
-//! an eight-card board's wings and links.
+//! 2.5, 8.5, 10.5): Ascend 910 NPUs from the largest network group (one
+//! HCCS ring) first, Ascend 910C NPUs by whole cards of two, Kunlunxin
+//! cards on an eight-card board's wings and links, AWS Neuron devices in
+//! windows of consecutive idle ones.
 //!
 //! The fitting devices are first put in the GPU policy's order (binpack:
 //! the fullest first; spread: the emptiest first; then the lowest index),
@@ -75,6 +76,33 @@ pub fn choose(
                 let took = u32::try_from(taken.len()).unwrap_or(u32::MAX);
                 Err((Reason::AllocatedCardsInsufficientRequest, took))
             }
+        }
+        Grouping::Windows => {
+            // Idle devices by index (HAMi: by place in its list, where
+            // every Neuron device scores 0; 10.5 and 10.7).
+            let idle: std::collections::BTreeMap<u32, usize> = (0..candidates.len())
+                .filter(|&c| usage.get(candidates[c].0).is_none_or(|u| u.slots == 0))
+                .map(|c| (gpu(c).index, c))
+                .collect();
+            let step = if node.ring {
+                1
+            } else if matches!(n, 4 | 8 | 16) {
+                n as u32
+            } else {
+                return Err((Reason::NumaNotFit, 1));
+            };
+            let last = idle.keys().next_back().copied().unwrap_or(0);
+            let mut start = 0u32;
+            while start.saturating_add(n as u32) <= last.saturating_add(1) {
+                let window: Option<Vec<usize>> = (start..start + n as u32)
+                    .map(|i| idle.get(&i).copied())
+                    .collect();
+                if let Some(w) = window {
+                    return Ok(w);
+                }
+                start += step;
+            }
+            Err((Reason::NumaNotFit, 1))
         }
         Grouping::Board8 => {
             // Boards of eight by index (HAMi assumes one; 8.5), each tried

@@ -13,6 +13,7 @@ pub mod allocation;
 pub mod annotations;
 pub mod chain;
 pub mod checks;
+pub mod core_masks;
 pub mod defrag;
 pub mod device;
 pub mod fit;

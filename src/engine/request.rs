@@ -263,7 +263,7 @@ impl ContainerResources {
         })
     }
 
-    fn error(&self, resource: &str, problem: String) -> RequestError {
+    pub(super) fn error(&self, resource: &str, problem: String) -> RequestError {
         RequestError {
             container: self.container.clone(),
             resource: resource.to_string(),
@@ -297,6 +297,9 @@ impl ContainerResources {
     /// The container's request with the webhook's and the config's defaults
     /// applied, or `None` when it asks for no GPU.
     pub fn resolve(&self, cfg: &DeviceConfig) -> Result<Option<GpuRequest>, RequestError> {
+        if cfg.kind.kind().core_masks {
+            return self.resolve_core_masks(cfg);
+        }
         let injected = self.webhook_defaults(cfg);
         let count = match (self.count, injected.count) {
             (Some(c), _) => c,

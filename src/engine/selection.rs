@@ -82,6 +82,8 @@ pub struct KindRules {
     pub grouping: crate::devices::Grouping,
     /// A device holds one template size at a time.
     pub one_size: bool,
+    /// Cores are bits of a mask (`engine::core_masks`).
+    pub core_masks: bool,
 }
 
 impl KindRules {
@@ -90,6 +92,7 @@ impl KindRules {
         KindRules {
             grouping: kind.grouping,
             one_size: kind.templates.is_some_and(|t| t.one_template_per_device),
+            core_masks: kind.core_masks,
         }
     }
 }

@@ -32,9 +32,14 @@ pub fn binding_metadata(node: &str, lists: &[(&str, &str, &str)], now_unix: i64)
     ] {
         annotations.insert(key.to_string(), json!(value));
     }
+    // A kind without a to-allocate list (AWS Neuron) has `""` there.
     for (to_allocate, allocated, list) in lists {
-        annotations.insert(to_allocate.to_string(), json!(list));
-        annotations.insert(allocated.to_string(), json!(list));
+        for key in [to_allocate, allocated]
+            .into_iter()
+            .filter(|k| !k.is_empty())
+        {
+            annotations.insert(key.to_string(), json!(list));
+        }
     }
     json!({
         "annotations": annotations,

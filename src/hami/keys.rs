@@ -55,6 +55,17 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     if key.starts_with("CAMBRICON_DSMLU_") {
         return true;
     }
+    // What AWS's Neuron plugin reads of the allocation (10.3); not
+    // `NEURON_ALLOCATED`, which the plugin itself sets.
+    if matches!(
+        key,
+        "AWS_NEURON_IDS"
+            | "NEURON_RESOURCE_TYPE"
+            | "NEURON_ALLOC_TIME"
+            | "aws.amazon.com/predicate-node"
+    ) {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };

@@ -609,7 +609,12 @@ fn node_sources(node: &K8sNode) -> SourcesDigest {
     {
         add(node.metadata.annotations.as_ref().and_then(|a| a.get(key)));
     }
-    // Kinds read from node capacity (`devices::CapacityInventory`).
+    // Kinds read from node capacity (`devices::CapacityInventory`), and
+    // the labels that shape them.
+    let labels = node.metadata.labels.as_ref();
+    for label in crate::devices::kinds().filter_map(|(_, k)| Some(k.capacity?.ring_label?.0)) {
+        add(labels.and_then(|l| l.get(label)));
+    }
     let capacity = node.status.as_ref().and_then(|s| s.capacity.as_ref());
     for resource in crate::devices::kinds()
         .filter_map(|(_, k)| k.capacity)

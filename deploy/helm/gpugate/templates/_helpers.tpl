@@ -146,6 +146,19 @@ values, then device-config.content's cambricon section over them. */}}
 {{- toYaml $m -}}
 {{- end -}}
 
+{{/* The AWS Neuron section of gpugate's config: HAMi's chart literals,
+then device-config.content's awsneuron section over them. */}}
+{{- define "gpugate.awsneuron" -}}
+{{- $a := dict
+  "resourceCountName" "aws.amazon.com/neuron"
+  "resourceCoreName" "aws.amazon.com/neuroncore" -}}
+{{- $known := list "resourceCountName" "resourceCoreName" -}}
+{{- range $key, $v := include "gpugate.contentSection" (list . "awsneuron") | fromJson -}}
+{{- if has $key $known }}{{ $_ := set $a $key $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $a -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -205,6 +218,9 @@ not place fails the render. */}}
 {{ $m.resourceCountName }}
 {{ $m.resourceMemoryName }}
 {{ $m.resourceCoreName }}
+{{- $n := include "gpugate.awsneuron" . | fromYaml }}
+{{ $n.resourceCountName }}
+{{ $n.resourceCoreName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
