@@ -31,6 +31,7 @@ fn plan(count: u32, gpu_policy: GpuPolicy) -> PodPlan {
     PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: gpugate::engine::ContainerKind::App,
@@ -63,6 +64,7 @@ fn two_container_plan() -> PodPlan {
     PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![container("small", 8000), container("large", 30000)],
         },
         NodePolicy::Binpack,

@@ -2051,3 +2051,84 @@ async fn aws_neuron_pods_get_hamis_list_and_the_ids_awss_plugin_reads() {
     assert!(!a.contains_key("NEURON_RESOURCE_TYPE"), "{a:?}");
     assert_eq!(rig.lock("inf-node"), None);
 }
+
+#[tokio::test]
+async fn a_pod_asking_for_two_kinds_gets_both_lists_and_both_locks() {
+    // hami-vendors.md 1.3 and 1.8: an NVIDIA GPU in one container and a
+    // Cambricon MLU slice in another, on a node holding both: each kind's
+    // lists (one entry per container), the MLU profile, HAMi's lock and
+    // Cambricon's.
+    let mut n = node("both", 1);
+    n["status"] = json!({"capacity": {
+        "cambricon.com/mlu.smlu.vcore": "100", "cambricon.com/mlu.smlu.vmemory": "64"}});
+    let two = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "two", "namespace": "ml", "uid": "u-two"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [
+            {"name": "train", "image": "cuda", "resources": {"limits": {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "10"}}},
+            {"name": "infer", "image": "cambricon", "resources": {"limits": {
+                "cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "16",
+                "cambricon.com/mlu.smlu.vcore": "30"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(&[n], &[two], config(1.0));
+    assert_eq!(rig.bind("ml", "two", "u-two", "both").await, "");
+    let p = rig.pod("ml", "two");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/vgpu-devices-allocated"],
+        "GPU-both-0,NVIDIA,2000,10:;;"
+    );
+    assert_eq!(
+        a["hami.io/cambricon-mlu-devices-allocated"],
+        ";both-cambricon-mlu-0,MLU,4096,30:;"
+    );
+    assert_eq!(a["CAMBRICON_DSMLU_PROFILE"], "0_30_16");
+    assert!(rig.lock("both").unwrap().ends_with("Z,ml,two"));
+    assert!(node_annotation(&rig, "both", MLU_LOCK).is_some());
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-two")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn a_gpu_and_dcu_pod_is_read_back_as_it_was_placed() {
+    // NVIDIA's list has an entry per container, Hygon's only for the DCU
+    // containers (1.5): the ledger reads both back to the allocation held.
+    let two = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "two", "namespace": "ml", "uid": "u-two"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [
+            {"name": "logs", "image": "busybox"},
+            {"name": "infer", "image": "busybox", "resources": {"limits": {
+                "hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "60"}}},
+            {"name": "train", "image": "cuda", "resources": {"limits": {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "10"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(&[mixed_node("mix-1")], &[two], config(1.0));
+    assert_eq!(rig.bind("ml", "two", "u-two", "mix-1").await, "");
+    let p = rig.pod("ml", "two");
+    let a = annotations(&p);
+    assert!(
+        a["hami.io/vgpu-devices-allocated"]
+            .as_str()
+            .unwrap()
+            .starts_with(";;GPU-"),
+        "{a:?}"
+    );
+    assert!(
+        a["hami.io/dcu-devices-allocated"]
+            .as_str()
+            .unwrap()
+            .ends_with(",DCU,2000,60:;"),
+        "{a:?}"
+    );
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    let read = pod_allocation(&k).unwrap().unwrap();
+    assert!(rig.held("u-two").unwrap().written_as(&read), "{read:?}");
+}

@@ -114,6 +114,7 @@ fn arb_plan() -> impl Strategy<Value = PodPlan> {
             let mut plan = PodPlan::new(
                 PodRequest {
                     device_kind: Default::default(),
+                    also: Vec::new(),
                     containers,
                 },
                 node_policy,
@@ -380,6 +381,7 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
                 let warm = PodPlan::new(
                     PodRequest {
                         device_kind: Default::default(),
+                        also: Vec::new(),
                         containers: vec![ContainerRequest {
                             name: "w".into(),
                             kind: ContainerKind::App,
@@ -403,6 +405,7 @@ fn arb_small_case() -> impl Strategy<Value = (Node, PodPlan)> {
             let mut plan = PodPlan::new(
                 PodRequest {
                     device_kind: Default::default(),
+                    also: Vec::new(),
                     containers,
                 },
                 NodePolicy::Binpack,

@@ -384,19 +384,21 @@ async fn the_slice_fit_loop_judges_dcus() {
 }
 
 #[tokio::test]
-async fn a_pod_asking_for_two_kinds_is_refused_with_both_named() {
+async fn a_pod_asking_for_two_kinds_takes_both_on_a_node_holding_both() {
+    // hami-vendors.md 1.3: HAMi fits each vendor's request on the node's
+    // devices of that vendor; a pod asking for an NVIDIA GPU and a DCU goes
+    // to a node holding both.
     let two = yaml("tests/fixtures/pods/gpu-and-dcu.yaml");
-    let Validation::Deny(denial) = validate_pod(&two, &Config::default(), None) else {
-        panic!("a GPU-and-DCU pod must be refused");
-    };
-    assert!(
-        denial.message.contains("hygon.com/dcunum")
-            && denial.message.contains("Hygon DCU")
-            && denial.message.contains("NVIDIA GPU"),
-        "{}",
-        denial.message
-    );
-    // /filter refuses it on every node, never places one kind alone.
+    assert!(matches!(
+        validate_pod(&two, &Config::default(), None),
+        Validation::Allow { .. }
+    ));
+    let p: Pod = serde_json::from_value(two.clone()).unwrap();
+    let r = pod_request(&p, &Config::default()).unwrap();
+    assert_eq!(r.device_kind, KindId::NVIDIA);
+    assert_eq!(r.also.len(), 1);
+    assert_eq!(r.also[0].device_kind, KindId::HYGON);
+    assert_eq!(r.device_kinds(), [KindId::NVIDIA, KindId::HYGON]);
     let s = server(Config::default()).await;
     let out = post_json(
         &s,
@@ -404,13 +406,24 @@ async fn a_pod_asking_for_two_kinds_is_refused_with_both_named() {
         json!({"Pod": two, "NodeNames": ["dcu-1", "mixed", "gpu-only"]}),
     )
     .await;
-    assert!(
-        out["Error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("one kind of device per pod"),
-        "{out}"
-    );
+    assert_eq!(out["NodeNames"], json!(["mixed"]), "{out}");
+    // A node without DCUs is refused for its DCUs, named as such.
+    let (view, _) = snapshot().to_view();
+    let plan = gpugate::cluster::convert::pod_plan(&p, &Config::default()).unwrap();
+    match view.state().assign(&plan, "gpu-only") {
+        Err(e @ gpugate::engine::Rejection::OfKind { kind, .. }) => {
+            assert_eq!(kind, KindId::HYGON);
+            assert!(e.to_string().contains("Hygon DCUs"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(view.state().assign(&plan, "dcu-1").is_err());
+    // On the mixed node both kinds are granted, each on its own devices.
+    let a = view.state().assign(&plan, "mixed").unwrap();
+    let kinds: Vec<KindId> = a.containers.iter().flatten().map(|d| d.kind).collect();
+    assert_eq!(kinds, [KindId::NVIDIA, KindId::HYGON]);
+    assert!(a.containers[0][0].uuid.starts_with("GPU-M-"));
+    assert!(a.containers[1][0].uuid.starts_with("DCU-M-"));
     // A DCU pod that names an NVIDIA count of 0 is a DCU pod.
     let zero_gpu = pod(
         "zero",

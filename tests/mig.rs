@@ -88,6 +88,7 @@ fn plan(mem: u64, count: u32) -> PodPlan {
     PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: ContainerKind::App,
@@ -280,6 +281,7 @@ fn hamis_documented_choices() {
     let half = PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![ContainerRequest {
                 name: "main".into(),
                 kind: ContainerKind::App,
@@ -701,6 +703,7 @@ fn the_joint_search_stacks_instances_on_one_gpu_as_hami_does() {
         let plan = PodPlan::new(
             PodRequest {
                 device_kind: Default::default(),
+                also: Vec::new(),
                 containers,
             },
             NodePolicy::Binpack,
@@ -838,6 +841,7 @@ fn the_joint_search_takes_stacked_instances_back_whole() {
     let plan = PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![app("a", 2, 4000), app("d", 1, 30000)],
         },
         NodePolicy::Binpack,

@@ -89,13 +89,26 @@ pub fn mutate(
         .filter(|_| nv.kind.kind().hami_core);
     let mut edits = PodEdits::default();
     let mut uses_gpus = false;
-    let soft = crate::engine::templates::soft_split(nv.kind, pod);
+    // A pod may ask for several kinds (an NVIDIA GPU and an Ascend NPU):
+    // each kind's edits, the first kind's with the namespace policy.
+    let asked = config.asked_device_configs(spec.all_containers());
+    let kinds: Vec<(&DeviceConfig, Option<&NamespacePolicy>, bool)> = asked
+        .iter()
+        .enumerate()
+        .map(|(i, cfg)| {
+            let soft = crate::engine::templates::soft_split(cfg.kind, pod);
+            (*cfg, policy.filter(|_| i == 0), soft)
+        })
+        .collect();
     for (init, containers) in [(true, &spec.init_containers), (false, &spec.containers)] {
         for (i, container) in containers.iter().enumerate() {
-            let edit = match container_edits(container, nv, policy, soft) {
-                Ok(edit) => edit,
-                Err(refusal) => return refusal,
-            };
+            let mut edit = ContainerOutcome::default();
+            for &(cfg, policy, soft) in &kinds {
+                match container_edits(container, cfg, policy, soft) {
+                    Ok(more) => edit.merge(more),
+                    Err(refusal) => return refusal,
+                }
+            }
             uses_gpus |= edit.uses_gpus;
             if !edit.edits.is_empty() {
                 let by_index = if init {
@@ -117,17 +130,33 @@ pub fn mutate(
         if spec.scheduler_name.get().is_none_or(|n| n != ours) {
             edits.scheduler_name = Some(ours);
         }
-        if !nv.runtime_class_name.is_empty() && matches!(spec.runtime_class_name, Slot::Absent) {
-            edits.runtime_class_name = Some(&nv.runtime_class_name);
+        let class = asked
+            .iter()
+            .map(|c| &c.runtime_class_name)
+            .find(|c| !c.is_empty());
+        if let Some(class) = class.filter(|_| matches!(spec.runtime_class_name, Slot::Absent)) {
+            edits.runtime_class_name = Some(class);
         }
     }
     Mutation::Patch(edits.to_ops(pod))
 }
 
 /// One container's additions, and whether it asks for GPUs.
+#[derive(Default)]
 struct ContainerOutcome<'c> {
     edits: ContainerEdits<'c>,
     uses_gpus: bool,
+}
+
+impl<'c> ContainerOutcome<'c> {
+    /// Adds another kind's additions to the same container.
+    fn merge(&mut self, other: ContainerOutcome<'c>) {
+        self.uses_gpus |= other.uses_gpus;
+        self.edits.limits.extend(other.edits.limits);
+        self.edits.requests.extend(other.edits.requests);
+        self.edits.env.extend(other.edits.env);
+        self.edits.env_len = self.edits.env_len.max(other.edits.env_len);
+    }
 }
 
 /// What one container gets; a refusal (`Deny` or `Invalid`) as the error.

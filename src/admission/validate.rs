@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::config::{Config, DeviceConfig};
 use crate::engine::annotations::Annotations as _;
 use crate::engine::quantity::parse_whole;
-use crate::engine::request::{ContainerResources, ContainerSpec as _, PodRequest};
+use crate::engine::request::{ContainerResources, ContainerSpec as _};
 use crate::engine::{PlanError, PodPlan};
 
 use super::lean::Pairs;
@@ -93,9 +93,8 @@ pub fn validate(
             }
         }
     }
-    let others = config.other_device_configs(nv.kind);
-    let plan = PodRequest::from_containers(&spec.init_containers, &spec.containers, nv, &others)
-        .and_then(|request| request.split_into_templates(nv, pod))
+    let plan = config
+        .read_request(&spec.init_containers, &spec.containers, pod)
         .map_err(PlanError::from)
         .and_then(|request| PodPlan::from_parts(request, pod, config.default_policies()));
     let plan = match plan {

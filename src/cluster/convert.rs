@@ -21,21 +21,12 @@ pub fn pod_request(pod: &Pod, config: &Config) -> Result<PodRequest, RequestErro
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(PodRequest::default());
     };
-    let containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers);
-    let cfg = config.device_config_for(containers);
     let empty = BTreeMap::new();
-    let request = PodRequest::from_containers(
-        spec.init_containers.iter().flatten(),
-        &spec.containers,
-        cfg,
-        &config.other_device_configs(cfg.kind),
-    )?;
-    config.placed_here(&request)?;
-    request.split_into_templates(cfg, pod.metadata.annotations.as_ref().unwrap_or(&empty))
+    config.read_request(
+        spec.init_containers.as_deref().unwrap_or_default(),
+        &spec.containers[..],
+        pod.metadata.annotations.as_ref().unwrap_or(&empty),
+    )
 }
 
 /// A pod's plan: its request, selection annotations and policy overrides
@@ -53,12 +44,14 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
             NumaRequest::from_containers(spec.init_containers.iter().flatten(), &spec.containers);
     }
     plan.numa_scoring = config.scheduler.numa.scoring();
-    plan.selection.mig_allowlist = config
-        .device_config(plan.request.device_kind)
-        .mig_allowlist();
-    if config.vnpus.hami_vnpu_core {
-        plan.selection.unmarked_mode = Some(crate::devices::ascend::HAMI_CORE);
-    }
+    let edge = |p: &mut PodPlan| {
+        p.selection.mig_allowlist = config.device_config(p.request.device_kind).mig_allowlist();
+        if config.vnpus.hami_vnpu_core {
+            p.selection.unmarked_mode = Some(crate::devices::ascend::HAMI_CORE);
+        }
+    };
+    edge(&mut plan);
+    plan.also.iter_mut().for_each(edge);
     Ok(plan)
 }
 

@@ -790,8 +790,69 @@ impl Config {
             .unwrap_or(&self.nvidia)
     }
 
-    /// The sections of every kind but `kind`: what a pod read as `kind`'s
-    /// must not also ask for.
+    /// The sections a pod's containers are read with: the one
+    /// [`Config::device_config_for`] chooses, then every other kind one of
+    /// whose resources a container asks for, in the order of
+    /// [`crate::devices::KINDS`]. Never empty.
+    pub fn asked_device_configs<'c, C>(
+        &self,
+        containers: impl Iterator<Item = &'c C> + Clone,
+    ) -> Vec<&DeviceConfig>
+    where
+        C: crate::engine::request::ContainerSpec + 'c,
+    {
+        let first = self.device_config_for(containers.clone());
+        std::iter::once(first)
+            .chain(self.device_configs().into_iter().filter(|cfg| {
+                cfg.kind != first.kind
+                    && containers.clone().any(|c| {
+                        cfg.gpu_resource_names()
+                            .iter()
+                            .any(|n| !n.is_empty() && crate::engine::request::asks_for(c, n))
+                    })
+            }))
+            .collect()
+    }
+
+    /// A pod's request, from its init containers then its app containers:
+    /// read with the section [`Config::device_config_for`] chooses, and
+    /// every other kind a container asks for read with its own section
+    /// into `also` (a pod may take an NVIDIA GPU and an Ascend NPU on one
+    /// node, as HAMi places it; hami-vendors.md 1.3). A kind the config
+    /// leaves to another scheduler, or one gpugate does not place, is
+    /// refused, naming the container; templates are applied per kind.
+    pub fn read_request<'c, C, I>(
+        &self,
+        init: I,
+        app: I,
+        annotations: &impl crate::engine::annotations::Annotations,
+    ) -> Result<crate::engine::PodRequest, crate::engine::request::RequestError>
+    where
+        C: crate::engine::request::ContainerSpec + 'c,
+        I: IntoIterator<Item = &'c C> + Clone,
+        I::IntoIter: Clone,
+    {
+        let asked = self.asked_device_configs(init.clone().into_iter().chain(app.clone()));
+        let first = asked[0];
+        let read = |cfg: &DeviceConfig| {
+            let request = crate::engine::PodRequest::from_containers(
+                init.clone(),
+                app.clone(),
+                cfg,
+                &self.other_device_configs(cfg.kind),
+            )?;
+            self.placed_here(&request)?;
+            request.split_into_templates(cfg, annotations)
+        };
+        let mut request = read(first)?;
+        for cfg in &asked[1..] {
+            request.also.push(read(cfg)?);
+        }
+        Ok(request)
+    }
+
+    /// The sections of every kind but `kind`: read on their own when a pod
+    /// read as `kind`'s asks for them too.
     pub fn other_device_configs(&self, kind: crate::devices::KindId) -> Vec<&DeviceConfig> {
         self.device_configs()
             .into_iter()

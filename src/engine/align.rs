@@ -218,6 +218,7 @@ mod tests {
         let mut p = PodPlan::new(
             PodRequest {
                 device_kind: Default::default(),
+                also: Vec::new(),
                 containers: containers
                     .iter()
                     .enumerate()

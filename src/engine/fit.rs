@@ -51,6 +51,46 @@ pub fn fit_pod_in(
     rules: &[ZoneRule],
     scratch: &mut Scratch,
 ) -> Result<(), Rejection> {
+    fit_kind_in(node, plan, rules, scratch)?;
+    if plan.also.is_empty() {
+        return Ok(());
+    }
+    fit_other_kinds(node, plan, rules, scratch)
+}
+
+/// The pod's other kinds (`PodPlan::also`), after its first kind's grants
+/// (in `scratch.grants`): each on the same node, its grants added. Devices
+/// of different kinds are different devices, so the node's usage is what
+/// each fits on.
+fn fit_other_kinds(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    scratch: &mut Scratch,
+) -> Result<(), Rejection> {
+    let mut grants = std::mem::take(&mut scratch.grants);
+    for other in &plan.also {
+        let fitted = fit_kind_in(node, other, rules, scratch);
+        grants.append(&mut scratch.grants);
+        if let Err(rejection) = fitted {
+            scratch.grants.clear();
+            return Err(Rejection::OfKind {
+                kind: other.selection.kind,
+                rejection: Box::new(rejection),
+            });
+        }
+    }
+    scratch.grants = grants;
+    Ok(())
+}
+
+/// [`fit_pod_in`] for the plan's own kind.
+fn fit_kind_in(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    scratch: &mut Scratch,
+) -> Result<(), Rejection> {
     scratch.grants.clear();
     if node.gpus.is_empty() {
         return Err(Rejection::NodeUnregistered);
@@ -625,6 +665,7 @@ mod tests {
         PodPlan::new(
             PodRequest {
                 device_kind: Default::default(),
+                also: Vec::new(),
                 containers: containers
                     .into_iter()
                     .enumerate()

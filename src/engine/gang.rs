@@ -375,6 +375,7 @@ mod tests {
                     }),
                 }],
                 device_kind: crate::devices::KindId::NVIDIA,
+                also: Vec::new(),
             };
             p
         };

@@ -236,6 +236,7 @@ mod tests {
         PodPlan::new(
             PodRequest {
                 device_kind: Default::default(),
+                also: Vec::new(),
                 containers: (0..containers).map(c).collect(),
             },
             NodePolicy::Binpack,

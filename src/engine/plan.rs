@@ -24,6 +24,9 @@ pub struct PodPlan {
     pub numa_scoring: NumaScoring,
     /// The device score's weights (`hami.io/device-scoring-weights`).
     pub scoring_weights: ScoringWeights,
+    /// A plan per other kind the pod asks for (`PodRequest::also`), each
+    /// with that kind's selection: fitted on the same node after this one.
+    pub also: Vec<PodPlan>,
 }
 
 /// Why a pod cannot be planned.
@@ -57,9 +60,15 @@ impl PodPlan {
         annotations: &impl Annotations,
         defaults: DefaultPolicies,
     ) -> Result<Self, PlanError> {
+        let also = request
+            .also
+            .iter()
+            .map(|r| PodPlan::from_parts(r.clone(), annotations, defaults))
+            .collect::<Result<_, _>>()?;
         Ok(PodPlan {
             selection: Selection::from_annotations(request.device_kind, annotations)?,
             request,
+            also,
             node_policy: policy_override(annotations, keys::NODE_SCHEDULER_POLICY, defaults.node)?,
             gpu_policy: policy_override(annotations, keys::GPU_SCHEDULER_POLICY, defaults.gpu)?,
             numa: NumaRequest::default(),
@@ -85,6 +94,7 @@ impl PodPlan {
             numa: NumaRequest::default(),
             numa_scoring: NumaScoring::default(),
             scoring_weights: ScoringWeights::default(),
+            also: Vec::new(),
         }
     }
 }
@@ -113,6 +123,7 @@ pub(crate) fn whole_gpu_plan(node_policy: NodePolicy) -> PodPlan {
     PodPlan::new(
         PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![ContainerRequest {
                 name: "c".into(),
                 kind: super::ContainerKind::App,

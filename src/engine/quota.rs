@@ -374,6 +374,7 @@ mod tests {
     fn counted(containers: Vec<ContainerRequest>) -> (u64, u64) {
         let a = QuotaAmount::of_request(&PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers,
         });
         (a.mem_mib, a.cores)
@@ -546,6 +547,7 @@ mod tests {
     fn percent_memory_counts_zero_before_placement() {
         let request = PodRequest {
             device_kind: Default::default(),
+            also: Vec::new(),
             containers: vec![container(false, 2, Memory::Percent(50), 30)],
         };
         assert_eq!(

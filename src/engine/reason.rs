@@ -165,6 +165,12 @@ pub enum Rejection {
         zones: u32,
         counts: ReasonCounts,
     },
+    /// The pod's devices of another kind than its first did not fit
+    /// (a pod asking for two kinds, `PodPlan::also`).
+    OfKind {
+        kind: crate::devices::KindId,
+        rejection: Box<Rejection>,
+    },
 }
 
 impl Rejection {
@@ -184,6 +190,7 @@ impl Rejection {
                             | Reason::CardUuidMismatch
                     )
             }),
+            Rejection::OfKind { rejection, .. } => rejection.is_unresolvable(),
         }
     }
 
@@ -195,6 +202,7 @@ impl Rejection {
             Rejection::Devices { counts, .. } | Rejection::NumaZones { counts, .. } => {
                 counts.iter().map(|(r, _)| r.as_str()).collect()
             }
+            Rejection::OfKind { rejection, .. } => rejection.codes(),
         }
     }
 }
@@ -220,6 +228,9 @@ impl fmt::Display for Rejection {
                 write!(f, " (one NUMA zone for {subject})")
             }
             Rejection::Devices { gpus, counts, .. } => render_counts(f, *gpus, counts),
+            Rejection::OfKind { kind, rejection } => {
+                write!(f, "{rejection} ({}s)", kind.kind().noun)
+            }
         }
     }
 }

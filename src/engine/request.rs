@@ -58,6 +58,11 @@ pub struct PodRequest {
     /// names the containers use): the kind whose selection annotations
     /// apply and whose devices the pod may take.
     pub device_kind: KindId,
+    /// The requests for the other kinds the pod asks for, each read with
+    /// its kind's section (containers as here, with only that kind's
+    /// devices): a pod may ask for an NVIDIA GPU and an Ascend NPU, and
+    /// takes both on one node (hami-vendors.md 1.3). Empty for most pods.
+    pub also: Vec<PodRequest>,
 }
 
 impl PodRequest {
@@ -68,11 +73,17 @@ impl PodRequest {
 
     /// The kinds of device it asks for (none when it asks for none).
     pub fn device_kinds(&self) -> Vec<KindId> {
+        let mut out = Vec::new();
         if self.has_gpus() {
-            vec![self.device_kind]
-        } else {
-            Vec::new()
+            out.push(self.device_kind);
         }
+        out.extend(
+            self.also
+                .iter()
+                .filter(|r| r.has_gpus())
+                .map(|r| r.device_kind),
+        );
+        out
     }
 
     /// Each container's kind, in order.
@@ -89,9 +100,10 @@ impl PodRequest {
             .unwrap_or(0)
     }
 
-    /// Reads init containers, then app containers, from any view of them.
-    /// `others` are the sections of the other kinds gpugate places: a pod
-    /// that asks for one of them too is refused (one kind per pod).
+    /// Reads init containers, then app containers, from any view of them,
+    /// as `cfg`'s kind. `others` are the sections of the other kinds
+    /// gpugate places (read on their own, `Config::read_request`); a
+    /// resource of a kind gpugate does not place refuses the pod.
     pub fn from_containers<'c, C: ContainerSpec + 'c>(
         init: impl IntoIterator<Item = &'c C>,
         app: impl IntoIterator<Item = &'c C>,
@@ -119,6 +131,7 @@ impl PodRequest {
         let request = PodRequest {
             containers,
             device_kind: cfg.kind,
+            also: Vec::new(),
         };
         // A pod gpugate places must not lose part of its request: one that
         // also asks for a kind gpugate does not place is refused. A pod
@@ -152,38 +165,28 @@ pub trait ContainerSpec {
     }
 }
 
-/// The first resource of `c` of a device kind other than `cfg`'s that it
-/// asks at least one of, as the error that refuses its pod: a kind gpugate
-/// does not place ([`crate::devices::NOT_PLACED`]), or another kind it
-/// places (`others`), since a pod takes devices of one kind.
+/// The first resource of `c` of a device kind gpugate does not place
+/// ([`crate::devices::NOT_PLACED`]) that it asks at least one of, as the
+/// error that refuses its pod.
 fn not_placed_in<C: ContainerSpec + ?Sized>(
     c: &C,
     cfg: &DeviceConfig,
     others: &[&DeviceConfig],
 ) -> Option<RequestError> {
     let own = cfg.gpu_resource_names();
-    let this = cfg.kind.kind();
     c.resource_names().into_iter().find_map(|name| {
         // A name the config gives gpugate's own kind is never another's.
         if name.is_empty() || own.contains(&name) {
             return None;
         }
         let asked = || asks_for(c, name);
-        if let Some(other) = others
+        // Another kind gpugate places: read with its own section
+        // (`Config::read_request`), never taken for an unplaced kind's.
+        if others
             .iter()
-            .find(|o| o.gpu_resource_names().contains(&name))
+            .any(|o| o.gpu_resource_names().contains(&name))
         {
-            let other = other.kind.kind();
-            return asked().then(|| RequestError {
-                container: c.name().to_string(),
-                resource: name.to_string(),
-                problem: format!(
-                    "asks for {}s in a pod that asks for {}s: gpugate places one kind of \
-                     device per pod, so one of them would be lost; ask for them in pods of \
-                     their own",
-                    other.noun, this.noun
-                ),
-            });
+            return None;
         }
         let kind = crate::devices::not_placed(name)?;
         asked().then(|| RequestError {

@@ -20,9 +20,14 @@ use super::{NodeReason, Verdict, gang, judge};
 /// Whether preempting pods on a node refused for this reason can help:
 /// the node lacks free GPU (or NUMA zone) capacity, not GPUs at all.
 pub fn capacity_shortage(reason: &NodeReason) -> bool {
+    let engine = match reason {
+        NodeReason::Engine(Rejection::OfKind { rejection, .. }) => Some(&**rejection),
+        NodeReason::Engine(r) => Some(r),
+        _ => None,
+    };
     matches!(
-        reason,
-        NodeReason::Engine(Rejection::Devices { .. } | Rejection::NumaZones { .. })
+        engine,
+        Some(Rejection::Devices { .. } | Rejection::NumaZones { .. })
     ) && !reason.is_unresolvable()
 }
 

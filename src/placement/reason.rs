@@ -226,6 +226,9 @@ pub enum NodeReason {
 impl NodeReason {
     pub fn code(&self) -> ReasonCode {
         match self {
+            NodeReason::Engine(Rejection::OfKind { rejection, .. }) => {
+                NodeReason::Engine((**rejection).clone()).code()
+            }
             NodeReason::Engine(Rejection::NodeUnregistered) => ReasonCode::NodeUnregistered,
             NodeReason::Engine(Rejection::NodeInsufficientDevice { .. }) => {
                 ReasonCode::NodeInsufficientDevice

@@ -157,6 +157,9 @@ fn rejection_words(r: &Rejection, cfg: &DeviceConfig) -> String {
     let kind = cfg.kind.kind();
     let units = format!("{}s", kind.unit());
     match r {
+        Rejection::OfKind { kind, rejection } => {
+            rejection_words(rejection, &DeviceConfig::for_kind(*kind))
+        }
         Rejection::NodeUnregistered => format!(
             "the node has no {units} registered by HAMi's device plugin ({}). If kube-scheduler offers it anyway, its {units} may come through DRA (a DeviceClass whose extendedResourceName is the pod's {} resource): gpugate places slices only on {units} HAMi's device plugin registers",
             match kind.capacity {
