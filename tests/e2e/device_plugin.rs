@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use futures::StreamExt as _;
-use gpugate::hami::keys::{BIND_PHASE, NODE_LOCK, VGPU_DEVICES_TO_ALLOCATE};
+use gpugate::hami::keys::{BIND_PHASE, NODE_LOCK};
 use gpugate::hami::node_lock::decode_node_lock;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use kube::Client;
@@ -230,8 +230,22 @@ fn lock_holder(
 }
 
 /// Whether a container asks for devices: a `…/gpu` count resource, under
-/// any resource name prefix, or another device kind's count.
+/// any resource name prefix, or any of another device kind's resources.
 fn asks_for_gpus(c: &Container) -> bool {
+    resource_names(c).any(|k| {
+        k.ends_with("/gpu")
+            || gpugate::devices::kinds().any(|(_, kind)| names_of(kind).contains(&k))
+    })
+}
+
+/// Whether a container asks for devices of `kind` (any of its resources).
+fn asks_for_kind(c: &Container, kind: &gpugate::devices::DeviceKind) -> bool {
+    let names = names_of(kind);
+    resource_names(c).any(|k| names.contains(&k) || (kind.hami_core && k.ends_with("/gpu")))
+}
+
+/// The resource names of a container's limits and requests.
+fn resource_names(c: &Container) -> impl Iterator<Item = &str> {
     let r = c.resources.as_ref();
     [
         r.and_then(|r| r.limits.as_ref()),
@@ -239,22 +253,57 @@ fn asks_for_gpus(c: &Container) -> bool {
     ]
     .into_iter()
     .flatten()
-    .any(|m| {
-        m.keys().any(|k| {
-            k.ends_with("/gpu")
-                || gpugate::devices::kinds().any(|(_, kind)| kind.config.resource_count_name == k)
-        })
-    })
+    .flat_map(|m| m.keys().map(String::as_str))
 }
 
-/// The device list the pod's device plugin hands out: the first device
-/// kind's to-allocate annotation the pod carries (each plugin reads its
-/// own kind's).
-fn to_allocate_key(annotations: &std::collections::BTreeMap<String, String>) -> &'static str {
+/// A kind's resource names, as HAMi's chart names them.
+fn names_of(kind: &gpugate::devices::DeviceKind) -> Vec<&'static str> {
+    let c = &kind.config;
+    [
+        c.resource_count_name,
+        c.resource_memory_name,
+        c.resource_memory_percentage_name,
+        c.resource_core_name,
+    ]
+    .into_iter()
+    .filter(|n| !n.is_empty())
+    .collect()
+}
+
+/// The device kinds whose allocated list the pod carries, in `KINDS`
+/// order.
+fn kinds_held(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Vec<&'static gpugate::devices::DeviceKind> {
     gpugate::devices::kinds()
-        .map(|(_, kind)| kind.pod_lists.to_allocate)
-        .find(|key| annotations.contains_key(*key))
-        .unwrap_or(VGPU_DEVICES_TO_ALLOCATE)
+        .map(|(_, k)| k)
+        .filter(|k| annotations.contains_key(k.pod_lists.allocated))
+        .collect()
+}
+
+/// The pod's containers (init first) that ask for `kind`: for a HAMi-core
+/// kind (whose resources may be renamed), those asking for devices but
+/// none of the other kinds in `held`.
+fn containers_of(
+    pod: &Pod,
+    kind: &gpugate::devices::DeviceKind,
+    held: &[&gpugate::devices::DeviceKind],
+) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        .filter(|c| {
+            if kind.hami_core {
+                asks_for_gpus(c)
+                    && !held
+                        .iter()
+                        .any(|k| !std::ptr::eq(*k, kind) && asks_for_kind(c, k))
+            } else {
+                asks_for_kind(c, kind)
+            }
+        })
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 impl State {
@@ -520,12 +569,175 @@ fn runtime_info_missing(
         .map(|uuid| format!("{} names no {uuid}", chip.runtime_info))
 }
 
+/// Allocate for each of the pod's device containers, by the protocol of
+/// each kind it holds: HAMi's lock ([`admit_hami`]) for most, Cambricon's
+/// own lock and AWS's `NEURON_ALLOCATED` for theirs ([`admit_vendor`]).
+/// `Ok(Some(t))`: HAMi's lock, taken at `t`, was released.
+async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::Timestamp>> {
+    let pods: Api<Pod> = Api::namespaced(plugin.client.clone(), &job.pod.0);
+    let pod = match pods.get(&job.pod.1).await {
+        Ok(p) => p,
+        Err(e) if not_found(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let held = kinds_held(&pod.metadata.annotations.clone().unwrap_or_default());
+    let hami = gpugate::devices::NodeLockStyle::Hami;
+    let mut released = None;
+    if held.is_empty() || held.iter().any(|k| k.node_lock == hami) {
+        released = admit_hami(plugin, job).await?;
+    }
+    for kind in held.iter().filter(|k| k.node_lock != hami) {
+        admit_vendor(plugin, job, kind, &held).await?;
+    }
+    Ok(released)
+}
+
+/// Allocate for a kind whose plugin does not go through HAMi's lock
+/// (inferred from the keys HAMi writes for it; hami-vendors.md 4.6, 10.6):
+///
+/// - Cambricon: the node carries `cambricon.com/dsmlu.lock`; the pod's
+///   `CAMBRICON_DSMLU_PROFILE` describes its first MLU entry
+///   (`<index>_<cores>_<units>`); the plugin hands out the to-allocate
+///   entries, sets `CAMBRICON_DSMLU_ASSIGNED: "true"` and removes the
+///   lock.
+/// - AWS Neuron: the pod names the node (`aws.amazon.com/predicate-node`)
+///   and lists its devices or cores (`AWS_NEURON_IDS`); the plugin hands
+///   out the allocated entries and sets `NEURON_ALLOCATED: "true"`.
+async fn admit_vendor(
+    plugin: &Shared,
+    job: &Job,
+    kind: &'static gpugate::devices::DeviceKind,
+    held: &[&gpugate::devices::DeviceKind],
+) -> anyhow::Result<()> {
+    use gpugate::devices::{aws_neuron, cambricon};
+    let who = format!("{}/{}", job.pod.0, job.pod.1);
+    let pods: Api<Pod> = Api::namespaced(plugin.client.clone(), &job.pod.0);
+    let nodes: Api<Node> = Api::all(plugin.client.clone());
+    let cambricon = std::ptr::eq(kind, &cambricon::CAMBRICON);
+    let (done_key, list_key) = if cambricon {
+        (cambricon::DSMLU_ASSIGNED, kind.pod_lists.to_allocate)
+    } else {
+        (aws_neuron::ALLOCATED, kind.pod_lists.allocated)
+    };
+    for _ in 0..CONFLICT_TRIES {
+        let pod = match pods.get(&job.pod.1).await {
+            Ok(p) => p,
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        match annotations.get(done_key).map(String::as_str) {
+            Some("true") => return Ok(()),
+            Some("false") => {}
+            other => {
+                mistake(
+                    plugin,
+                    format!("Allocate for {who}: {done_key} is {other:?}"),
+                );
+                return Ok(());
+            }
+        }
+        let containers = containers_of(&pod, kind, held);
+        let list = annotations.get(list_key).cloned().unwrap_or_default();
+        let (entries, rest) = pop_entries(&list, containers.len());
+        let problem = if cambricon {
+            let node = nodes.get_metadata(&job.node).await?;
+            let locked = node
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(cambricon::NODE_LOCK));
+            // The first device of the first entry.
+            let profile = entries.first().and_then(|e| {
+                let f: Vec<&str> = e.split(':').next()?.split(',').collect();
+                let index = f.first()?.rsplit('-').next()?;
+                let units = f.get(2)?.parse::<u64>().ok()? / 256;
+                Some(format!("{index}_{}_{units}", f.get(3)?))
+            });
+            if !locked {
+                Some(format!("node {} has no {}", job.node, cambricon::NODE_LOCK))
+            } else if annotations.get(cambricon::DSMLU_PROFILE) != profile.as_ref() {
+                Some(format!(
+                    "{} is {:?}, its first MLU {profile:?}",
+                    cambricon::DSMLU_PROFILE,
+                    annotations.get(cambricon::DSMLU_PROFILE)
+                ))
+            } else {
+                None
+            }
+        } else if annotations.get(aws_neuron::PREDICATE_NODE) != Some(&job.node)
+            || annotations
+                .get(aws_neuron::NEURON_IDS)
+                .is_none_or(|v| v.is_empty())
+        {
+            Some(format!(
+                "{} and {} do not name node {} and its devices",
+                aws_neuron::PREDICATE_NODE,
+                aws_neuron::NEURON_IDS,
+                job.node
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            mistake(plugin, format!("Allocate for {who}: {problem}"));
+            return Ok(());
+        }
+        let mut changes = serde_json::Map::new();
+        changes.insert(done_key.to_string(), json!("true"));
+        if cambricon {
+            changes.insert(list_key.to_string(), json!(rest));
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "annotations": changes,
+        }});
+        match pods
+            .patch(&job.pod.1, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if conflict(&e) => continue,
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let served: Vec<Served> = containers
+            .iter()
+            .enumerate()
+            .map(|(i, container)| Served {
+                container: container.clone(),
+                entry: entries.get(i).cloned().unwrap_or_default(),
+                from: who.clone(),
+            })
+            .collect();
+        if served.iter().any(|s| s.entry.is_empty()) {
+            mistake(
+                plugin,
+                format!("Allocate for {who}: a container got no entry: {served:?}"),
+            );
+        }
+        lock(&plugin.record.served)
+            .entry(job.pod.clone())
+            .or_default()
+            .extend(served);
+        if cambricon {
+            // Released without an owner check, as HAMi's own release does.
+            let patch = json!({"metadata": {"annotations": {cambricon::NODE_LOCK: null}}});
+            nodes
+                .patch(&job.node, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        return Ok(());
+    }
+    bail!("pod {who}: {CONFLICT_TRIES} conflicts in a row")
+}
+
 /// Allocate for each of the pod's GPU containers, as HAMi's plugin does:
 /// the pod is the one the node's lock names (Pending and bound here), its
 /// next entries go to the containers, then it is marked `success` and the
 /// lock released, each write with the resourceVersion read as
 /// precondition. `Ok(Some(t))`: a lock taken at `t` was released.
-async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::Timestamp>> {
+async fn admit_hami(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::Timestamp>> {
     let client = &plugin.client;
     let who = format!("{}/{}", job.pod.0, job.pod.1);
     let nodes: Api<Node> = Api::all(client.clone());
@@ -594,29 +806,51 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
                 return Ok(None);
             }
         }
-        let key = to_allocate_key(&annotations);
-        let list = annotations.get(key).cloned().unwrap_or_default();
-        let (entries, rest) = pop_entries(&list, job.containers.len());
-        // Ascend's plugin looks each device up by UUID in huawei.com/<chip>
-        // for its template (hami-vendors.md 2.6): one missing is an error.
-        if let Some(missing) = runtime_info_missing(&annotations, key, &entries) {
-            mistake(plugin, format!("Allocate for {who}: {missing}"));
-            return Ok(None);
-        }
-        let served: Vec<Served> = job
-            .containers
+        // Each kind behind HAMi's lock hands its own list to its own
+        // containers (a pod may hold two kinds; hami-vendors.md 1.3).
+        let all_held = kinds_held(&annotations);
+        let mut hami_kinds: Vec<_> = all_held
             .iter()
-            .enumerate()
-            .map(|(i, container)| Served {
+            .copied()
+            .filter(|k| k.node_lock == gpugate::devices::NodeLockStyle::Hami)
+            .collect();
+        if hami_kinds.is_empty() {
+            hami_kinds.push(gpugate::devices::KindId::NVIDIA.kind());
+        }
+        let mut served: Vec<Served> = Vec::new();
+        let mut rests = serde_json::Map::new();
+        let mut done = true;
+        for (n, kind) in hami_kinds.iter().enumerate() {
+            let key = kind.pod_lists.to_allocate;
+            // The pod's own containers of the kind; for another pod's
+            // list (a hazard), the admitted pod's containers.
+            let containers = if from == who {
+                containers_of(&pod, kind, &all_held)
+            } else if n == 0 {
+                job.containers.clone()
+            } else {
+                Vec::new()
+            };
+            let list = annotations.get(key).cloned().unwrap_or_default();
+            let (entries, rest) = pop_entries(&list, containers.len());
+            // Ascend's plugin looks each device up by UUID in
+            // huawei.com/<chip> for its template (hami-vendors.md 2.6): one
+            // missing is an error.
+            if let Some(missing) = runtime_info_missing(&annotations, key, &entries) {
+                mistake(plugin, format!("Allocate for {who}: {missing}"));
+                return Ok(None);
+            }
+            served.extend(containers.iter().enumerate().map(|(i, container)| Served {
                 container: container.clone(),
                 entry: entries.get(i).cloned().unwrap_or_default(),
                 from: from.clone(),
-            })
-            .collect();
-        let done = rest.split(';').all(str::is_empty);
+            }));
+            done &= rest.split(';').all(str::is_empty);
+            rests.insert(key.to_string(), json!(rest));
+        }
         let mut patch = json!({"metadata": {
             "resourceVersion": pod.metadata.resource_version,
-            "annotations": {key: rest},
+            "annotations": rests,
         }});
         if done {
             patch["metadata"]["annotations"][BIND_PHASE] = json!("success");

@@ -81,6 +81,10 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "huawei.com/Ascend910B3",
         "huawei.com/Ascend910C",
         "kunlunxin.com/vxpu",
+        "cambricon.com/mlu.smlu.vcore",
+        "cambricon.com/mlu.smlu.vmemory",
+        "aws.amazon.com/neuron",
+        "aws.amazon.com/neuroncore",
     ] {
         if let Some(count) = status
             .as_ref()

@@ -1,10 +1,12 @@
 //! Device kinds besides NVIDIA on the real control plane (issue 40): a
-//! mixed cluster of NVIDIA, Hygon DCU and HCU, and Ascend 910B3 and 910C
-//! nodes. The simulated device plugin registers DCUs as Hygon's does
-//! (HAMi's legacy text) and NPUs as HAMi's ascend-device-plugin does
-//! (JSON with network groups), and hands out each kind's to-allocate
-//! entries through the node lock (for NPUs, finding each one's template in
-//! `huawei.com/<chip>`).
+//! mixed cluster of NVIDIA, Hygon DCU and HCU, Ascend 910B3 and 910C,
+//! Kunlunxin vXPU, Cambricon MLU and AWS Neuron nodes. The nodes register
+//! as each vendor's plugin does (HAMi's legacy text for DCUs, JSON for
+//! NPUs and vXPUs, node capacity only for MLUs and Neuron devices); the
+//! simulated plugin hands out each kind's entries by its protocol: through
+//! HAMi's node lock (for NPUs, finding each one's template in
+//! `huawei.com/<chip>`), Cambricon's own lock and profile, AWS's
+//! `AWS_NEURON_IDS` (tests/e2e/device_plugin.rs).
 
 use std::time::Duration;
 
@@ -266,12 +268,191 @@ async fn kunlun(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()
     admitted_with_own_devices(plugin, admin, ns, "xpu-four").await
 }
 
+/// A node with two NVIDIA T4s and two Cambricon MLUs of 16,384 MiB, the
+/// MLUs advertised as Cambricon's plugin does: node capacity only
+/// (hami-vendors.md 4.2).
+fn gpu_and_mlu_node(name: &str) -> Value {
+    let mut node = gpu_node(name, 2, 10, 16384, "NVIDIA Tesla T4");
+    node["status"]["capacity"]["cambricon.com/mlu.smlu.vcore"] = json!("200");
+    node["status"]["capacity"]["cambricon.com/mlu.smlu.vmemory"] = json!("128");
+    node
+}
+
+/// A trn1 node with eight Neuron devices of two cores, advertised as AWS's
+/// plugin does: node capacity only (hami-vendors.md 10.2).
+fn neuron_node(name: &str) -> Value {
+    let mut node = plain_node(
+        name,
+        json!({}),
+        json!({"aws.amazon.com/neuron": "8", "aws.amazon.com/neuroncore": "16"}),
+    );
+    node["metadata"]["labels"]["node.kubernetes.io/instance-type"] = json!("trn1.32xlarge");
+    node
+}
+
+/// The value of `key` on `pod`, for messages.
+fn shown(pod: &Pod, key: &str) -> String {
+    format!("{key}={:?}", annotation(pod, key))
+}
+
+/// Kinds read from node capacity, and a pod of two kinds, on the real
+/// control plane (hami-vendors.md sections 4 and 10, 1.3):
+///
+/// - a Cambricon slice binds on vd-7 with HAMi's list and the DSMLU
+///   profile, behind Cambricon's lock, which the simulated plugin finds
+///   and releases;
+/// - a NeuronCore binds as core 0 of a device, four whole devices take the
+///   aligned window beside it, with the `AWS_NEURON_IDS` AWS's plugin
+///   reads, no lock;
+/// - a pod asking for an NVIDIA GPU and an MLU binds on the one node with
+///   both, each container given its own kind's entry;
+/// - the ledger equals the annotations; deleting the pods frees every MLU
+///   and Neuron device (two whole MLUs, then eight devices, bind).
+async fn capacity_kinds(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod(
+            "mlu-slice",
+            &[
+                ("cambricon.com/vmlu", "1"),
+                ("cambricon.com/mlu.smlu.vmemory", "16"),
+                ("cambricon.com/mlu.smlu.vcore", "30"),
+            ],
+        ),
+    )
+    .await?;
+    let mlu = wait_bound(admin, ns, "mlu-slice", BIND).await?;
+    let list = annotation(&mlu, "hami.io/cambricon-mlu-devices-allocated").unwrap_or_default();
+    let index = list
+        .strip_prefix(";vd-7-cambricon-mlu-")
+        .and_then(|l| l.strip_suffix(",MLU,4096,30:;"))
+        .unwrap_or_default()
+        .to_string();
+    // `CAMBRICON_DSMLU_ASSIGNED` is "false" until the (simulated) plugin
+    // has set the MLU up, which may be done by now.
+    ensure!(
+        (index == "0" || index == "1")
+            && annotation(&mlu, "CAMBRICON_DSMLU_PROFILE") == Some(&format!("{index}_30_16")[..])
+            && annotation(&mlu, "CAMBRICON_DSMLU_ASSIGNED").is_some(),
+        "mlu-slice: {list:?}, {}",
+        shown(&mlu, "CAMBRICON_DSMLU_PROFILE")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "mlu-slice").await?;
+
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("neuron-core", &[("aws.amazon.com/neuroncore", "1")]),
+    )
+    .await?;
+    let core = wait_bound(admin, ns, "neuron-core", BIND).await?;
+    let list = annotation(&core, "hami.io/aws-neuron-devices-allocated").unwrap_or_default();
+    ensure!(
+        list == ";vd-8-AWSNeuron-0,AWSNeuron,0,1:;"
+            && annotation(&core, "AWS_NEURON_IDS") == Some("0")
+            && annotation(&core, "NEURON_RESOURCE_TYPE") == Some("aws.amazon.com/neuroncore")
+            && annotation(&core, "NEURON_ALLOCATED").is_some()
+            && annotation(&core, "aws.amazon.com/predicate-node") == Some("vd-8")
+            && annotation(&core, "NEURON_ALLOC_TIME").is_some_and(|t| t.parse::<i128>().is_ok()),
+        "neuron-core: {list:?}, {}",
+        shown(&core, "AWS_NEURON_IDS")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "neuron-core").await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("neuron-four", &[("aws.amazon.com/neuron", "4")]),
+    )
+    .await?;
+    let four = wait_bound(admin, ns, "neuron-four", BIND).await?;
+    ensure!(
+        npu_indexes(&four)? == [4, 5, 6, 7]
+            && annotation(&four, "AWS_NEURON_IDS") == Some("4,5,6,7")
+            && annotation(&four, "NEURON_RESOURCE_TYPE").is_none(),
+        "neuron-four: {:?}, {}",
+        uuids(&four)?,
+        shown(&four, "AWS_NEURON_IDS")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "neuron-four").await?;
+
+    // Two kinds in one pod: vd-1 has GPUs but no MLUs, so vd-7.
+    let mut two = gpu_pod(
+        "gpu-and-mlu",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "3000")],
+    );
+    if let Some(containers) = two["spec"]["containers"].as_array_mut() {
+        containers.push(json!({"name": "infer", "image": "busybox",
+            "resources": {"limits": {"cambricon.com/vmlu": "1",
+                "cambricon.com/mlu.smlu.vmemory": "8", "cambricon.com/mlu.smlu.vcore": "20"}}}));
+    }
+    create_pod(admin, ns, &two).await?;
+    let two = wait_bound(admin, ns, "gpu-and-mlu", BIND).await?;
+    let gpus = annotation(&two, "hami.io/vgpu-devices-allocated").unwrap_or_default();
+    let mlus = annotation(&two, "hami.io/cambricon-mlu-devices-allocated").unwrap_or_default();
+    ensure!(
+        node_of(&two) == "vd-7"
+            && gpus.starts_with("GPU-vd-7-")
+            && gpus.ends_with(",NVIDIA,3000,0:;;")
+            && mlus.starts_with(";vd-7-cambricon-mlu-")
+            && mlus.ends_with(",MLU,2048,20:;"),
+        "gpu-and-mlu on {}: {gpus:?} and {mlus:?}",
+        node_of(&two)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "gpu-and-mlu").await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+
+    // Deleting frees them: two whole MLUs, and eight whole devices.
+    for name in ["mlu-slice", "gpu-and-mlu", "neuron-core", "neuron-four"] {
+        pods.delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    }
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("mlu-two", &[("cambricon.com/vmlu", "2")]),
+    )
+    .await?;
+    let two = wait_bound_after_delete(admin, ns, "mlu-two", BIND).await?;
+    ensure!(
+        annotation(&two, "hami.io/cambricon-mlu-devices-allocated")
+            == Some(";vd-7-cambricon-mlu-0,MLU,16384,100:vd-7-cambricon-mlu-1,MLU,16384,100:;"),
+        "mlu-two: {}",
+        shown(&two, "hami.io/cambricon-mlu-devices-allocated")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "mlu-two").await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("neuron-eight", &[("aws.amazon.com/neuron", "8")]),
+    )
+    .await?;
+    let eight = wait_bound_after_delete(admin, ns, "neuron-eight", BIND).await?;
+    ensure!(
+        npu_indexes(&eight)? == (0..8).collect::<Vec<_>>(),
+        "neuron-eight: {:?}",
+        uuids(&eight)?
+    );
+    admitted_with_own_devices(plugin, admin, ns, "neuron-eight").await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
 /// vd-3 two HCUs (HAMi master's names).
 /// A DCU slice, an NVIDIA slice, three whole DCUs and a pending fourth;
-/// a pod asking for both kinds is refused; deleting the slice frees its
+/// a pod asking for a kind gpugate does not place is refused; deleting the slice frees its
 /// DCU for the pending pod; the ledger equals the annotations throughout.
 pub async fn mixed_cluster(
     ctx: &Ctx,
@@ -289,11 +470,14 @@ pub async fn mixed_cluster(
             npu_node("vd-4", "Ascend910B3", 8),
             npu_node("vd-5", "Ascend910C", 4),
             xpu_node("vd-6"),
+            gpu_and_mlu_node("vd-7"),
+            neuron_node("vd-8"),
         ],
     )
     .await?;
     ascend(ctx, plugin, ns).await?;
     kunlun(ctx, plugin, ns).await?;
+    capacity_kinds(ctx, plugin, ns).await?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
@@ -350,7 +534,7 @@ pub async fn mixed_cluster(
         "Allocate gave {served:?}"
     );
 
-    // An NVIDIA pod goes to the one node with GPUs, with NVIDIA's list.
+    // An NVIDIA pod goes to a node with GPUs, with NVIDIA's list.
     create_pod(
         admin,
         ns,
@@ -361,14 +545,11 @@ pub async fn mixed_cluster(
     )
     .await?;
     let gpu = wait_bound(admin, ns, "gpu-slice", BIND).await?;
-    ensure!(
-        node_of(&gpu) == "vd-1",
-        "the GPU pod went to {}",
-        node_of(&gpu)
-    );
+    let on = node_of(&gpu);
+    ensure!(on == "vd-1" || on == "vd-7", "the GPU pod went to {on}");
     let gpus = annotation(&gpu, "hami.io/vgpu-devices-allocated").unwrap_or_default();
     ensure!(
-        gpus.starts_with("GPU-vd-1-") && gpus.ends_with(",NVIDIA,3000,0:;"),
+        gpus.starts_with(&format!("GPU-{on}-")) && gpus.ends_with(",NVIDIA,3000,0:;"),
         "hami.io/vgpu-devices-allocated is {gpus:?}"
     );
     ensure!(
@@ -398,15 +579,16 @@ pub async fn mixed_cluster(
     );
     admitted_with_own_devices(plugin, admin, ns, "hcu-slice").await?;
 
-    // Both kinds in one pod: refused, both named.
+    // A kind gpugate does not place beside one it does: refused, named,
+    // never placed with the GPU alone.
     let mut both = gpu_pod("both", &[("nvidia.com/gpu", "1")]);
     if let Some(containers) = both["spec"]["containers"].as_array_mut() {
-        containers.push(json!({"name": "dcu", "image": "busybox",
-                               "resources": {"limits": {"hygon.com/dcunum": "1"}}}));
+        containers.push(json!({"name": "sgpu", "image": "busybox",
+                               "resources": {"limits": {"metax-tech.com/sgpu": "1"}}}));
     }
     let refused = create_refused(admin, ns, &both).await?;
     ensure!(
-        refused.contains("Hygon DCUs in a pod that asks for NVIDIA GPUs"),
+        refused.contains("asks for Metax GPUs, which gpugate does not place yet"),
         "refused with {refused:?}"
     );
 
