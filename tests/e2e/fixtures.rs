@@ -385,6 +385,20 @@ pub async fn finish_evictions(api: &Api<Pod>, now: &DeleteParams) -> Result<Vec<
     Ok(standing)
 }
 
+/// Deletes the pods `names` of `ns` now (grace period 0: no kubelet would
+/// confirm).
+pub async fn delete_pods(client: &Client, ns: &str, names: &[&str]) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    for name in names {
+        pods.delete(name, &now).await?;
+    }
+    Ok(())
+}
+
 /// Deletes every pod of `ns` (grace period 0: no kubelet would confirm) and
 /// waits until none is left, deleting again what a late create added.
 pub async fn delete_all_pods(client: &Client, ns: &str, timeout: Duration) -> anyhow::Result<()> {

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
 use crate::device_plugin::DevicePlugin;
@@ -93,7 +92,6 @@ fn npu_indexes(pod: &Pod) -> anyhow::Result<Vec<usize>> {
 /// whole NPUs then bind).
 async fn ascend(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
     let admin = &ctx.cp.admin;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let b3 = |name: &str, limits: &[(&str, &str)]| dcu_pod(name, limits);
     create_pod(
         admin,
@@ -176,16 +174,7 @@ async fn ascend(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
 
     // Deleting the pods frees every NPU: eight whole 910B3 NPUs then bind.
-    for name in ["npu-slice", "npu-four", "npu-card"] {
-        pods.delete(
-            name,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await?;
-    }
+    delete_pods(admin, ns, &["npu-slice", "npu-four", "npu-card"]).await?;
     create_pod(
         admin,
         ns,
@@ -310,7 +299,6 @@ fn shown(pod: &Pod, key: &str) -> String {
 ///   and Neuron device (two whole MLUs, then eight devices, bind).
 async fn capacity_kinds(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
     let admin = &ctx.cp.admin;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     create_pod(
         admin,
         ns,
@@ -406,16 +394,7 @@ async fn capacity_kinds(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::R
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
 
     // Deleting frees them: two whole MLUs, and eight whole devices.
-    for name in ["mlu-slice", "gpu-and-mlu", "neuron-core", "neuron-four"] {
-        pods.delete(
-            name,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await?;
-    }
+    delete_pods(admin, ns, &["mlu-slice", "gpu-and-mlu", "neuron-core", "neuron-four"]).await?;
     create_pod(
         admin,
         ns,
@@ -478,7 +457,6 @@ pub async fn mixed_cluster(
     ascend(ctx, plugin, ns).await?;
     kunlun(ctx, plugin, ns).await?;
     capacity_kinds(ctx, plugin, ns).await?;
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).
@@ -630,14 +608,7 @@ pub async fn mixed_cluster(
 
     // Deleting the slice frees its DCU: the waiting pod takes it.
     let freed = list.split(',').next().unwrap_or_default().to_string();
-    pods.delete(
-        "dcu-slice",
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        },
-    )
-    .await?;
+    delete_pods(admin, ns, &["dcu-slice"]).await?;
     let taken = wait_bound_after_delete(admin, ns, waiting, BIND).await?;
     ensure!(
         uuids(&taken)? == [freed.clone()],
