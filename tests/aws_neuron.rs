@@ -69,9 +69,10 @@ fn devices_are_read_from_node_capacity_two_cores_each() {
     let cap = trn.gpus[0].capacity;
     assert_eq!((cap.slots, cap.cores, cap.mem_mib), (2, 3, 0));
     assert_eq!((trn.usage[0].slots, trn.usage[0].cores), (1, 1));
-    assert!(!trn.ring);
+    assert!(trn.gpus.iter().all(|g| g.network().is_none()));
     let inf = view.state().node("inf-1").unwrap();
-    assert!(inf.ring);
+    // A ring: one network group.
+    assert!(inf.gpus.iter().all(|g| g.network() == Some(0)));
     assert_eq!((inf.usage[1].slots, inf.usage[1].cores), (1, 3));
     // Four cores a device (inf1): nothing registered, and why.
     assert!(view.state().node("inf1-bad").unwrap().gpus.is_empty());

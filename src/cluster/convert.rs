@@ -112,17 +112,16 @@ pub enum NodeError {
     Capacity { node: String, problem: String },
 }
 
-/// Whether a kind read from node capacity says the node's devices form a
+/// Whether the node's label says its devices of a capacity kind form a
 /// ring (`devices::CapacityInventory::ring_label`: AWS's instance type).
-fn ring_of(node: &K8sNode) -> bool {
-    let labels = node.metadata.labels.as_ref();
-    devices::kinds()
-        .filter_map(|(_, k)| k.capacity?.ring_label)
-        .any(|(label, words)| {
-            labels
-                .and_then(|l| l.get(label))
-                .is_some_and(|v| words.iter().any(|w| v.contains(w)))
-        })
+fn is_ring(node: &K8sNode, inventory: &devices::CapacityInventory) -> bool {
+    inventory.ring_label.is_some_and(|(label, words)| {
+        node.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label))
+            .is_some_and(|v| words.iter().any(|w| v.contains(w)))
+    })
 }
 
 /// The devices of every kind read from node capacity
@@ -157,6 +156,8 @@ fn capacity_inventories(
                 }
                 let made = (inventory.devices)(&values)
                     .map_err(|e| format!("{} from capacity: {e}", kind.noun))?;
+                // Devices on a ring share one network group (Grouping::Windows).
+                let network = is_ring(node, inventory).then_some(0);
                 Ok(made
                     .into_iter()
                     .enumerate()
@@ -171,7 +172,7 @@ fn capacity_inventories(
                         health: true,
                         mode: String::new(),
                         mig_profiles: Vec::new(),
-                        network_id: None,
+                        network_id: network,
                     })
                     .collect())
             };
@@ -299,7 +300,6 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         }));
     }
     let mut out = Node::new(name.clone(), gpus);
-    out.ring = ring_of(node);
     for (key, scores) in devices::kinds().filter_map(|(_, k)| {
         let key = k.score_key?;
         Some((key, get(key)?))

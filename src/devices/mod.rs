@@ -338,7 +338,8 @@ pub enum Grouping {
     /// at once (Ascend 910C, 2.5).
     CardPairs,
     /// Windows of consecutive idle devices (AWS Neuron, 10.5): on a node
-    /// whose devices form a ring (`Node::ring`), starting anywhere;
+    /// whose devices form a ring (registered in one network group,
+    /// `Gpu::network`), starting anywhere;
     /// otherwise 4, 8 or 16 devices starting at a multiple of their number.
     Windows,
     /// An eight-card board of two wings (indexes 0-3 and 4-7) linked

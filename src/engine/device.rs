@@ -135,8 +135,10 @@ pub struct Gpu {
     /// modes decide how the GPU is shared ([`Gpu::set_mode`]).
     pub kind: KindId,
     /// The network group the device plugin registered the device in
-    /// (Ascend's `NetworkID`), [`NO_NETWORK`] when none: see
-    /// [`Gpu::network`]. Two bytes, so that a GPU stays two cache lines.
+    /// (Ascend's `NetworkID`; for AWS Neuron devices, 0 when the instance's
+    /// devices form a ring, `CapacityInventory::ring_label`),
+    /// [`NO_NETWORK`] when none: see [`Gpu::network`]. Two bytes, so that
+    /// a GPU stays two cache lines.
     network: i16,
     pub uuid: String,
     /// Model string, e.g. `NVIDIA A100-SXM4-40GB`.
@@ -352,9 +354,6 @@ pub struct Node {
     /// shared between copies like `gpus`.
     pub(crate) pair_scores: std::sync::Arc<[i32]>,
     pub(crate) totals: NodeTotals,
-    /// Its devices form a ring: a window of consecutive devices may start
-    /// anywhere (`Grouping::Windows`; AWS Inferentia instances, 10.5).
-    pub ring: bool,
 }
 
 impl Node {
@@ -375,7 +374,6 @@ impl Node {
             pair_scores: vec![0; n * n].into(),
             gpus: gpus.into(),
             totals,
-            ring: false,
         }
     }
 

@@ -51,46 +51,6 @@ pub fn fit_pod_in(
     rules: &[ZoneRule],
     scratch: &mut Scratch,
 ) -> Result<(), Rejection> {
-    fit_kind_in(node, plan, rules, scratch)?;
-    if plan.also.is_empty() {
-        return Ok(());
-    }
-    fit_other_kinds(node, plan, rules, scratch)
-}
-
-/// The pod's other kinds (`PodPlan::also`), after its first kind's grants
-/// (in `scratch.grants`): each on the same node, its grants added. Devices
-/// of different kinds are different devices, so the node's usage is what
-/// each fits on.
-fn fit_other_kinds(
-    node: &Node,
-    plan: &PodPlan,
-    rules: &[ZoneRule],
-    scratch: &mut Scratch,
-) -> Result<(), Rejection> {
-    let mut grants = std::mem::take(&mut scratch.grants);
-    for other in &plan.also {
-        let fitted = fit_kind_in(node, other, rules, scratch);
-        grants.append(&mut scratch.grants);
-        if let Err(rejection) = fitted {
-            scratch.grants.clear();
-            return Err(Rejection::OfKind {
-                kind: other.selection.kind,
-                rejection: Box::new(rejection),
-            });
-        }
-    }
-    scratch.grants = grants;
-    Ok(())
-}
-
-/// [`fit_pod_in`] for the plan's own kind.
-fn fit_kind_in(
-    node: &Node,
-    plan: &PodPlan,
-    rules: &[ZoneRule],
-    scratch: &mut Scratch,
-) -> Result<(), Rejection> {
     scratch.grants.clear();
     if node.gpus.is_empty() {
         return Err(Rejection::NodeUnregistered);
@@ -165,7 +125,7 @@ fn fit_kind_in(
                 if let Some(grants) = found {
                     scratch.grants = grants;
                     scratch.app_usage = app;
-                    return Ok(());
+                    return other_kinds(node, plan, rules, scratch);
                 }
             }
             scratch.app_usage = app;
@@ -177,6 +137,51 @@ fn fit_kind_in(
         }
     }
     scratch.app_usage = app;
+    other_kinds(node, plan, rules, scratch)
+}
+
+/// Done for a pod of one kind; the pod's other kinds fitted after its
+/// first ([`fit_other_kinds`]) otherwise.
+#[inline(always)]
+fn other_kinds(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    scratch: &mut Scratch,
+) -> Result<(), Rejection> {
+    if plan.also.is_empty() {
+        Ok(())
+    } else {
+        fit_other_kinds(node, plan, rules, scratch)
+    }
+}
+
+/// The pod's other kinds (`PodPlan::also`), after its first kind's grants
+/// (in `scratch.grants`): each on the same node, its grants added. Devices
+/// of different kinds are different devices, so the node's usage is what
+/// each fits on. Out of line: most pods ask for one kind, and their fit
+/// stays as it was (docs/benchmarks.md, "Counted, not timed").
+#[cold]
+#[inline(never)]
+fn fit_other_kinds(
+    node: &Node,
+    plan: &PodPlan,
+    rules: &[ZoneRule],
+    scratch: &mut Scratch,
+) -> Result<(), Rejection> {
+    let mut grants = std::mem::take(&mut scratch.grants);
+    for other in &plan.also {
+        let fitted = fit_pod_in(node, other, rules, scratch);
+        grants.append(&mut scratch.grants);
+        if let Err(rejection) = fitted {
+            scratch.grants.clear();
+            return Err(Rejection::OfKind {
+                kind: other.selection.kind,
+                rejection: Box::new(rejection),
+            });
+        }
+    }
+    scratch.grants = grants;
     Ok(())
 }
 

@@ -84,7 +84,9 @@ pub fn choose(
                 .filter(|&c| usage.get(candidates[c].0).is_none_or(|u| u.slots == 0))
                 .map(|c| (gpu(c).index, c))
                 .collect();
-            let step = if node.ring {
+            // Devices on a ring share a network group (cluster::convert).
+            let ring = order.first().is_some_and(|&c| gpu(c).network().is_some());
+            let step = if ring {
                 1
             } else if matches!(n, 4 | 8 | 16) {
                 n as u32

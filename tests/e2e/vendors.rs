@@ -394,7 +394,12 @@ async fn capacity_kinds(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::R
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
 
     // Deleting frees them: two whole MLUs, and eight whole devices.
-    delete_pods(admin, ns, &["mlu-slice", "gpu-and-mlu", "neuron-core", "neuron-four"]).await?;
+    delete_pods(
+        admin,
+        ns,
+        &["mlu-slice", "gpu-and-mlu", "neuron-core", "neuron-four"],
+    )
+    .await?;
     create_pod(
         admin,
         ns,
