@@ -2132,3 +2132,35 @@ async fn a_gpu_and_dcu_pod_is_read_back_as_it_was_placed() {
     let read = pod_allocation(&k).unwrap().unwrap();
     assert!(rig.held("u-two").unwrap().written_as(&read), "{read:?}");
 }
+
+#[tokio::test]
+async fn a_biren_pod_gets_hamis_biren_lists() {
+    // hami-vendors.md 12.3: `hami.io/Biren-devices-to-allocate` =
+    // `-allocated` (capital B), vendor word Biren, usedmem and usedcores 0,
+    // one entry per container; HAMi's lock.
+    let mut n = node("br-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-biren-register":
+        r#"[{"id":"BR-0","index":0,"count":1,"devmem":65024,"type":"Biren","health":true}]"#});
+    let br = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "br", "namespace": "ml", "uid": "u-br"},
+        "spec": {"schedulerName": "hami-scheduler", "initContainers": [
+            {"name": "fetch", "image": "busybox"}], "containers": [
+            {"name": "main", "image": "biren", "resources": {"limits": {
+                "birentech.com/gpu": "1"}}}]},
+        "status": {"phase": "Pending"}
+    });
+    let rig = Rig::new(&[n], &[br], config(1.0));
+    assert_eq!(rig.bind("ml", "br", "u-br", "br-node").await, "");
+    let p = rig.pod("ml", "br");
+    let a = annotations(&p);
+    assert_eq!(a["hami.io/Biren-devices-allocated"], ";BR-0,Biren,0,0:;");
+    assert_eq!(a["hami.io/Biren-devices-to-allocate"], ";BR-0,Biren,0,0:;");
+    assert!(rig.lock("br-node").unwrap().ends_with("Z,ml,br"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-br")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

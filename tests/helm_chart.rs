@@ -463,7 +463,7 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcucores",
     ]);
     // Then every Ascend chip's, in the order of HAMi's chart, then
-    // Kunlunxin's vXPU names, then Cambricon's, then AWS Neuron's.
+    // Kunlunxin's vXPU names, then Cambricon's, AWS Neuron's and Biren's.
     let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
         .iter()
         .flat_map(|k| {
@@ -482,6 +482,7 @@ fn renamed_resources_reach_every_object() {
         "cambricon.com/mlu.smlu.vcore",
         "aws.amazon.com/neuron",
         "aws.amazon.com/neuroncore",
+        "birentech.com/gpu",
     ]);
     assert_eq!(managed, want);
 

@@ -38,6 +38,8 @@ pub struct Config {
     pub cambricon: KindSection<{ crate::devices::KindId::CAMBRICON.index() }>,
     /// AWS Neuron devices: HAMi's `awsneuron` section.
     pub awsneuron: KindSection<{ crate::devices::KindId::AWS_NEURON.index() }>,
+    /// Biren GPUs: HAMi's `biren` section.
+    pub biren: KindSection<{ crate::devices::KindId::BIREN.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -696,6 +698,7 @@ impl Config {
             KindId::KUNLUN_VXPU => &*self.kunlun,
             KindId::CAMBRICON => &*self.cambricon,
             KindId::AWS_NEURON => &*self.awsneuron,
+            KindId::BIREN => &*self.biren,
             _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }

@@ -105,6 +105,7 @@ macro_rules! ascend_kind {
             }),
             grouping: $grouping,
             core_masks: false,
+            counts_only: false,
             node_lock: super::NodeLockStyle::Hami,
             bind_extras: None,
         };

@@ -84,6 +84,7 @@ pub static AWS_NEURON: DeviceKind = DeviceKind {
     templates: None,
     grouping: Grouping::Windows,
     core_masks: true,
+    counts_only: false,
     node_lock: NodeLockStyle::None,
     bind_extras: Some(neuron_ids),
 };

@@ -80,6 +80,7 @@ pub static CAMBRICON: DeviceKind = DeviceKind {
     templates: None,
     grouping: super::Grouping::Any,
     core_masks: false,
+    counts_only: false,
     node_lock: NodeLockStyle::Own {
         key: NODE_LOCK,
         hold: Duration::from_secs(120),

@@ -106,6 +106,7 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
         templates: None,
         grouping: super::Grouping::Any,
         core_masks: false,
+        counts_only: false,
         node_lock: super::NodeLockStyle::Hami,
         bind_extras: None,
     }

@@ -95,6 +95,7 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
     }),
     grouping: Grouping::Board8,
     core_masks: false,
+    counts_only: false,
     node_lock: super::NodeLockStyle::Hami,
     bind_extras: None,
 };

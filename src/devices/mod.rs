@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub mod ascend;
 pub mod aws_neuron;
+pub mod biren;
 pub mod cambricon;
 pub mod hcu;
 pub mod hygon;
@@ -44,6 +45,8 @@ impl KindId {
     pub const CAMBRICON: KindId = KindId(11);
     /// AWS Neuron devices (HAMi v2.10's `AWSNeuron` backend).
     pub const AWS_NEURON: KindId = KindId(12);
+    /// Biren GPUs (HAMi v2.10's `Biren` backend).
+    pub const BIREN: KindId = KindId(13);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -62,7 +65,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 13] = [
+pub static KINDS: [&DeviceKind; 14] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -76,6 +79,7 @@ pub static KINDS: [&DeviceKind; 13] = [
     &kunlun::KUNLUN_VXPU,
     &cambricon::CAMBRICON,
     &aws_neuron::AWS_NEURON,
+    &biren::BIREN,
 ];
 
 /// Every kind with its id.
@@ -112,7 +116,6 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // placed).
     ("aws.amazon.com/neurondevice", "AWS Neuron device"),
     ("amd.com/gpu", "AMD GPU"),
-    ("birentech.com/", "Biren GPU"),
     ("vastaitech.com/", "Vastai device"),
 ];
 
@@ -179,6 +182,10 @@ pub struct DeviceKind {
     /// container takes one core or the whole device; its cores resource
     /// counts cores, split over devices (AWS Neuron, hami-vendors.md 10).
     pub core_masks: bool,
+    /// Devices are taken by count alone: a container's grant accounts no
+    /// memory and no cores, and a device holds as many as its registered
+    /// split count (Biren, 12.5).
+    pub counts_only: bool,
     /// The node lock a bind of the kind's devices takes (hami-vendors.md
     /// 1.8).
     pub node_lock: NodeLockStyle,

@@ -89,6 +89,7 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     templates: None,
     grouping: super::Grouping::Any,
     core_masks: false,
+    counts_only: false,
     node_lock: super::NodeLockStyle::Hami,
     bind_extras: None,
 };

@@ -303,6 +303,19 @@ impl ContainerResources {
         if cfg.kind.kind().core_masks {
             return self.resolve_core_masks(cfg);
         }
+        if cfg.kind.kind().counts_only {
+            // The count alone; nothing else is read (Biren, 12.1).
+            return match self.count {
+                None | Some(0) => Ok(None),
+                Some(n) => Ok(Some(GpuRequest {
+                    count: u32::try_from(n).map_err(|_| {
+                        self.error(&cfg.resource_count_name, format!("{n} devices is too many"))
+                    })?,
+                    memory: Memory::Mib(0),
+                    cores: 0,
+                })),
+            };
+        }
         let injected = self.webhook_defaults(cfg);
         let count = match (self.count, injected.count) {
             (Some(c), _) => c,

@@ -85,6 +85,7 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "cambricon.com/mlu.smlu.vmemory",
         "aws.amazon.com/neuron",
         "aws.amazon.com/neuroncore",
+        "birentech.com/gpu",
     ] {
         if let Some(count) = status
             .as_ref()

@@ -431,6 +431,48 @@ async fn capacity_kinds(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::R
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
 }
 
+/// A node with two Biren GPUs registered as biren-device-plugin does
+/// (hami-vendors.md 12.2): JSON, `type` Biren, count 1.
+fn biren_node(name: &str) -> Value {
+    let register: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"id": format!("BR-{name}-{i}"), "index": i, "count": 1, "devmem": 65024,
+                   "type": "Biren", "health": true})
+        })
+        .collect();
+    plain_node(
+        name,
+        json!({"hami.io/node-biren-register": Value::Array(register).to_string()}),
+        json!({"birentech.com/gpu": "2"}),
+    )
+}
+
+/// Biren on the real control plane (hami-vendors.md section 12): a GPU by
+/// count binds with HAMi's capitalised lists and no memory or cores, its
+/// container given its entry through HAMi's lock; a second takes the
+/// other GPU.
+async fn biren(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    for name in ["br-a", "br-b"] {
+        create_pod(admin, ns, &dcu_pod(name, &[("birentech.com/gpu", "1")])).await?;
+        let bound = wait_bound(admin, ns, name, BIND).await?;
+        let list = annotation(&bound, "hami.io/Biren-devices-allocated").unwrap_or_default();
+        ensure!(
+            list.starts_with(";BR-vd-9-") && list.ends_with(",Biren,0,0:;"),
+            "{name}: {list:?}"
+        );
+        admitted_with_own_devices(plugin, admin, ns, name).await?;
+    }
+    let all = bound_pods(admin, ns).await?;
+    let held: std::collections::BTreeSet<String> = all
+        .iter()
+        .filter(|p| node_of(p) == "vd-9")
+        .flat_map(|p| uuids(p).unwrap_or_default())
+        .collect();
+    ensure!(held.len() == 2, "the Biren pods hold {held:?}");
+    Ok(())
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -456,12 +498,14 @@ pub async fn mixed_cluster(
             xpu_node("vd-6"),
             gpu_and_mlu_node("vd-7"),
             neuron_node("vd-8"),
+            biren_node("vd-9"),
         ],
     )
     .await?;
     ascend(ctx, plugin, ns).await?;
     kunlun(ctx, plugin, ns).await?;
     capacity_kinds(ctx, plugin, ns).await?;
+    biren(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).

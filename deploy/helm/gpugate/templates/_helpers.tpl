@@ -159,6 +159,14 @@ then device-config.content's awsneuron section over them. */}}
 {{- toYaml $a -}}
 {{- end -}}
 
+{{/* The Biren section of gpugate's config: HAMi's birenResourceName,
+then device-config.content's biren section over it. */}}
+{{- define "gpugate.biren" -}}
+{{- $b := dict "resourceCountName" .Values.birenResourceName -}}
+{{- with (include "gpugate.contentSection" (list . "biren") | fromJson).resourceCountName }}{{ $_ := set $b "resourceCountName" . }}{{ end -}}
+{{- toYaml $b -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -221,6 +229,8 @@ not place fails the render. */}}
 {{- $n := include "gpugate.awsneuron" . | fromYaml }}
 {{ $n.resourceCountName }}
 {{ $n.resourceCoreName }}
+{{- $b := include "gpugate.biren" . | fromYaml }}
+{{ $b.resourceCountName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
