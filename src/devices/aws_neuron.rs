@@ -12,8 +12,8 @@
 //! `aws.amazon.com/predicate-node`; 10.3). No node lock (1.8).
 
 use super::{
-    CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, Entries, ExtrasInput, Grouping,
-    NodeLockStyle, PodLists, SelectionKeys, Sharing, WebhookEnv,
+    CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, ExtrasInput, Grouping,
+    NO_RESOURCES, NO_SELECTION, NodeLockStyle, PodLists, SelectionKeys, VENDOR_DEFAULTS,
 };
 
 /// The vendor word in pod device lists, and every device's type.
@@ -37,7 +37,6 @@ pub const PREDICATE_NODE: &str = "aws.amazon.com/predicate-node";
 pub static AWS_NEURON: DeviceKind = DeviceKind {
     name: "awsneuron",
     vendor: VENDOR,
-    register_key: "",
     capacity: Some(&CapacityInventory {
         resources: &[NEURON, NEURONCORE],
         id_word: VENDOR,
@@ -45,48 +44,27 @@ pub static AWS_NEURON: DeviceKind = DeviceKind {
         ring_label: Some(("node.kubernetes.io/instance-type", &["inf", "Inf"])),
         devices: neuron_devices,
     }),
-    score_key: None,
     selection: SelectionKeys {
-        use_type: "",
-        nouse_type: "",
         use_uuid: "aws.amazon.com/use-neuron-uuid",
         nouse_uuid: "aws.amazon.com/nouse-neuron-uuid",
-        mode: "",
-        numa_bind: "",
+        ..NO_SELECTION
     },
-    modes: &[],
-    default_mode: "",
-    other_modes: Some(Sharing::Slices),
-    env: WebhookEnv {
-        hide_devices: ("", ""),
-        core_policy: "",
-        task_priority: "",
-    },
-    hami_core: false,
     noun: "AWS Neuron device",
     pod_lists: PodLists {
         // HAMi writes the allocated list only (10.3).
         to_allocate: "",
         allocated: "hami.io/aws-neuron-devices-allocated",
     },
-    // Every device's type is the vendor word: one entry per container.
-    entries: Entries::EveryContainer,
     config: ConfigDefaults {
         resource_count_name: NEURON,
-        resource_memory_name: "",
-        resource_memory_percentage_name: "",
         resource_core_name: NEURONCORE,
-        resource_priority_name: "",
-        default_cores: 0,
-        default_gpu_num: 0,
-        memory_factor: 1,
+        ..NO_RESOURCES
     },
-    templates: None,
     grouping: Grouping::Windows,
     core_masks: true,
-    counts_only: false,
     node_lock: NodeLockStyle::None,
     bind_extras: Some(neuron_ids),
+    ..VENDOR_DEFAULTS
 };
 
 /// The devices of a node whose capacity is `[devices, cores]` (10.2): each

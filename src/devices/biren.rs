@@ -7,8 +7,8 @@
 //! every HAMi backend shares.
 
 use super::{
-    ConfigDefaults, DeviceKind, Entries, Grouping, NodeLockStyle, PodLists, SelectionKeys, Sharing,
-    WebhookEnv,
+    ConfigDefaults, DeviceKind, NO_RESOURCES, NO_SELECTION, PodLists, SelectionKeys,
+    VENDOR_DEFAULTS,
 };
 
 /// Node: the inventory (JSON; 12.2).
@@ -21,25 +21,11 @@ pub static BIREN: DeviceKind = DeviceKind {
     name: "biren",
     vendor: VENDOR,
     register_key: NODE_REGISTER,
-    capacity: None,
-    score_key: None,
     selection: SelectionKeys {
-        use_type: "",
-        nouse_type: "",
         use_uuid: "birentech.com/use-gpuuuid",
         nouse_uuid: "birentech.com/nouse-gpuuuid",
-        mode: "",
-        numa_bind: "",
+        ..NO_SELECTION
     },
-    modes: &[],
-    default_mode: "",
-    other_modes: Some(Sharing::Slices),
-    env: WebhookEnv {
-        hide_devices: ("", ""),
-        core_policy: "",
-        task_priority: "",
-    },
-    hami_core: false,
     noun: "Biren GPU",
     pod_lists: PodLists {
         // Capital B: HAMi names the keys after the vendor word (12.3).
@@ -47,22 +33,11 @@ pub static BIREN: DeviceKind = DeviceKind {
         allocated: "hami.io/Biren-devices-allocated",
     },
     // The plugin registers `type` Biren, the vendor word: one entry per
-    // container (1.5).
-    entries: Entries::EveryContainer,
+    // container (1.5, the default).
     config: ConfigDefaults {
         resource_count_name: "birentech.com/gpu",
-        resource_memory_name: "",
-        resource_memory_percentage_name: "",
-        resource_core_name: "",
-        resource_priority_name: "",
-        default_cores: 0,
-        default_gpu_num: 0,
-        memory_factor: 1,
+        ..NO_RESOURCES
     },
-    templates: None,
-    grouping: Grouping::Any,
-    core_masks: false,
     counts_only: true,
-    node_lock: NodeLockStyle::Hami,
-    bind_extras: None,
+    ..VENDOR_DEFAULTS
 };

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use super::{
-    CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, Entries, ExtrasInput,
-    NodeLockStyle, PodLists, SelectionKeys, Sharing, WebhookEnv,
+    CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, ExtrasInput, NO_RESOURCES,
+    NO_SELECTION, NodeLockStyle, PodLists, SelectionKeys, VENDOR_DEFAULTS,
 };
 
 /// The vendor word in pod device lists, and the type of every MLU.
@@ -33,59 +33,39 @@ pub const DSMLU_PROFILE: &str = "CAMBRICON_DSMLU_PROFILE";
 pub static CAMBRICON: DeviceKind = DeviceKind {
     name: "cambricon",
     vendor: VENDOR,
-    register_key: "",
     capacity: Some(&CapacityInventory {
         resources: &[VCORE, VMEMORY],
         id_word: "cambricon-mlu",
         ring_label: None,
         devices: mlus,
     }),
-    score_key: None,
     selection: SelectionKeys {
-        use_type: "",
-        nouse_type: "",
         use_uuid: "cambricon.com/use-gpuuuid",
         nouse_uuid: "cambricon.com/nouse-gpuuuid",
-        mode: "",
-        numa_bind: "",
+        ..NO_SELECTION
     },
-    modes: &[],
-    default_mode: "",
-    other_modes: Some(Sharing::Slices),
-    env: WebhookEnv {
-        hide_devices: ("", ""),
-        core_policy: "",
-        task_priority: "",
-    },
-    hami_core: false,
     noun: "Cambricon MLU",
     pod_lists: PodLists {
         to_allocate: "hami.io/cambricon-mlu-devices-to-allocate",
         allocated: "hami.io/cambricon-mlu-devices-allocated",
     },
     // Every MLU's type is the vendor word, so HAMi pads the list with one
-    // entry per container (1.5).
-    entries: Entries::EveryContainer,
+    // entry per container (1.5, the default).
     config: ConfigDefaults {
         resource_count_name: "cambricon.com/vmlu",
         resource_memory_name: VMEMORY,
-        resource_memory_percentage_name: "",
         resource_core_name: VCORE,
-        resource_priority_name: "",
         // A count alone takes its MLUs whole (4.7).
         default_cores: 100,
-        default_gpu_num: 0,
         memory_factor: MEMORY_UNIT_MIB,
+        ..NO_RESOURCES
     },
-    templates: None,
-    grouping: super::Grouping::Any,
-    core_masks: false,
-    counts_only: false,
     node_lock: NodeLockStyle::Own {
         key: NODE_LOCK,
         hold: Duration::from_secs(120),
     },
     bind_extras: Some(dsmlu_profile),
+    ..VENDOR_DEFAULTS
 };
 
 /// The MLUs of a node whose capacity is `[vcores, vmemory units]` (4.2):

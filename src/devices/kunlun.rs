@@ -10,8 +10,8 @@
 //! placed.
 
 use super::{
-    ConfigDefaults, DeviceKind, Entries, Grouping, PodLists, SelectionKeys, Sharing, Template,
-    TemplateChip, WebhookEnv,
+    ConfigDefaults, DeviceKind, Grouping, NO_RESOURCES, NO_SELECTION, PodLists, SelectionKeys,
+    Template, TemplateChip, VENDOR_DEFAULTS,
 };
 
 /// Node: the vXPU inventory (JSON; 8.2).
@@ -24,42 +24,22 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
     name: "kunlun",
     vendor: VENDOR,
     register_key: NODE_REGISTER,
-    capacity: None,
-    score_key: None,
     selection: SelectionKeys {
-        use_type: "",
-        nouse_type: "",
         use_uuid: "hami.io/use-xpu-uuid",
         nouse_uuid: "hami.io/no-use-xpu-uuid",
-        mode: "",
-        numa_bind: "",
+        ..NO_SELECTION
     },
-    modes: &[],
-    default_mode: "",
-    other_modes: Some(Sharing::Slices),
-    env: WebhookEnv {
-        hide_devices: ("", ""),
-        core_policy: "",
-        task_priority: "",
-    },
-    hami_core: false,
     noun: "Kunlunxin XPU",
     pod_lists: PodLists {
         to_allocate: "hami.io/xpu-devices-to-allocate",
         allocated: "hami.io/xpu-devices-allocated",
     },
     // The plugin registers `type` = the vendor word (`XPU`), so HAMi pads
-    // the list with one entry per container (1.5).
-    entries: Entries::EveryContainer,
+    // the list with one entry per container (1.5, the default).
     config: ConfigDefaults {
         resource_count_name: "kunlunxin.com/vxpu",
         resource_memory_name: "kunlunxin.com/vxpu-memory",
-        resource_memory_percentage_name: "",
-        resource_core_name: "",
-        resource_priority_name: "",
-        default_cores: 0,
-        default_gpu_num: 0,
-        memory_factor: 1,
+        ..NO_RESOURCES
     },
     templates: Some(&TemplateChip {
         chip_name: "vXPU",
@@ -94,8 +74,5 @@ pub static KUNLUN_VXPU: DeviceKind = DeviceKind {
         writes_default_memory: false,
     }),
     grouping: Grouping::Board8,
-    core_masks: false,
-    counts_only: false,
-    node_lock: super::NodeLockStyle::Hami,
-    bind_extras: None,
+    ..VENDOR_DEFAULTS
 };

@@ -128,6 +128,65 @@ pub fn not_placed(resource: &str) -> Option<&'static str> {
         .map(|(_, kind)| *kind)
 }
 
+/// What a vendor's kind has unless it says otherwise: shared by slices in
+/// any mode its plugin names, no HAMi-core environment, one list entry per
+/// container, HAMi's node lock, no templates, grouping, masks or extras.
+/// A kind file gives its names and rules and takes the rest from here
+/// (`..VENDOR_DEFAULTS`; docs/architecture.md, "Device kinds").
+pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
+    name: "",
+    vendor: "",
+    register_key: "",
+    capacity: None,
+    score_key: None,
+    selection: NO_SELECTION,
+    modes: &[],
+    default_mode: "",
+    other_modes: Some(Sharing::Slices),
+    env: WebhookEnv {
+        hide_devices: ("", ""),
+        core_policy: "",
+        task_priority: "",
+    },
+    hami_core: false,
+    noun: "",
+    pod_lists: PodLists {
+        to_allocate: "",
+        allocated: "",
+    },
+    entries: Entries::EveryContainer,
+    config: NO_RESOURCES,
+    templates: None,
+    grouping: Grouping::Any,
+    core_masks: false,
+    counts_only: false,
+    node_lock: NodeLockStyle::Hami,
+    bind_extras: None,
+};
+
+/// No selection annotations (`..NO_SELECTION` for the ones a kind has).
+pub const NO_SELECTION: SelectionKeys = SelectionKeys {
+    use_type: "",
+    nouse_type: "",
+    use_uuid: "",
+    nouse_uuid: "",
+    mode: "",
+    numa_bind: "",
+};
+
+/// No resources and no request defaults (`..NO_RESOURCES` for the ones a
+/// kind has).
+pub const NO_RESOURCES: ConfigDefaults = ConfigDefaults {
+    resource_count_name: "",
+    resource_memory_name: "",
+    resource_memory_percentage_name: "",
+    resource_core_name: "",
+    resource_priority_name: "",
+    default_cores: 0,
+    default_gpu_num: 0,
+    memory_factor: 1,
+};
+
 /// What differs between kinds of devices on the wire and in the webhook.
 #[derive(Debug)]
 pub struct DeviceKind {
