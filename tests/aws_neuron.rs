@@ -143,7 +143,7 @@ fn a_core_is_the_free_bit_of_its_device() {
     assert_eq!(whole.len(), 1);
     assert_ne!(whole[0].0, 0);
     assert_eq!(whole[0].1, 3);
-    // Naming device 1 of inf-1 (held whole): its cores are short.
+    // inf-1's device 1 is held whole: a core never goes there.
     match place(
         json!({"aws.amazon.com/neuroncore": "1"}),
         "inf-1",

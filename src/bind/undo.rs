@@ -89,6 +89,7 @@ impl<'a> Undo<'a> {
         for (key, value) in std::mem::take(&mut self.vendor_locks) {
             if let Err(e) = api::without_deadline(crate::cluster::lock::release_vendor_lock(
                 &tx.binder.api,
+                tx.cluster,
                 &t.node,
                 key,
                 &value,

@@ -420,26 +420,10 @@ impl NodeLocks {
         namespace: &str,
         name: &str,
     ) -> Result<(), ApiError> {
-        let mut last = None;
-        for _ in 0..RELEASE_ATTEMPTS {
-            let current = match api.get_node(node).await {
-                Ok(n) => n,
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            if !held_by(&current, namespace, name) {
-                return Ok(());
-            }
-            match clear(api, cluster, node, current.metadata.resource_version).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_conflict() => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| ApiError::Conflict {
-            what: format!("release node lock on {node}"),
-            message: "the node kept changing".to_string(),
-        }))
+        remove_while(api, cluster, node, NODE_LOCK, |n| {
+            held_by(n, namespace, name)
+        })
+        .await
     }
 }
 
@@ -517,9 +501,32 @@ pub async fn acquire_vendor_lock(
 /// another bind taken it, since).
 pub async fn release_vendor_lock(
     api: &ApiCalls,
+    cluster: &SharedCluster,
     node: &str,
     key: &'static str,
     value: &str,
+) -> Result<(), ApiError> {
+    remove_while(api, cluster, node, key, |n| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+            == Some(value)
+    })
+    .await
+}
+
+/// Removes the node's `key` while `ours` says the node still carries what
+/// the caller took (read anew after each conflict, at most
+/// [`RELEASE_ATTEMPTS`] times); a node gone, or carrying something else,
+/// is left alone.
+async fn remove_while(
+    api: &ApiCalls,
+    cluster: &SharedCluster,
+    node: &str,
+    key: &'static str,
+    ours: impl Fn(&k8s_openapi::api::core::v1::Node) -> bool,
 ) -> Result<(), ApiError> {
     let mut last = None;
     for _ in 0..RELEASE_ATTEMPTS {
@@ -528,41 +535,33 @@ pub async fn release_vendor_lock(
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
         };
-        let held = current
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key));
-        if held.map(String::as_str) != Some(value) {
+        if !ours(&current) {
             return Ok(());
         }
-        let patch = json!({"metadata": {
-            "resourceVersion": current.metadata.resource_version,
-            "annotations": {key: null},
-        }});
-        match api.merge_patch_node(node, &patch).await {
-            Ok(_) => return Ok(()),
+        match clear(api, cluster, node, key, current.metadata.resource_version).await {
+            Ok(()) => return Ok(()),
             Err(e) if e.is_conflict() => last = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| ApiError::Conflict {
-        what: format!("release {key} on {node}"),
+        what: format!("remove {key} on {node}"),
         message: "the node kept changing".to_string(),
     }))
 }
 
-/// Removes the node's lock at `resource_version` (a conflict if the node
+/// Removes the node's `key` at `resource_version` (a conflict if the node
 /// changed since), and tells the view what was written.
 async fn clear(
     api: &ApiCalls,
     cluster: &SharedCluster,
     node: &str,
+    key: &str,
     resource_version: Option<String>,
 ) -> Result<(), ApiError> {
     let patch = json!({"metadata": {
         "resourceVersion": resource_version,
-        "annotations": {NODE_LOCK: null},
+        "annotations": {key: null},
     }});
     let written = api.merge_patch_node(node, &patch).await?;
     cluster.write().note_node_lock_if_watched(&written);
@@ -623,7 +622,15 @@ pub async fn release_if_orphaned(
     if lock_of(&current) != Some(value) {
         return Ok(None);
     }
-    match clear(api, cluster, node, current.metadata.resource_version).await {
+    match clear(
+        api,
+        cluster,
+        node,
+        NODE_LOCK,
+        current.metadata.resource_version,
+    )
+    .await
+    {
         Ok(()) => Ok(Some(why)),
         // Changed since: someone else acts on it; the next sweep looks again.
         Err(e) if e.is_conflict() => Ok(None),

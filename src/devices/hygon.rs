@@ -6,7 +6,10 @@
 //! under the vendor word `DCU`, behind the node lock every HAMi backend
 //! shares (`hami.io/mutex.lock`).
 
-use super::{ConfigDefaults, DeviceKind, Entries, PodLists, SelectionKeys, Sharing, WebhookEnv};
+use super::{
+    ConfigDefaults, DeviceKind, Entries, NO_RESOURCES, NO_SELECTION, PodLists, SelectionKeys,
+    VENDOR_DEFAULTS,
+};
 
 /// Node: the DCU inventory (legacy text, 7 or 9 fields per device; 3.2).
 pub const NODE_REGISTER: &str = "hami.io/node-dcu-register";
@@ -60,29 +63,17 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
         name: names.name,
         vendor: names.vendor,
         register_key: names.register_key,
-        capacity: None,
-        score_key: None,
+        // No mode annotation, no NUMA binding: HAMi's DCU fit reads
+        // neither (1.4, 3.5).
         selection: SelectionKeys {
             use_type: names.use_type,
             nouse_type: names.nouse_type,
             use_uuid: USE_UUID,
             nouse_uuid: NOUSE_UUID,
-            // No mode annotation, no NUMA binding: HAMi's DCU fit reads
-            // neither (1.4, 3.5).
-            mode: "",
-            numa_bind: "",
+            ..NO_SELECTION
         },
         // Every device is shared by slices, whatever mode its legacy text
-        // names (HAMi's backend never reads it; 3.5).
-        modes: &[],
-        default_mode: "",
-        other_modes: Some(Sharing::Slices),
-        env: WebhookEnv {
-            hide_devices: ("", ""),
-            core_policy: "",
-            task_priority: "",
-        },
-        hami_core: false,
+        // names (HAMi's backend never reads it; 3.5): the default.
         noun: names.noun,
         pod_lists: names.pod_lists,
         // Hygon's plugin registers types `DCU-<model>`, not the vendor
@@ -93,21 +84,14 @@ pub(super) const fn hygon_kind(names: HygonNames) -> DeviceKind {
         config: ConfigDefaults {
             resource_count_name: count,
             resource_memory_name: memory,
-            resource_memory_percentage_name: "",
             resource_core_name: cores,
-            resource_priority_name: "",
             // HAMi's request defaults to 100 cores: a count alone, or a
             // count with memory only, takes its devices whole (3.1, 3.7).
+            // HAMi reads no request without the count (3.1): no default
+            // count.
             default_cores: 100,
-            // HAMi reads no request without the count (3.1).
-            default_gpu_num: 0,
-            memory_factor: 1,
+            ..NO_RESOURCES
         },
-        templates: None,
-        grouping: super::Grouping::Any,
-        core_masks: false,
-        counts_only: false,
-        node_lock: super::NodeLockStyle::Hami,
-        bind_extras: None,
+        ..VENDOR_DEFAULTS
     }
 }
