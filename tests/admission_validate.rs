@@ -403,7 +403,7 @@ fn a_kind_gpugate_does_not_place_is_refused_not_dropped() {
     let message = deny("gpu-and-metax.yaml");
     assert!(
         message.contains("container \"sgpu\", resource metax-tech.com/sgpu")
-            && message.contains("asks for Metax GPUs, which gpugate does not place yet"),
+            && message.contains("asks for Metax sGPUs, which gpugate does not place yet"),
         "{message}"
     );
     let mut npu_alone = fixture("gpu-and-metax.yaml");
@@ -421,7 +421,7 @@ fn a_kind_gpugate_does_not_place_is_refused_not_dropped() {
     assert!(
         refused
             .to_string()
-            .contains("resource metax-tech.com/sgpu: asks for Metax GPUs"),
+            .contains("resource metax-tech.com/sgpu: asks for Metax sGPUs"),
         "{refused}"
     );
 }

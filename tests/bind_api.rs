@@ -2164,3 +2164,110 @@ async fn a_biren_pod_gets_hamis_biren_lists() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+/// A node whose capacity gives `capacity` (resource, count) and nothing
+/// else: a whole-device backend's node (hami-vendors.md 1.2, source 3).
+fn capacity_node(name: &str, capacity: Value) -> Value {
+    let mut n = node(name, 0);
+    n["metadata"]["annotations"] = json!({});
+    n["status"] = json!({"capacity": capacity});
+    n
+}
+
+/// A pending pod with an init container without devices and `main` with
+/// `limits`.
+fn pending_pod(name: &str, uid: &str, limits: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {"schedulerName": "hami-scheduler", "initContainers": [
+            {"name": "fetch", "image": "busybox"}], "containers": [
+            {"name": "main", "image": "app", "resources": {"limits": limits}}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+#[tokio::test]
+async fn whole_device_pods_get_hamis_lists_byte_exact() {
+    // Metax GPUs (5.3): both lists, `<node>-metax-<i>,Metax-GPU,65536,100`,
+    // no lock. Enflame GCUs (9.3): both lists, `devmem` 100. Kunlunxin
+    // XPUs (8.3): `hami.io/kunlun-allocated` only, and
+    // `BAIDU_COM_DEVICE_IDX` with the container's indexes. Vastai (13.3):
+    // `hami.io/Vastai-devices-*`, HAMi's lock. One entry per container.
+    let mut va = node("va-node", 0);
+    va["metadata"]["annotations"] = json!({"hami.io/node-va-register":
+        r#"[{"id":"VA-0","index":0,"count":2,"devmem":16384,"type":"Vastai","health":true}]"#});
+    let rig = Rig::new(
+        &[
+            capacity_node("mx-node", json!({"metax-tech.com/gpu": "2"})),
+            capacity_node("gcu-node", json!({"enflame.com/gcu": "1"})),
+            capacity_node("xpu-node", json!({"kunlunxin.com/xpu": "8"})),
+            va,
+        ],
+        &[
+            pending_pod("mx", "u-mx", json!({"metax-tech.com/gpu": "2"})),
+            pending_pod("gcu", "u-gcu", json!({"enflame.com/gcu": "1"})),
+            pending_pod("xpu", "u-xpu", json!({"kunlunxin.com/xpu": "2"})),
+            pending_pod("va", "u-va", json!({"vastaitech.com/va": "1"})),
+        ],
+        config(1.0),
+    );
+    for (pod, uid, node) in [
+        ("mx", "u-mx", "mx-node"),
+        ("gcu", "u-gcu", "gcu-node"),
+        ("xpu", "u-xpu", "xpu-node"),
+        ("va", "u-va", "va-node"),
+    ] {
+        assert_eq!(rig.bind("ml", pod, uid, node).await, "", "{pod}");
+        let k: Pod = serde_json::from_value(rig.pod("ml", pod)).unwrap();
+        assert!(
+            rig.held(uid)
+                .unwrap()
+                .written_as(&pod_allocation(&k).unwrap().unwrap()),
+            "{pod}"
+        );
+    }
+    let mx = annotations(&rig.pod("ml", "mx")).clone();
+    let list = ";mx-node-metax-0,Metax-GPU,65536,100:mx-node-metax-1,Metax-GPU,65536,100:;";
+    assert_eq!(mx["hami.io/metax-gpu-devices-allocated"], list);
+    assert_eq!(mx["hami.io/metax-gpu-devices-to-allocate"], list);
+    assert_eq!(rig.lock("mx-node"), None);
+    let gcu = annotations(&rig.pod("ml", "gcu")).clone();
+    assert_eq!(
+        gcu["hami.io/enflame-gcu-devices-allocated"],
+        ";gcu-node-GCU-0,GCU,100,100:;"
+    );
+    assert_eq!(
+        gcu["hami.io/enflame-gcu-devices-to-allocate"],
+        ";gcu-node-GCU-0,GCU,100,100:;"
+    );
+    assert_eq!(rig.lock("gcu-node"), None);
+    let xpu = annotations(&rig.pod("ml", "xpu")).clone();
+    let xpus: Vec<&str> = xpu["hami.io/kunlun-allocated"]
+        .as_str()
+        .unwrap()
+        .trim_matches(';')
+        .trim_end_matches(':')
+        .split(':')
+        .collect();
+    // Two linked XPUs of one wing (8.5), whole.
+    assert_eq!(xpus.len(), 2, "{xpu:?}");
+    let idx: Vec<String> = xpus
+        .iter()
+        .map(|e| {
+            let (id, rest) = e.split_once(',').unwrap();
+            assert_eq!(rest, "kunlun,98304,100", "{e}");
+            id.trim_start_matches("xpu-node-kunlun-").to_string()
+        })
+        .collect();
+    assert_eq!(xpu["BAIDU_COM_DEVICE_IDX"], idx.join(","));
+    assert!(!xpu.keys().any(|k| k.contains("to-allocate")), "{xpu:?}");
+    assert_eq!(rig.lock("xpu-node"), None);
+    let va = annotations(&rig.pod("ml", "va")).clone();
+    assert_eq!(va["hami.io/Vastai-devices-allocated"], ";VA-0,Vastai,0,0:;");
+    assert_eq!(
+        va["hami.io/Vastai-devices-to-allocate"],
+        ";VA-0,Vastai,0,0:;"
+    );
+    assert!(rig.lock("va-node").unwrap().ends_with("Z,ml,va"));
+}

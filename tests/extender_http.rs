@@ -481,7 +481,7 @@ async fn every_bad_body_gets_http_200_with_a_clear_error() {
                    "NodeNames": ["gpu-1", "gpu-2"]})
             .to_string(),
             "pod ml/mixed: container \"main\", resource metax-tech.com/sgpu: asks for Metax \
-             GPUs, which gpugate does not place yet",
+             sGPUs, which gpugate does not place yet",
         ),
     ]) {
         let (status, bytes) = post(&s, verb, body.as_bytes()).await;

@@ -463,7 +463,8 @@ fn renamed_resources_reach_every_object() {
         "hygon.com/hcucores",
     ]);
     // Then every Ascend chip's, in the order of HAMi's chart, then
-    // Kunlunxin's vXPU names, then Cambricon's, AWS Neuron's and Biren's.
+    // Kunlunxin's vXPU names, then Cambricon's, AWS Neuron's and Biren's,
+    // then the whole devices' (Kunlunxin, Metax, Enflame) and Vastai's.
     let ascend: Vec<&str> = gpugate::devices::ascend::CHIPS
         .iter()
         .flat_map(|k| {
@@ -483,6 +484,10 @@ fn renamed_resources_reach_every_object() {
         "aws.amazon.com/neuron",
         "aws.amazon.com/neuroncore",
         "birentech.com/gpu",
+        "kunlunxin.com/xpu",
+        "metax-tech.com/gpu",
+        "enflame.com/gcu",
+        "vastaitech.com/va",
     ]);
     assert_eq!(managed, want);
 

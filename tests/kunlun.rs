@@ -104,13 +104,18 @@ fn requests_take_a_quarter_a_half_or_the_card() {
     let e = read(vxpus("1", Some("200000"))).unwrap_err();
     assert_eq!(e.resource, "kunlunxin.com/vxpu-memory");
     assert!(e.problem.contains("98304 MiB"), "{e}");
-    // Whole XPUs (HAMi's capacity backend) are not placed: refused, named.
-    let e = read(json!({"kunlunxin.com/xpu": "1", "kunlunxin.com/vxpu": "1"})).unwrap_err();
-    assert!(
-        e.problem
-            .contains("Kunlunxin XPUs, which gpugate does not place yet"),
-        "{e}"
-    );
+    // Whole XPUs are another kind (tests/whole_devices.rs): a pod asking
+    // for both takes each under its own rules on one node.
+    let r = pod_request(
+        &pod(
+            "p",
+            json!({}),
+            json!({"kunlunxin.com/xpu": "1", "kunlunxin.com/vxpu": "1"}),
+        ),
+        &config,
+    )
+    .unwrap();
+    assert_eq!(r.device_kinds(), [KindId::KUNLUN_VXPU, KindId::KUNLUN_XPU]);
 }
 
 #[test]
@@ -202,9 +207,11 @@ fn the_kunlun_section_reads_hamis_key_names() {
     assert_eq!(c.kunlun.kind, KindId::KUNLUN_VXPU);
     let d = Config::default();
     assert_eq!(d.kunlun.resource_count_name, "kunlunxin.com/vxpu");
-    // HAMi's whole-XPU name alone never becomes the vXPU count.
-    let c = Config::from_yaml("kunlun:\n  resourceCountName: example.org/xpu\n", "t").unwrap();
+    // HAMi's whole-XPU name never becomes the vXPU count: it is the
+    // whole XPUs' (tests/whole_devices.rs).
+    let c = Config::from_yaml("kunlun:\n  resourceCountName: kunlunxin.com/xpu\n", "t").unwrap();
     assert_eq!(c.kunlun.resource_count_name, "kunlunxin.com/vxpu");
+    assert_eq!(c.kunlun.second().kind, KindId::KUNLUN_XPU);
     let e = Config::from_yaml("kunlun:\n  resourceVCountNmae: x\n", "t")
         .unwrap_err()
         .to_string();

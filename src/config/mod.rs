@@ -32,14 +32,23 @@ pub struct Config {
     pub hcu: KindSection<{ crate::devices::KindId::HCU.index() }>,
     /// Ascend NPUs: HAMi's `vnpus` section, one entry per chip.
     pub vnpus: Vnpus,
-    /// Kunlunxin vXPUs: HAMi's `kunlun` section.
-    pub kunlun: KunlunSection,
+    /// Kunlunxin vXPUs, then whole XPUs: HAMi's `kunlun` section.
+    pub kunlun: SharedSection<
+        { crate::devices::KindId::KUNLUN_VXPU.index() },
+        { crate::devices::KindId::KUNLUN_XPU.index() },
+    >,
     /// Cambricon MLUs: HAMi's `cambricon` section.
     pub cambricon: KindSection<{ crate::devices::KindId::CAMBRICON.index() }>,
     /// AWS Neuron devices: HAMi's `awsneuron` section.
     pub awsneuron: KindSection<{ crate::devices::KindId::AWS_NEURON.index() }>,
     /// Biren GPUs: HAMi's `biren` section.
     pub biren: KindSection<{ crate::devices::KindId::BIREN.index() }>,
+    /// Whole Metax GPUs: HAMi's `metax` section (its sGPU names are not read).
+    pub metax: KindSection<{ crate::devices::KindId::METAX_GPU.index() }>,
+    /// Whole Enflame GCUs: HAMi's `enflame` section (its DRS names are not read).
+    pub enflame: KindSection<{ crate::devices::KindId::ENFLAME_GCU.index() }>,
+    /// Vastai devices: HAMi's `vastai` section.
+    pub vastai: KindSection<{ crate::devices::KindId::VASTAI.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -109,7 +118,15 @@ fn read_over_defaults(
         Ok(Value::Mapping(m)) => m,
         Ok(_) | Err(_) => Mapping::new(),
     };
-    for (key, value) in given {
+    // HAMi's key names, where they are not gpugate's (`section_keys`).
+    let keys = kind.kind().section_keys;
+    let renamed = given.into_iter().filter_map(|(key, value)| {
+        match keys.iter().find(|(hami, _)| key.as_str() == Some(*hami)) {
+            None => Some((key, value)),
+            Some((_, ours)) => ours.map(|ours| (Value::from(ours), value)),
+        }
+    });
+    for (key, value) in renamed.collect::<Vec<_>>() {
         merged.insert(key, value);
     }
     let mut section = DeviceConfig::deserialize(Value::Mapping(merged))
@@ -118,44 +135,42 @@ fn read_over_defaults(
     Ok(section)
 }
 
-/// Kunlunxin vXPUs: HAMi's `kunlun` section, under its key names:
-/// `resourceVCountName` and `resourceVMemoryName` name the vXPU count and
-/// memory; `resourceCountName` names whole XPUs, which gpugate does not
-/// place, and is accepted and ignored (never read as the vXPU count: a
-/// whole-XPU pod must not be placed as vXPUs).
+/// A config section of HAMi's that names two backends (`kunlun`: vXPUs
+/// and whole XPUs), read once for each kind, each under its own key names
+/// (`DeviceKind::section_keys`). `A` and `B` are the kinds' `KindId`
+/// indexes; the section dereferences to `A`'s.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KunlunSection(pub DeviceConfig);
+pub struct SharedSection<const A: u8, const B: u8>(pub DeviceConfig, pub DeviceConfig);
 
-impl Default for KunlunSection {
-    fn default() -> Self {
-        KunlunSection(DeviceConfig::for_kind(crate::devices::KindId::KUNLUN_VXPU))
+impl<const A: u8, const B: u8> SharedSection<A, B> {
+    /// The second kind's section.
+    pub fn second(&self) -> &DeviceConfig {
+        &self.1
     }
 }
 
-impl std::ops::Deref for KunlunSection {
+impl<const A: u8, const B: u8> Default for SharedSection<A, B> {
+    fn default() -> Self {
+        SharedSection(KindSection::<A>::default().0, KindSection::<B>::default().0)
+    }
+}
+
+impl<const A: u8, const B: u8> std::ops::Deref for SharedSection<A, B> {
     type Target = DeviceConfig;
     fn deref(&self) -> &DeviceConfig {
         &self.0
     }
 }
 
-impl<'de> Deserialize<'de> for KunlunSection {
+impl<'de, const A: u8, const B: u8> Deserialize<'de> for SharedSection<A, B> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut given = Option::<serde_yaml_ng::Mapping>::deserialize(d)?.unwrap_or_default();
-        given.remove("resourceCountName");
-        given.remove("resourceMemoryName");
-        for (hami, ours) in [
-            ("resourceVCountName", "resourceCountName"),
-            ("resourceVMemoryName", "resourceMemoryName"),
-        ] {
-            if let Some(v) = given.remove(hami) {
-                given.insert(ours.into(), v);
-            }
-        }
-        read_over_defaults(crate::devices::KindId::KUNLUN_VXPU, given)
-            .map(KunlunSection)
-            .map_err(D::Error::custom)
+        let given = Option::<serde_yaml_ng::Mapping>::deserialize(d)?.unwrap_or_default();
+        let read = |kind| read_over_defaults(kind, given.clone()).map_err(D::Error::custom);
+        Ok(SharedSection(
+            read(KindSection::<A>::kind())?,
+            read(KindSection::<B>::kind())?,
+        ))
     }
 }
 
@@ -310,8 +325,9 @@ pub struct SchedulerConfig {
     /// reports 1.
     pub leader_lease: String,
     /// Device kinds gpugate leaves to another scheduler, by section name
-    /// (`nvidia`, `hygon`, `hcu`, `kunlun`, an Ascend chip's common word
-    /// such as `Ascend910B3`): the mutating webhook leaves their pods
+    /// (`nvidia`, `hygon`, `hcu`, `kunlun`, `kunlun-xpu`, `metax`,
+    /// `enflame`, `vastai`…, an Ascend chip's common word such as
+    /// `Ascend910B3`; each `DeviceKind::name`): the mutating webhook leaves their pods
     /// alone, the validating webhook admits them, and `/filter` refuses
     /// them with the reason. Empty: gpugate places every kind a node
     /// registers.
@@ -699,6 +715,10 @@ impl Config {
             KindId::CAMBRICON => &*self.cambricon,
             KindId::AWS_NEURON => &*self.awsneuron,
             KindId::BIREN => &*self.biren,
+            KindId::KUNLUN_XPU => self.kunlun.second(),
+            KindId::METAX_GPU => &*self.metax,
+            KindId::ENFLAME_GCU => &*self.enflame,
+            KindId::VASTAI => &*self.vastai,
             _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }

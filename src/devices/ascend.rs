@@ -106,6 +106,8 @@ macro_rules! ascend_kind {
             grouping: $grouping,
             core_masks: false,
             counts_only: false,
+            // The `vnpus` section is read entry by entry (`config::Vnpus`).
+            section_keys: &[],
             node_lock: super::NodeLockStyle::Hami,
             bind_extras: None,
         };

@@ -20,10 +20,13 @@ pub mod ascend;
 pub mod aws_neuron;
 pub mod biren;
 pub mod cambricon;
+pub mod enflame;
 pub mod hcu;
 pub mod hygon;
 pub mod kunlun;
+pub mod metax;
 pub mod nvidia;
+pub mod vastai;
 
 /// A kind of device, as [`KINDS`] lists it. Small (a GPU carries one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +50,14 @@ impl KindId {
     pub const AWS_NEURON: KindId = KindId(12);
     /// Biren GPUs (HAMi v2.10's `Biren` backend).
     pub const BIREN: KindId = KindId(13);
+    /// Whole Kunlunxin XPUs (HAMi v2.10's `kunlun` backend).
+    pub const KUNLUN_XPU: KindId = KindId(14);
+    /// Whole Metax GPUs (HAMi v2.10's `Metax-GPU` backend).
+    pub const METAX_GPU: KindId = KindId(15);
+    /// Whole Enflame GCUs (HAMi v2.10's `GCU` backend).
+    pub const ENFLAME_GCU: KindId = KindId(16);
+    /// Vastai devices (HAMi v2.10's `Vastai` backend).
+    pub const VASTAI: KindId = KindId(17);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -65,7 +76,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 14] = [
+pub static KINDS: [&DeviceKind; 18] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -80,6 +91,10 @@ pub static KINDS: [&DeviceKind; 14] = [
     &cambricon::CAMBRICON,
     &aws_neuron::AWS_NEURON,
     &biren::BIREN,
+    &kunlun::KUNLUN_XPU,
+    &metax::METAX_GPU,
+    &enflame::ENFLAME_GCU,
+    &vastai::VASTAI,
 ];
 
 /// Every kind with its id.
@@ -106,17 +121,16 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     ("huawei.com/Ascend", "Ascend NPU"),
     // Whole MLUs (the plugin's non-shared mode; vMLUs are placed).
     ("cambricon.com/mlu", "Cambricon MLU"),
-    ("metax-tech.com/", "Metax GPU"),
+    // Metax sGPUs (whole Metax GPUs are placed).
+    ("metax-tech.com/", "Metax sGPU"),
     ("iluvatar.ai/", "Iluvatar GPU"),
     ("mthreads.com/", "Mthreads GPU"),
-    // Whole XPUs (HAMi's capacity-based `kunlun` backend); vXPUs are placed.
-    ("kunlunxin.com/xpu", "Kunlunxin XPU"),
-    ("enflame.com/", "Enflame GCU"),
+    // Enflame DRS slices (whole GCUs are placed).
+    ("enflame.com/", "Enflame DRS GCU"),
     // Neuron devices under the plugin's other name (HAMi's names are
     // placed).
     ("aws.amazon.com/neurondevice", "AWS Neuron device"),
     ("amd.com/gpu", "AMD GPU"),
-    ("vastaitech.com/", "Vastai device"),
 ];
 
 /// The kind, in words, of a resource gpugate does not place
@@ -156,6 +170,7 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     },
     entries: Entries::EveryContainer,
     config: NO_RESOURCES,
+    section_keys: &[],
     templates: None,
     grouping: Grouping::Any,
     core_masks: false,
@@ -231,6 +246,11 @@ pub struct DeviceKind {
     pub entries: Entries,
     /// The defaults of the kind's config section (named [`DeviceKind::name`]).
     pub config: ConfigDefaults,
+    /// Keys of HAMi's config section that gpugate reads under another
+    /// name (`Some`: Enflame's `resourceNameGCU` is the count), or accepts
+    /// and does not read (`None`: a name of another backend sharing the
+    /// section, like Metax's sGPU names). Other keys are read as named.
+    pub section_keys: &'static [(&'static str, Option<&'static str>)],
     /// For a kind split into fixed templates (Ascend vNPUs): the chip's
     /// templates and memory, as HAMi's chart gives them. `None`: slices of
     /// any size.
@@ -290,6 +310,40 @@ pub struct CapacityDevice {
     pub cores: u32,
     pub device_type: &'static str,
 }
+
+/// `n` whole devices for a capacity of `n` of `resource` (the first of
+/// `capacity`): one pod each (`slots` 1), each with `mem_mib` and 100
+/// cores (Metax GPUs, Enflame GCUs, Kunlunxin XPUs; hami-vendors.md 1.2).
+/// No capacity, or 0, makes none, as HAMi reads it.
+pub fn whole_devices(
+    capacity: &[Option<u64>],
+    resource: &str,
+    mem_mib: u32,
+    device_type: &'static str,
+) -> Result<Vec<CapacityDevice>, String> {
+    let n = capacity.first().copied().flatten().unwrap_or(0);
+    if n == 0 {
+        return Err(format!("no {resource} capacity"));
+    }
+    if n > MAX_CAPACITY_DEVICES {
+        return Err(format!(
+            "{resource} capacity {n} is more devices than a node holds (at most \
+             {MAX_CAPACITY_DEVICES})"
+        ));
+    }
+    Ok((0..n)
+        .map(|_| CapacityDevice {
+            slots: 1,
+            mem_mib,
+            cores: 100,
+            device_type,
+        })
+        .collect())
+}
+
+/// The most devices a node's capacity may make: beyond it the capacity is
+/// garbage, not a node.
+pub const MAX_CAPACITY_DEVICES: u64 = 1024;
 
 /// The node lock a bind takes for a kind's devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -541,7 +595,8 @@ mod tests {
             assert_eq!(by_vendor(kind.vendor), Some(id));
         }
         assert_eq!(by_vendor("MLU"), Some(KindId::CAMBRICON));
-        assert_eq!(by_vendor("Metax-GPU"), None);
+        assert_eq!(by_vendor("Metax-GPU"), Some(KindId::METAX_GPU));
+        assert_eq!(by_vendor("Metax-SGPU"), None);
         assert_eq!(by_vendor(""), None);
     }
 

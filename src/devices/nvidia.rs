@@ -90,6 +90,7 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     grouping: super::Grouping::Any,
     core_masks: false,
     counts_only: false,
+    section_keys: &[],
     node_lock: super::NodeLockStyle::Hami,
     bind_extras: None,
 };

@@ -66,6 +66,11 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     ) {
         return true;
     }
+    // Kunlunxin's plugin hands out whole XPUs by these indexes (8.3):
+    // rewritten, it would hand out another pod's.
+    if key == "BAIDU_COM_DEVICE_IDX" {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };
@@ -96,6 +101,9 @@ mod tests {
             "hami.io/Ascend910B-devices-allocated",
             "hami.io/aws-neuron-devices-allocated",
             "hami.io/kunlun-allocated",
+            "BAIDU_COM_DEVICE_IDX",
+            "hami.io/metax-gpu-devices-allocated",
+            "hami.io/Vastai-devices-to-allocate",
         ] {
             assert!(is_scheduler_owned(owned), "{owned}");
         }

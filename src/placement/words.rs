@@ -215,6 +215,8 @@ pub fn request_words(plan: &PodPlan, config: &Config) -> Vec<String> {
             let mut words = format!("container {}: {}", c.name, gpu_words(&g, kind.unit()));
             if kind.templates.is_some() {
                 words.push_str(&template_words(&g, cfg, soft));
+            } else {
+                words.push_str(&grouping_words(&g, kind, kind.unit()));
             }
             Some(words)
         })
@@ -241,7 +243,15 @@ fn template_words(g: &GpuRequest, cfg: &DeviceConfig, soft: bool) -> String {
             ),
         }
     };
-    match cfg.kind.kind().grouping {
+    out.push_str(&grouping_words(g, cfg.kind.kind(), chip));
+    out
+}
+
+/// `; XPUs sit on boards of eight …`: how a kind's devices must sit
+/// together, for a request of `g.count` of them (`chip` names them).
+fn grouping_words(g: &GpuRequest, kind: &crate::devices::DeviceKind, chip: &str) -> String {
+    let mut out = String::new();
+    match kind.grouping {
         crate::devices::Grouping::CardPairs => out.push_str(&format!(
             "; {chip} NPUs come by cards of two: {} whole card{} (NPUs 2k and 2k+1)",
             g.count / 2,

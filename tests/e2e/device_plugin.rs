@@ -603,21 +603,37 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
 /// - AWS Neuron: the pod names the node (`aws.amazon.com/predicate-node`)
 ///   and lists its devices or cores (`AWS_NEURON_IDS`); the plugin hands
 ///   out the allocated entries and sets `NEURON_ALLOCATED: "true"`.
+/// - Any other kind without a lock (whole Metax GPUs, Enflame GCUs and
+///   Kunlunxin XPUs; 5.6, 8.7, 9.6): the pod is bound to the node
+///   (`hami.io/vgpu-node`) and `allocating`; the plugin hands out the
+///   to-allocate entries (the allocated ones when HAMi writes no
+///   to-allocate list), writes back what is left and marks the pod
+///   `success`. Kunlunxin's plugin hands out `BAIDU_COM_DEVICE_IDX`, which
+///   must name the last entry's XPUs.
 async fn admit_vendor(
     plugin: &Shared,
     job: &Job,
     kind: &'static gpugate::devices::DeviceKind,
     held: &[&gpugate::devices::DeviceKind],
 ) -> anyhow::Result<()> {
-    use gpugate::devices::{aws_neuron, cambricon};
+    use gpugate::devices::{aws_neuron, cambricon, kunlun};
     let who = format!("{}/{}", job.pod.0, job.pod.1);
     let pods: Api<Pod> = Api::namespaced(plugin.client.clone(), &job.pod.0);
     let nodes: Api<Node> = Api::all(plugin.client.clone());
     let cambricon = std::ptr::eq(kind, &cambricon::CAMBRICON);
-    let (done_key, list_key) = if cambricon {
-        (cambricon::DSMLU_ASSIGNED, kind.pod_lists.to_allocate)
+    let aws = std::ptr::eq(kind, &aws_neuron::AWS_NEURON);
+    let (done_key, list_key, (pending, done)) = if cambricon {
+        let key = kind.pod_lists.to_allocate;
+        (cambricon::DSMLU_ASSIGNED, key, ("false", "true"))
+    } else if aws {
+        let key = kind.pod_lists.allocated;
+        (aws_neuron::ALLOCATED, key, ("false", "true"))
+    } else if kind.pod_lists.to_allocate.is_empty() {
+        let key = kind.pod_lists.allocated;
+        (BIND_PHASE, key, ("allocating", "success"))
     } else {
-        (aws_neuron::ALLOCATED, kind.pod_lists.allocated)
+        let key = kind.pod_lists.to_allocate;
+        (BIND_PHASE, key, ("allocating", "success"))
     };
     for _ in 0..CONFLICT_TRIES {
         let pod = match pods.get(&job.pod.1).await {
@@ -627,8 +643,8 @@ async fn admit_vendor(
         };
         let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         match annotations.get(done_key).map(String::as_str) {
-            Some("true") => return Ok(()),
-            Some("false") => {}
+            Some(v) if v == done => return Ok(()),
+            Some(v) if v == pending => {}
             other => {
                 mistake(
                     plugin,
@@ -665,6 +681,29 @@ async fn admit_vendor(
             } else {
                 None
             }
+        } else if !aws {
+            let last: Vec<&str> = entries
+                .last()
+                .map(|e| {
+                    e.split(':')
+                        .filter(|d| !d.is_empty())
+                        .filter_map(|d| d.split(',').next()?.rsplit('-').next())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if annotations.get(gpugate::hami::keys::VGPU_NODE) != Some(&job.node) {
+                Some(format!("the pod is not bound to node {}", job.node))
+            } else if std::ptr::eq(kind, &kunlun::KUNLUN_XPU)
+                && annotations.get(kunlun::DEVICE_IDX) != Some(&last.join(","))
+            {
+                Some(format!(
+                    "{} is {:?}, the last entry's XPUs {last:?}",
+                    kunlun::DEVICE_IDX,
+                    annotations.get(kunlun::DEVICE_IDX)
+                ))
+            } else {
+                None
+            }
         } else if annotations.get(aws_neuron::PREDICATE_NODE) != Some(&job.node)
             || annotations
                 .get(aws_neuron::NEURON_IDS)
@@ -684,8 +723,8 @@ async fn admit_vendor(
             return Ok(());
         }
         let mut changes = serde_json::Map::new();
-        changes.insert(done_key.to_string(), json!("true"));
-        if cambricon {
+        changes.insert(done_key.to_string(), json!(done));
+        if list_key == kind.pod_lists.to_allocate {
             changes.insert(list_key.to_string(), json!(rest));
         }
         let patch = json!({"metadata": {

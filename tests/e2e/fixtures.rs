@@ -86,6 +86,10 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "aws.amazon.com/neuron",
         "aws.amazon.com/neuroncore",
         "birentech.com/gpu",
+        "metax-tech.com/gpu",
+        "enflame.com/gcu",
+        "kunlunxin.com/xpu",
+        "vastaitech.com/va",
     ] {
         if let Some(count) = status
             .as_ref()

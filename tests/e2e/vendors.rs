@@ -473,6 +473,101 @@ async fn biren(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Whole devices read from node capacity (hami-vendors.md 5.2, 8.2, 9.2):
+/// a node advertising `count` of `resource` and nothing else.
+fn capacity_node(name: &str, resource: &str, count: u32) -> Value {
+    plain_node(name, json!({}), json!({resource: count.to_string()}))
+}
+
+/// A node with two Vastai cards of count 2, registered as JSON (13.2).
+fn vastai_node(name: &str) -> Value {
+    let register: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"id": format!("VA-{name}-{i}"), "index": i, "count": 2, "devmem": 16384,
+                   "devcore": 100, "type": "Vastai", "health": true})
+        })
+        .collect();
+    plain_node(
+        name,
+        json!({"hami.io/node-va-register": Value::Array(register).to_string()}),
+        json!({"vastaitech.com/va": "4"}),
+    )
+}
+
+/// Whole devices and Vastai on the real control plane (hami-vendors.md
+/// sections 5, 8, 9, 13): a Metax GPU, two Enflame GCUs, four Kunlunxin
+/// XPUs (one wing, with `BAIDU_COM_DEVICE_IDX`) and a Vastai card bind
+/// with HAMi's lists, byte for byte, and each container gets its own
+/// entry from the simulated plugin (no lock; HAMi's lock for Vastai). The
+/// ledger equals the annotations; deleting the GCU pod frees both GCUs
+/// for the next.
+async fn whole_devices(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let bind = |name: &'static str, limits: &'static [(&'static str, &'static str)]| async move {
+        create_pod(admin, ns, &dcu_pod(name, limits)).await?;
+        wait_bound(admin, ns, name, BIND).await
+    };
+    let mx = bind("metax-one", &[("metax-tech.com/gpu", "1")]).await?;
+    let list = annotation(&mx, "hami.io/metax-gpu-devices-allocated").unwrap_or_default();
+    ensure!(
+        (list == ";vd-10-metax-0,Metax-GPU,65536,100:;"
+            || list == ";vd-10-metax-1,Metax-GPU,65536,100:;")
+            && annotation(&mx, "hami.io/metax-gpu-devices-to-allocate").is_some(),
+        "metax-one: {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "metax-one").await?;
+
+    let gcus = bind("gcu-two", &[("enflame.com/gcu", "2")]).await?;
+    let list = annotation(&gcus, "hami.io/enflame-gcu-devices-allocated").unwrap_or_default();
+    ensure!(
+        list == ";vd-11-GCU-0,GCU,100,100:vd-11-GCU-1,GCU,100,100:;",
+        "gcu-two: {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "gcu-two").await?;
+
+    let xpus = bind("whole-xpus", &[("kunlunxin.com/xpu", "4")]).await?;
+    let wing = npu_indexes(&xpus)?;
+    let idx: Vec<String> = wing.iter().map(ToString::to_string).collect();
+    ensure!(
+        (wing == [0, 1, 2, 3] || wing == [4, 5, 6, 7])
+            && annotation(&xpus, "BAIDU_COM_DEVICE_IDX") == Some(&idx.join(",")[..])
+            && annotation(&xpus, "hami.io/kunlun-allocated").is_some_and(|l| {
+                l.starts_with(";vd-12-kunlun-") && l.ends_with(",kunlun,98304,100:;")
+            }),
+        "whole-xpus: {wing:?}, {}",
+        shown(&xpus, "BAIDU_COM_DEVICE_IDX")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "whole-xpus").await?;
+
+    let va = bind("va-one", &[("vastaitech.com/va", "1")]).await?;
+    let list = annotation(&va, "hami.io/Vastai-devices-allocated").unwrap_or_default();
+    ensure!(
+        list.starts_with(";VA-vd-13-") && list.ends_with(",Vastai,0,0:;"),
+        "va-one: {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "va-one").await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+
+    // vd-11 has no GCU left; deleting gcu-two frees both.
+    delete_pods(admin, ns, &["gcu-two"]).await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("gcu-again", &[("enflame.com/gcu", "2")]),
+    )
+    .await?;
+    let again = wait_bound_after_delete(admin, ns, "gcu-again", BIND).await?;
+    ensure!(
+        node_of(&again) == "vd-11",
+        "gcu-again on {}",
+        node_of(&again)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "gcu-again").await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -499,6 +594,10 @@ pub async fn mixed_cluster(
             gpu_and_mlu_node("vd-7"),
             neuron_node("vd-8"),
             biren_node("vd-9"),
+            capacity_node("vd-10", "metax-tech.com/gpu", 2),
+            capacity_node("vd-11", "enflame.com/gcu", 2),
+            capacity_node("vd-12", "kunlunxin.com/xpu", 8),
+            vastai_node("vd-13"),
         ],
     )
     .await?;
@@ -506,6 +605,7 @@ pub async fn mixed_cluster(
     kunlun(ctx, plugin, ns).await?;
     capacity_kinds(ctx, plugin, ns).await?;
     biren(ctx, plugin, ns).await?;
+    whole_devices(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).
@@ -615,7 +715,7 @@ pub async fn mixed_cluster(
     }
     let refused = create_refused(admin, ns, &both).await?;
     ensure!(
-        refused.contains("asks for Metax GPUs, which gpugate does not place yet"),
+        refused.contains("asks for Metax sGPUs, which gpugate does not place yet"),
         "refused with {refused:?}"
     );
 

@@ -118,14 +118,15 @@ them when it names HCUs. */}}
 {{- toYaml $hcu -}}
 {{- end -}}
 
-{{/* The Kunlunxin vXPU section of gpugate's config: HAMi's
-kunlunResource* values, then device-config.content's kunlun section over
-them (HAMi's key names). */}}
+{{/* The Kunlunxin section of gpugate's config (whole XPUs and vXPUs):
+HAMi's kunlunResource* values, then device-config.content's kunlun section
+over them (HAMi's key names). */}}
 {{- define "gpugate.kunlun" -}}
 {{- $k := dict
+  "resourceCountName" .Values.kunlunResourceName
   "resourceVCountName" .Values.kunlunResourceVCountName
   "resourceVMemoryName" .Values.kunlunResourceVMemoryName -}}
-{{- $known := list "resourceVCountName" "resourceVMemoryName" -}}
+{{- $known := list "resourceCountName" "resourceVCountName" "resourceVMemoryName" -}}
 {{- range $key, $v := include "gpugate.contentSection" (list . "kunlun") | fromJson -}}
 {{- if has $key $known }}{{ $_ := set $k $key $v }}{{ end -}}
 {{- end -}}
@@ -165,6 +166,32 @@ then device-config.content's biren section over it. */}}
 {{- $b := dict "resourceCountName" .Values.birenResourceName -}}
 {{- with (include "gpugate.contentSection" (list . "biren") | fromJson).resourceCountName }}{{ $_ := set $b "resourceCountName" . }}{{ end -}}
 {{- toYaml $b -}}
+{{- end -}}
+
+{{/* The whole Metax GPU section of gpugate's config: HAMi's chart
+literal, then device-config.content's metax section's count over it (the
+sGPU names are not placed, so not carried). */}}
+{{- define "gpugate.metax" -}}
+{{- $m := dict "resourceCountName" "metax-tech.com/gpu" -}}
+{{- with (include "gpugate.contentSection" (list . "metax") | fromJson).resourceCountName }}{{ $_ := set $m "resourceCountName" . }}{{ end -}}
+{{- toYaml $m -}}
+{{- end -}}
+
+{{/* The whole Enflame GCU section of gpugate's config: HAMi's chart
+literal, then device-config.content's enflame section's resourceNameGCU
+over it (the DRS names are not placed, so not carried). */}}
+{{- define "gpugate.enflame" -}}
+{{- $e := dict "resourceNameGCU" "enflame.com/gcu" -}}
+{{- with (include "gpugate.contentSection" (list . "enflame") | fromJson).resourceNameGCU }}{{ $_ := set $e "resourceNameGCU" . }}{{ end -}}
+{{- toYaml $e -}}
+{{- end -}}
+
+{{/* The Vastai section of gpugate's config: HAMi's vastaiResourceName,
+then device-config.content's vastai section over it. */}}
+{{- define "gpugate.vastai" -}}
+{{- $v := dict "resourceCountName" .Values.vastaiResourceName -}}
+{{- with (include "gpugate.contentSection" (list . "vastai") | fromJson).resourceCountName }}{{ $_ := set $v "resourceCountName" . }}{{ end -}}
+{{- toYaml $v -}}
 {{- end -}}
 
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
@@ -231,6 +258,13 @@ not place fails the render. */}}
 {{ $n.resourceCoreName }}
 {{- $b := include "gpugate.biren" . | fromYaml }}
 {{ $b.resourceCountName }}
+{{ $k.resourceCountName }}
+{{- $mx := include "gpugate.metax" . | fromYaml }}
+{{ $mx.resourceCountName }}
+{{- $e := include "gpugate.enflame" . | fromYaml }}
+{{ $e.resourceNameGCU }}
+{{- $v := include "gpugate.vastai" . | fromYaml }}
+{{ $v.resourceCountName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
