@@ -2271,3 +2271,38 @@ async fn whole_device_pods_get_hamis_lists_byte_exact() {
     );
     assert!(rig.lock("va-node").unwrap().ends_with("Z,ml,va"));
 }
+
+#[tokio::test]
+async fn an_iluvatar_pod_gets_its_chips_lists() {
+    // hami-vendors.md 6.3: `hami.io/<cw>-devices-to-allocate` =
+    // `-allocated`, the chip's word, memory in MiB (units × 256), one entry
+    // per container; HAMi's lock (1.8).
+    let mut n = node("il-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-BI-V150-register":
+        "BI-V150-0,4,32768,100,BI-V150,0,true:"});
+    let p = pending_pod(
+        "il",
+        "u-il",
+        json!({"iluvatar.ai/BI-V150-vgpu": "1", "iluvatar.ai/BI-V150.vMem": "16",
+               "iluvatar.ai/BI-V150.vCore": "25"}),
+    );
+    let rig = Rig::new(&[n], &[p], config(1.0));
+    assert_eq!(rig.bind("ml", "il", "u-il", "il-node").await, "");
+    let p = rig.pod("ml", "il");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/BI-V150-devices-allocated"],
+        ";BI-V150-0,BI-V150,4096,25:;"
+    );
+    assert_eq!(
+        a["hami.io/BI-V150-devices-to-allocate"],
+        ";BI-V150-0,BI-V150,4096,25:;"
+    );
+    assert!(rig.lock("il-node").unwrap().ends_with("Z,ml,il"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-il")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

@@ -489,6 +489,14 @@ fn renamed_resources_reach_every_object() {
         "enflame.com/gcu",
         "vastaitech.com/va",
     ]);
+    // Then every Iluvatar chip's, in the order of HAMi's chart.
+    want.extend(gpugate::devices::iluvatar::CHIPS.iter().flat_map(|k| {
+        [
+            k.config.resource_count_name,
+            k.config.resource_memory_name,
+            k.config.resource_core_name,
+        ]
+    }));
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

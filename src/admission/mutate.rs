@@ -180,6 +180,9 @@ fn container_edits<'c>(
     if kind.templates.is_some() {
         template_edits(&mut target, &res, gpu.as_ref(), nv, soft)?;
     }
+    if let (Some(rule), Some(_)) = (kind.webhook_rule, gpu.as_ref()) {
+        rule_edits(&mut target, rule, &res, nv)?;
+    }
     if !kind.hami_core {
         // HAMi's webhook writes nothing else into such a kind's containers
         // (hami-vendors.md, each backend's "Webhook").
@@ -270,6 +273,50 @@ fn template_edits<'c>(
             .is_some_and(|t| t.writes_default_memory);
     if writes && mib.is_multiple_of(factor) {
         target.put_quantity(&nv.resource_memory_name, mib / factor, true);
+    }
+    Ok(())
+}
+
+/// What a kind's own webhook rule writes (`DeviceKind::webhook_rule`;
+/// Iluvatar's cores and container name, hami-vendors.md 6.4); a refusal
+/// names the container.
+fn rule_edits<'c>(
+    target: &mut Target<'_, '_, 'c>,
+    rule: crate::devices::WebhookRule,
+    res: &ContainerResources,
+    nv: &'c DeviceConfig,
+) -> Result<(), Mutation> {
+    use crate::devices::{RuleEdit, RuleInput, RuleResource};
+    let count_in_limits = target
+        .container
+        .limit(&nv.resource_count_name)
+        .and_then(|q| crate::engine::quantity::parse_whole(q).ok());
+    let input = RuleInput {
+        container: &res.container,
+        count_in_limits,
+        memory: res.memory,
+        cores: res.cores,
+    };
+    let edits = rule(&input).map_err(|problem| {
+        Mutation::Deny(Denial::new(
+            DenyReason::InvalidRequest,
+            format!("container {:?}: {problem}", res.container),
+        ))
+    })?;
+    for edit in edits {
+        match edit {
+            RuleEdit::Limit(resource, value) => {
+                let name = match resource {
+                    RuleResource::Count => &nv.resource_count_name,
+                    RuleResource::Memory => &nv.resource_memory_name,
+                    RuleResource::Cores => &nv.resource_core_name,
+                };
+                if !name.is_empty() {
+                    target.put_quantity(name, value, false);
+                }
+            }
+            RuleEdit::Env(name, value) => target.set_env(name, value)?,
+        }
     }
     Ok(())
 }

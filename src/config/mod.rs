@@ -49,6 +49,8 @@ pub struct Config {
     pub enflame: KindSection<{ crate::devices::KindId::ENFLAME_GCU.index() }>,
     /// Vastai devices: HAMi's `vastai` section.
     pub vastai: KindSection<{ crate::devices::KindId::VASTAI.index() }>,
+    /// Iluvatar GPUs: HAMi's `iluvatars` section, one entry per chip.
+    pub iluvatars: Iluvatars,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -216,37 +218,69 @@ impl<'de> Deserialize<'de> for Vnpus {
             hami_vnpu_core: given.hami_vnpu_core,
             ..Vnpus::default()
         };
-        let mut seen = Vec::new();
-        for (i, entry) in given.configs.into_iter().enumerate() {
-            let word = entry
-                .get("commonWord")
-                .and_then(serde_yaml_ng::Value::as_str)
-                .ok_or_else(|| D::Error::custom(format!("vnpus.configs[{i}] has no commonWord")))?
-                .to_string();
-            let Some(at) = ascend_kinds().position(|k| k.kind().vendor == word) else {
-                return Err(D::Error::custom(format!(
-                    "vnpus.configs[{i}]: commonWord {word:?} is not a chip gpugate places: \
-                     it places {}",
-                    ascend_kinds()
-                        .map(|k| k.kind().vendor)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            };
-            if seen.contains(&at) {
-                return Err(D::Error::custom(format!(
-                    "vnpus.configs[{i}]: commonWord {word:?} comes twice"
-                )));
-            }
-            seen.push(at);
-            // HAMi names the count `resourceName` here.
-            let mut entry = entry;
-            if let Some(count) = entry.remove("resourceName") {
-                entry.insert("resourceCountName".into(), count);
-            }
-            out.chips[at] = read_over_defaults(out.chips[at].kind, entry)
-                .map_err(|e| D::Error::custom(format!("vnpus.configs[{i}] ({e})")))?;
+        read_chip_entries("vnpus.configs", given.configs, &mut out.chips)
+            .map_err(D::Error::custom)?;
+        Ok(out)
+    }
+}
+
+/// Entries of a section with one entry per chip (`vnpus.configs`,
+/// `iluvatars`), each read over the defaults of the chip its `commonWord`
+/// names, into `chips` (the sections of those chips' kinds, in order). A
+/// chip gpugate has no kind for, or one given twice, is an error.
+fn read_chip_entries(
+    section: &str,
+    entries: Vec<serde_yaml_ng::Mapping>,
+    chips: &mut [DeviceConfig],
+) -> Result<(), String> {
+    let words: Vec<&'static str> = chips.iter().map(|c| c.kind.kind().vendor).collect();
+    let mut seen = Vec::new();
+    for (i, entry) in entries.into_iter().enumerate() {
+        let word = entry
+            .get("commonWord")
+            .and_then(serde_yaml_ng::Value::as_str)
+            .ok_or_else(|| format!("{section}[{i}] has no commonWord"))?
+            .to_string();
+        let Some(at) = words.iter().position(|w| *w == word) else {
+            return Err(format!(
+                "{section}[{i}]: commonWord {word:?} is not a chip gpugate places: it places {}",
+                words.join(", ")
+            ));
+        };
+        if seen.contains(&at) {
+            return Err(format!("{section}[{i}]: commonWord {word:?} comes twice"));
         }
+        seen.push(at);
+        chips[at] = read_over_defaults(chips[at].kind, entry)
+            .map_err(|e| format!("{section}[{i}] ({e})"))?;
+    }
+    Ok(())
+}
+
+/// Iluvatar GPUs: HAMi's `iluvatars` section, one entry per chip. Each
+/// entry is read over the defaults of the chip its `commonWord` names
+/// (`devices::iluvatar`); a chip the file leaves out keeps its defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Iluvatars(pub Vec<DeviceConfig>);
+
+impl Default for Iluvatars {
+    fn default() -> Self {
+        let first = crate::devices::KindId::ILUVATAR_FIRST.index();
+        Iluvatars(
+            (0..crate::devices::iluvatar::CHIPS.len())
+                .filter_map(|i| crate::devices::KindId::at(first + i as u8))
+                .map(DeviceConfig::for_kind)
+                .collect(),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for Iluvatars {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let given = Option::<Vec<serde_yaml_ng::Mapping>>::deserialize(d)?.unwrap_or_default();
+        let mut out = Iluvatars::default();
+        read_chip_entries("iluvatars", given, &mut out.0).map_err(D::Error::custom)?;
         Ok(out)
     }
 }
@@ -719,6 +753,11 @@ impl Config {
             KindId::METAX_GPU => &*self.metax,
             KindId::ENFLAME_GCU => &*self.enflame,
             KindId::VASTAI => &*self.vastai,
+            k if k >= KindId::ILUVATAR_FIRST => self
+                .iluvatars
+                .0
+                .get(i - usize::from(KindId::ILUVATAR_FIRST.index()))
+                .unwrap_or(&self.nvidia),
             _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }

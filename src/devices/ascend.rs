@@ -106,8 +106,11 @@ macro_rules! ascend_kind {
             grouping: $grouping,
             core_masks: false,
             counts_only: false,
-            // The `vnpus` section is read entry by entry (`config::Vnpus`).
-            section_keys: &[],
+            cores_clamped: false,
+            webhook_rule: None,
+            // The `vnpus` section is read entry by entry (`config::Vnpus`);
+            // HAMi names the count `resourceName` there.
+            section_keys: &[("resourceName", Some("resourceCountName"))],
             node_lock: super::NodeLockStyle::Hami,
             bind_extras: None,
         };

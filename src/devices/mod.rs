@@ -23,6 +23,7 @@ pub mod cambricon;
 pub mod enflame;
 pub mod hcu;
 pub mod hygon;
+pub mod iluvatar;
 pub mod kunlun;
 pub mod metax;
 pub mod nvidia;
@@ -58,6 +59,9 @@ impl KindId {
     pub const ENFLAME_GCU: KindId = KindId(16);
     /// Vastai devices (HAMi v2.10's `Vastai` backend).
     pub const VASTAI: KindId = KindId(17);
+    /// Iluvatar GPUs, one kind per chip of HAMi v2.10's chart
+    /// ([`iluvatar::CHIPS`] lists them in this order).
+    pub const ILUVATAR_FIRST: KindId = KindId(18);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -76,7 +80,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 18] = [
+pub static KINDS: [&DeviceKind; 22] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -95,6 +99,10 @@ pub static KINDS: [&DeviceKind; 18] = [
     &metax::METAX_GPU,
     &enflame::ENFLAME_GCU,
     &vastai::VASTAI,
+    &iluvatar::MR_V100,
+    &iluvatar::MR_V50,
+    &iluvatar::BI_V150,
+    &iluvatar::BI_V100,
 ];
 
 /// Every kind with its id.
@@ -123,6 +131,8 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     ("cambricon.com/mlu", "Cambricon MLU"),
     // Metax sGPUs (whole Metax GPUs are placed).
     ("metax-tech.com/", "Metax sGPU"),
+    // Iluvatar chips beyond HAMi's chart (gpugate has a kind for each of
+    // the chart's chips).
     ("iluvatar.ai/", "Iluvatar GPU"),
     ("mthreads.com/", "Mthreads GPU"),
     // Enflame DRS slices (whole GCUs are placed).
@@ -175,6 +185,8 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     grouping: Grouping::Any,
     core_masks: false,
     counts_only: false,
+    cores_clamped: false,
+    webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
     bind_extras: None,
 };
@@ -265,6 +277,14 @@ pub struct DeviceKind {
     /// memory and no cores, and a device holds as many as its registered
     /// split count (Biren, 12.5).
     pub counts_only: bool,
+    /// A core request above 100 is read as 100, as HAMi's shared loop
+    /// clamps it (1.11 step 7): Iluvatar's webhook writes 100 per device
+    /// for several devices (6.4). Otherwise it is refused.
+    pub cores_clamped: bool,
+    /// What HAMi's webhook writes into a container asking for the kind,
+    /// beyond routing the pod (Iluvatar's cores and container name, 6.4);
+    /// `None` for nothing.
+    pub webhook_rule: Option<WebhookRule>,
     /// The node lock a bind of the kind's devices takes (hami-vendors.md
     /// 1.8).
     pub node_lock: NodeLockStyle,
@@ -281,6 +301,38 @@ pub const WHOLE_MASK: u32 = 3;
 /// A kind's rule for what its plugin reads beside its lists: annotation
 /// keys and values.
 pub type BindExtras = fn(&ExtrasInput<'_>) -> Vec<(&'static str, String)>;
+
+/// A kind's webhook rule: for a container asking for the kind, what to
+/// write; `Err` refuses the pod with the message.
+pub type WebhookRule = fn(&RuleInput<'_>) -> Result<Vec<RuleEdit>, String>;
+
+/// What a [`WebhookRule`] reads of a container: its name and the kind's
+/// quantities as written (the count from its limits only, as HAMi's
+/// webhooks find a kind's containers by their limits).
+#[derive(Debug)]
+pub struct RuleInput<'a> {
+    pub container: &'a str,
+    pub count_in_limits: Option<u64>,
+    pub memory: Option<u64>,
+    pub cores: Option<u64>,
+}
+
+/// One thing a [`WebhookRule`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleEdit {
+    /// `limits[<the kind's resource>] = value`, replacing what is there.
+    Limit(RuleResource, u64),
+    /// An environment variable, unless the container sets it.
+    Env(&'static str, String),
+}
+
+/// A resource of a kind's config section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleResource {
+    Count,
+    Memory,
+    Cores,
+}
 
 /// A kind's rule for the devices a node's capacities make.
 pub type CapacityDevices = fn(&[Option<u64>]) -> Result<Vec<CapacityDevice>, String>;

@@ -359,6 +359,9 @@ impl ContainerResources {
         // #3125): the 100 stands only while that is 0 (no bound).
         let injected_cores = injected.cores.filter(|_| cfg.default_cores == 0);
         let cores = match self.cores.or(injected_cores.map(u64::from)) {
+            // HAMi's loop reads more than 100 as 100 (1.11 step 7), which
+            // Iluvatar's webhook relies on (6.4).
+            Some(c) if c > 100 && cfg.kind.kind().cores_clamped => 100,
             Some(c) if c > 100 => {
                 return Err(self.error(
                     &cfg.resource_core_name,

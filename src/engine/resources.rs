@@ -329,7 +329,14 @@ impl DeviceConfig {
         let section = kind.name;
         let v = &self.vnpu;
         if kind.templates.is_none() {
-            return if *v == VnpuChip::default() {
+            // A chip's names (HAMi's `iluvatars` entries) name its kind.
+            let names_only = VnpuChip {
+                chip_name: String::new(),
+                common_word: String::new(),
+                ..v.clone()
+            } == VnpuChip::default();
+            let word_ok = v.common_word.is_empty() || v.common_word == kind.vendor;
+            return if names_only && word_ok {
                 Ok(())
             } else {
                 Err(format!(

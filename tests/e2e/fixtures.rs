@@ -90,6 +90,7 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "enflame.com/gcu",
         "kunlunxin.com/xpu",
         "vastaitech.com/va",
+        "iluvatar.ai/BI-V150-vgpu",
     ] {
         if let Some(count) = status
             .as_ref()

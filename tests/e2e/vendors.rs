@@ -568,6 +568,82 @@ async fn whole_devices(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Re
     ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await
 }
 
+/// A node with two Iluvatar BI-V150 GPUs of 32,768 MiB, registered as the
+/// chart's plugin does (hami-vendors.md 6.2): legacy text, `type` the
+/// chip's word.
+fn iluvatar_node(name: &str) -> Value {
+    let register: String = (0..2)
+        .map(|i| format!("BI-V150-{name}-{i},4,32768,100,BI-V150,0,true,{i},default:"))
+        .collect();
+    plain_node(
+        name,
+        json!({"hami.io/node-BI-V150-register": register}),
+        json!({"iluvatar.ai/BI-V150-vgpu": "8"}),
+    )
+}
+
+/// Iluvatar on the real control plane (hami-vendors.md section 6): the
+/// webhook gives a two-GPU container 200 cores and `SOL_CONTINER_NAME`;
+/// it binds with both GPUs whole in HAMi's lists, its container given
+/// its entry through HAMi's lock; a slice then waits, and binds once the
+/// pod is deleted.
+async fn iluvatar(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("il-two", &[("iluvatar.ai/BI-V150-vgpu", "2")]),
+    )
+    .await?;
+    let two = wait_bound(admin, ns, "il-two", BIND).await?;
+    let main = two
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "cuda"))
+        .cloned()
+        .unwrap_or_default();
+    let cores = main
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("iluvatar.ai/BI-V150.vCore"))
+        .map(|q| q.0.clone());
+    let named = main
+        .env
+        .iter()
+        .flatten()
+        .any(|e| e.name == "SOL_CONTINER_NAME" && e.value.as_deref() == Some("cuda"));
+    let list = annotation(&two, "hami.io/BI-V150-devices-allocated").unwrap_or_default();
+    ensure!(
+        cores.as_deref() == Some("200")
+            && named
+            && list == ";BI-V150-vd-14-0,BI-V150,32768,100:BI-V150-vd-14-1,BI-V150,32768,100:;",
+        "il-two: cores {cores:?}, SOL_CONTINER_NAME {named}, {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "il-two").await?;
+    delete_pods(admin, ns, &["il-two"]).await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod(
+            "il-slice",
+            &[
+                ("iluvatar.ai/BI-V150-vgpu", "1"),
+                ("iluvatar.ai/BI-V150.vMem", "16"),
+                ("iluvatar.ai/BI-V150.vCore", "25"),
+            ],
+        ),
+    )
+    .await?;
+    let slice = wait_bound_after_delete(admin, ns, "il-slice", BIND).await?;
+    let list = annotation(&slice, "hami.io/BI-V150-devices-allocated").unwrap_or_default();
+    ensure!(
+        list.starts_with(";BI-V150-vd-14-") && list.ends_with(",BI-V150,4096,25:;"),
+        "il-slice: {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "il-slice").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -598,6 +674,7 @@ pub async fn mixed_cluster(
             capacity_node("vd-11", "enflame.com/gcu", 2),
             capacity_node("vd-12", "kunlunxin.com/xpu", 8),
             vastai_node("vd-13"),
+            iluvatar_node("vd-14"),
         ],
     )
     .await?;
@@ -606,6 +683,7 @@ pub async fn mixed_cluster(
     capacity_kinds(ctx, plugin, ns).await?;
     biren(ctx, plugin, ns).await?;
     whole_devices(ctx, plugin, ns).await?;
+    iluvatar(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).

@@ -194,6 +194,32 @@ then device-config.content's vastai section over it. */}}
 {{- toYaml $v -}}
 {{- end -}}
 
+{{/* The iluvatars section of gpugate's config (Iluvatar GPUs): the chips
+of HAMi v2.10's chart, then device-config.content's iluvatars entries over
+them, by commonWord. An entry for a chip gpugate does not place fails the
+render. */}}
+{{- define "gpugate.iluvatars" -}}
+{{- $chips := list "MR-V100" "MR-V50" "BI-V150" "BI-V100" -}}
+{{- $given := include "gpugate.contentList" (list . "iluvatars") | fromJsonArray -}}
+{{- range $g := $given -}}
+{{- if not (has (toString $g.commonWord) $chips) -}}
+{{- fail (printf "device-config.content iluvatars: commonWord %q is not a chip gpugate places (%s)" (toString $g.commonWord) (join ", " $chips)) -}}
+{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $cw := $chips -}}
+{{- $c := dict "chipName" $cw "commonWord" $cw
+  "resourceCountName" (printf "iluvatar.ai/%s-vgpu" $cw)
+  "resourceMemoryName" (printf "iluvatar.ai/%s.vMem" $cw)
+  "resourceCoreName" (printf "iluvatar.ai/%s.vCore" $cw) -}}
+{{- range $g := $given -}}
+{{- if eq (toString $g.commonWord) $cw }}{{ $c = mergeOverwrite $c (deepCopy $g) }}{{ end -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -265,6 +291,11 @@ not place fails the render. */}}
 {{ $e.resourceNameGCU }}
 {{- $v := include "gpugate.vastai" . | fromYaml }}
 {{ $v.resourceCountName }}
+{{- range $c := include "gpugate.iluvatars" . | fromJsonArray }}
+{{ $c.resourceCountName }}
+{{ $c.resourceMemoryName }}
+{{ $c.resourceCoreName }}
+{{- end -}}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
@@ -403,6 +434,22 @@ there is none). */}}
 
 {{/* One section of device-config.content, parsed (an empty dict when
 there is none): (list $root "section"). */}}
+{{/* A list section of device-config.content (iluvatars), as JSON; [] when
+absent. */}}
+{{- define "gpugate.contentList" -}}
+{{- $root := index . 0 -}}
+{{- $content := (index $root.Values "device-config" | default dict).content | default "" -}}
+{{- $list := list -}}
+{{- if $content -}}
+{{- $parsed := fromYaml $content -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "device-config.content is not YAML: %s" $parsed.Error) -}}
+{{- end -}}
+{{- $list = index $parsed (index . 1) | default list -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
 {{- define "gpugate.contentSection" -}}
 {{- $root := index . 0 -}}
 {{- $content := (index $root.Values "device-config" | default dict).content | default "" -}}
