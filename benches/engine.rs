@@ -165,6 +165,7 @@ fn mig_cluster() -> ClusterState {
                         cores: pr.cores,
                         slots: 1,
                         unreadable: false,
+                        device_type: None,
                         mig: Some(MigInstance {
                             profile: pr.name.clone(),
                             placement: MigPlacement {

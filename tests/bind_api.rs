@@ -2306,3 +2306,33 @@ async fn an_iluvatar_pod_gets_its_chips_lists() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+#[tokio::test]
+async fn an_amd_pod_gets_compute_units_under_the_product_name() {
+    // hami-vendors.md 11.3: `hami.io/amd-devices-to-allocate` =
+    // `-allocated`, the GPU's product name as the vendor word, memory in
+    // MiB and cores as compute units (25% of 304 = 76); entries only for
+    // the asking containers (the type is not the word, 1.5); HAMi's lock.
+    let mut n = node("amd-node", 0);
+    n["metadata"]["annotations"] = json!({"hami.io/node-amd-register":
+        r#"[{"id":"GPU-amd-0","index":0,"count":4,"devmem":196608,"devcore":304,"type":"AMD Instinct MI300X VF","health":true}]"#});
+    let p = pending_pod(
+        "amd",
+        "u-amd",
+        json!({"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}),
+    );
+    let rig = Rig::new(&[n], &[p], config(1.0));
+    assert_eq!(rig.bind("ml", "amd", "u-amd", "amd-node").await, "");
+    let p = rig.pod("ml", "amd");
+    let a = annotations(&p);
+    let list = "GPU-amd-0,AMD Instinct MI300X VF,16384,76:;";
+    assert_eq!(a["hami.io/amd-devices-allocated"], list);
+    assert_eq!(a["hami.io/amd-devices-to-allocate"], list);
+    assert!(rig.lock("amd-node").unwrap().ends_with("Z,ml,amd"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-amd")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

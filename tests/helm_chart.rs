@@ -497,6 +497,8 @@ fn renamed_resources_reach_every_object() {
             k.config.resource_core_name,
         ]
     }));
+    // Then AMD's.
+    want.extend(["amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores"]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

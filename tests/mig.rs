@@ -123,6 +123,7 @@ fn state(profiles: &[MigProfile], devmem: u64, held: &[(usize, u32)]) -> Cluster
                 cores: pr.cores,
                 slots: 1,
                 unreadable: false,
+                device_type: None,
                 mig: Some(gpugate::engine::MigInstance {
                     profile: pr.name.clone(),
                     placement: MigPlacement {
@@ -319,6 +320,7 @@ fn unusable_and_inconsistent_mig_gpus_take_nothing() {
             cores: 15,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: None,
         }]],
         kinds: vec![],
@@ -361,6 +363,7 @@ fn mig_usage_on_a_hami_core_gpu_makes_it_take_nothing() {
             cores: 29,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: Some(gpugate::engine::MigInstance {
                 profile: "2g.10gb".into(),
                 placement: MigPlacement { start: 0, size: 2 },
@@ -829,6 +832,7 @@ fn the_joint_search_takes_stacked_instances_back_whole() {
             cores: one_g.cores,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: Some(gpugate::engine::MigInstance {
                 profile: one_g.name.clone(),
                 placement: MigPlacement { start: 0, size: 1 },

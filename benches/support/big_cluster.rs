@@ -85,6 +85,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
                 cores,
                 slots: 1,
                 unreadable: false,
+                device_type: None,
                 mig: None,
             }]],
             kinds: vec![],

@@ -51,6 +51,8 @@ pub struct Config {
     pub vastai: KindSection<{ crate::devices::KindId::VASTAI.index() }>,
     /// Iluvatar GPUs: HAMi's `iluvatars` section, one entry per chip.
     pub iluvatars: Iluvatars,
+    /// AMD GPUs: HAMi's `amd` section.
+    pub amd: KindSection<{ crate::devices::KindId::AMD.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -753,11 +755,12 @@ impl Config {
             KindId::METAX_GPU => &*self.metax,
             KindId::ENFLAME_GCU => &*self.enflame,
             KindId::VASTAI => &*self.vastai,
-            k if k >= KindId::ILUVATAR_FIRST => self
-                .iluvatars
-                .0
-                .get(i - usize::from(KindId::ILUVATAR_FIRST.index()))
-                .unwrap_or(&self.nvidia),
+            KindId::AMD => &*self.amd,
+            k if k >= KindId::ILUVATAR_FIRST
+                && i < usize::from(KindId::ILUVATAR_FIRST.index()) + self.iluvatars.0.len() =>
+            {
+                &self.iluvatars.0[i - usize::from(KindId::ILUVATAR_FIRST.index())]
+            }
             _ => self.vnpus.chips.get(i - first).unwrap_or(&self.nvidia),
         })
     }
@@ -1172,6 +1175,16 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_has_its_own_section() {
+        // A kind left out of `device_configs` would silently be read with
+        // another kind's names.
+        let c = Config::default();
+        for (i, cfg) in c.device_configs().iter().enumerate() {
+            assert_eq!(usize::from(cfg.kind.index()), i, "{}", cfg.kind.kind().name);
+        }
+    }
 
     #[test]
     fn filter_top_nodes_is_bounded() {

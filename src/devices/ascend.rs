@@ -106,6 +106,8 @@ macro_rules! ascend_kind {
             grouping: $grouping,
             core_masks: false,
             counts_only: false,
+            vendor_from_type: false,
+            compute_units: false,
             cores_clamped: false,
             webhook_rule: None,
             // The `vnpus` section is read entry by entry (`config::Vnpus`);

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+pub mod amd;
 pub mod ascend;
 pub mod aws_neuron;
 pub mod biren;
@@ -62,6 +63,8 @@ impl KindId {
     /// Iluvatar GPUs, one kind per chip of HAMi v2.10's chart
     /// ([`iluvatar::CHIPS`] lists them in this order).
     pub const ILUVATAR_FIRST: KindId = KindId(18);
+    /// AMD GPUs (HAMi v2.10's `AMD` backend).
+    pub const AMD: KindId = KindId(22);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -80,7 +83,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 22] = [
+pub static KINDS: [&DeviceKind; 23] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -103,6 +106,7 @@ pub static KINDS: [&DeviceKind; 22] = [
     &iluvatar::MR_V50,
     &iluvatar::BI_V150,
     &iluvatar::BI_V100,
+    &amd::AMD,
 ];
 
 /// Every kind with its id.
@@ -113,7 +117,15 @@ pub fn kinds() -> impl Iterator<Item = (KindId, &'static DeviceKind)> {
 /// The kind whose pod device lists carry `vendor` (HAMi's vendor word);
 /// `None` for devices gpugate does not place.
 pub fn by_vendor(vendor: &str) -> Option<KindId> {
-    kinds().find(|(_, k)| k.vendor == vendor).map(|(id, _)| id)
+    kinds()
+        .find(|(_, k)| k.vendor == vendor)
+        .or_else(|| {
+            // A device type as the word (AMD's product names, 11.2):
+            // HAMi's rule, the type contains the kind's word (1.3).
+            let lower = vendor.to_lowercase();
+            kinds().find(|(_, k)| k.vendor_from_type && lower.contains(&k.vendor.to_lowercase()))
+        })
+        .map(|(id, _)| id)
 }
 
 /// The device kinds a HAMi v2.10 fleet registers that gpugate does not
@@ -140,7 +152,6 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // Neuron devices under the plugin's other name (HAMi's names are
     // placed).
     ("aws.amazon.com/neurondevice", "AWS Neuron device"),
-    ("amd.com/gpu", "AMD GPU"),
 ];
 
 /// The kind, in words, of a resource gpugate does not place
@@ -185,6 +196,8 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     grouping: Grouping::Any,
     core_masks: false,
     counts_only: false,
+    vendor_from_type: false,
+    compute_units: false,
     cores_clamped: false,
     webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
@@ -277,6 +290,14 @@ pub struct DeviceKind {
     /// memory and no cores, and a device holds as many as its registered
     /// split count (Biren, 12.5).
     pub counts_only: bool,
+    /// The vendor word of its lists is each device's registered type
+    /// (AMD's product names, hami-vendors.md 11.2), which contains
+    /// [`DeviceKind::vendor`] in any case; [`by_vendor`] reads it back.
+    pub vendor_from_type: bool,
+    /// A device's cores are compute units (its registered `devcore`, 304
+    /// for an MI300X) and a container's cores resource a percent of them:
+    /// it takes `floor(units × percent / 100)`, at least one (AMD, 11.5).
+    pub compute_units: bool,
     /// A core request above 100 is read as 100, as HAMi's shared loop
     /// clamps it (1.11 step 7): Iluvatar's webhook writes 100 per device
     /// for several devices (6.4). Otherwise it is refused.

@@ -90,6 +90,8 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     grouping: super::Grouping::Any,
     core_masks: false,
     counts_only: false,
+    vendor_from_type: false,
+    compute_units: false,
     cores_clamped: false,
     webhook_rule: None,
     section_keys: &[],

@@ -24,6 +24,10 @@ pub struct DeviceGrant {
     /// A pod's share that cannot be read (see [`Allocation::unreadable`]):
     /// it blocks the GPU.
     pub unreadable: bool,
+    /// The device's registered type, for a kind whose lists carry it as
+    /// the vendor word (`DeviceKind::vendor_from_type`: AMD's product
+    /// names, hami-vendors.md 11.2); `None` for the kind's own word.
+    pub device_type: Option<Box<str>>,
     /// On a MIG GPU, the instance granted (HAMi's
     /// `hami.io/vgpu-mig-allocations` entry).
     pub mig: Option<MigInstance>,
@@ -65,7 +69,10 @@ impl DeviceGrant {
     pub fn to_container_device(&self) -> ContainerDevice {
         ContainerDevice {
             uuid: self.uuid.clone(),
-            vendor: self.kind.kind().vendor.to_string(),
+            vendor: match &self.device_type {
+                Some(t) => t.to_string(),
+                None => self.kind.kind().vendor.to_string(),
+            },
             // Requests are capped at i32::MAX MiB, so this never saturates
             // for allocations the engine made.
             mem_mib: u32::try_from(self.mem_mib).unwrap_or(u32::MAX),
@@ -287,6 +294,8 @@ impl Allocation {
                             cores: d.cores,
                             slots: d.slots,
                             unreadable: false,
+                            device_type: (d.vendor != kind.kind().vendor)
+                                .then(|| d.vendor.as_str().into()),
                             mig: None,
                         })
                         .collect()
@@ -328,6 +337,7 @@ impl Allocation {
                         cores: 0,
                         slots: 0,
                         unreadable: true,
+                        device_type: None,
                         mig: None,
                     })
                     .collect(),
@@ -355,6 +365,7 @@ mod tests {
             cores,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: None,
         }
     }

@@ -61,9 +61,36 @@ pub fn mask_taken(used: u32, cores: u32) -> u32 {
     if used == 0 { cores } else { WHOLE & !used }
 }
 
+/// The compute units a container asking for `percent` takes of a device
+/// with `units` of which `used` are taken (AMD, hami-vendors.md 11.5):
+/// `floor(units × percent / 100)`, at least one and at most all; `None`
+/// when fewer are free (or the device has none).
+pub fn compute_units(units: u32, used: u32, percent: u32) -> Option<u32> {
+    if units == 0 {
+        return None;
+    }
+    let want = (u64::from(units) * u64::from(percent) / 100).clamp(1, u64::from(units));
+    let want = u32::try_from(want).ok()?;
+    (units.saturating_sub(used) >= want).then_some(want)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_units_are_a_share_of_the_device_at_least_one() {
+        // 11.5: floor(devcore × pct / 100) clamped to [1, devcore].
+        assert_eq!(compute_units(304, 0, 25), Some(76));
+        assert_eq!(compute_units(304, 0, 100), Some(304));
+        assert_eq!(compute_units(304, 0, 0), Some(1));
+        assert_eq!(compute_units(304, 301, 1), Some(3));
+        assert_eq!(compute_units(304, 302, 1), None);
+        assert_eq!(compute_units(304, 229, 25), None);
+        assert_eq!(compute_units(304, 228, 25), Some(76));
+        assert_eq!(compute_units(0, 0, 50), None);
+        assert_eq!(compute_units(u32::MAX, 0, 100), Some(u32::MAX));
+    }
 
     #[test]
     fn the_free_bit_is_taken() {

@@ -117,8 +117,12 @@ pub fn fit_pod_in(
                 .count();
             let budget = joint::JOINT_BUDGET
                 .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
-            // The joint search knows no grouping rule (super::grouping).
-            let free = plan.selection.rules.grouping == Grouping::Any;
+            // The joint search knows no grouping rule (super::grouping),
+            // nor the rules applied after the per-GPU loop (one size per
+            // device, core masks, compute units).
+            let r = plan.selection.rules;
+            let free =
+                r.grouping == Grouping::Any && !r.one_size && !r.core_masks && !r.compute_units;
             if gpu_containers > 1 && budget > 0 && free {
                 let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
@@ -198,6 +202,13 @@ fn fit_container(
     let mut counts = ReasonCounts::default();
     s.candidates.clear();
     let rules = plan.selection.rules;
+    // Compute units are checked after the loop, per device (AMD, 11.5):
+    // the loop sees no core request, so none of its core rules apply.
+    let units = rules.compute_units.then_some(req.cores);
+    let req = &match units {
+        Some(_) => GpuRequest { cores: 0, ..*req },
+        None => *req,
+    };
     for (pos, gpu) in node.gpus.iter().enumerate() {
         if !rule.allows(gpu) {
             counts.add(Reason::NumaZoneInsufficientGPU, 1);
@@ -229,6 +240,22 @@ fn fit_container(
             let used = usage.get(*pos).copied().unwrap_or_default();
             take.cores = super::core_masks::mask_taken(used.cores, take.cores);
         }
+    }
+    if let Some(percent) = units {
+        s.candidates.retain_mut(|(pos, take)| {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.cores);
+            match super::core_masks::compute_units(cap, used.cores, percent) {
+                Some(n) => {
+                    take.cores = n;
+                    true
+                }
+                None => {
+                    counts.add(Reason::CardInsufficientCore, 1);
+                    false
+                }
+            }
+        });
     }
     let n = req.count as usize;
     if s.candidates.len() < n {

@@ -568,6 +568,7 @@ mod tests {
             cores,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: None,
         };
         let a = Allocation {

@@ -84,6 +84,8 @@ pub struct KindRules {
     pub one_size: bool,
     /// Cores are bits of a mask (`engine::core_masks`).
     pub core_masks: bool,
+    /// Cores are compute units, asked as a percent (AMD, 11.5).
+    pub compute_units: bool,
 }
 
 impl KindRules {
@@ -93,6 +95,7 @@ impl KindRules {
             grouping: kind.grouping,
             one_size: kind.templates.is_some_and(|t| t.one_template_per_device),
             core_masks: kind.core_masks,
+            compute_units: kind.compute_units,
         }
     }
 }

@@ -438,6 +438,11 @@ impl ClusterState {
                     cores: take.cores,
                     slots: 1,
                     unreadable: false,
+                    device_type: gpu
+                        .kind
+                        .kind()
+                        .vendor_from_type
+                        .then(|| gpu.model.as_str().into()),
                     mig: gpu.mig_instance(&take),
                 });
             }
@@ -870,6 +875,7 @@ mod tests {
             cores: 0,
             slots: 1,
             unreadable: false,
+            device_type: None,
             mig: None,
         });
         assert_eq!(

@@ -91,6 +91,7 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "kunlunxin.com/xpu",
         "vastaitech.com/va",
         "iluvatar.ai/BI-V150-vgpu",
+        "amd.com/gpu",
     ] {
         if let Some(count) = status
             .as_ref()

@@ -644,6 +644,60 @@ async fn iluvatar(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<
     admitted_with_own_devices(plugin, admin, ns, "il-slice").await
 }
 
+/// A node with two AMD MI300X VFs registered as HAMi's amd-device-plugin
+/// does (hami-vendors.md 11.2): JSON, 304 compute units, the product name
+/// as the type.
+fn amd_node(name: &str) -> Value {
+    let register: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"id": format!("GPU-{name}-{i}"), "index": i, "count": 4, "devmem": 196608,
+                   "devcore": 304, "type": "AMD Instinct MI300X VF", "health": true})
+        })
+        .collect();
+    plain_node(
+        name,
+        json!({"hami.io/node-amd-register": Value::Array(register).to_string()}),
+        json!({"amd.com/gpu": "2"}),
+    )
+}
+
+/// AMD on the real control plane (hami-vendors.md section 11): 25% of a
+/// GPU binds as 76 of its 304 compute units under the product name, one
+/// entry for the one asking container, through HAMi's lock; 80% then
+/// takes the other GPU (243 units are more than the 228 left).
+async fn amd(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let quarter = [
+        ("amd.com/gpu", "1"),
+        ("amd.com/gpumem", "16384"),
+        ("amd.com/gpucores", "25"),
+    ];
+    create_pod(admin, ns, &dcu_pod("amd-quarter", &quarter)).await?;
+    let q = wait_bound(admin, ns, "amd-quarter", BIND).await?;
+    let list = annotation(&q, "hami.io/amd-devices-allocated").unwrap_or_default();
+    let first = list
+        .strip_prefix("GPU-vd-15-")
+        .and_then(|l| l.strip_suffix(",AMD Instinct MI300X VF,16384,76:;"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(first == "0" || first == "1", "amd-quarter: {list:?}");
+    admitted_with_own_devices(plugin, admin, ns, "amd-quarter").await?;
+    let most = [
+        ("amd.com/gpu", "1"),
+        ("amd.com/gpumem", "1024"),
+        ("amd.com/gpucores", "80"),
+    ];
+    create_pod(admin, ns, &dcu_pod("amd-most", &most)).await?;
+    let m = wait_bound(admin, ns, "amd-most", BIND).await?;
+    let list = annotation(&m, "hami.io/amd-devices-allocated").unwrap_or_default();
+    let other = if first == "0" { "1" } else { "0" };
+    ensure!(
+        list == format!("GPU-vd-15-{other},AMD Instinct MI300X VF,1024,243:;"),
+        "amd-most: {list:?} (the quarter is on GPU {first})"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "amd-most").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -675,6 +729,7 @@ pub async fn mixed_cluster(
             capacity_node("vd-12", "kunlunxin.com/xpu", 8),
             vastai_node("vd-13"),
             iluvatar_node("vd-14"),
+            amd_node("vd-15"),
         ],
     )
     .await?;
@@ -684,6 +739,7 @@ pub async fn mixed_cluster(
     biren(ctx, plugin, ns).await?;
     whole_devices(ctx, plugin, ns).await?;
     iluvatar(ctx, plugin, ns).await?;
+    amd(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).

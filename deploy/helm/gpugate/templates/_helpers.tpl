@@ -220,6 +220,20 @@ render. */}}
 {{- toJson $out -}}
 {{- end -}}
 
+{{/* The AMD section of gpugate's config: HAMi's chart literals, then
+device-config.content's amd section over them. */}}
+{{- define "gpugate.amd" -}}
+{{- $a := dict
+  "resourceCountName" "amd.com/gpu"
+  "resourceMemoryName" "amd.com/gpumem"
+  "resourceCoreName" "amd.com/gpucores" -}}
+{{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- range $key, $v := include "gpugate.contentSection" (list . "amd") | fromJson -}}
+{{- if has $key $known }}{{ $_ := set $a $key $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $a -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -296,6 +310,10 @@ not place fails the render. */}}
 {{ $c.resourceMemoryName }}
 {{ $c.resourceCoreName }}
 {{- end -}}
+{{- $amd := include "gpugate.amd" . | fromYaml }}
+{{ $amd.resourceCountName }}
+{{ $amd.resourceMemoryName }}
+{{ $amd.resourceCoreName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
