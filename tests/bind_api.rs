@@ -2336,3 +2336,48 @@ async fn an_amd_pod_gets_compute_units_under_the_product_name() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+#[tokio::test]
+async fn an_mthreads_pod_gets_the_allocated_list_and_its_gpu_index() {
+    // hami-vendors.md 7.3: only `hami.io/mthreads-vgpu-devices-allocated`;
+    // `mthreads.com/gpu-index` (the last container's indexes),
+    // `predicate-node` and `predicate-time` (Unix ns); no node lock.
+    let p = pending_pod(
+        "mt",
+        "u-mt",
+        json!({"mthreads.com/vgpu": "2", "mthreads.com/sgpu-memory": "192",
+               "mthreads.com/sgpu-core": "32"}),
+    );
+    let rig = Rig::new(
+        &[capacity_node(
+            "mt-node",
+            json!({"mthreads.com/sgpu-core": "32", "mthreads.com/sgpu-memory": "192"}),
+        )],
+        &[p],
+        config(1.0),
+    );
+    let before = jiff::Timestamp::now().as_nanosecond();
+    assert_eq!(rig.bind("ml", "mt", "u-mt", "mt-node").await, "");
+    let p = rig.pod("ml", "mt");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/mthreads-vgpu-devices-allocated"],
+        ";mt-node-mthreads-0,Mthreads,49152,16:mt-node-mthreads-1,Mthreads,49152,16:;"
+    );
+    assert!(!a.keys().any(|k| k.contains("to-allocate")), "{a:?}");
+    assert_eq!(a["mthreads.com/gpu-index"], "0,1");
+    assert_eq!(a["mthreads.com/predicate-node"], "mt-node");
+    let at: i128 = a["mthreads.com/predicate-time"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(at >= before && at <= jiff::Timestamp::now().as_nanosecond());
+    assert_eq!(rig.lock("mt-node"), None);
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    assert!(
+        rig.held("u-mt")
+            .unwrap()
+            .written_as(&pod_allocation(&k).unwrap().unwrap())
+    );
+}

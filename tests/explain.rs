@@ -226,6 +226,8 @@ fn every_reason_code_in_words() {
                     | ReasonCode::Card(gpugate::engine::Reason::CardMigTopologyInfeasible)
                     // Kunlunxin vXPUs': in tests/kunlun.rs.
                     | ReasonCode::Card(gpugate::engine::Reason::CardTemplateMismatch)
+                    // Moore Threads': in tests/mthreads.rs.
+                    | ReasonCode::Card(gpugate::engine::Reason::CardNotFoundCustomFilterRule)
             )
         })
         .map(|c| c.to_string())

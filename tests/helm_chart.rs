@@ -497,8 +497,10 @@ fn renamed_resources_reach_every_object() {
             k.config.resource_core_name,
         ]
     }));
-    // Then AMD's.
+    // Then AMD's, then Moore Threads' count (HAMi's chart leaves its memory
+    // and cores to kube-scheduler, 7.7).
     want.extend(["amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores"]);
+    want.push("mthreads.com/vgpu");
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in

@@ -89,6 +89,7 @@ pub fn mutate(
         .filter(|_| nv.kind.kind().hami_core);
     let mut edits = PodEdits::default();
     let mut uses_gpus = false;
+    let mut rule_annotations = Vec::new();
     // A pod may ask for several kinds (an NVIDIA GPU and an Ascend NPU):
     // each kind's edits, the first kind's with the namespace policy.
     let asked = config.asked_device_configs(spec.all_containers());
@@ -110,6 +111,7 @@ pub fn mutate(
                 }
             }
             uses_gpus |= edit.uses_gpus;
+            rule_annotations.extend(edit.annotations);
             if !edit.edits.is_empty() {
                 let by_index = if init {
                     &mut edits.init_containers
@@ -126,6 +128,16 @@ pub fn mutate(
         }
         if let Some(p) = policy {
             edits.annotations = policy_annotations(pod, p, nv.kind.kind());
+        }
+        // A kind's rule's annotations (HAMi's webhook sets them).
+        for (key, value) in rule_annotations {
+            let same = pod
+                .annotations()
+                .and_then(|a| a.get(key))
+                .is_some_and(|v| *v == *value);
+            if !same {
+                edits.annotations.insert(key, value);
+            }
         }
         if spec.scheduler_name.get().is_none_or(|n| n != ours) {
             edits.scheduler_name = Some(ours);
@@ -146,6 +158,8 @@ pub fn mutate(
 struct ContainerOutcome<'c> {
     edits: ContainerEdits<'c>,
     uses_gpus: bool,
+    /// Pod annotations a kind's webhook rule writes.
+    annotations: Vec<(&'static str, String)>,
 }
 
 impl<'c> ContainerOutcome<'c> {
@@ -156,6 +170,7 @@ impl<'c> ContainerOutcome<'c> {
         self.edits.requests.extend(other.edits.requests);
         self.edits.env.extend(other.edits.env);
         self.edits.env_len = self.edits.env_len.max(other.edits.env_len);
+        self.annotations.extend(other.annotations);
     }
 }
 
@@ -180,8 +195,9 @@ fn container_edits<'c>(
     if kind.templates.is_some() {
         template_edits(&mut target, &res, gpu.as_ref(), nv, soft)?;
     }
+    let mut annotations = Vec::new();
     if let (Some(rule), Some(_)) = (kind.webhook_rule, gpu.as_ref()) {
-        rule_edits(&mut target, rule, &res, nv)?;
+        rule_edits(&mut target, &mut annotations, rule, &res, nv)?;
     }
     if !kind.hami_core {
         // HAMi's webhook writes nothing else into such a kind's containers
@@ -189,6 +205,7 @@ fn container_edits<'c>(
         return Ok(ContainerOutcome {
             edits: target.edits,
             uses_gpus: gpu.is_some(),
+            annotations,
         });
     }
     if gpu.is_some() {
@@ -234,6 +251,7 @@ fn container_edits<'c>(
     Ok(ContainerOutcome {
         edits: target.edits,
         uses_gpus: gpu.is_some(),
+        annotations,
     })
 }
 
@@ -282,6 +300,7 @@ fn template_edits<'c>(
 /// names the container.
 fn rule_edits<'c>(
     target: &mut Target<'_, '_, 'c>,
+    annotations: &mut Vec<(&'static str, String)>,
     rule: crate::devices::WebhookRule,
     res: &ContainerResources,
     nv: &'c DeviceConfig,
@@ -293,6 +312,7 @@ fn rule_edits<'c>(
         .and_then(|q| crate::engine::quantity::parse_whole(q).ok());
     let input = RuleInput {
         container: &res.container,
+        count: res.count,
         count_in_limits,
         memory: res.memory,
         cores: res.cores,
@@ -316,6 +336,7 @@ fn rule_edits<'c>(
                 }
             }
             RuleEdit::Env(name, value) => target.set_env(name, value)?,
+            RuleEdit::PodAnnotation(key, value) => annotations.push((key, value)),
         }
     }
     Ok(())

@@ -53,6 +53,8 @@ pub struct Config {
     pub iluvatars: Iluvatars,
     /// AMD GPUs: HAMi's `amd` section.
     pub amd: KindSection<{ crate::devices::KindId::AMD.index() }>,
+    /// Moore Threads GPUs: HAMi's `mthreads` section.
+    pub mthreads: KindSection<{ crate::devices::KindId::MTHREADS.index() }>,
     /// Per-namespace defaults and limits (docs/configuration.md).
     pub namespace_policies: Vec<namespace_policy::NamespacePolicy>,
     /// gpugate's own webhook configurations, whose `caBundle` it keeps
@@ -756,6 +758,7 @@ impl Config {
             KindId::ENFLAME_GCU => &*self.enflame,
             KindId::VASTAI => &*self.vastai,
             KindId::AMD => &*self.amd,
+            KindId::MTHREADS => &*self.mthreads,
             k if k >= KindId::ILUVATAR_FIRST
                 && i < usize::from(KindId::ILUVATAR_FIRST.index()) + self.iluvatars.0.len() =>
             {

@@ -108,6 +108,8 @@ macro_rules! ascend_kind {
             counts_only: false,
             vendor_from_type: false,
             compute_units: false,
+            split_over_count: false,
+            same_devices: false,
             cores_clamped: false,
             webhook_rule: None,
             // The `vnpus` section is read entry by entry (`config::Vnpus`);

@@ -27,6 +27,7 @@ pub mod hygon;
 pub mod iluvatar;
 pub mod kunlun;
 pub mod metax;
+pub mod mthreads;
 pub mod nvidia;
 pub mod vastai;
 
@@ -65,6 +66,8 @@ impl KindId {
     pub const ILUVATAR_FIRST: KindId = KindId(18);
     /// AMD GPUs (HAMi v2.10's `AMD` backend).
     pub const AMD: KindId = KindId(22);
+    /// Moore Threads GPUs (HAMi v2.10's `Mthreads` backend).
+    pub const MTHREADS: KindId = KindId(23);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -83,7 +86,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 23] = [
+pub static KINDS: [&DeviceKind; 24] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -107,6 +110,7 @@ pub static KINDS: [&DeviceKind; 23] = [
     &iluvatar::BI_V150,
     &iluvatar::BI_V100,
     &amd::AMD,
+    &mthreads::MTHREADS,
 ];
 
 /// Every kind with its id.
@@ -146,7 +150,6 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // Iluvatar chips beyond HAMi's chart (gpugate has a kind for each of
     // the chart's chips).
     ("iluvatar.ai/", "Iluvatar GPU"),
-    ("mthreads.com/", "Mthreads GPU"),
     // Enflame DRS slices (whole GCUs are placed).
     ("enflame.com/", "Enflame DRS GCU"),
     // Neuron devices under the plugin's other name (HAMi's names are
@@ -198,6 +201,8 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     counts_only: false,
     vendor_from_type: false,
     compute_units: false,
+    split_over_count: false,
+    same_devices: false,
     cores_clamped: false,
     webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
@@ -298,6 +303,13 @@ pub struct DeviceKind {
     /// for an MI300X) and a container's cores resource a percent of them:
     /// it takes `floor(units × percent / 100)`, at least one (AMD, 11.5).
     pub compute_units: bool,
+    /// A container's memory and cores are its total over its devices,
+    /// each device taking an even share (Mthreads, 7.1).
+    pub split_over_count: bool,
+    /// Every container of a pod takes the devices the first one took
+    /// (Mthreads' `customFilterRule`, 7.5: its plugin hands each
+    /// container the last one's indexes).
+    pub same_devices: bool,
     /// A core request above 100 is read as 100, as HAMi's shared loop
     /// clamps it (1.11 step 7): Iluvatar's webhook writes 100 per device
     /// for several devices (6.4). Otherwise it is refused.
@@ -333,6 +345,8 @@ pub type WebhookRule = fn(&RuleInput<'_>) -> Result<Vec<RuleEdit>, String>;
 #[derive(Debug)]
 pub struct RuleInput<'a> {
     pub container: &'a str,
+    /// The count, from limits else requests.
+    pub count: Option<u64>,
     pub count_in_limits: Option<u64>,
     pub memory: Option<u64>,
     pub cores: Option<u64>,
@@ -345,6 +359,8 @@ pub enum RuleEdit {
     Limit(RuleResource, u64),
     /// An environment variable, unless the container sets it.
     Env(&'static str, String),
+    /// A pod annotation (Mthreads' `request-gpu-num`, 7.4).
+    PodAnnotation(&'static str, String),
 }
 
 /// A resource of a kind's config section.

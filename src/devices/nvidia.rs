@@ -92,6 +92,8 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     counts_only: false,
     vendor_from_type: false,
     compute_units: false,
+    split_over_count: false,
+    same_devices: false,
     cores_clamped: false,
     webhook_rule: None,
     section_keys: &[],

@@ -119,10 +119,10 @@ pub fn fit_pod_in(
                 .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
             // The joint search knows no grouping rule (super::grouping),
             // nor the rules applied after the per-GPU loop (one size per
-            // device, core masks, compute units).
+            // device, core masks, compute units, shared devices).
             let r = plan.selection.rules;
-            let free =
-                r.grouping == Grouping::Any && !r.one_size && !r.core_masks && !r.compute_units;
+            let free = r.grouping == Grouping::Any
+                && !(r.one_size || r.core_masks || r.compute_units || r.same_devices);
             if gpu_containers > 1 && budget > 0 && free {
                 let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
@@ -241,6 +241,10 @@ fn fit_container(
             take.cores = super::core_masks::mask_taken(used.cores, take.cores);
         }
     }
+    // Every container on the devices of the pod's first (Mthreads, 7.5).
+    if rules.same_devices {
+        same_devices(node, s, &mut counts);
+    }
     if let Some(percent) = units {
         s.candidates.retain_mut(|(pos, take)| {
             let used = usage.get(*pos).copied().unwrap_or_default();
@@ -325,6 +329,33 @@ fn most_grants(node: &Node, kind: crate::devices::KindId) -> u32 {
         .filter(|g| g.kind == kind)
         .map(Gpu::most_grants)
         .fold(0u32, u32::saturating_add)
+}
+
+/// Keeps only the candidates on devices of the kind that containers of
+/// the pod before this one took, when they took any; the others are
+/// counted `CardNotFoundCustomFilterRule` (HAMi's reason, 7.5).
+#[cold]
+fn same_devices(node: &Node, s: &mut Scratch, counts: &mut ReasonCounts) {
+    let kind_of = |pos: usize| node.gpus.get(pos).map(|g| g.kind);
+    let Some(kind) = s.candidates.first().and_then(|(pos, _)| kind_of(*pos)) else {
+        return;
+    };
+    let taken: Vec<usize> = s
+        .grants
+        .iter()
+        .map(|&(_, pos, _)| pos)
+        .filter(|&pos| kind_of(pos) == Some(kind))
+        .collect();
+    if taken.is_empty() {
+        return;
+    }
+    s.candidates.retain(|(pos, _)| {
+        let keep = taken.contains(pos);
+        if !keep {
+            counts.add(Reason::CardNotFoundCustomFilterRule, 1);
+        }
+        keep
+    });
 }
 
 /// A container that asks for more GPUs than have a free slice may take

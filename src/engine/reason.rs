@@ -36,10 +36,14 @@ pub enum Reason {
     /// splits a device into one size at a time (Kunlun vXPU; gpugate's
     /// code, HAMi counts it as `NumaNotFit`).
     CardTemplateMismatch,
+    /// A container's devices are not those an earlier container of the
+    /// pod took, on a kind whose containers share their devices
+    /// (Mthreads, hami-vendors.md 7.5; HAMi's own code).
+    CardNotFoundCustomFilterRule,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -57,6 +61,7 @@ impl Reason {
         Reason::NumaZoneInsufficientGPU,
         Reason::CardAllocationUnreadable,
         Reason::CardTemplateMismatch,
+        Reason::CardNotFoundCustomFilterRule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +83,7 @@ impl Reason {
             Reason::NumaZoneInsufficientGPU => "NumaZoneInsufficientGPU",
             Reason::CardAllocationUnreadable => "CardAllocationUnreadable",
             Reason::CardTemplateMismatch => "CardTemplateMismatch",
+            Reason::CardNotFoundCustomFilterRule => "CardNotFoundCustomFilterRule",
         }
     }
 }

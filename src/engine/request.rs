@@ -358,7 +358,16 @@ impl ContainerResources {
         // HAMi's device plugin bounds its grant by `defaultCores` (master,
         // #3125): the 100 stands only while that is 0 (no bound).
         let injected_cores = injected.cores.filter(|_| cfg.default_cores == 0);
-        let cores = match self.cores.or(injected_cores.map(u64::from)) {
+        // A kind whose memory and cores are the container's total takes an
+        // even share of each device (Mthreads, 7.1).
+        let split = |v: u64| {
+            if cfg.kind.kind().split_over_count {
+                v / u64::from(count)
+            } else {
+                v
+            }
+        };
+        let cores = match self.cores.or(injected_cores.map(u64::from)).map(split) {
             // HAMi's loop reads more than 100 as 100 (1.11 step 7), which
             // Iluvatar's webhook relies on (6.4).
             Some(c) if c > 100 && cfg.kind.kind().cores_clamped => 100,
@@ -388,6 +397,7 @@ impl ContainerResources {
             Some(m) => {
                 let mib = m
                     .checked_mul(u64::from(cfg.memory_factor))
+                    .map(split)
                     .filter(|mib| *mib <= MAX_MEM_MIB)
                     .ok_or_else(|| {
                         self.error(

@@ -86,6 +86,9 @@ pub struct KindRules {
     pub core_masks: bool,
     /// Cores are compute units, asked as a percent (AMD, 11.5).
     pub compute_units: bool,
+    /// Every container takes the devices the first one took (Mthreads,
+    /// 7.5).
+    pub same_devices: bool,
 }
 
 impl KindRules {
@@ -96,6 +99,7 @@ impl KindRules {
             one_size: kind.templates.is_some_and(|t| t.one_template_per_device),
             core_masks: kind.core_masks,
             compute_units: kind.compute_units,
+            same_devices: kind.same_devices,
         }
     }
 }

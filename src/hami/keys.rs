@@ -71,6 +71,13 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     if key == "BAIDU_COM_DEVICE_IDX" {
         return true;
     }
+    // What Moore Threads' plugin reads of the allocation (7.3).
+    if matches!(
+        key,
+        "mthreads.com/gpu-index" | "mthreads.com/predicate-node" | "mthreads.com/predicate-time"
+    ) {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };
@@ -102,6 +109,7 @@ mod tests {
             "hami.io/aws-neuron-devices-allocated",
             "hami.io/kunlun-allocated",
             "BAIDU_COM_DEVICE_IDX",
+            "mthreads.com/gpu-index",
             "hami.io/metax-gpu-devices-allocated",
             "hami.io/Vastai-devices-to-allocate",
         ] {

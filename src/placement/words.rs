@@ -50,6 +50,9 @@ fn card_words(reason: Reason, cfg: &DeviceConfig) -> String {
         Reason::CardTemplateMismatch => format!(
             "hold slices of another size, and the device plugin splits a {unit} into one size at a time"
         ),
+        Reason::CardNotFoundCustomFilterRule => format!(
+            "are not the {unit}s an earlier container of the pod took, and every container of the pod must share them (the device plugin hands each the same {unit}s)"
+        ),
         Reason::CardInsufficientCore => {
             format!("have too few free cores ({})", cfg.resource_core_name)
         }

@@ -92,6 +92,9 @@ pub async fn create_node(client: &Client, scenario: &str, node: &Value) -> anyho
         "vastaitech.com/va",
         "iluvatar.ai/BI-V150-vgpu",
         "amd.com/gpu",
+        "mthreads.com/vgpu",
+        "mthreads.com/sgpu-core",
+        "mthreads.com/sgpu-memory",
     ] {
         if let Some(count) = status
             .as_ref()

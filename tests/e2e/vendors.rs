@@ -698,6 +698,48 @@ async fn amd(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
     admitted_with_own_devices(plugin, admin, ns, "amd-most").await
 }
 
+/// Moore Threads on the real control plane (hami-vendors.md section 7): a
+/// node advertising two GPUs as capacity (32 cores, 192 units); the
+/// webhook makes a two-GPU container whole (32 cores, 192 units,
+/// `request-gpu-num`), which binds with the allocated list and
+/// `mthreads.com/gpu-index` `0,1` and no lock; deleted, a slice binds.
+async fn mthreads(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    create_pod(admin, ns, &dcu_pod("mt-two", &[("mthreads.com/vgpu", "2")])).await?;
+    let two = wait_bound(admin, ns, "mt-two", BIND).await?;
+    let list = annotation(&two, "hami.io/mthreads-vgpu-devices-allocated").unwrap_or_default();
+    ensure!(
+        list == ";vd-16-mthreads-0,Mthreads,49152,16:vd-16-mthreads-1,Mthreads,49152,16:;"
+            && annotation(&two, "mthreads.com/gpu-index") == Some("0,1")
+            && annotation(&two, "mthreads.com/predicate-node") == Some("vd-16")
+            && annotation(&two, "mthreads.com/request-gpu-num") == Some("2"),
+        "mt-two: {list:?}, {}",
+        shown(&two, "mthreads.com/gpu-index")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "mt-two").await?;
+    delete_pods(admin, ns, &["mt-two"]).await?;
+    let slice = [
+        ("mthreads.com/vgpu", "1"),
+        ("mthreads.com/sgpu-memory", "8"),
+        ("mthreads.com/sgpu-core", "4"),
+    ];
+    create_pod(admin, ns, &dcu_pod("mt-slice", &slice)).await?;
+    let s = wait_bound_after_delete(admin, ns, "mt-slice", BIND).await?;
+    let list = annotation(&s, "hami.io/mthreads-vgpu-devices-allocated").unwrap_or_default();
+    let index = list
+        .strip_prefix(";vd-16-mthreads-")
+        .and_then(|l| l.strip_suffix(",Mthreads,4096,4:;"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        (index == "0" || index == "1")
+            && annotation(&s, "mthreads.com/gpu-index") == Some(index.as_str()),
+        "mt-slice: {list:?}, {}",
+        shown(&s, "mthreads.com/gpu-index")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "mt-slice").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -730,6 +772,12 @@ pub async fn mixed_cluster(
             vastai_node("vd-13"),
             iluvatar_node("vd-14"),
             amd_node("vd-15"),
+            plain_node(
+                "vd-16",
+                json!({}),
+                json!({"mthreads.com/vgpu": "200", "mthreads.com/sgpu-core": "32",
+                       "mthreads.com/sgpu-memory": "192"}),
+            ),
         ],
     )
     .await?;
@@ -740,6 +788,7 @@ pub async fn mixed_cluster(
     whole_devices(ctx, plugin, ns).await?;
     iluvatar(ctx, plugin, ns).await?;
     amd(ctx, plugin, ns).await?;
+    mthreads(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).

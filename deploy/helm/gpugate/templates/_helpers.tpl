@@ -234,6 +234,21 @@ device-config.content's amd section over them. */}}
 {{- toYaml $a -}}
 {{- end -}}
 
+{{/* The Moore Threads section of gpugate's config: HAMi's chart
+literals, then device-config.content's mthreads section over them (the
+memory and core names are the capacity the GPUs are read from). */}}
+{{- define "gpugate.mthreads" -}}
+{{- $m := dict
+  "resourceCountName" "mthreads.com/vgpu"
+  "resourceMemoryName" "mthreads.com/sgpu-memory"
+  "resourceCoreName" "mthreads.com/sgpu-core" -}}
+{{- $known := list "resourceCountName" "resourceMemoryName" "resourceCoreName" -}}
+{{- range $key, $v := include "gpugate.contentSection" (list . "mthreads") | fromJson -}}
+{{- if has $key $known }}{{ $_ := set $m $key $v }}{{ end -}}
+{{- end -}}
+{{- toYaml $m -}}
+{{- end -}}
+
 {{/* The Ascend chips gpugate places (HAMi v2.10's chart), by commonWord. */}}
 {{- define "gpugate.ascendChips" -}}
 ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", "Ascend310P", "Ascend910C"]
@@ -314,6 +329,8 @@ not place fails the render. */}}
 {{ $amd.resourceCountName }}
 {{ $amd.resourceMemoryName }}
 {{ $amd.resourceCoreName }}
+{{- $mt := include "gpugate.mthreads" . | fromYaml }}
+{{ $mt.resourceCountName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
