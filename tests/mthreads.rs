@@ -191,6 +191,20 @@ fn the_webhook_makes_several_gpus_whole_and_checks_the_size() {
     ] {
         assert!(ops.contains(want), "{want} in {ops}");
     }
+    // A request the container gives is rewritten with its limit (the API
+    // server wants them equal).
+    let mut both = serde_json::to_value(pod(&[limits("2", Some("8"), None)])).unwrap();
+    both["spec"]["containers"][0]["resources"]["requests"] =
+        json!({"mthreads.com/vgpu": "2", "mthreads.com/sgpu-memory": "8"});
+    let Mutation::Patch(ops) = mutate_pod(&both, &Config::default(), None) else {
+        panic!("not a patch");
+    };
+    let ops = serde_json::to_string(&ops).unwrap();
+    assert!(
+        ops.contains(r#""path":"/spec/containers/0/resources/requests/mthreads.com~1sgpu-memory","value":"192""#)
+            && ops.contains(r#""path":"/spec/containers/0/resources/limits/mthreads.com~1sgpu-memory","value":"192""#),
+        "{ops}"
+    );
     let Mutation::Patch(ops) = mutate(limits("1", None, None)) else {
         panic!("not a patch");
     };

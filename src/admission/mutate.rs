@@ -332,7 +332,10 @@ fn rule_edits<'c>(
                     RuleResource::Cores => &nv.resource_core_name,
                 };
                 if !name.is_empty() {
-                    target.put_quantity(name, value, false);
+                    // An extended resource's request must equal its limit:
+                    // a request the container gives is rewritten too.
+                    let requested = target.container.request(name).is_some();
+                    target.put_quantity(name, value, requested);
                 }
             }
             RuleEdit::Env(name, value) => target.set_env(name, value)?,

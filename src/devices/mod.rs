@@ -355,7 +355,9 @@ pub struct RuleInput<'a> {
 /// One thing a [`WebhookRule`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleEdit {
-    /// `limits[<the kind's resource>] = value`, replacing what is there.
+    /// `limits[<the kind's resource>] = value`, replacing what is there
+    /// (and the request, when the container gives one: Kubernetes wants
+    /// an extended resource's request equal to its limit).
     Limit(RuleResource, u64),
     /// An environment variable, unless the container sets it.
     Env(&'static str, String),
