@@ -5,7 +5,9 @@
 //! and Pod fixtures (tests/fixtures/amd/cluster.yaml). What bind writes is
 //! in tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -18,18 +20,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/amd/cluster.yaml"))
-        .unwrap()
+    support::vendor::fixture("amd")
 }
 
 fn pod(annotations: Value, limits: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "rocm",
-                                 "resources": {"limits": limits}}]}
-    }))
-    .unwrap()
+    support::vendor::one_container_pod("p", annotations, limits)
 }
 
 /// What `limits` takes on `node` under binpack: (index, MiB, units) per GPU.
@@ -44,7 +39,7 @@ fn place(annotations: Value, limits: Value, node: &str) -> Result<Vec<(u32, u64,
         .iter()
         .flatten()
         .map(|g| {
-            let index = n.gpus.iter().find(|d| d.uuid == g.uuid).unwrap().index;
+            let index = support::vendor::index_of(n, &g.uuid);
             (index, g.mem_mib, g.cores)
         })
         .collect())

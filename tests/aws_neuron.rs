@@ -6,7 +6,9 @@
 //! (tests/fixtures/aws_neuron/cluster.yaml). What bind writes is in
 //! tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -19,20 +21,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/aws_neuron/cluster.yaml"),
-    )
-    .unwrap()
+    support::vendor::fixture("aws_neuron")
 }
 
 fn pod(name: &str, annotations: Value, limits: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "neuron",
-                                 "resources": {"limits": limits}}]}
-    }))
-    .unwrap()
+    support::vendor::one_container_pod(name, annotations, limits)
 }
 
 /// The (device index, core mask) of each device the pod gets on `node`

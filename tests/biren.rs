@@ -4,7 +4,9 @@
 //! webhook. Real Node and Pod fixtures (tests/fixtures/biren/cluster.yaml).
 //! What bind writes is in tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -17,18 +19,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/biren/cluster.yaml"))
-        .unwrap()
+    support::vendor::fixture("biren")
 }
 
 fn pod(annotations: Value, limits: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "biren",
-                                 "resources": {"limits": limits}}]}
-    }))
-    .unwrap()
+    support::vendor::one_container_pod("p", annotations, limits)
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //! (tests/fixtures/iluvatar/cluster.yaml). What bind writes is in
 //! tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -19,20 +21,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/iluvatar/cluster.yaml"),
-    )
-    .unwrap()
+    support::vendor::fixture("iluvatar")
 }
 
 fn pod(annotations: Value, limits: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "corex",
-                                 "resources": {"limits": limits}}]}
-    }))
-    .unwrap()
+    support::vendor::one_container_pod("p", annotations, limits)
 }
 
 /// BI-V150 limits: count, memory units, cores.
@@ -59,7 +52,7 @@ fn place(limits: Value, node: &str) -> Result<Vec<u32>, Rejection> {
     let n = view.state().node(node).unwrap();
     Ok(a.gpu_uuids()
         .iter()
-        .map(|u| n.gpus.iter().find(|g| &g.uuid == u).unwrap().index)
+        .map(|u| support::vendor::index_of(n, u))
         .collect())
 }
 

@@ -5,7 +5,9 @@
 //! section. Real Node and Pod fixtures (tests/fixtures/mthreads/cluster.yaml).
 //! What bind writes is in tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -18,10 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mthreads/cluster.yaml"),
-    )
-    .unwrap()
+    support::vendor::fixture("mthreads")
 }
 
 fn limits(count: &str, units: Option<&str>, cores: Option<&str>) -> Value {
@@ -60,7 +59,7 @@ fn place(containers: &[Value]) -> Result<Vec<Vec<u32>>, Rejection> {
         .iter()
         .map(|c| {
             c.iter()
-                .map(|g| n.gpus.iter().find(|d| d.uuid == g.uuid).unwrap().index)
+                .map(|g| support::vendor::index_of(n, &g.uuid))
                 .collect()
         })
         .collect())

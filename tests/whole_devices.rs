@@ -7,7 +7,9 @@
 //! (tests/fixtures/whole_devices/cluster.yaml). What bind writes is in
 //! tests/bind_api.rs.
 
-use std::path::Path;
+mod support {
+    pub mod vendor;
+}
 
 use gpugate::admission::mutate::{Mutation, mutate_pod};
 use gpugate::cluster::Snapshot;
@@ -20,20 +22,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn snapshot() -> Snapshot {
-    Snapshot::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whole_devices/cluster.yaml"),
-    )
-    .unwrap()
+    support::vendor::fixture("whole_devices")
 }
 
 fn pod(name: &str, annotations: Value, limits: Value) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "app",
-                                 "resources": {"limits": limits}}]}
-    }))
-    .unwrap()
+    support::vendor::one_container_pod(name, annotations, limits)
 }
 
 /// The indexes of the devices `limits` takes on `node` (binpack).
@@ -45,7 +38,7 @@ fn place(limits: Value, node: &str) -> Result<Vec<u32>, Rejection> {
     let n = view.state().node(node).unwrap();
     Ok(a.gpu_uuids()
         .iter()
-        .map(|u| n.gpus.iter().find(|g| &g.uuid == u).unwrap().index)
+        .map(|u| support::vendor::index_of(n, u))
         .collect())
 }
 

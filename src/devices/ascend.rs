@@ -104,19 +104,12 @@ macro_rules! ascend_kind {
                 writes_default_memory: true,
             }),
             grouping: $grouping,
-            core_masks: false,
-            counts_only: false,
-            vendor_from_type: false,
-            compute_units: false,
-            split_over_count: false,
-            same_devices: false,
-            cores_clamped: false,
-            webhook_rule: None,
             // The `vnpus` section is read entry by entry (`config::Vnpus`);
             // HAMi names the count `resourceName` there.
             section_keys: &[("resourceName", Some("resourceCountName"))],
             node_lock: super::NodeLockStyle::Hami,
             bind_extras: None,
+            ..super::VENDOR_DEFAULTS
         };
     };
 }

@@ -83,7 +83,7 @@ fn mlus(capacity: &[Option<u64>]) -> Result<Vec<CapacityDevice>, String> {
         / vcores;
     let mem_mib = u32::try_from(mem_mib)
         .map_err(|_| format!("{VMEMORY} capacity {units} is beyond any MLU"))?;
-    let n = vcores.div_ceil(100).min(1024);
+    let n = vcores.div_ceil(100).min(super::MAX_CAPACITY_DEVICES);
     Ok((0..n)
         .map(|_| CapacityDevice {
             slots: 100,

@@ -150,13 +150,8 @@ fn xpus(capacity: &[Option<u64>]) -> Result<Vec<CapacityDevice>, String> {
 /// comma-separated (8.3: HAMi overwrites it per container).
 fn device_idx(input: &ExtrasInput<'_>) -> Vec<(&'static str, String)> {
     input
-        .containers
-        .iter()
-        .rev()
-        .find(|c| !c.devices.is_empty())
-        .map(|c| {
-            let idx: Vec<String> = c.devices.iter().map(|d| d.index.to_string()).collect();
-            vec![(DEVICE_IDX, idx.join(","))]
-        })
-        .unwrap_or_default()
+        .last_indexes()
+        .map(|idx| (DEVICE_IDX, idx))
+        .into_iter()
+        .collect()
 }

@@ -470,6 +470,22 @@ pub struct ExtrasContainer {
     pub devices: Vec<ExtraDevice>,
 }
 
+impl ExtrasInput<'_> {
+    /// The indexes of the last container with the kind's devices,
+    /// comma-separated (what Kunlunxin's and Moore Threads' plugins read:
+    /// HAMi overwrites the key per container, 8.3, 7.3); `None` when no
+    /// container has any.
+    pub fn last_indexes(&self) -> Option<String> {
+        let c = self
+            .containers
+            .iter()
+            .rev()
+            .find(|c| !c.devices.is_empty())?;
+        let idx: Vec<String> = c.devices.iter().map(|d| d.index.to_string()).collect();
+        Some(idx.join(","))
+    }
+}
+
 /// One device granted, with its index on the node.
 #[derive(Debug)]
 pub struct ExtraDevice {

@@ -139,15 +139,7 @@ fn gpu_index(input: &ExtrasInput<'_>) -> Vec<(&'static str, String)> {
         (PREDICATE_TIME, input.now_unix_nanos.to_string()),
         (PREDICATE_NODE, input.node.to_string()),
     ];
-    if let Some(c) = input
-        .containers
-        .iter()
-        .rev()
-        .find(|c| !c.devices.is_empty())
-    {
-        let idx: Vec<String> = c.devices.iter().map(|d| d.index.to_string()).collect();
-        out.push((GPU_INDEX, idx.join(",")));
-    }
+    out.extend(input.last_indexes().map(|idx| (GPU_INDEX, idx)));
     out
 }
 

@@ -88,15 +88,8 @@ pub static NVIDIA: DeviceKind = DeviceKind {
     },
     templates: None,
     grouping: super::Grouping::Any,
-    core_masks: false,
-    counts_only: false,
-    vendor_from_type: false,
-    compute_units: false,
-    split_over_count: false,
-    same_devices: false,
-    cores_clamped: false,
-    webhook_rule: None,
-    section_keys: &[],
     node_lock: super::NodeLockStyle::Hami,
-    bind_extras: None,
+    // No vendor rule: no core masks or compute units, requests read as
+    // given, no webhook rule, HAMi's key names, nothing beside the lists.
+    ..super::VENDOR_DEFAULTS
 };

@@ -323,8 +323,9 @@ impl ClusterState {
     pub fn evaluate<'a>(&'a self, plan: &PodPlan, candidates: Option<&[String]>) -> Evaluation<'a> {
         let mut scratch = Scratch::default();
         // Every candidate lands in one of the two lists: reserved once, so
-        // that growing them does not copy them over and over (a twentieth
-        // of a 5,000-node evaluation went to those copies).
+        // that growing them does not copy them over and over (586,000
+        // instructions of a 5,000-node evaluation went to those copies;
+        // docs/benchmarks.md, "Counted, not timed").
         let n = candidates.map_or(self.nodes.len(), <[String]>::len);
         let mut eval = Evaluation {
             feasible: Vec::with_capacity(n),
