@@ -2381,3 +2381,47 @@ async fn an_mthreads_pod_gets_the_allocated_list_and_its_gpu_index() {
             .written_as(&pod_allocation(&k).unwrap().unwrap())
     );
 }
+
+#[tokio::test]
+async fn an_enflame_drs_pod_gets_its_profile_and_what_enflames_plugin_reads() {
+    // hami-vendors.md 9.3: `hami.io/enflame-vgpu-devices-allocated` only,
+    // entries `uuid,Enflame,<GB × 1024>,<core%>` (with HAMi master's fifth
+    // field, the slices, when above 1; v2.10's decoder ignores it);
+    // `enflame.com/gcu-assigned` "false", `gcu-assigned-time` (Unix ns),
+    // `assigned-containers` with the profile, the first container's index
+    // (as `-index` and `-id`), minor and slices; no node lock.
+    let mut n = node("drs-node", 0);
+    n["metadata"]["annotations"] = json!({"enflame.com/gcu-drs-capacity":
+        r#"{"devices":[{"index":"0","minor":"4","capacity":6},{"index":"1","minor":"5","capacity":"6"}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}"#});
+    let p = pending_pod("drs", "u-drs", json!({"enflame.com/drs-gcu": "3"}));
+    let rig = Rig::new(&[n], &[p], config(1.0));
+    let before = jiff::Timestamp::now().as_nanosecond();
+    assert_eq!(rig.bind("ml", "drs", "u-drs", "drs-node").await, "");
+    let p = rig.pod("ml", "drs");
+    let a = annotations(&p);
+    assert_eq!(
+        a["hami.io/enflame-vgpu-devices-allocated"],
+        ";drs-node-enflame-drs-0,Enflame,20480,50,3:;"
+    );
+    assert!(!a.keys().any(|k| k.contains("to-allocate")), "{a:?}");
+    assert_eq!(a["enflame.com/gcu-assigned"], "false");
+    assert_eq!(
+        a["assigned-containers"],
+        r#"{"main":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}"#
+    );
+    assert_eq!(a["enflame.com/gcu-assigned-index"], "0");
+    assert_eq!(a["enflame.com/gcu-assigned-id"], "0");
+    assert_eq!(a["enflame.com/gcu-assigned-minor"], "4");
+    assert_eq!(a["enflame.com/gcu-request-size"], "3");
+    let at: i128 = a["enflame.com/gcu-assigned-time"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(at >= before && at <= jiff::Timestamp::now().as_nanosecond());
+    assert_eq!(rig.lock("drs-node"), None);
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    let read = pod_allocation(&k).unwrap().unwrap();
+    assert!(rig.held("u-drs").unwrap().written_as(&read));
+    assert_eq!(read.containers[1][0].slots, 3, "the slices read back");
+}

@@ -226,6 +226,8 @@ fn every_reason_code_in_words() {
                     | ReasonCode::Card(gpugate::engine::Reason::CardMigTopologyInfeasible)
                     // Kunlunxin vXPUs': in tests/kunlun.rs.
                     | ReasonCode::Card(gpugate::engine::Reason::CardTemplateMismatch)
+                    // Enflame DRS's: in tests/enflame_drs.rs.
+                    | ReasonCode::ModeNotFit
                     // Moore Threads': in tests/mthreads.rs.
                     | ReasonCode::Card(gpugate::engine::Reason::CardNotFoundCustomFilterRule)
             )

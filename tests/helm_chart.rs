@@ -501,6 +501,12 @@ fn renamed_resources_reach_every_object() {
     // and cores to kube-scheduler, 7.7).
     want.extend(["amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores"]);
     want.push("mthreads.com/vgpu");
+    // Then Enflame DRS's (9.1).
+    want.extend([
+        "enflame.com/drs-gcu",
+        "enflame.com/gcu-memory",
+        "enflame.com/gcu-core",
+    ]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in
@@ -523,6 +529,38 @@ fn renamed_resources_reach_every_object() {
     assert!(
         cel.contains("r.startsWith('example.com/') || r.startsWith('nvidia.com/')"),
         "{cel}"
+    );
+}
+
+/// HAMi v2.10's Enflame DRS values (`enflameResourceName*`) and its
+/// device config's `enflame` section reach gpugate's DRS kind and
+/// kube-scheduler's managedResources.
+#[test]
+fn hamis_enflame_drs_values_reach_every_object() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "enflameResourceNameDRSGCU=example.org/drs",
+            "--set-string",
+            "device-config.content=enflame:\n  resourceNameGCUCore: example.org/core\n",
+        ],
+    );
+    let c = gpugate_config(&o);
+    let drs = c.enflame.second();
+    assert_eq!(drs.resource_count_name, "example.org/drs");
+    assert_eq!(drs.resource_memory_name, "enflame.com/gcu-memory");
+    assert_eq!(drs.resource_core_name, "example.org/core");
+    assert_eq!(c.enflame.resource_count_name, "enflame.com/gcu");
+    let managed = managed_resources(&o);
+    assert!(
+        managed.ends_with(&[
+            "example.org/drs".to_string(),
+            "enflame.com/gcu-memory".to_string(),
+            "example.org/core".to_string()
+        ]),
+        "{managed:?}"
     );
 }
 

@@ -282,12 +282,12 @@ fn sections_read_hamis_key_names() {
         &pod(
             "p",
             json!({}),
-            json!({"enflame.com/gcu": "1", "enflame.com/drs-gcu": "1"}),
+            json!({"enflame.com/gcu": "1", "enflame.com/vgcu": "1"}),
         ),
         &c,
     )
     .unwrap_err();
-    assert!(e.problem.contains("Enflame DRS GCU"), "{e}");
+    assert!(e.problem.contains("Enflame shared GCU"), "{e}");
     // The count of a kind read from capacity is the capacity's name: a
     // renamed one would find no device, so the file is refused.
     for yaml in [

@@ -161,24 +161,65 @@ fn capacity_inventories(
                 Ok(made
                     .into_iter()
                     .enumerate()
-                    .map(|(i, d)| crate::hami::DeviceInfo {
-                        id: format!("{name}-{}-{i}", inventory.id_word),
-                        index: u32::try_from(i).unwrap_or(u32::MAX),
-                        count: d.slots,
-                        devmem: d.mem_mib,
-                        devcore: d.cores,
-                        device_type: d.device_type.to_string(),
-                        numa: 0,
-                        health: true,
-                        mode: String::new(),
-                        mig_profiles: Vec::new(),
-                        network_id: network,
+                    .map(|(i, d)| {
+                        let mut info = vendor_device(
+                            format!("{name}-{}-{i}", inventory.id_word),
+                            u32::try_from(i).unwrap_or(u32::MAX),
+                            (d.slots, d.mem_mib, d.cores),
+                            d.device_type,
+                        );
+                        info.network_id = network;
+                        info
                     })
                     .collect())
             };
             Some((id, read()))
         })
         .collect()
+}
+
+/// The devices of a register in a vendor's own format, as HAMi's; each
+/// device's number for its plugin kept in `profiles`.
+fn own_devices(
+    own: &devices::OwnInventory,
+    profiles: &mut crate::engine::profiles::NodeProfiles,
+) -> Vec<crate::hami::DeviceInfo> {
+    own.devices
+        .iter()
+        .map(|d| {
+            profiles.minors.push((d.id.clone(), d.minor.clone()));
+            vendor_device(
+                d.id.clone(),
+                d.index,
+                (d.slots, d.mem_mib, d.cores),
+                d.device_type,
+            )
+        })
+        .collect()
+}
+
+/// A healthy device a vendor's plugin makes known otherwise than by
+/// HAMi's register (node capacity, its own format): its id, index,
+/// slots, MiB and cores, and type; NUMA node 0, no mode, no network.
+fn vendor_device(
+    id: String,
+    index: u32,
+    (slots, mem_mib, cores): (u32, u32, u32),
+    device_type: &str,
+) -> crate::hami::DeviceInfo {
+    crate::hami::DeviceInfo {
+        id,
+        count: slots,
+        devmem: mem_mib,
+        devcore: cores,
+        device_type: device_type.to_string(),
+        numa: 0,
+        health: true,
+        index,
+        mode: String::new(),
+        mig_profiles: Vec::new(),
+        network_id: None,
+    }
 }
 
 /// The engine's view of a node: the GPUs of every device kind that
@@ -204,8 +245,25 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         .collect();
     let mut warnings = Vec::new();
     let mut inventories = Vec::new();
+    let mut profiles = crate::engine::profiles::NodeProfiles::default();
     for (kind, register) in registered {
         let key = kind.kind().register_key;
+        if let Some(read) = kind.kind().own_register {
+            // A vendor's own format: unreadable, its devices are left out
+            // and the node's other kinds still placed.
+            match read(&name, register) {
+                Ok(own) => {
+                    let devices = own_devices(&own, &mut profiles);
+                    profiles.profiles.extend(own.profiles);
+                    inventories.push((kind, devices));
+                }
+                Err(problem) => warnings.push(NodeError::Capacity {
+                    node: name.clone(),
+                    problem: format!("annotation {key}: {problem}"),
+                }),
+            }
+            continue;
+        }
         inventories.push((
             kind,
             decode_node_devices(register).map_err(|e| wrap(e.in_annotation(key)))?,
@@ -300,6 +358,9 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
         }));
     }
     let mut out = Node::new(name.clone(), gpus);
+    if !profiles.profiles.is_empty() {
+        out.set_profiles(profiles);
+    }
     for (key, scores) in devices::kinds().filter_map(|(_, k)| {
         let key = k.score_key?;
         Some((key, get(key)?))

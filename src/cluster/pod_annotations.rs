@@ -91,6 +91,7 @@ impl BindingAnnotations {
                     .map_or(0, |g| g.index)
             };
             let cfg = config.device_config(kind);
+            let profiles = node.map(|n| n.profiles());
             let count_in_limits = |i: usize| {
                 containers
                     .get(i)
@@ -107,6 +108,10 @@ impl BindingAnnotations {
                     .iter()
                     .enumerate()
                     .map(|(i, c)| devices::ExtrasContainer {
+                        name: containers
+                            .get(i)
+                            .map(|c| c.name.clone())
+                            .unwrap_or_default(),
                         count_in_limits: count_in_limits(i),
                         devices: c
                             .iter()
@@ -116,6 +121,15 @@ impl BindingAnnotations {
                                 uuid: d.uuid.clone(),
                                 mem_mib: d.mem_mib,
                                 cores: d.cores,
+                                slots: d.slots.max(1),
+                                profile: profiles.and_then(|p| {
+                                    let mem = u32::try_from(d.mem_mib).ok()?;
+                                    let p = p.taken(mem, d.cores)?;
+                                    Some((p.name.clone(), p.id.clone()))
+                                }),
+                                minor: profiles
+                                    .map(|p| p.minor(&d.uuid).to_string())
+                                    .unwrap_or_default(),
                             })
                             .collect(),
                     })

@@ -45,8 +45,11 @@ pub struct Config {
     pub biren: KindSection<{ crate::devices::KindId::BIREN.index() }>,
     /// Whole Metax GPUs: HAMi's `metax` section (its sGPU names are not read).
     pub metax: KindSection<{ crate::devices::KindId::METAX_GPU.index() }>,
-    /// Whole Enflame GCUs: HAMi's `enflame` section (its DRS names are not read).
-    pub enflame: KindSection<{ crate::devices::KindId::ENFLAME_GCU.index() }>,
+    /// Whole Enflame GCUs, then DRS slices: HAMi's `enflame` section.
+    pub enflame: SharedSection<
+        { crate::devices::KindId::ENFLAME_GCU.index() },
+        { crate::devices::KindId::ENFLAME_DRS.index() },
+    >,
     /// Vastai devices: HAMi's `vastai` section.
     pub vastai: KindSection<{ crate::devices::KindId::VASTAI.index() }>,
     /// Iluvatar GPUs: HAMi's `iluvatars` section, one entry per chip.
@@ -756,6 +759,7 @@ impl Config {
             KindId::KUNLUN_XPU => self.kunlun.second(),
             KindId::METAX_GPU => &*self.metax,
             KindId::ENFLAME_GCU => &*self.enflame,
+            KindId::ENFLAME_DRS => self.enflame.second(),
             KindId::VASTAI => &*self.vastai,
             KindId::AMD => &*self.amd,
             KindId::MTHREADS => &*self.mthreads,

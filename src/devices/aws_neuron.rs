@@ -156,6 +156,9 @@ mod tests {
             uuid: format!("n-AWSNeuron-{index}"),
             mem_mib: 0,
             cores,
+            slots: 1,
+            profile: None,
+            minor: String::new(),
         };
         let input = ExtrasInput {
             node: "n",
@@ -164,10 +167,12 @@ mod tests {
             containers: vec![
                 ExtrasContainer::default(),
                 ExtrasContainer {
+                    name: "a".into(),
                     count_in_limits: true,
                     devices: vec![device(4, 3), device(5, 3)],
                 },
                 ExtrasContainer {
+                    name: "b".into(),
                     count_in_limits: false,
                     devices: vec![device(1, 2)],
                 },

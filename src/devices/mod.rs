@@ -68,6 +68,9 @@ impl KindId {
     pub const AMD: KindId = KindId(22);
     /// Moore Threads GPUs (HAMi v2.10's `Mthreads` backend).
     pub const MTHREADS: KindId = KindId(23);
+    /// Enflame GCUs split into DRS slices (HAMi v2.10's `Enflame`
+    /// backend).
+    pub const ENFLAME_DRS: KindId = KindId(24);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -86,7 +89,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 24] = [
+pub static KINDS: [&DeviceKind; 25] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -111,6 +114,7 @@ pub static KINDS: [&DeviceKind; 24] = [
     &iluvatar::BI_V100,
     &amd::AMD,
     &mthreads::MTHREADS,
+    &enflame::ENFLAME_DRS,
 ];
 
 /// Every kind with its id.
@@ -150,8 +154,9 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     // Iluvatar chips beyond HAMi's chart (gpugate has a kind for each of
     // the chart's chips).
     ("iluvatar.ai/", "Iluvatar GPU"),
-    // Enflame DRS slices (whole GCUs are placed).
-    ("enflame.com/", "Enflame DRS GCU"),
+    // Enflame's legacy shared GCUs (`enflame.com/vgcu`; whole GCUs and
+    // DRS slices are placed).
+    ("enflame.com/", "Enflame shared GCU"),
     // Neuron devices under the plugin's other name (HAMi's names are
     // placed).
     ("aws.amazon.com/neurondevice", "AWS Neuron device"),
@@ -175,6 +180,7 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     name: "",
     vendor: "",
     register_key: "",
+    own_register: None,
     capacity: None,
     score_key: None,
     selection: NO_SELECTION,
@@ -203,6 +209,7 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     compute_units: false,
     split_over_count: false,
     same_devices: false,
+    slice_profiles: false,
     cores_clamped: false,
     webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
@@ -244,6 +251,10 @@ pub struct DeviceKind {
     /// registers (JSON array, or HAMi's legacy text form); `""` for a kind
     /// read from node capacity.
     pub register_key: &'static str,
+    /// How `register_key` is read when the vendor's plugin writes its own
+    /// format rather than HAMi's (Enflame's DRS capacity, 9.2); `None`:
+    /// HAMi's JSON or legacy text.
+    pub own_register: Option<OwnRegister>,
     /// For a kind whose plugin registers no annotation: how its devices
     /// are read from the node's capacity (hami-vendors.md 1.2, source 3).
     pub capacity: Option<&'static CapacityInventory>,
@@ -310,6 +321,11 @@ pub struct DeviceKind {
     /// (Mthreads' `customFilterRule`, 7.5: its plugin hands each
     /// container the last one's indexes).
     pub same_devices: bool,
+    /// Devices are split into profiles the node registers (sizes of
+    /// slices; Enflame DRS, 9.5): a container names a size, or memory and
+    /// cores that the smallest profile holding them gives, and takes the
+    /// profile's slices of one device ([`OwnInventory::profiles`]).
+    pub slice_profiles: bool,
     /// A core request above 100 is read as 100, as HAMi's shared loop
     /// clamps it (1.11 step 7): Iluvatar's webhook writes 100 per device
     /// for several devices (6.4). Otherwise it is refused.
@@ -324,6 +340,45 @@ pub struct DeviceKind {
     /// What the kind's device plugin reads beside its lists, written at
     /// bind (Cambricon's profile, 4.3); `None` for nothing.
     pub bind_extras: Option<BindExtras>,
+}
+
+/// A kind's reader of the register annotation its plugin writes in its
+/// own format: the node's name and the annotation's text.
+pub type OwnRegister = fn(&str, &str) -> Result<OwnInventory, String>;
+
+/// What a register in a vendor's own format says (see [`OwnRegister`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnInventory {
+    pub devices: Vec<OwnDevice>,
+    /// The profiles every device of the node is split into
+    /// ([`DeviceKind::slice_profiles`]); empty for another kind.
+    pub profiles: Vec<ProfileSpec>,
+}
+
+/// One device of an [`OwnInventory`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnDevice {
+    pub id: String,
+    pub index: u32,
+    /// Pods (or, for a kind split into profiles, slices) it holds at once.
+    pub slots: u32,
+    pub mem_mib: u32,
+    pub cores: u32,
+    pub device_type: &'static str,
+    /// The number the vendor's plugin knows it by (Enflame's `minor`).
+    pub minor: String,
+}
+
+/// One profile a node's devices are split into: its name and id as the
+/// plugin registers them, the slices it takes of a device, and the memory
+/// (MiB) and cores (percent of the device) HAMi accounts for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileSpec {
+    pub name: String,
+    pub id: String,
+    pub slices: u32,
+    pub mem_mib: u32,
+    pub cores: u32,
 }
 
 /// Cores per device of a [`DeviceKind::core_masks`] kind (HAMi's masks
@@ -465,6 +520,8 @@ pub struct ExtrasInput<'a> {
 /// One container's devices of the kind.
 #[derive(Debug, Default)]
 pub struct ExtrasContainer {
+    /// Its name.
+    pub name: String,
     /// Its limits give the kind's count resource above 0.
     pub count_in_limits: bool,
     pub devices: Vec<ExtraDevice>,
@@ -493,6 +550,13 @@ pub struct ExtraDevice {
     pub uuid: String,
     pub mem_mib: u64,
     pub cores: u32,
+    /// Slices taken, for a kind split into profiles (1 otherwise).
+    pub slots: u32,
+    /// The profile taken (name and id), for a kind split into profiles.
+    pub profile: Option<(String, String)>,
+    /// The device's number for its plugin ([`OwnDevice::minor`]); empty
+    /// when it registered none.
+    pub minor: String,
 }
 
 /// A chip split into fixed templates (hami-vendors.md 2.1): the defaults

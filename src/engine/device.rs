@@ -354,6 +354,9 @@ pub struct Node {
     /// shared between copies like `gpus`.
     pub(crate) pair_scores: std::sync::Arc<[i32]>,
     pub(crate) totals: NodeTotals,
+    /// The profiles its devices split into, for a kind split so
+    /// (`super::profiles`); empty otherwise. Shared like `gpus`.
+    profiles: std::sync::Arc<super::profiles::NodeProfiles>,
 }
 
 impl Node {
@@ -374,7 +377,19 @@ impl Node {
             pair_scores: vec![0; n * n].into(),
             gpus: gpus.into(),
             totals,
+            profiles: super::profiles::none(),
         }
+    }
+
+    /// The profiles its devices split into (`super::profiles`).
+    pub fn profiles(&self) -> &super::profiles::NodeProfiles {
+        &self.profiles
+    }
+
+    /// Sets the profiles its devices split into, before any usage is
+    /// added (a grant's slices are read from them).
+    pub fn set_profiles(&mut self, profiles: super::profiles::NodeProfiles) {
+        self.profiles = std::sync::Arc::new(profiles);
     }
 
     /// The GPUs, to change (tests, and a node read anew): copied first if
@@ -430,6 +445,14 @@ impl Node {
             };
             if inconsistent {
                 d.unreserved = d.unreserved.max(1);
+            }
+            // A device list of HAMi v2.10 does not say how many slices a
+            // profile took (hami-vendors.md 9.7): its memory and cores do.
+            if d.slots == 1
+                && gpu.kind.kind().slice_profiles
+                && let Some(p) = self.profiles.taken(d.mem_mib, d.cores)
+            {
+                d.slots = p.slices;
             }
         }
         d

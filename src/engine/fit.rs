@@ -72,6 +72,35 @@ pub fn fit_pod_in(
         let Some(req) = container.gpu.as_ref().filter(|_| rule != ZoneRule::Skip) else {
             continue;
         };
+        // A kind split into the node's profiles: the profile the request
+        // names here (super::profiles). A node without profiles has no
+        // device of the kind, and the per-GPU checks say so.
+        let profile;
+        let (req, slices) = if plan.selection.rules.profiles && !node.profiles().profiles.is_empty()
+        {
+            match node.profiles().resolve(req) {
+                Some((resolved, p)) => {
+                    profile = resolved;
+                    (&profile, p.slices)
+                }
+                None => {
+                    scratch.app_usage = app;
+                    let names: Vec<&str> = node
+                        .profiles()
+                        .profiles
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect();
+                    return Err(Rejection::ModeNotFit {
+                        container: container.name.clone(),
+                        request: *req,
+                        profiles: names.join(", "),
+                    });
+                }
+            }
+        } else {
+            (req, 0)
+        };
         if req.count > available {
             // MIG GPUs may give one container several instances. Only the
             // pod's kind of device counts (hami-vendors.md 1.3).
@@ -87,7 +116,7 @@ pub fn fit_pod_in(
         }
         let usage: &[Usage] = if copied { &app } else { &node.usage };
         let before = scratch.grants.len();
-        let result = fit_container(node, usage, (ci, rule), req, plan, scratch);
+        let result = fit_container(node, usage, (ci, rule, slices), req, plan, scratch);
         // An init container's GPUs are its own (init containers run one
         // after another); an app container's or sidecar's count for the
         // GPU containers after it.
@@ -122,7 +151,7 @@ pub fn fit_pod_in(
             // device, core masks, compute units, shared devices).
             let r = plan.selection.rules;
             let free = r.grouping == Grouping::Any
-                && !(r.one_size || r.core_masks || r.compute_units || r.same_devices);
+                && !(r.one_size || r.core_masks || r.compute_units || r.same_devices || r.profiles);
             if gpu_containers > 1 && budget > 0 && free {
                 let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
@@ -194,7 +223,7 @@ fn fit_other_kinds(
 fn fit_container(
     node: &Node,
     usage: &[Usage],
-    (container, rule): (usize, ZoneRule),
+    (container, rule, slices): (usize, ZoneRule, u32),
     req: &GpuRequest,
     plan: &PodPlan,
     s: &mut Scratch,
@@ -240,6 +269,20 @@ fn fit_container(
             let used = usage.get(*pos).copied().unwrap_or_default();
             take.cores = super::core_masks::mask_taken(used.cores, take.cores);
         }
+    }
+    // A profile takes its slices of one device (Enflame DRS, 9.5): all of
+    // them free, where HAMi v2.10 asks for one (9.7).
+    if rules.profiles {
+        s.candidates.retain_mut(|(pos, take)| {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.slots);
+            take.slots = slices.max(1);
+            let free = cap.saturating_sub(used.slots) >= take.slots;
+            if !free {
+                counts.add(Reason::CardTimeSlicingExhausted, 1);
+            }
+            free
+        });
     }
     // Every container on the devices of the pod's first (Mthreads, 7.5).
     if rules.same_devices {

@@ -262,6 +262,8 @@ fn size(plan: &PodPlan) -> (u64, u64, u64, u64) {
             let (m, p) = match g.memory {
                 super::request::Memory::Mib(m) => (m, 0),
                 super::request::Memory::Percent(p) => (0, u64::from(p)),
+                // Slices weigh as their share: a slice a percent.
+                super::request::Memory::Slices(n) => (0, u64::from(n)),
             };
             (
                 n + count,

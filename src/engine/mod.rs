@@ -26,6 +26,7 @@ pub mod numa;
 pub mod numa_score;
 pub mod plan;
 pub mod policy;
+pub mod profiles;
 pub mod quantity;
 pub mod quota;
 pub mod reason;

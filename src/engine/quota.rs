@@ -53,7 +53,7 @@ impl QuotaAmount {
                 QuotaAmount {
                     mem_mib: match gpu.memory {
                         Memory::Mib(m) => m.saturating_mul(count),
-                        Memory::Percent(_) => 0,
+                        Memory::Percent(_) | Memory::Slices(_) => 0,
                     },
                     cores: u64::from(gpu.cores).saturating_mul(count),
                 }

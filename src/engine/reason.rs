@@ -171,6 +171,15 @@ pub enum Rejection {
         zones: u32,
         counts: ReasonCounts,
     },
+    /// No profile of the node's gives what a container asks for, on a
+    /// kind split into profiles (Enflame DRS, hami-vendors.md 9.5; HAMi's
+    /// `ModeNotFit`).
+    ModeNotFit {
+        container: String,
+        request: super::request::GpuRequest,
+        /// The node's profiles, by name (`1g.6gb, 3g.20gb`).
+        profiles: String,
+    },
     /// The pod's devices of another kind than its first did not fit
     /// (a pod asking for two kinds, `PodPlan::also`).
     OfKind {
@@ -184,7 +193,9 @@ impl Rejection {
     /// "unresolvable"): preemption cannot help on such nodes.
     pub fn is_unresolvable(&self) -> bool {
         match self {
-            Rejection::NodeUnregistered | Rejection::NodeInsufficientDevice { .. } => true,
+            Rejection::NodeUnregistered
+            | Rejection::NodeInsufficientDevice { .. }
+            | Rejection::ModeNotFit { .. } => true,
             Rejection::NumaZones { zones, .. } => *zones == 0,
             Rejection::Devices { counts, .. } => Reason::ALL.iter().all(|r| {
                 counts.get(*r) == 0
@@ -205,6 +216,7 @@ impl Rejection {
         match self {
             Rejection::NodeUnregistered => vec!["NodeUnregistered"],
             Rejection::NodeInsufficientDevice { .. } => vec!["NodeInsufficientDevice"],
+            Rejection::ModeNotFit { .. } => vec!["ModeNotFit"],
             Rejection::Devices { counts, .. } | Rejection::NumaZones { counts, .. } => {
                 counts.iter().map(|(r, _)| r.as_str()).collect()
             }
@@ -217,6 +229,9 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rejection::NodeUnregistered => f.write_str("node unregistered"),
+            Rejection::ModeNotFit { profiles, .. } => {
+                write!(f, "ModeNotFit (no profile of {profiles} fits)")
+            }
             Rejection::NodeInsufficientDevice {
                 requested,
                 available,

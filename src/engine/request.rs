@@ -19,6 +19,10 @@ pub const MAX_MEM_MIB: u64 = i32::MAX as u64;
 pub enum Memory {
     Mib(u64),
     Percent(u32),
+    /// Slices of one device split into profiles the node registers
+    /// (Enflame DRS, [`super::profiles`]): no memory until resolved on a
+    /// node.
+    Slices(u32),
 }
 
 /// What one container asks of each of its GPUs.
@@ -37,6 +41,7 @@ impl GpuRequest {
         match self.memory {
             Memory::Mib(m) => m,
             Memory::Percent(p) => gpu_mem_mib * u64::from(p) / 100,
+            Memory::Slices(_) => 0,
         }
     }
 }
@@ -302,6 +307,9 @@ impl ContainerResources {
     pub fn resolve(&self, cfg: &DeviceConfig) -> Result<Option<GpuRequest>, RequestError> {
         if cfg.kind.kind().core_masks {
             return self.resolve_core_masks(cfg);
+        }
+        if cfg.kind.kind().slice_profiles {
+            return self.resolve_profiles(cfg);
         }
         if cfg.kind.kind().counts_only {
             // The count alone; nothing else is read (Biren, 12.1).

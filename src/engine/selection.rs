@@ -89,6 +89,9 @@ pub struct KindRules {
     /// Every container takes the devices the first one took (Mthreads,
     /// 7.5).
     pub same_devices: bool,
+    /// A container takes a profile of the node's (Enflame DRS, 9.5;
+    /// `super::profiles`).
+    pub profiles: bool,
 }
 
 impl KindRules {
@@ -100,6 +103,7 @@ impl KindRules {
             core_masks: kind.core_masks,
             compute_units: kind.compute_units,
             same_devices: kind.same_devices,
+            profiles: kind.slice_profiles,
         }
     }
 }

@@ -441,7 +441,7 @@ impl ClusterState {
                     kind: gpu.kind,
                     mem_mib: u64::from(take.mem_mib),
                     cores: take.cores,
-                    slots: 1,
+                    slots: take.slots.max(1),
                     unreadable: false,
                     device_type: gpu
                         .kind

@@ -97,6 +97,8 @@ pub fn split(
     }
     let whole = u64::from(chip.memory_allocatable);
     let memory = match req.memory {
+        // Never for a template kind (only a kind split into profiles).
+        Memory::Slices(_) => 0,
         Memory::Mib(m) if soft => m,
         Memory::Mib(m) => match chip.trim(m) {
             Some((mib, _)) => u64::from(mib),

@@ -78,6 +78,20 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     ) {
         return true;
     }
+    // What Enflame's DRS plugin reads of the allocation (9.3): the GCU,
+    // the slices and each container's profile. Rewritten, it would make
+    // another GCU's slices, or a larger profile, than the scheduler
+    // counted. Not `gcu-assigned` and its time, which the plugin sets.
+    if matches!(
+        key,
+        "enflame.com/gcu-assigned-index"
+            | "enflame.com/gcu-assigned-id"
+            | "enflame.com/gcu-assigned-minor"
+            | "enflame.com/gcu-request-size"
+            | "assigned-containers"
+    ) {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };
@@ -112,6 +126,9 @@ mod tests {
             "mthreads.com/gpu-index",
             "hami.io/metax-gpu-devices-allocated",
             "hami.io/Vastai-devices-to-allocate",
+            "hami.io/enflame-vgpu-devices-allocated",
+            "enflame.com/gcu-request-size",
+            "assigned-containers",
         ] {
             assert!(is_scheduler_owned(owned), "{owned}");
         }
@@ -125,6 +142,7 @@ mod tests {
             "nvidia.com/vgpu-devices-allocated",
             "hami.io",
             "huawei.com/vnpu-mode",
+            "enflame.com/gcu-assigned",
         ] {
             assert!(!is_scheduler_owned(not), "{not}");
         }

@@ -290,6 +290,7 @@ fn slices_words(members: &[(&Member<'_>, Option<Vec<String>>)], one_pod: bool) -
             let (unit, amount) = match gpu.memory {
                 Memory::Mib(mib) => (0, mib),
                 Memory::Percent(p) => (1, u64::from(p)),
+                Memory::Slices(n) => (2, u64::from(n)),
             };
             let pods = if one_pod { 1 } else { u64::from(m.set.count) };
             *slices.entry((unit, amount, gpu.cores)).or_default() += u64::from(gpu.count) * pods;
@@ -298,10 +299,10 @@ fn slices_words(members: &[(&Member<'_>, Option<Vec<String>>)], one_pod: bool) -
     slices
         .iter()
         .map(|((unit, amount, cores), n)| {
-            let memory = if *unit == 0 {
-                mib_words(*amount)
-            } else {
-                format!("{amount}% memory")
+            let memory = match unit {
+                0 => mib_words(*amount),
+                1 => format!("{amount}% memory"),
+                _ => format!("{amount} slices"),
             };
             if *cores > 0 {
                 format!("{n} × {memory} with {cores}% cores")

@@ -16,6 +16,8 @@ pub enum ReasonCode {
     Card(Reason),
     NodeUnregistered,
     NodeInsufficientDevice,
+    /// No profile of the node's gives the request (Enflame DRS).
+    ModeNotFit,
     ResourceQuotaNotFit,
     GangInvalid,
     GangIncomplete,
@@ -30,9 +32,10 @@ pub enum ReasonCode {
 
 impl ReasonCode {
     /// The codes beside the per-GPU ones.
-    pub const NODE: [ReasonCode; 12] = [
+    pub const NODE: [ReasonCode; 13] = [
         ReasonCode::NodeUnregistered,
         ReasonCode::NodeInsufficientDevice,
+        ReasonCode::ModeNotFit,
         ReasonCode::ResourceQuotaNotFit,
         ReasonCode::GangInvalid,
         ReasonCode::GangIncomplete,
@@ -58,6 +61,7 @@ impl ReasonCode {
             ReasonCode::Card(r) => r.as_str(),
             ReasonCode::NodeUnregistered => "NodeUnregistered",
             ReasonCode::NodeInsufficientDevice => "NodeInsufficientDevice",
+            ReasonCode::ModeNotFit => "ModeNotFit",
             ReasonCode::ResourceQuotaNotFit => "ResourceQuotaNotFit",
             ReasonCode::GangInvalid => "GangInvalid",
             ReasonCode::GangIncomplete => "GangIncomplete",
@@ -233,6 +237,7 @@ impl NodeReason {
             NodeReason::Engine(Rejection::NodeInsufficientDevice { .. }) => {
                 ReasonCode::NodeInsufficientDevice
             }
+            NodeReason::Engine(Rejection::ModeNotFit { .. }) => ReasonCode::ModeNotFit,
             // The first reason the text names.
             NodeReason::Engine(
                 Rejection::Devices { counts, .. } | Rejection::NumaZones { counts, .. },
@@ -438,6 +443,15 @@ mod tests {
                 top: None,
             },
             NodeReason::NumaTopologiesListing,
+            NodeReason::Engine(Rejection::ModeNotFit {
+                container: "c".into(),
+                request: crate::engine::GpuRequest {
+                    count: 1,
+                    memory: crate::engine::Memory::Slices(2),
+                    cores: 0,
+                },
+                profiles: "1g.6gb, 6g.40gb".into(),
+            }),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for r in &reasons {

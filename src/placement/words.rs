@@ -178,6 +178,15 @@ fn rejection_words(r: &Rejection, cfg: &DeviceConfig) -> String {
         } => format!(
             "container {container} asks for {requested} {units} and the node has {available}"
         ),
+        Rejection::ModeNotFit {
+            container,
+            request,
+            profiles,
+        } => format!(
+            "container {container} asks for {}, and no profile the node's {units} split into \
+             ({profiles}) gives it",
+            profile_request_words(request)
+        ),
         Rejection::Devices {
             container,
             gpus,
@@ -277,11 +286,31 @@ fn grouping_words(g: &GpuRequest, kind: &crate::devices::DeviceKind, chip: &str)
     out
 }
 
+/// What a container of a kind split into profiles asks, as written
+/// (`engine::profiles`): a size, or memory and cores.
+pub fn profile_request_words(g: &GpuRequest) -> String {
+    let cores = (g.cores > 0).then(|| format!("{}% of the cores", g.cores));
+    match g.memory {
+        Memory::Mib(m) if m > 0 => {
+            let memory =
+                format!("memory {m} (GB, or MiB when above twice the largest profile's GB)");
+            match cores {
+                Some(c) => format!("{memory} and {c}"),
+                None => memory,
+            }
+        }
+        Memory::Mib(_) | Memory::Percent(_) => cores.unwrap_or_else(|| "a profile".to_string()),
+        Memory::Slices(_) => memory_words(g),
+    }
+}
+
 /// `8000 MiB`, or `30% of the memory`.
 pub fn memory_words(g: &GpuRequest) -> String {
     match g.memory {
         Memory::Mib(m) => format!("{m} MiB"),
         Memory::Percent(p) => format!("{p}% of the memory"),
+        Memory::Slices(1) => "a profile of 1 slice".to_string(),
+        Memory::Slices(n) => format!("a profile of {n} slices"),
     }
 }
 

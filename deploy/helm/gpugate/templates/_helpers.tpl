@@ -177,12 +177,13 @@ sGPU names are not placed, so not carried). */}}
 {{- toYaml $m -}}
 {{- end -}}
 
-{{/* The whole Enflame GCU section of gpugate's config: HAMi's chart
-literal, then device-config.content's enflame section's resourceNameGCU
-over it (the DRS names are not placed, so not carried). */}}
+{{/* The Enflame section of gpugate's config: whole GCUs (HAMi's chart
+literal) and DRS slices (HAMi's enflameResourceName* values), then
+device-config.content's enflame section over them. */}}
 {{- define "gpugate.enflame" -}}
-{{- $e := dict "resourceNameGCU" "enflame.com/gcu" -}}
-{{- with (include "gpugate.contentSection" (list . "enflame") | fromJson).resourceNameGCU }}{{ $_ := set $e "resourceNameGCU" . }}{{ end -}}
+{{- $e := dict "resourceNameGCU" "enflame.com/gcu" "resourceNameDRSGCU" .Values.enflameResourceNameDRSGCU "resourceNameGCUMemory" .Values.enflameResourceNameGCUMemory "resourceNameGCUCore" .Values.enflameResourceNameGCUCore -}}
+{{- $c := include "gpugate.contentSection" (list . "enflame") | fromJson -}}
+{{- range $k := list "resourceNameGCU" "resourceNameDRSGCU" "resourceNameGCUMemory" "resourceNameGCUCore" }}{{ with index $c $k }}{{ $_ := set $e $k . }}{{ end }}{{ end -}}
 {{- toYaml $e -}}
 {{- end -}}
 
@@ -331,6 +332,9 @@ not place fails the render. */}}
 {{ $amd.resourceCoreName }}
 {{- $mt := include "gpugate.mthreads" . | fromYaml }}
 {{ $mt.resourceCountName }}
+{{ $e.resourceNameDRSGCU }}
+{{ $e.resourceNameGCUMemory }}
+{{ $e.resourceNameGCUCore }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
