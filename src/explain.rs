@@ -24,7 +24,7 @@ use crate::placement::defrag;
 use crate::placement::preemption::capacity_shortage;
 use crate::placement::scheduler_checks;
 use crate::placement::victims::gpu_victims;
-use crate::placement::words::{gpu_words, in_words, memory_words, request_words};
+use crate::placement::words::{in_words, kind_request_words, memory_words, request_words};
 use crate::placement::{self, NodeReason, PodToPlace, Verdict};
 use crate::simulate::render;
 
@@ -609,8 +609,9 @@ fn never_fits(view: &ClusterView, plan: &PodPlan) -> Option<String> {
         if some_node_could || !any_accepted {
             continue;
         }
-        let unit = plan.request.device_kind.kind().unit();
-        let mut text = format!("container {} asks {}", c.name, gpu_words(&g, unit));
+        let kind = plan.request.device_kind.kind();
+        let unit = kind.unit();
+        let mut text = format!("container {} asks {}", c.name, kind_request_words(&g, kind));
         let sliced = nodes
             .iter()
             .flat_map(|n| n.gpus.iter())

@@ -224,7 +224,7 @@ pub fn request_words(plan: &PodPlan, config: &Config) -> Vec<String> {
         .iter()
         .filter_map(|c| {
             let g = c.gpu?;
-            let mut words = format!("container {}: {}", c.name, gpu_words(&g, kind.unit()));
+            let mut words = format!("container {}: {}", c.name, kind_request_words(&g, kind));
             if kind.templates.is_some() {
                 words.push_str(&template_words(&g, cfg, soft));
             } else {
@@ -311,6 +311,16 @@ pub fn memory_words(g: &GpuRequest) -> String {
         Memory::Percent(p) => format!("{p}% of the memory"),
         Memory::Slices(1) => "a profile of 1 slice".to_string(),
         Memory::Slices(n) => format!("a profile of {n} slices"),
+    }
+}
+
+/// What a container asks of `kind`, in words: [`gpu_words`], or for a
+/// kind split into profiles one device with its profile's terms.
+pub fn kind_request_words(g: &GpuRequest, kind: &crate::devices::DeviceKind) -> String {
+    if kind.slice_profiles {
+        format!("1 {} with {}", kind.unit(), profile_request_words(g))
+    } else {
+        gpu_words(g, kind.unit())
     }
 }
 

@@ -610,19 +610,29 @@ async fn admit_once(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
 ///   to-allocate list), writes back what is left and marks the pod
 ///   `success`. Kunlunxin's plugin hands out `BAIDU_COM_DEVICE_IDX`, which
 ///   must name the last entry's XPUs.
+/// - Enflame DRS (9.3, 9.6): `enflame.com/gcu-assigned` is `false`; the
+///   GCU (`gcu-assigned-index`, `-id`), its minor and the slices
+///   (`gcu-request-size`, the entry's fifth field) are the first entry's,
+///   and `assigned-containers` names each asking container with its
+///   slices and profile; the plugin makes the slices and sets
+///   `gcu-assigned: "true"`.
 async fn admit_vendor(
     plugin: &Shared,
     job: &Job,
     kind: &'static gpugate::devices::DeviceKind,
     held: &[&gpugate::devices::DeviceKind],
 ) -> anyhow::Result<()> {
-    use gpugate::devices::{aws_neuron, cambricon, kunlun};
+    use gpugate::devices::{aws_neuron, cambricon, enflame, kunlun};
     let who = format!("{}/{}", job.pod.0, job.pod.1);
     let pods: Api<Pod> = Api::namespaced(plugin.client.clone(), &job.pod.0);
     let nodes: Api<Node> = Api::all(plugin.client.clone());
     let cambricon = std::ptr::eq(kind, &cambricon::CAMBRICON);
     let aws = std::ptr::eq(kind, &aws_neuron::AWS_NEURON);
-    let (done_key, list_key, (pending, done)) = if cambricon {
+    let drs = std::ptr::eq(kind, &enflame::ENFLAME_DRS);
+    let (done_key, list_key, (pending, done)) = if drs {
+        let key = kind.pod_lists.allocated;
+        (enflame::GCU_ASSIGNED, key, ("false", "true"))
+    } else if cambricon {
         let key = kind.pod_lists.to_allocate;
         (cambricon::DSMLU_ASSIGNED, key, ("false", "true"))
     } else if aws {
@@ -681,6 +691,8 @@ async fn admit_vendor(
             } else {
                 None
             }
+        } else if drs {
+            drs_problem(&annotations, &entries, &containers, &job.node)
         } else if !aws {
             let last: Vec<&str> = entries
                 .last()
@@ -769,6 +781,55 @@ async fn admit_vendor(
         return Ok(());
     }
     bail!("pod {who}: {CONFLICT_TRIES} conflicts in a row")
+}
+
+/// What Enflame's DRS plugin would find wrong in the pod's annotations
+/// (see [`admit_vendor`]): `entries` are the asking containers' entries of
+/// `hami.io/enflame-vgpu-devices-allocated`, `containers` their names.
+fn drs_problem(
+    annotations: &std::collections::BTreeMap<String, String>,
+    entries: &[String],
+    containers: &[String],
+    node: &str,
+) -> Option<String> {
+    use gpugate::devices::enflame;
+    let get = |k: &str| annotations.get(k).map(String::as_str);
+    // `<node>-enflame-drs-<index>,Enflame,mem,cores[,slices]`.
+    let first: Vec<&str> = entries
+        .first()
+        .map(|e| e.trim_end_matches(':').split(',').collect())
+        .unwrap_or_default();
+    let index = first
+        .first()
+        .and_then(|u| u.strip_prefix(&format!("{node}-enflame-drs-")));
+    let slices = first.get(4).copied().unwrap_or("1");
+    if index.is_none() || get(enflame::GCU_ASSIGNED_INDEX) != index {
+        return Some(format!(
+            "gcu-assigned-index is not the first entry's: {first:?}"
+        ));
+    }
+    if get(enflame::GCU_ASSIGNED_ID) != index || get(enflame::GCU_ASSIGNED_MINOR).is_none() {
+        return Some("gcu-assigned-id or -minor missing".to_string());
+    }
+    if get(enflame::GCU_REQUEST_SIZE) != Some(slices) {
+        return Some(format!(
+            "gcu-request-size is not the entry's {slices} slices"
+        ));
+    }
+    let assigned: serde_json::Map<String, Value> = get(enflame::ASSIGNED_CONTAINERS)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    let named = containers.iter().zip(entries).all(|(c, e)| {
+        let s = e.trim_end_matches(':').split(',').nth(4).unwrap_or("1");
+        assigned.get(c).is_some_and(|o| {
+            o["allocated"] == false
+                && o["request"].as_u64().is_some_and(|n| n.to_string() == s)
+                && o["profileName"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&format!("{s}g.")))
+        })
+    });
+    (!named).then(|| format!("assigned-containers is {assigned:?} for {containers:?}"))
 }
 
 /// Allocate for each of the pod's GPU containers, as HAMi's plugin does:

@@ -740,6 +740,86 @@ async fn mthreads(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<
     admitted_with_own_devices(plugin, admin, ns, "mt-slice").await
 }
 
+/// A node with two Enflame GCUs of six DRS slices, registered as
+/// Enflame's plugin does (hami-vendors.md 9.2): its own JSON, with the
+/// node's profiles.
+fn drs_node(name: &str) -> Value {
+    let capacity = json!({
+        "devices": [{"index": "0", "minor": "0", "capacity": 6},
+                    {"index": "1", "minor": "1", "capacity": "6"}],
+        "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}});
+    plain_node(
+        name,
+        json!({"enflame.com/gcu-drs-capacity": capacity.to_string()}),
+        json!({"enflame.com/drs-gcu": "12"}),
+    )
+}
+
+/// Enflame DRS on the real control plane (hami-vendors.md section 9): a
+/// three-slice profile binds on one GCU with the allocated list (the
+/// slices as its fifth field) and what Enflame's plugin reads; 40 GB takes
+/// the whole other GCU (6g.40gb); six slices then wait (three are free on
+/// the first GCU) and bind once the 40 GB pod is deleted.
+async fn enflame_drs(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let key = "hami.io/enflame-vgpu-devices-allocated";
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("drs-three", &[("enflame.com/drs-gcu", "3")]),
+    )
+    .await?;
+    let three = wait_bound(admin, ns, "drs-three", BIND).await?;
+    let list = annotation(&three, key).unwrap_or_default();
+    let first = list
+        .strip_prefix(";vd-17-enflame-drs-")
+        .and_then(|l| l.strip_suffix(",Enflame,20480,50,3:;"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        (first == "0" || first == "1")
+            && annotation(&three, "enflame.com/gcu-request-size") == Some("3")
+            && annotation(&three, "assigned-containers")
+                == Some(
+                    r#"{"cuda":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}"#
+                ),
+        "drs-three: {list:?}, {}",
+        shown(&three, "assigned-containers")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "drs-three").await?;
+    let other = if first == "0" { "1" } else { "0" };
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("drs-forty", &[("enflame.com/gcu-memory", "40")]),
+    )
+    .await?;
+    let forty = wait_bound(admin, ns, "drs-forty", BIND).await?;
+    let list = annotation(&forty, key).unwrap_or_default();
+    ensure!(
+        list == format!(";vd-17-enflame-drs-{other},Enflame,40960,100,6:;")
+            && annotation(&forty, "enflame.com/gcu-assigned-index") == Some(other),
+        "drs-forty: {list:?} (drs-three is on GCU {first})"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "drs-forty").await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+    delete_pods(admin, ns, &["drs-forty"]).await?;
+    create_pod(
+        admin,
+        ns,
+        &dcu_pod("drs-six", &[("enflame.com/drs-gcu", "6")]),
+    )
+    .await?;
+    let six = wait_bound_after_delete(admin, ns, "drs-six", BIND).await?;
+    let list = annotation(&six, key).unwrap_or_default();
+    ensure!(
+        list == format!(";vd-17-enflame-drs-{other},Enflame,40960,100,6:;"),
+        "drs-six: {list:?}"
+    );
+    admitted_with_own_devices(plugin, admin, ns, "drs-six").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -778,6 +858,7 @@ pub async fn mixed_cluster(
                 json!({"mthreads.com/vgpu": "200", "mthreads.com/sgpu-core": "32",
                        "mthreads.com/sgpu-memory": "192"}),
             ),
+            drs_node("vd-17"),
         ],
     )
     .await?;
@@ -789,6 +870,7 @@ pub async fn mixed_cluster(
     iluvatar(ctx, plugin, ns).await?;
     amd(ctx, plugin, ns).await?;
     mthreads(ctx, plugin, ns).await?;
+    enflame_drs(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).
