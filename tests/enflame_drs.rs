@@ -35,10 +35,15 @@ fn pod(name: &str, limits: Value) -> Pod {
 
 /// The GCU index `limits` takes on drs-1, and its slices.
 fn place(limits: Value) -> Result<(u32, u32), Rejection> {
+    place_on("drs-1", limits)
+}
+
+/// The GCU index `limits` takes on `node`, and its slices.
+fn place_on(node: &str, limits: Value) -> Result<(u32, u32), Rejection> {
     let (view, _) = snapshot().to_view();
     let plan = pod_plan(&pod("p", limits), &Config::default()).unwrap();
-    let a = view.state().assign(&plan, "drs-1")?;
-    let n = view.state().node("drs-1").unwrap();
+    let a = view.state().assign(&plan, node)?;
+    let n = view.state().node(node).unwrap();
     let g = &a.containers[0][0];
     Ok((support::vendor::index_of(n, &g.uuid), g.slots))
 }
@@ -75,6 +80,10 @@ fn gcus_and_profiles_are_read_from_the_plugins_json() {
         ]
     );
     assert_eq!(n.profiles().minor("drs-1-enflame-drs-0"), "8");
+    // Two containers' four-field entries on one GCU: each counts its own
+    // profile's slices (3 + 1), not one each.
+    let two = view.state().node("drs-two").unwrap().usage[0];
+    assert_eq!((two.slots, two.mem_mib, two.cores), (4, 26624, 67));
     assert_eq!(n.profiles().minor("drs-1-enflame-drs-1"), "1");
     // A register that cannot be read leaves the node's other kinds placed.
     let mixed = view.state().node("mixed-1").unwrap();
@@ -101,6 +110,10 @@ fn a_register_that_is_not_the_plugins_json_says_why() {
     for (text, problem) in [
         ("{", "not the DRS capacity JSON"),
         (r#"{"devices":[{"capacity":6}]}"#, "no profile"),
+        (
+            r#"{"devices":[{"capacity":6}],"profiles":{"1g.6g":"0","6gg.40gb":"1"}}"#,
+            "no profile named <slices>g.<GB>gb with both numbers",
+        ),
         (
             r#"{"devices":[{"capacity":6}],"profiles":{"big":"0"}}"#,
             "no profile",
@@ -208,6 +221,22 @@ fn a_profile_takes_its_slices_of_one_gcu() {
         "20481 MiB is 21 GB"
     );
     assert_eq!(place(json!({"enflame.com/gcu-core": "17"})), Ok((0, 1)));
+    // Only the slices are short: a GCU of four slices has the memory and
+    // cores of 6g.40gb (HAMi v2.10 would place it there).
+    match place_on("drs-small", json!({"enflame.com/drs-gcu": "6"})) {
+        Err(Rejection::Devices { counts, .. }) => {
+            assert_eq!(
+                counts.get(Reason::CardTimeSlicingExhausted),
+                1,
+                "{counts:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        place_on("drs-small", json!({"enflame.com/drs-gcu": "3"})),
+        Ok((0, 3))
+    );
     // No profile of 2 slices, nor of 41 GB: HAMi's ModeNotFit.
     for limits in [
         json!({"enflame.com/drs-gcu": "2"}),

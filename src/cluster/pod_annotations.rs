@@ -108,10 +108,10 @@ impl BindingAnnotations {
                     .iter()
                     .enumerate()
                     .map(|(i, c)| devices::ExtrasContainer {
+                        // HAMi's name for a container it cannot find (9.3).
                         name: containers
                             .get(i)
-                            .map(|c| c.name.clone())
-                            .unwrap_or_default(),
+                            .map_or_else(|| format!("container-{i}"), |c| c.name.clone()),
                         count_in_limits: count_in_limits(i),
                         devices: c
                             .iter()

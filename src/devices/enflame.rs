@@ -148,7 +148,7 @@ struct DrsDevice {
 /// A JSON string or number as text (`None` for anything else).
 fn text(v: &serde_json::Value) -> Option<String> {
     match v {
-        serde_json::Value::String(s) => Some(s.trim().to_string()),
+        serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
@@ -162,12 +162,14 @@ pub fn parse_profile(name: &str) -> (u32, u32) {
     let (Some(size), Some(mem)) = (parts.next(), parts.next()) else {
         return (0, 0);
     };
-    let Ok(size) = size.trim().trim_end_matches('g').parse::<u32>() else {
+    let size = size.trim();
+    let Ok(size) = size.strip_suffix('g').unwrap_or(size).parse::<u32>() else {
         return (0, 0);
     };
+    let mem = mem.trim();
     let mem = mem
-        .trim()
-        .trim_end_matches("gb")
+        .strip_suffix("gb")
+        .unwrap_or(mem)
         .parse::<u32>()
         .unwrap_or(0);
     (size, mem)
@@ -230,6 +232,11 @@ pub fn decode_drs_capacity(node: &str, text_in: &str) -> Result<OwnInventory, St
             cores: share(size),
         });
     }
+    if profiles.is_empty() {
+        // HAMi finds no profile to choose (`ModeNotFit` for every pod);
+        // devices without one would be taken with no profile at all.
+        return Err("no profile named <slices>g.<GB>gb with both numbers".to_string());
+    }
     profiles.sort_by(|a, b| (a.slices, a.mem_mib, &a.name).cmp(&(b.slices, b.mem_mib, &b.name)));
     let mut devices: Vec<OwnDevice> = Vec::new();
     for (position, d) in spec.devices.iter().enumerate() {
@@ -237,7 +244,7 @@ pub fn decode_drs_capacity(node: &str, text_in: &str) -> Result<OwnInventory, St
             .and_then(|t| t.parse::<u32>().ok())
             .unwrap_or(u32::try_from(position).unwrap_or(u32::MAX));
         let capacity = text(&d.capacity)
-            .and_then(|t| t.parse::<f64>().ok())
+            .and_then(|t| t.trim().parse::<f64>().ok())
             .filter(|c| c.fract() == 0.0 && *c >= 1.0 && *c <= f64::from(MAX_SLICES))
             .ok_or_else(|| {
                 format!(
@@ -250,6 +257,7 @@ pub fn decode_drs_capacity(node: &str, text_in: &str) -> Result<OwnInventory, St
             return Err(format!("device index {index} given twice"));
         }
         let minor = text(&d.minor)
+            .map(|m| m.trim().to_string())
             .filter(|m| !m.is_empty())
             .unwrap_or(index.to_string());
         devices.push(OwnDevice {

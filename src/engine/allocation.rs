@@ -139,6 +139,18 @@ impl Allocation {
     /// Without sidecars this is HAMi's init/app collapse (hami-compat.md
     /// 4.4). Sorted by UUID.
     pub fn usage_by_gpu(&self) -> Vec<(&str, Usage)> {
+        self.usage_with(None)
+    }
+
+    /// [`Self::usage_by_gpu`] on `node`: on a node whose devices split
+    /// into profiles, a grant HAMi v2.10 wrote (four fields: no slices)
+    /// counts its profile's slices, found by its memory and cores
+    /// (hami-vendors.md 9.7), grant by grant.
+    pub fn usage_on(&self, node: &super::device::Node) -> Vec<(&str, Usage)> {
+        self.usage_with(node.has_profiles().then(|| node.profiles()))
+    }
+
+    fn usage_with(&self, profiles: Option<&super::profiles::NodeProfiles>) -> Vec<(&str, Usage)> {
         let uuids: BTreeSet<&str> = self
             .containers
             .iter()
@@ -152,7 +164,14 @@ impl Allocation {
                     let on_this_gpu = devices.iter().filter(|d| d.uuid == uuid).fold(
                         Usage::default(),
                         |mut sum, d| {
-                            sum.add(&d.usage());
+                            let mut u = d.usage();
+                            if let Some(p) = profiles.filter(|_| u.slots == 1)
+                                && d.kind.kind().slice_profiles
+                                && let Some(p) = p.taken(u.mem_mib, u.cores)
+                            {
+                                u.slots = p.slices;
+                            }
+                            sum.add(&u);
                             sum
                         },
                     );

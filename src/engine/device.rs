@@ -355,8 +355,9 @@ pub struct Node {
     pub(crate) pair_scores: std::sync::Arc<[i32]>,
     pub(crate) totals: NodeTotals,
     /// The profiles its devices split into, for a kind split so
-    /// (`super::profiles`); empty otherwise. Shared like `gpus`.
-    profiles: std::sync::Arc<super::profiles::NodeProfiles>,
+    /// (`super::profiles`); `None` otherwise (a test of this field is all
+    /// another node's fit pays). Shared like `gpus`.
+    profiles: Option<std::sync::Arc<super::profiles::NodeProfiles>>,
 }
 
 impl Node {
@@ -377,19 +378,25 @@ impl Node {
             pair_scores: vec![0; n * n].into(),
             gpus: gpus.into(),
             totals,
-            profiles: super::profiles::none(),
+            profiles: None,
         }
     }
 
-    /// The profiles its devices split into (`super::profiles`).
+    /// The profiles its devices split into (`super::profiles`); none for
+    /// a node without a kind split so.
     pub fn profiles(&self) -> &super::profiles::NodeProfiles {
-        &self.profiles
+        self.profiles.as_deref().unwrap_or(super::profiles::none())
+    }
+
+    /// Whether its devices split into profiles.
+    pub fn has_profiles(&self) -> bool {
+        self.profiles.is_some()
     }
 
     /// Sets the profiles its devices split into, before any usage is
     /// added (a grant's slices are read from them).
     pub fn set_profiles(&mut self, profiles: super::profiles::NodeProfiles) {
-        self.profiles = std::sync::Arc::new(profiles);
+        self.profiles = (!profiles.profiles.is_empty()).then(|| std::sync::Arc::new(profiles));
     }
 
     /// The GPUs, to change (tests, and a node read anew): copied first if
@@ -445,14 +452,6 @@ impl Node {
             };
             if inconsistent {
                 d.unreserved = d.unreserved.max(1);
-            }
-            // A device list of HAMi v2.10 does not say how many slices a
-            // profile took (hami-vendors.md 9.7): its memory and cores do.
-            if d.slots == 1
-                && gpu.kind.kind().slice_profiles
-                && let Some(p) = self.profiles.taken(d.mem_mib, d.cores)
-            {
-                d.slots = p.slices;
             }
         }
         d

@@ -76,30 +76,19 @@ pub fn fit_pod_in(
         // names here (super::profiles). A node without profiles has no
         // device of the kind, and the per-GPU checks say so.
         let profile;
-        let (req, slices) = if plan.selection.rules.profiles && !node.profiles().profiles.is_empty()
-        {
-            match node.profiles().resolve(req) {
-                Some((resolved, p)) => {
+        let req = if plan.selection.rules.profiles && node.has_profiles() {
+            match resolve_on(node, req, &container.name) {
+                Ok(resolved) => {
                     profile = resolved;
-                    (&profile, p.slices)
+                    &profile
                 }
-                None => {
+                Err(rejection) => {
                     scratch.app_usage = app;
-                    let names: Vec<&str> = node
-                        .profiles()
-                        .profiles
-                        .iter()
-                        .map(|p| p.name.as_str())
-                        .collect();
-                    return Err(Rejection::ModeNotFit {
-                        container: container.name.clone(),
-                        request: *req,
-                        profiles: names.join(", "),
-                    });
+                    return Err(rejection);
                 }
             }
         } else {
-            (req, 0)
+            req
         };
         if req.count > available {
             // MIG GPUs may give one container several instances. Only the
@@ -116,7 +105,7 @@ pub fn fit_pod_in(
         }
         let usage: &[Usage] = if copied { &app } else { &node.usage };
         let before = scratch.grants.len();
-        let result = fit_container(node, usage, (ci, rule, slices), req, plan, scratch);
+        let result = fit_container(node, usage, (ci, rule), req, plan, scratch);
         // An init container's GPUs are its own (init containers run one
         // after another); an app container's or sidecar's count for the
         // GPU containers after it.
@@ -173,6 +162,30 @@ pub fn fit_pod_in(
     other_kinds(node, plan, rules, scratch)
 }
 
+/// The request the per-GPU checks see for a container of a kind split
+/// into profiles on `node` (the profile's), or why none gives it. Out of
+/// line: the fit of every other kind only tests whether it is needed.
+#[cold]
+#[inline(never)]
+fn resolve_on(node: &Node, req: &GpuRequest, container: &str) -> Result<GpuRequest, Rejection> {
+    match node.profiles().resolve(req) {
+        Some((resolved, _)) => Ok(resolved),
+        None => {
+            let names: Vec<&str> = node
+                .profiles()
+                .profiles
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            Err(Rejection::ModeNotFit {
+                container: container.to_string(),
+                request: *req,
+                profiles: names.join(", "),
+            })
+        }
+    }
+}
+
 /// Done for a pod of one kind; the pod's other kinds fitted after its
 /// first ([`fit_other_kinds`]) otherwise.
 #[inline(always)]
@@ -223,7 +236,7 @@ fn fit_other_kinds(
 fn fit_container(
     node: &Node,
     usage: &[Usage],
-    (container, rule, slices): (usize, ZoneRule, u32),
+    (container, rule): (usize, ZoneRule),
     req: &GpuRequest,
     plan: &PodPlan,
     s: &mut Scratch,
@@ -270,19 +283,9 @@ fn fit_container(
             take.cores = super::core_masks::mask_taken(used.cores, take.cores);
         }
     }
-    // A profile takes its slices of one device (Enflame DRS, 9.5): all of
-    // them free, where HAMi v2.10 asks for one (9.7).
+    // A profile takes its slices of one device (Enflame DRS, 9.5).
     if rules.profiles {
-        s.candidates.retain_mut(|(pos, take)| {
-            let used = usage.get(*pos).copied().unwrap_or_default();
-            let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.slots);
-            take.slots = slices.max(1);
-            let free = cap.saturating_sub(used.slots) >= take.slots;
-            if !free {
-                counts.add(Reason::CardTimeSlicingExhausted, 1);
-            }
-            free
-        });
+        profile_slices(node, usage, req, s, &mut counts);
     }
     // Every container on the devices of the pod's first (Mthreads, 7.5).
     if rules.same_devices {
@@ -356,6 +359,37 @@ fn fit_container(
         s.grants.push((container, pos, take));
     }
     Ok(())
+}
+
+/// A profile takes its slices of one device (Enflame DRS, 9.5): the
+/// candidates with all of them free, where HAMi v2.10 asks for one (9.7);
+/// `req` is the profile's (`resolve_on`). Out of line,
+/// after the loop, so that the per-GPU loop of every other kind stays as
+/// it was (docs/benchmarks.md, "Counted, not timed").
+#[cold]
+#[inline(never)]
+fn profile_slices(
+    node: &Node,
+    usage: &[Usage],
+    req: &GpuRequest,
+    s: &mut Scratch,
+    counts: &mut ReasonCounts,
+) {
+    let mem = u32::try_from(req.mem_on(0)).unwrap_or(u32::MAX);
+    let slices = node
+        .profiles()
+        .taken(mem, req.cores)
+        .map_or(1, |p| p.slices);
+    s.candidates.retain_mut(|(pos, take)| {
+        let used = usage.get(*pos).copied().unwrap_or_default();
+        let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.slots);
+        take.slots = slices;
+        let free = cap.saturating_sub(used.slots) >= take.slots;
+        if !free {
+            counts.add(Reason::CardTimeSlicingExhausted, 1);
+        }
+        free
+    });
 }
 
 /// Whether a device holding `used` holds only slices of `take`'s size

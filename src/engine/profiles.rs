@@ -6,15 +6,13 @@
 //! - by size (`enflame.com/drs-gcu: n`): the profile of `n` slices;
 //! - by spec (`enflame.com/gcu-memory`, `enflame.com/gcu-core`): the
 //!   first profile, by slices then memory, holding both; memory is GB, or
-//!   MiB when above twice the largest profile's GB (HAMi's reading).
+//!   MiB when above twice the GB of the profile with the most slices (HAMi's reading).
 //!
 //! The node's profiles decide, so the request is read as written
 //! ([`ContainerResources::resolve_profiles`]) and resolved per node
 //! ([`NodeProfiles::resolve`]) before the per-GPU checks; a device must
 //! then have the profile's slices free (HAMi v2.10 asks for one, 9.7;
 //! HAMi master for all of them).
-
-use std::sync::Arc;
 
 use super::request::{ContainerResources, GpuRequest, Memory, RequestError};
 use super::resources::DeviceConfig;
@@ -30,9 +28,12 @@ pub struct NodeProfiles {
 }
 
 /// No profiles: the node of every other kind.
-pub fn none() -> Arc<NodeProfiles> {
-    static NONE: std::sync::OnceLock<Arc<NodeProfiles>> = std::sync::OnceLock::new();
-    NONE.get_or_init(Default::default).clone()
+pub fn none() -> &'static NodeProfiles {
+    static NONE: NodeProfiles = NodeProfiles {
+        profiles: Vec::new(),
+        minors: Vec::new(),
+    };
+    &NONE
 }
 
 impl NodeProfiles {

@@ -540,7 +540,7 @@ impl ClusterState {
             .ok_or(Rejection::NodeUnregistered)?
             .clone();
         for (_, a) in removed.iter().filter(|(_, a)| a.node == node) {
-            for (uuid, u) in a.usage_by_gpu() {
+            for (uuid, u) in a.usage_on(&n) {
                 if let Some(pos) = n.position(uuid) {
                     n.sub_usage(pos, &u);
                 }
@@ -621,7 +621,7 @@ fn add_usage_on(node: &mut Node, held: &HashMap<String, Allocation>) -> Vec<Stri
     keys.sort();
     for key in keys {
         let mut missing = false;
-        for (uuid, u) in held[key].usage_by_gpu() {
+        for (uuid, u) in held[key].usage_on(node) {
             match node.position(uuid) {
                 Some(pos) => node.add_usage(pos, &u),
                 None => missing = true,
@@ -649,7 +649,7 @@ fn record(
         .ok_or_else(|| ApplyError::UnknownNode {
             node: allocation.node.clone(),
         })?;
-    let usage = allocation.usage_by_gpu();
+    let usage = allocation.usage_on(node);
     let mut positions = Vec::with_capacity(usage.len());
     for (uuid, u) in &usage {
         let pos = node.position(uuid).ok_or_else(|| ApplyError::UnknownGpu {
@@ -679,7 +679,7 @@ fn forget(
     let allocation = held.remove(key)?;
     zones.remove(&allocation.node, hold, key);
     if let Some(node) = nodes.get_mut(&allocation.node) {
-        for (uuid, u) in allocation.usage_by_gpu() {
+        for (uuid, u) in allocation.usage_on(node) {
             if let Some(pos) = node.position(uuid) {
                 node.sub_usage(pos, &u);
             }

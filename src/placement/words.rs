@@ -292,8 +292,9 @@ pub fn profile_request_words(g: &GpuRequest) -> String {
     let cores = (g.cores > 0).then(|| format!("{}% of the cores", g.cores));
     match g.memory {
         Memory::Mib(m) if m > 0 => {
-            let memory =
-                format!("memory {m} (GB, or MiB when above twice the largest profile's GB)");
+            let memory = format!(
+                "memory {m} (GB, or MiB when above twice the GB of the profile with the most slices)"
+            );
             match cores {
                 Some(c) => format!("{memory} and {c}"),
                 None => memory,
