@@ -351,14 +351,21 @@ pub struct Node {
     /// `usage[i]` is what is allocated of `gpus[i]`.
     pub usage: Vec<Usage>,
     /// Row-major `gpus.len()²` matrix of pair scores (0 when unknown),
-    /// shared between copies like `gpus`.
-    pub(crate) pair_scores: std::sync::Arc<[i32]>,
+    /// shared between copies like `gpus`. A thin pointer (the topology
+    /// search alone reads it), so that `Node` stays 128 bytes with
+    /// `profiles` (asserted below).
+    pub(crate) pair_scores: std::sync::Arc<Vec<i32>>,
     pub(crate) totals: NodeTotals,
     /// The profiles its devices split into, for a kind split so
     /// (`super::profiles`); `None` otherwise (a test of this field is all
     /// another node's fit pays). Shared like `gpus`.
     profiles: Option<std::sync::Arc<super::profiles::NodeProfiles>>,
 }
+
+// The evaluation walks every candidate `Node`: one larger by 8 bytes cost
+// 66,000 instructions an evaluation (docs/benchmarks.md, "Counted, not
+// timed").
+const _: () = assert!(std::mem::size_of::<Node>() == 128);
 
 impl Node {
     /// A node with the given GPUs, no usage and no pair scores. GPUs are
@@ -375,7 +382,7 @@ impl Node {
         Node {
             name: name.into(),
             usage: vec![Usage::default(); n],
-            pair_scores: vec![0; n * n].into(),
+            pair_scores: std::sync::Arc::new(vec![0; n * n]),
             gpus: gpus.into(),
             totals,
             profiles: None,

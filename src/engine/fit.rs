@@ -30,6 +30,9 @@ pub struct Scratch {
     /// Steps the joint search has spent with this scratch (one evaluation
     /// of all nodes), against [`joint::JOINT_TOTAL_BUDGET`].
     pub(crate) joint_spent: usize,
+    /// The last container fitted asked for a profile none of the node's
+    /// gives (`resolve_on`): its failure is `ModeNotFit`.
+    mode_not_fit: bool,
 }
 
 /// Fits every container of `plan` on `node`, any GPU for any container
@@ -72,24 +75,6 @@ pub fn fit_pod_in(
         let Some(req) = container.gpu.as_ref().filter(|_| rule != ZoneRule::Skip) else {
             continue;
         };
-        // A kind split into the node's profiles: the profile the request
-        // names here (super::profiles). A node without profiles has no
-        // device of the kind, and the per-GPU checks say so.
-        let profile;
-        let req = if plan.selection.rules.profiles && node.has_profiles() {
-            match resolve_on(node, req, &container.name) {
-                Ok(resolved) => {
-                    profile = resolved;
-                    &profile
-                }
-                Err(rejection) => {
-                    scratch.app_usage = app;
-                    return Err(rejection);
-                }
-            }
-        } else {
-            req
-        };
         if req.count > available {
             // MIG GPUs may give one container several instances. Only the
             // pod's kind of device counts (hami-vendors.md 1.3).
@@ -124,6 +109,10 @@ pub fn fit_pod_in(
             }
         }
         if let Err(counts) = result {
+            if std::mem::take(&mut scratch.mode_not_fit) {
+                scratch.app_usage = app;
+                return Err(mode_not_fit(node, req, &container.name));
+            }
             // Containers chosen one by one can miss an assignment that
             // exists when chosen together (see super::joint).
             let gpu_containers = plan
@@ -163,26 +152,37 @@ pub fn fit_pod_in(
 }
 
 /// The request the per-GPU checks see for a container of a kind split
-/// into profiles on `node` (the profile's), or why none gives it. Out of
-/// line: the fit of every other kind only tests whether it is needed.
+/// into profiles on `node` (the profile's; on a node without profiles one
+/// device, which the per-GPU checks refuse by kind), or `None` when no
+/// profile of the node's gives it. Out of line: the fit of every other
+/// kind only tests whether it is needed.
 #[cold]
 #[inline(never)]
-fn resolve_on(node: &Node, req: &GpuRequest, container: &str) -> Result<GpuRequest, Rejection> {
-    match node.profiles().resolve(req) {
-        Some((resolved, _)) => Ok(resolved),
-        None => {
-            let names: Vec<&str> = node
-                .profiles()
-                .profiles
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect();
-            Err(Rejection::ModeNotFit {
-                container: container.to_string(),
-                request: *req,
-                profiles: names.join(", "),
-            })
-        }
+fn resolve_on(node: &Node, req: &GpuRequest) -> Option<GpuRequest> {
+    if !node.has_profiles() {
+        return Some(GpuRequest {
+            count: 1,
+            memory: super::request::Memory::Mib(0),
+            cores: 0,
+        });
+    }
+    node.profiles().resolve(req).map(|(resolved, _)| resolved)
+}
+
+/// Why no profile of the node's gives a container's request.
+#[cold]
+#[inline(never)]
+fn mode_not_fit(node: &Node, req: &GpuRequest, container: &str) -> Rejection {
+    let names: Vec<&str> = node
+        .profiles()
+        .profiles
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    Rejection::ModeNotFit {
+        container: container.to_string(),
+        request: *req,
+        profiles: names.join(", "),
     }
 }
 
@@ -244,12 +244,20 @@ fn fit_container(
     let mut counts = ReasonCounts::default();
     s.candidates.clear();
     let rules = plan.selection.rules;
-    // Compute units are checked after the loop, per device (AMD, 11.5):
-    // the loop sees no core request, so none of its core rules apply.
-    let units = rules.compute_units.then_some(req.cores);
-    let req = &match units {
-        Some(_) => GpuRequest { cores: 0, ..*req },
-        None => *req,
+    // A kind's own rules (`KindRules::after_loop`): the request the loop
+    // sees, then the rules applied after it, both out of line, so that
+    // the per-GPU loop every NVIDIA evaluation runs pays one test.
+    let asked = *req;
+    let req = &if rules.after_loop {
+        match loop_request(node, req, rules) {
+            Some(r) => r,
+            None => {
+                s.mode_not_fit = true;
+                return Err(counts);
+            }
+        }
+    } else {
+        *req
     };
     for (pos, gpu) in node.gpus.iter().enumerate() {
         if !rule.allows(gpu) {
@@ -262,50 +270,8 @@ fn fit_container(
             Err(reason) => counts.add(reason, 1),
         }
     }
-    // A device split into one size at a time (Kunlun vXPU, 8.5): after
-    // the loop, so that the per-GPU loop every NVIDIA evaluation runs
-    // stays as it was (inside it, this check cost 3% of an evaluation).
-    if rules.one_size {
-        s.candidates.retain(|(pos, take)| {
-            let used = usage.get(*pos).copied().unwrap_or_default();
-            let same = same_size(&used, take);
-            if !same {
-                counts.add(Reason::CardTemplateMismatch, 1);
-            }
-            same
-        });
-    }
-    // A core of a device whose cores are a mask is its free bit (AWS
-    // Neuron, 10.5).
-    if rules.core_masks {
-        for (pos, take) in &mut s.candidates {
-            let used = usage.get(*pos).copied().unwrap_or_default();
-            take.cores = super::core_masks::mask_taken(used.cores, take.cores);
-        }
-    }
-    // A profile takes its slices of one device (Enflame DRS, 9.5).
-    if rules.profiles {
-        profile_slices(node, usage, req, s, &mut counts);
-    }
-    // Every container on the devices of the pod's first (Mthreads, 7.5).
-    if rules.same_devices {
-        same_devices(node, s, &mut counts);
-    }
-    if let Some(percent) = units {
-        s.candidates.retain_mut(|(pos, take)| {
-            let used = usage.get(*pos).copied().unwrap_or_default();
-            let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.cores);
-            match super::core_masks::compute_units(cap, used.cores, percent) {
-                Some(n) => {
-                    take.cores = n;
-                    true
-                }
-                None => {
-                    counts.add(Reason::CardInsufficientCore, 1);
-                    false
-                }
-            }
-        });
+    if rules.after_loop {
+        after_loop(node, usage, (&asked, req), rules, s, &mut counts);
     }
     let n = req.count as usize;
     if s.candidates.len() < n {
@@ -361,13 +327,94 @@ fn fit_container(
     Ok(())
 }
 
+/// The request a kind's per-GPU loop sees (`KindRules::after_loop`):
+/// compute units are checked after the loop (AMD, 11.5), so the loop sees
+/// no core request and none of its core rules apply; a kind split into
+/// the node's profiles sees the profile's request (`resolve_on`; `None`
+/// when no profile gives it).
+#[cold]
+#[inline(never)]
+fn loop_request(
+    node: &Node,
+    req: &GpuRequest,
+    rules: super::selection::KindRules,
+) -> Option<GpuRequest> {
+    if rules.compute_units {
+        Some(GpuRequest { cores: 0, ..*req })
+    } else if rules.profiles {
+        resolve_on(node, req)
+    } else {
+        Some(*req)
+    }
+}
+
+/// A kind's rules applied to the loop's candidates (`KindRules::
+/// after_loop`), after the loop so that the per-GPU loop every NVIDIA
+/// evaluation runs stays as it was (inside it, the one-size check cost 3%
+/// of an evaluation). `asked` is the container's request as written,
+/// `req` the one the loop saw.
+#[cold]
+#[inline(never)]
+fn after_loop(
+    node: &Node,
+    usage: &[Usage],
+    (asked, req): (&GpuRequest, &GpuRequest),
+    rules: super::selection::KindRules,
+    s: &mut Scratch,
+    counts: &mut ReasonCounts,
+) {
+    // A device split into one size at a time (Kunlun vXPU, 8.5).
+    if rules.one_size {
+        s.candidates.retain(|(pos, take)| {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            let same = same_size(&used, take);
+            if !same {
+                counts.add(Reason::CardTemplateMismatch, 1);
+            }
+            same
+        });
+    }
+    // A core of a device whose cores are a mask is its free bit (AWS
+    // Neuron, 10.5).
+    if rules.core_masks {
+        for (pos, take) in &mut s.candidates {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            take.cores = super::core_masks::mask_taken(used.cores, take.cores);
+        }
+    }
+    // A profile takes its slices of one device (Enflame DRS, 9.5).
+    if rules.profiles {
+        profile_slices(node, usage, req, s, counts);
+    }
+    // Every container on the devices of the pod's first (Mthreads, 7.5).
+    if rules.same_devices {
+        same_devices(node, s, counts);
+    }
+    // Compute units, per device (AMD, 11.5).
+    if rules.compute_units {
+        let percent = asked.cores;
+        s.candidates.retain_mut(|(pos, take)| {
+            let used = usage.get(*pos).copied().unwrap_or_default();
+            let cap = node.gpus.get(*pos).map_or(0, |g| g.capacity.cores);
+            match super::core_masks::compute_units(cap, used.cores, percent) {
+                Some(n) => {
+                    take.cores = n;
+                    true
+                }
+                None => {
+                    counts.add(Reason::CardInsufficientCore, 1);
+                    false
+                }
+            }
+        });
+    }
+}
+
 /// A profile takes its slices of one device (Enflame DRS, 9.5): the
 /// candidates with all of them free, where HAMi v2.10 asks for one (9.7);
 /// `req` is the profile's (`resolve_on`). Out of line,
 /// after the loop, so that the per-GPU loop of every other kind stays as
 /// it was (docs/benchmarks.md, "Counted, not timed").
-#[cold]
-#[inline(never)]
 fn profile_slices(
     node: &Node,
     usage: &[Usage],

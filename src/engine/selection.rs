@@ -92,6 +92,9 @@ pub struct KindRules {
     /// A container takes a profile of the node's (Enflame DRS, 9.5;
     /// `super::profiles`).
     pub profiles: bool,
+    /// Any of the rules above but the grouping: the fit's one test of
+    /// whether its out-of-line steps run (`fit::after_loop`).
+    pub after_loop: bool,
 }
 
 impl KindRules {
@@ -104,6 +107,11 @@ impl KindRules {
             compute_units: kind.compute_units,
             same_devices: kind.same_devices,
             profiles: kind.slice_profiles,
+            after_loop: kind.templates.is_some_and(|t| t.one_template_per_device)
+                || kind.core_masks
+                || kind.compute_units
+                || kind.same_devices
+                || kind.slice_profiles,
         }
     }
 }
