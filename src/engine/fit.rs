@@ -126,10 +126,9 @@ pub fn fit_pod_in(
                 .min(joint::JOINT_TOTAL_BUDGET.saturating_sub(scratch.joint_spent));
             // The joint search knows no grouping rule (super::grouping),
             // nor the rules applied after the per-GPU loop (one size per
-            // device, core masks, compute units, shared devices).
+            // device, core masks, compute units, shared devices, profiles).
             let r = plan.selection.rules;
-            let free = r.grouping == Grouping::Any
-                && !(r.one_size || r.core_masks || r.compute_units || r.same_devices || r.profiles);
+            let free = r.grouping == Grouping::Any && !r.after_loop;
             if gpu_containers > 1 && budget > 0 && free {
                 let (found, spent) = joint::assign_jointly(node, plan, rules, budget);
                 scratch.joint_spent += spent;
