@@ -176,6 +176,7 @@ fn mig_cluster() -> ClusterState {
                     }]],
                     kinds: vec![],
                     numa: None,
+                    tenancy: Default::default(),
                 };
                 state
                     .apply(&format!("{name}-{i}-{k}"), allocation)

@@ -47,7 +47,7 @@ const FIXTURES: &[&str] = &[
     "forged-allocation.yaml",
     "forged-numa-zones.yaml",
     "gpu-and-dcu.yaml",
-    "gpu-and-metax.yaml",
+    "gpu-and-vgcu.yaml",
     "gpu-only.yaml",
     "gpu-sidecar.yaml",
     "init-and-sidecar.yaml",

@@ -393,35 +393,35 @@ fn the_webhook_and_the_scheduler_read_quota_scopes_alike() {
 }
 
 /// A pod that asks for an NVIDIA GPU and a device of a kind gpugate does
-/// not place yet (a Metax sGPU) is refused, naming the container, the
+/// not place (Enflame's legacy shared GCU) is refused, naming the container, the
 /// resource and the kind; the same NPU alone, or asked at 0, is not
 /// gpugate's to judge. The extender reads the pod the same way: its plan
 /// is refused with the same words, so it is never placed with the GPU
 /// alone.
 #[test]
 fn a_kind_gpugate_does_not_place_is_refused_not_dropped() {
-    let message = deny("gpu-and-metax.yaml");
+    let message = deny("gpu-and-vgcu.yaml");
     assert!(
-        message.contains("container \"sgpu\", resource metax-tech.com/sgpu")
-            && message.contains("asks for Metax sGPUs, which gpugate does not place yet"),
+        message.contains("container \"vgcu\", resource enflame.com/vgcu")
+            && message.contains("asks for Enflame shared GCUs, which gpugate does not place yet"),
         "{message}"
     );
-    let mut npu_alone = fixture("gpu-and-metax.yaml");
+    let mut npu_alone = fixture("gpu-and-vgcu.yaml");
     npu_alone["spec"]["containers"]
         .as_array_mut()
         .unwrap()
         .remove(0);
     assert_eq!(warnings(&npu_alone), Vec::<String>::new());
-    let mut zero = fixture("gpu-and-metax.yaml");
-    zero["spec"]["containers"][1]["resources"]["limits"] = json!({"metax-tech.com/sgpu": "0"});
+    let mut zero = fixture("gpu-and-vgcu.yaml");
+    zero["spec"]["containers"][1]["resources"]["limits"] = json!({"enflame.com/vgcu": "0"});
     assert_eq!(warnings(&zero), Vec::<String>::new());
     let pod: k8s_openapi::api::core::v1::Pod =
-        serde_json::from_value(fixture("gpu-and-metax.yaml")).unwrap();
+        serde_json::from_value(fixture("gpu-and-vgcu.yaml")).unwrap();
     let refused = gpugate::cluster::convert::pod_plan(&pod, &Config::default()).unwrap_err();
     assert!(
         refused
             .to_string()
-            .contains("resource metax-tech.com/sgpu: asks for Metax sGPUs"),
+            .contains("resource enflame.com/vgcu: asks for Enflame shared GCUs"),
         "{refused}"
     );
 }

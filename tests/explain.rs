@@ -228,6 +228,9 @@ fn every_reason_code_in_words() {
                     | ReasonCode::Card(gpugate::engine::Reason::CardTemplateMismatch)
                     // Enflame DRS's: in tests/enflame_drs.rs.
                     | ReasonCode::ModeNotFit
+                    // Metax sGPU's: in tests/metax_sgpu.rs.
+                    | ReasonCode::Card(gpugate::engine::Reason::CardAppClassMismatch)
+                    | ReasonCode::Card(gpugate::engine::Reason::CardQosPolicyMismatch)
                     // Moore Threads': in tests/mthreads.rs.
                     | ReasonCode::Card(gpugate::engine::Reason::CardNotFoundCustomFilterRule)
             )

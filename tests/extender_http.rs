@@ -472,16 +472,16 @@ async fn every_bad_body_gets_http_200_with_a_clear_error() {
                 .to_string(),
             "PodNamespace is 64 bytes long",
         ),
-        // An NVIDIA GPU and a Metax sGPU: refused, not placed with the
-        // GPU alone.
+        // An NVIDIA GPU and an Enflame legacy shared GCU: refused, not
+        // placed with the GPU alone.
         (
             "/filter",
             json!({"Pod": pod("ml", "mixed", "u-mixed",
-                        json!({"nvidia.com/gpu": "1", "metax-tech.com/sgpu": "1"}), 0),
+                        json!({"nvidia.com/gpu": "1", "enflame.com/vgcu": "1"}), 0),
                    "NodeNames": ["gpu-1", "gpu-2"]})
             .to_string(),
-            "pod ml/mixed: container \"main\", resource metax-tech.com/sgpu: asks for Metax \
-             sGPUs, which gpugate does not place yet",
+            "pod ml/mixed: container \"main\", resource enflame.com/vgcu: asks for Enflame \
+             shared GCUs, which gpugate does not place yet",
         ),
     ]) {
         let (status, bytes) = post(&s, verb, body.as_bytes()).await;

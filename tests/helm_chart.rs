@@ -507,6 +507,12 @@ fn renamed_resources_reach_every_object() {
         "enflame.com/gcu-memory",
         "enflame.com/gcu-core",
     ]);
+    // Then Metax sGPU's (5.1).
+    want.extend([
+        "metax-tech.com/sgpu",
+        "metax-tech.com/vmemory",
+        "metax-tech.com/vcore",
+    ]);
     assert_eq!(managed, want);
 
     // device-config.content's names win over the top-level values, as in
@@ -558,10 +564,52 @@ fn hamis_enflame_drs_values_reach_every_object() {
         managed.ends_with(&[
             "example.org/drs".to_string(),
             "enflame.com/gcu-memory".to_string(),
-            "example.org/core".to_string()
+            "example.org/core".to_string(),
+            "metax-tech.com/sgpu".to_string(),
+            "metax-tech.com/vmemory".to_string(),
+            "metax-tech.com/vcore".to_string()
         ]),
         "{managed:?}"
     );
+}
+
+/// HAMi v2.10's Metax sGPU values (`metaxResource*`) and its device
+/// config's `metax` section reach gpugate's sGPU kind and kube-scheduler's
+/// managedResources; the whole GPU keeps its name.
+#[test]
+fn hamis_metax_sgpu_values_reach_every_object() {
+    let Some(tools) = tools() else { return };
+    let o = render(
+        tools,
+        &[
+            "--set",
+            "metaxResourceName=example.org/sgpu",
+            "--set-string",
+            "metaxsGPUTopologyAware=true",
+            "--set-string",
+            "device-config.content=metax:\n  resourceVCoreName: example.org/vcore\n",
+        ],
+    );
+    let c = gpugate_config(&o);
+    let sgpu = c.metax.second();
+    assert_eq!(sgpu.resource_count_name, "example.org/sgpu");
+    assert_eq!(sgpu.resource_memory_name, "metax-tech.com/vmemory");
+    assert_eq!(sgpu.resource_core_name, "example.org/vcore");
+    assert_eq!(c.metax.resource_count_name, "metax-tech.com/gpu");
+    let managed = managed_resources(&o);
+    assert!(
+        managed.ends_with(&[
+            "example.org/sgpu".to_string(),
+            "metax-tech.com/vmemory".to_string(),
+            "example.org/vcore".to_string()
+        ]),
+        "{managed:?}"
+    );
+    let cel = webhook(&o, "MutatingWebhookConfiguration")["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(cel.contains("r.startsWith('example.org/')"), "{cel}");
 }
 
 /// The names in kube-scheduler's managedResources, in order.

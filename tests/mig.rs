@@ -134,6 +134,7 @@ fn state(profiles: &[MigProfile], devmem: u64, held: &[(usize, u32)]) -> Cluster
             }]],
             kinds: vec![],
             numa: None,
+            tenancy: Default::default(),
         };
         s.apply(&format!("held-{i}"), allocation).unwrap();
     }
@@ -325,6 +326,7 @@ fn unusable_and_inconsistent_mig_gpus_take_nothing() {
         }]],
         kinds: vec![],
         numa: None,
+        tenancy: Default::default(),
     };
     s.apply("hami-pod", unknown).unwrap();
     let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
@@ -371,6 +373,7 @@ fn mig_usage_on_a_hami_core_gpu_makes_it_take_nothing() {
         }]],
         kinds: vec![],
         numa: None,
+        tenancy: Default::default(),
     };
     s.apply("stale-mig-pod", stale).unwrap();
     let e = s.assign(&plan(1000, 1), "n").unwrap_err().to_string();
@@ -840,6 +843,7 @@ fn the_joint_search_takes_stacked_instances_back_whole() {
         }]],
         kinds: vec![],
         numa: None,
+        tenancy: Default::default(),
     };
     s.apply("held", held).unwrap();
     let plan = PodPlan::new(

@@ -256,28 +256,23 @@ fn sections_read_hamis_key_names() {
     .unwrap();
     assert_eq!(c.kunlun.resource_count_name, "example.org/vxpu");
     assert_eq!(c.kunlun.second().resource_count_name, "kunlunxin.com/xpu");
-    // 5.1 and 9.1: the sGPU and DRS names are accepted and not read as the
-    // whole device's; a pod asking for them alongside is refused.
+    // 5.1 and 9.1: the sGPU and DRS names are read as the second kind's,
+    // not the whole device's.
     let c = Config::from_yaml(
-        "metax:\n  resourceCountName: metax-tech.com/gpu\n  resourceVCountName: metax-tech.com/sgpu\n  sgpuTopologyAware: \"false\"\n\
+        "metax:\n  resourceCountName: metax-tech.com/gpu\n  resourceVCountName: example.org/sgpu\n  sgpuTopologyAware: \"false\"\n\
          enflame:\n  resourceNameGCU: enflame.com/gcu\n  resourceNameDRSGCU: enflame.com/drs-gcu\n  resourceNameGCUMemory: enflame.com/gcu-memory\n\
          vastai:\n  resourceCountName: example.org/va\n",
         "t",
     )
     .unwrap();
     assert_eq!(c.metax.resource_count_name, "metax-tech.com/gpu");
+    assert_eq!(c.metax.second().resource_count_name, "example.org/sgpu");
+    assert_eq!(
+        c.metax.second().resource_memory_name,
+        "metax-tech.com/vmemory"
+    );
     assert_eq!(c.enflame.resource_count_name, "enflame.com/gcu");
     assert_eq!(c.vastai.resource_count_name, "example.org/va");
-    let e = pod_request(
-        &pod(
-            "p",
-            json!({}),
-            json!({"metax-tech.com/gpu": "1", "metax-tech.com/sgpu": "1"}),
-        ),
-        &c,
-    )
-    .unwrap_err();
-    assert!(e.problem.contains("Metax sGPU"), "{e}");
     let e = pod_request(
         &pod(
             "p",

@@ -90,6 +90,7 @@ pub fn engine_state(gpus_per_node: u32, group: u32) -> ClusterState {
             }]],
             kinds: vec![],
             numa: None,
+            tenancy: Default::default(),
         };
         state
             .apply(&format!("pod-{p}"), allocation)

@@ -105,7 +105,7 @@ pub fn mutate(
         for (i, container) in containers.iter().enumerate() {
             let mut edit = ContainerOutcome::default();
             for &(cfg, policy, soft) in &kinds {
-                match container_edits(container, cfg, policy, soft) {
+                match container_edits(pod, container, cfg, policy, soft) {
                     Ok(more) => edit.merge(more),
                     Err(refusal) => return refusal,
                 }
@@ -176,6 +176,7 @@ impl<'c> ContainerOutcome<'c> {
 
 /// What one container gets; a refusal (`Deny` or `Invalid`) as the error.
 fn container_edits<'c>(
+    pod: &PodView<'_>,
     container: &ContainerView<'_>,
     nv: &'c DeviceConfig,
     policy: Option<&NamespacePolicy>,
@@ -197,7 +198,7 @@ fn container_edits<'c>(
     }
     let mut annotations = Vec::new();
     if let (Some(rule), Some(_)) = (kind.webhook_rule, gpu.as_ref()) {
-        rule_edits(&mut target, &mut annotations, rule, &res, nv)?;
+        rule_edits(pod, &mut target, &mut annotations, rule, &res, nv)?;
     }
     if !kind.hami_core {
         // HAMi's webhook writes nothing else into such a kind's containers
@@ -299,6 +300,7 @@ fn template_edits<'c>(
 /// Iluvatar's cores and container name, hami-vendors.md 6.4); a refusal
 /// names the container.
 fn rule_edits<'c>(
+    pod: &PodView<'_>,
     target: &mut Target<'_, '_, 'c>,
     annotations: &mut Vec<(&'static str, String)>,
     rule: crate::devices::WebhookRule,
@@ -310,8 +312,14 @@ fn rule_edits<'c>(
         .container
         .limit(&nv.resource_count_name)
         .and_then(|q| crate::engine::quantity::parse_whole(q).ok());
+    let pod_annotation = |key: &str| {
+        pod.annotations()
+            .and_then(|a| a.get(key))
+            .map(|v| v.to_string())
+    };
     let input = RuleInput {
         container: &res.container,
+        pod_annotation: &pod_annotation,
         count: res.count,
         count_in_limits,
         memory: res.memory,

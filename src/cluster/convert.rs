@@ -188,12 +188,17 @@ fn own_devices(
         .iter()
         .map(|d| {
             profiles.minors.push((d.id.clone(), d.minor.clone()));
-            vendor_device(
+            let mut info = vendor_device(
                 d.id.clone(),
                 d.index,
                 (d.slots, d.mem_mib, d.cores),
                 d.device_type,
-            )
+            );
+            info.numa = d.numa;
+            info.health = d.healthy;
+            info.mode = d.mode.clone();
+            info.network_id = d.network;
+            info
         })
         .collect()
 }

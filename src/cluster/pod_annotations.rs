@@ -322,6 +322,16 @@ pub fn pod_allocation(pod: &Pod) -> Result<Option<Allocation>, PodAllocationErro
         })?;
     }
     allocation.numa = pod_numa_grant(pod);
+    // The pod's class on the devices of a kind with tenancy rules (Metax
+    // sGPU, hami-vendors.md 5.5), as its annotations say.
+    if let Some(annotations) = annotations {
+        allocation.tenancy = allocation
+            .kinds_held()
+            .into_iter()
+            .find_map(|k| k.kind().tenancy)
+            .map(|keys| crate::engine::tenancy::Tenancy::read(keys, annotations))
+            .unwrap_or_default();
+    }
     Ok(Some(allocation))
 }
 

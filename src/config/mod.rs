@@ -43,8 +43,11 @@ pub struct Config {
     pub awsneuron: KindSection<{ crate::devices::KindId::AWS_NEURON.index() }>,
     /// Biren GPUs: HAMi's `biren` section.
     pub biren: KindSection<{ crate::devices::KindId::BIREN.index() }>,
-    /// Whole Metax GPUs: HAMi's `metax` section (its sGPU names are not read).
-    pub metax: KindSection<{ crate::devices::KindId::METAX_GPU.index() }>,
+    /// Whole Metax GPUs, then sGPUs: HAMi's `metax` section.
+    pub metax: SharedSection<
+        { crate::devices::KindId::METAX_GPU.index() },
+        { crate::devices::KindId::METAX_SGPU.index() },
+    >,
     /// Whole Enflame GCUs, then DRS slices: HAMi's `enflame` section.
     pub enflame: SharedSection<
         { crate::devices::KindId::ENFLAME_GCU.index() },
@@ -760,6 +763,7 @@ impl Config {
             KindId::METAX_GPU => &*self.metax,
             KindId::ENFLAME_GCU => &*self.enflame,
             KindId::ENFLAME_DRS => self.enflame.second(),
+            KindId::METAX_SGPU => self.metax.second(),
             KindId::VASTAI => &*self.vastai,
             KindId::AMD => &*self.amd,
             KindId::MTHREADS => &*self.mthreads,

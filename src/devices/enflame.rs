@@ -268,6 +268,10 @@ pub fn decode_drs_capacity(node: &str, text_in: &str) -> Result<OwnInventory, St
             cores: device_cores,
             device_type: DRS_VENDOR,
             minor,
+            numa: 0,
+            healthy: true,
+            mode: String::new(),
+            network: None,
         });
     }
     if devices.is_empty() {

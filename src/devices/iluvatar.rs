@@ -94,6 +94,7 @@ mod tests {
     fn several_gpus_take_100_cores_each_and_the_name_is_written() {
         let input = |count| RuleInput {
             container: "main",
+            pod_annotation: &|_| None,
             count,
             count_in_limits: count,
             memory: None,

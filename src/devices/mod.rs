@@ -71,6 +71,8 @@ impl KindId {
     /// Enflame GCUs split into DRS slices (HAMi v2.10's `Enflame`
     /// backend).
     pub const ENFLAME_DRS: KindId = KindId(24);
+    /// Metax GPUs shared as sGPUs (HAMi v2.10's `Metax-SGPU` backend).
+    pub const METAX_SGPU: KindId = KindId(25);
 
     /// The kind's description.
     pub fn kind(self) -> &'static DeviceKind {
@@ -89,7 +91,7 @@ impl KindId {
 }
 
 /// Every kind gpugate knows, indexed by [`KindId`].
-pub static KINDS: [&DeviceKind; 25] = [
+pub static KINDS: [&DeviceKind; 26] = [
     &nvidia::NVIDIA,
     &hygon::HYGON,
     &hcu::HCU,
@@ -115,6 +117,7 @@ pub static KINDS: [&DeviceKind; 25] = [
     &amd::AMD,
     &mthreads::MTHREADS,
     &enflame::ENFLAME_DRS,
+    &metax::METAX_SGPU,
 ];
 
 /// Every kind with its id.
@@ -149,8 +152,6 @@ pub static NOT_PLACED: &[(&str, &str)] = &[
     ("huawei.com/Ascend", "Ascend NPU"),
     // Whole MLUs (the plugin's non-shared mode; vMLUs are placed).
     ("cambricon.com/mlu", "Cambricon MLU"),
-    // Metax sGPUs (whole Metax GPUs are placed).
-    ("metax-tech.com/", "Metax sGPU"),
     // Iluvatar chips beyond HAMi's chart (gpugate has a kind for each of
     // the chart's chips).
     ("iluvatar.ai/", "Iluvatar GPU"),
@@ -210,6 +211,8 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     split_over_count: false,
     same_devices: false,
     slice_profiles: false,
+    tenancy: None,
+    memory_bytes_with_unit: false,
     cores_clamped: false,
     webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
@@ -326,6 +329,14 @@ pub struct DeviceKind {
     /// cores that the smallest profile holding them gives, and takes the
     /// profile's slices of one device ([`OwnInventory::profiles`]).
     pub slice_profiles: bool,
+    /// The pod annotations that class a pod on a shared device, for a
+    /// kind whose plugin runs pods of one class per device (Metax sGPU's
+    /// app class and QoS, 5.5; `engine::tenancy`); `None` for none.
+    pub tenancy: Option<&'static TenancyKeys>,
+    /// A memory quantity written with a letter (`4Gi`, `4G`) is bytes,
+    /// and a bare number units of `memoryFactor` (Metax sGPU, 5.1);
+    /// otherwise a quantity is a number of units whatever its suffix.
+    pub memory_bytes_with_unit: bool,
     /// A core request above 100 is read as 100, as HAMi's shared loop
     /// clamps it (1.11 step 7): Iluvatar's webhook writes 100 per device
     /// for several devices (6.4). Otherwise it is refused.
@@ -340,6 +351,19 @@ pub struct DeviceKind {
     /// What the kind's device plugin reads beside its lists, written at
     /// bind (Cambricon's profile, 4.3); `None` for nothing.
     pub bind_extras: Option<BindExtras>,
+}
+
+/// The pod annotations of a kind's tenancy rules (`engine::tenancy`):
+/// the app class and its two values, and the sharing policy with the
+/// values the kind knows.
+#[derive(Debug)]
+pub struct TenancyKeys {
+    pub class: &'static str,
+    pub online: &'static str,
+    pub offline: &'static str,
+    pub policy: &'static str,
+    /// At most `engine::tenancy::MAX_POLICIES`.
+    pub policies: &'static [&'static str],
 }
 
 /// A kind's reader of the register annotation its plugin writes in its
@@ -367,6 +391,13 @@ pub struct OwnDevice {
     pub device_type: &'static str,
     /// The number the vendor's plugin knows it by (Enflame's `minor`).
     pub minor: String,
+    pub numa: i32,
+    pub healthy: bool,
+    /// Its mode ([`DeviceKind::modes`]; Metax's registered QoS policy).
+    pub mode: String,
+    /// Its network group ([`OwnDevice`]'s devices in one group share a
+    /// link: Metax's MetaLink zone), `None` for none.
+    pub network: Option<i64>,
 }
 
 /// One profile a node's devices are split into: its name and id as the
@@ -397,9 +428,10 @@ pub type WebhookRule = fn(&RuleInput<'_>) -> Result<Vec<RuleEdit>, String>;
 /// What a [`WebhookRule`] reads of a container: its name and the kind's
 /// quantities as written (the count from its limits only, as HAMi's
 /// webhooks find a kind's containers by their limits).
-#[derive(Debug)]
 pub struct RuleInput<'a> {
     pub container: &'a str,
+    /// The pod's annotation of a key, when set (Metax's app class, 5.4).
+    pub pod_annotation: &'a dyn Fn(&str) -> Option<String>,
     /// The count, from limits else requests.
     pub count: Option<u64>,
     pub count_in_limits: Option<u64>,
@@ -767,7 +799,7 @@ mod tests {
         }
         assert_eq!(by_vendor("MLU"), Some(KindId::CAMBRICON));
         assert_eq!(by_vendor("Metax-GPU"), Some(KindId::METAX_GPU));
-        assert_eq!(by_vendor("Metax-SGPU"), None);
+        assert_eq!(by_vendor("Metax-SGPU"), Some(KindId::METAX_SGPU));
         assert_eq!(by_vendor(""), None);
     }
 

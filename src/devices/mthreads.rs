@@ -166,6 +166,7 @@ mod tests {
     fn the_webhook_makes_several_gpus_whole_and_checks_one_gpus_size() {
         let input = |count, memory| RuleInput {
             container: "main",
+            pod_annotation: &|_| None,
             count,
             count_in_limits: count,
             memory,

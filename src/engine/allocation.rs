@@ -108,6 +108,9 @@ pub struct Allocation {
     /// takes of each zone counts against the zone until the node's
     /// NodeResourceTopology object shows it.
     pub numa: Option<NumaGrant>,
+    /// The pod's class on the devices of a kind with tenancy rules
+    /// (`super::tenancy`); counted on each such device it holds.
+    pub tenancy: super::tenancy::Tenancy,
 }
 
 impl Allocation {
@@ -326,6 +329,7 @@ impl Allocation {
                 .take(devices.containers.len())
                 .collect(),
             numa: None,
+            tenancy: Default::default(),
         }
     }
 
@@ -363,6 +367,7 @@ impl Allocation {
             ],
             kinds: Vec::new(),
             numa: None,
+            tenancy: Default::default(),
         }
     }
 
@@ -403,6 +408,7 @@ mod tests {
             ],
             kinds: vec![ContainerKind::Init, ContainerKind::Init],
             numa: None,
+            tenancy: Default::default(),
         };
         let u = a.usage_by_gpu();
         assert_eq!(
@@ -441,6 +447,7 @@ mod tests {
             containers: vec![vec![], vec![g("GPU-A", 1000, 30), g("GPU-B", 1000, 30)]],
             kinds: vec![],
             numa: None,
+            tenancy: Default::default(),
         };
         let pd = a.to_pod_devices();
         assert_eq!(Allocation::from_pod_devices("n", &pd, &[]), a);
@@ -461,6 +468,7 @@ mod tests {
                     .collect(),
                 kinds: containers.iter().map(|(kind, _, _)| *kind).collect(),
                 numa: None,
+                tenancy: Default::default(),
             };
             let usage = a.usage_by_gpu();
             assert_eq!(usage.len(), 1);

@@ -356,10 +356,21 @@ pub struct Node {
     /// `profiles` (asserted below).
     pub(crate) pair_scores: std::sync::Arc<Vec<i32>>,
     pub(crate) totals: NodeTotals,
-    /// The profiles its devices split into, for a kind split so
-    /// (`super::profiles`); `None` otherwise (a test of this field is all
-    /// another node's fit pays). Shared like `gpus`.
-    profiles: Option<std::sync::Arc<super::profiles::NodeProfiles>>,
+    /// What a kind's own rules read of the node: the profiles its devices
+    /// split into (`super::profiles`), the classes of the pods on each
+    /// device (`super::tenancy`); `None` for a node with neither (a test
+    /// of this field is all another node's fit pays). Shared like `gpus`,
+    /// copied when a copy's pods change.
+    extras: Option<std::sync::Arc<NodeExtras>>,
+}
+
+/// See [`Node::extras`].
+#[derive(Debug, Clone, Default, PartialEq)]
+struct NodeExtras {
+    profiles: super::profiles::NodeProfiles,
+    /// `tenants[i]` are the pods on `gpus[i]`, for a kind with tenancy
+    /// rules; empty until one is counted.
+    tenants: Vec<super::tenancy::Tenants>,
 }
 
 // The evaluation walks every candidate `Node`: one larger by 8 bytes cost
@@ -385,25 +396,69 @@ impl Node {
             pair_scores: std::sync::Arc::new(vec![0; n * n]),
             gpus: gpus.into(),
             totals,
-            profiles: None,
+            extras: None,
         }
     }
 
     /// The profiles its devices split into (`super::profiles`); none for
     /// a node without a kind split so.
     pub fn profiles(&self) -> &super::profiles::NodeProfiles {
-        self.profiles.as_deref().unwrap_or(super::profiles::none())
+        self.extras
+            .as_deref()
+            .map_or(super::profiles::none(), |e| &e.profiles)
     }
 
     /// Whether its devices split into profiles.
     pub fn has_profiles(&self) -> bool {
-        self.profiles.is_some()
+        self.extras
+            .as_deref()
+            .is_some_and(|e| !e.profiles.profiles.is_empty())
     }
 
     /// Sets the profiles its devices split into, before any usage is
     /// added (a grant's slices are read from them).
     pub fn set_profiles(&mut self, profiles: super::profiles::NodeProfiles) {
-        self.profiles = (!profiles.profiles.is_empty()).then(|| std::sync::Arc::new(profiles));
+        if profiles.profiles.is_empty() && self.extras.is_none() {
+            return;
+        }
+        std::sync::Arc::make_mut(self.extras.get_or_insert_default()).profiles = profiles;
+    }
+
+    /// The pods on GPU `pos` by class (`super::tenancy`); none counted
+    /// reads as none.
+    pub fn tenants(&self, pos: usize) -> super::tenancy::Tenants {
+        self.extras
+            .as_deref()
+            .and_then(|e| e.tenants.get(pos).copied())
+            .unwrap_or_default()
+    }
+
+    /// Counts (`add`) or forgets a pod of `tenancy` on GPU `pos`, taking
+    /// `cores` of it, when the GPU's kind has tenancy rules.
+    pub(crate) fn count_tenant(
+        &mut self,
+        pos: usize,
+        tenancy: super::tenancy::Tenancy,
+        cores: u32,
+        add: bool,
+    ) {
+        let ruled = self
+            .gpus
+            .get(pos)
+            .is_some_and(|g| g.kind.kind().tenancy.is_some());
+        if !ruled || tenancy.is_none() {
+            return;
+        }
+        let n = self.gpus.len();
+        let extras = std::sync::Arc::make_mut(self.extras.get_or_insert_default());
+        extras.tenants.resize(n, Default::default());
+        if let Some(t) = extras.tenants.get_mut(pos) {
+            if add {
+                t.add(tenancy, cores >= 100);
+            } else {
+                t.sub(tenancy, cores >= 100);
+            }
+        }
     }
 
     /// The GPUs, to change (tests, and a node read anew): copied first if

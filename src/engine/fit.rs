@@ -247,8 +247,10 @@ fn fit_container(
     // sees, then the rules applied after it, both out of line, so that
     // the per-GPU loop every NVIDIA evaluation runs pays one test.
     let asked = *req;
+    let mut cores_ignored = false;
     let req = &if rules.after_loop {
-        match loop_request(node, req, rules) {
+        cores_ignored = ignores_cores(&plan.selection);
+        match loop_request(node, req, &plan.selection) {
             Some(r) => r,
             None => {
                 s.mode_not_fit = true;
@@ -258,19 +260,13 @@ fn fit_container(
     } else {
         *req
     };
-    for (pos, gpu) in node.gpus.iter().enumerate() {
-        if !rule.allows(gpu) {
-            counts.add(Reason::NumaZoneInsufficientGPU, 1);
-            continue;
-        }
-        let used = usage.get(pos).copied().unwrap_or_default();
-        match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
-            Ok(take) => s.candidates.push((pos, take)),
-            Err(reason) => counts.add(reason, 1),
-        }
+    if cores_ignored {
+        per_gpu::<true>(node, usage, rule, req, plan, s, &mut counts);
+    } else {
+        per_gpu::<false>(node, usage, rule, req, plan, s, &mut counts);
     }
     if rules.after_loop {
-        after_loop(node, usage, (&asked, req), rules, s, &mut counts);
+        after_loop(node, usage, (&asked, req), &plan.selection, s, &mut counts);
     }
     let n = req.count as usize;
     if s.candidates.len() < n {
@@ -326,19 +322,61 @@ fn fit_container(
     Ok(())
 }
 
+/// The per-GPU checks of a container: each GPU's take into
+/// `s.candidates`, the others counted by reason. `CORES_IGNORED`: the
+/// cores already taken of a device do not count (a latency-sensitive
+/// Metax sGPU pod, which takes none and shares any device of its class,
+/// hami-vendors.md 5.5).
+#[inline(always)]
+fn per_gpu<const CORES_IGNORED: bool>(
+    node: &Node,
+    usage: &[Usage],
+    rule: ZoneRule,
+    req: &GpuRequest,
+    plan: &PodPlan,
+    s: &mut Scratch,
+    counts: &mut ReasonCounts,
+) {
+    for (pos, gpu) in node.gpus.iter().enumerate() {
+        if !rule.allows(gpu) {
+            counts.add(Reason::NumaZoneInsufficientGPU, 1);
+            continue;
+        }
+        let mut used = usage.get(pos).copied().unwrap_or_default();
+        if CORES_IGNORED {
+            used.cores = 0;
+        }
+        match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+            Ok(take) => s.candidates.push((pos, take)),
+            Err(reason) => counts.add(reason, 1),
+        }
+    }
+}
+
+/// Whether a pod's cores are out of the per-GPU checks: a
+/// latency-sensitive pod of a kind with tenancy rules (Metax sGPU, 5.5:
+/// HAMi checks no cores for it and grants it none).
+#[cold]
+#[inline(never)]
+fn ignores_cores(sel: &super::selection::Selection) -> bool {
+    sel.rules.tenancy && sel.tenancy.class == super::tenancy::AppClass::Online
+}
+
 /// The request a kind's per-GPU loop sees (`KindRules::after_loop`):
 /// compute units are checked after the loop (AMD, 11.5), so the loop sees
 /// no core request and none of its core rules apply; a kind split into
 /// the node's profiles sees the profile's request (`resolve_on`; `None`
-/// when no profile gives it).
+/// when no profile gives it); a pod whose cores are ignored
+/// (`ignores_cores`) asks for none.
 #[cold]
 #[inline(never)]
 fn loop_request(
     node: &Node,
     req: &GpuRequest,
-    rules: super::selection::KindRules,
+    sel: &super::selection::Selection,
 ) -> Option<GpuRequest> {
-    if rules.compute_units {
+    let rules = sel.rules;
+    if rules.compute_units || ignores_cores(sel) {
         Some(GpuRequest { cores: 0, ..*req })
     } else if rules.profiles {
         resolve_on(node, req)
@@ -358,10 +396,11 @@ fn after_loop(
     node: &Node,
     usage: &[Usage],
     (asked, req): (&GpuRequest, &GpuRequest),
-    rules: super::selection::KindRules,
+    sel: &super::selection::Selection,
     s: &mut Scratch,
     counts: &mut ReasonCounts,
 ) {
+    let rules = sel.rules;
     // A device split into one size at a time (Kunlun vXPU, 8.5).
     if rules.one_size {
         s.candidates.retain(|(pos, take)| {
@@ -388,6 +427,10 @@ fn after_loop(
     // Every container on the devices of the pod's first (Mthreads, 7.5).
     if rules.same_devices {
         same_devices(node, s, counts);
+    }
+    // Pods of one class per device (Metax sGPU, 5.5).
+    if rules.tenancy {
+        tenancy_rules(node, usage, (asked, req.count as usize), sel, s, counts);
     }
     // Compute units, per device (AMD, 11.5).
     if rules.compute_units {
@@ -436,6 +479,79 @@ fn profile_slices(
         }
         free
     });
+}
+
+/// A kind whose pods share a device by class (Metax sGPU, hami-vendors.md
+/// 5.5; `super::tenancy`): the candidates whose pods' class and policy
+/// take the pod; then, when more than `n` remain, HAMi's preference among
+/// them: a latency-sensitive pod takes the devices with the fewest
+/// latency-sensitive pods (`Tenants::online_order`), an unclassed pod
+/// taking whole devices takes them from one MetaLink zone
+/// (`link_zones`). The GPU policy chooses among what is left.
+fn tenancy_rules(
+    node: &Node,
+    usage: &[Usage],
+    (asked, n): (&GpuRequest, usize),
+    sel: &super::selection::Selection,
+    s: &mut Scratch,
+    counts: &mut ReasonCounts,
+) {
+    use super::tenancy::AppClass;
+    let Some(keys) = sel.kind.kind().tenancy else {
+        return;
+    };
+    s.candidates.retain(|(pos, _)| {
+        let idle = usage.get(*pos).is_none_or(|u| u.slots == 0);
+        let registered = node.gpus.get(*pos).map_or("", |g| g.mode());
+        let refused =
+            node.tenants(*pos)
+                .refuses(keys, (sel.tenancy, asked.cores), idle, registered);
+        if let Some(reason) = refused {
+            counts.add(reason, 1);
+        }
+        refused.is_none()
+    });
+    if s.candidates.len() <= n {
+        return;
+    }
+    match sel.tenancy.class {
+        AppClass::Online => {
+            s.candidates
+                .sort_by_key(|(pos, _)| node.tenants(*pos).online_order());
+            s.candidates.truncate(n);
+        }
+        AppClass::Unclassed if asked.cores >= 100 => link_zones(node, n, s),
+        _ => {}
+    }
+}
+
+/// Whole devices for an unclassed pod (HAMi's `prioritizeExclusiveDevices`,
+/// 5.5): the candidates of the smallest MetaLink zone (`Gpu::network`)
+/// that holds `n`; else `n` taken zone by zone, smallest zone first, and
+/// devices in no zone last. HAMi breaks ties between zones of one size
+/// at random (a Go map's order); here the lower zone.
+fn link_zones(node: &Node, n: usize, s: &mut Scratch) {
+    let zone = |pos: usize| node.gpus.get(pos).and_then(Gpu::network);
+    let mut sizes: std::collections::BTreeMap<u16, usize> = Default::default();
+    for (pos, _) in &s.candidates {
+        if let Some(z) = zone(*pos) {
+            *sizes.entry(z).or_default() += 1;
+        }
+    }
+    let fits = sizes
+        .iter()
+        .filter(|(_, size)| **size >= n)
+        .min_by_key(|(z, size)| (**size, **z))
+        .map(|(z, _)| *z);
+    if let Some(z) = fits {
+        s.candidates.retain(|(pos, _)| zone(*pos) == Some(z));
+        return;
+    }
+    s.candidates.sort_by_key(|(pos, _)| match zone(*pos) {
+        Some(z) => (false, sizes.get(&z).copied().unwrap_or(0), z),
+        None => (true, 0, 0),
+    });
+    s.candidates.truncate(n);
 }
 
 /// Whether a device holding `used` holds only slices of `take`'s size

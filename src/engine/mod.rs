@@ -35,6 +35,7 @@ pub mod resources;
 pub mod selection;
 pub mod state;
 pub mod templates;
+pub mod tenancy;
 pub mod topology;
 
 pub use allocation::{Allocation, DeviceGrant};

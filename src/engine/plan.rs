@@ -53,6 +53,15 @@ pub struct DefaultPolicies {
 }
 
 impl PodPlan {
+    /// The pod's class on the devices of a kind with tenancy rules (the
+    /// first of its kinds with one; `super::tenancy`).
+    pub fn tenancy(&self) -> super::tenancy::Tenancy {
+        std::iter::once(&self.selection)
+            .chain(self.also.iter().map(|p| &p.selection))
+            .map(|s| s.tenancy)
+            .find(|t| !t.is_none())
+            .unwrap_or_default()
+    }
     /// A plan from a pod's request (read already) and its annotations: the
     /// selection and the policy overrides.
     pub fn from_parts(

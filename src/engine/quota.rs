@@ -579,6 +579,7 @@ mod tests {
             ],
             kinds: vec![ContainerKind::Init],
             numa: None,
+            tenancy: Default::default(),
         };
         // g0: max(init 8000/50, app 2000/10); g1: 2000/10.
         assert_eq!(

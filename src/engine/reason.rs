@@ -40,10 +40,16 @@ pub enum Reason {
     /// pod took, on a kind whose containers share their devices
     /// (Mthreads, hami-vendors.md 7.5; HAMi's own code).
     CardNotFoundCustomFilterRule,
+    /// The device holds pods of another app class (Metax sGPU,
+    /// hami-vendors.md 5.5; HAMi's code).
+    CardAppClassMismatch,
+    /// The device's pods share it under another QoS policy (Metax sGPU,
+    /// 5.5; HAMi's code).
+    CardQosPolicyMismatch,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 20] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -62,6 +68,8 @@ impl Reason {
         Reason::CardAllocationUnreadable,
         Reason::CardTemplateMismatch,
         Reason::CardNotFoundCustomFilterRule,
+        Reason::CardAppClassMismatch,
+        Reason::CardQosPolicyMismatch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +92,8 @@ impl Reason {
             Reason::CardAllocationUnreadable => "CardAllocationUnreadable",
             Reason::CardTemplateMismatch => "CardTemplateMismatch",
             Reason::CardNotFoundCustomFilterRule => "CardNotFoundCustomFilterRule",
+            Reason::CardAppClassMismatch => "CardAppClassMismatch",
+            Reason::CardQosPolicyMismatch => "CardQosPolicyMismatch",
         }
     }
 }

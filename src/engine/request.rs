@@ -230,6 +230,9 @@ pub struct ContainerResources {
     pub memory: Option<u64>,
     pub percentage: Option<u64>,
     pub cores: Option<u64>,
+    /// The memory quantity is written with a letter (`4Gi`, `4G`): bytes,
+    /// for a kind that reads it so (`DeviceKind::memory_bytes_with_unit`).
+    pub memory_with_unit: bool,
 }
 
 /// What the mutating webhook adds to a container's limits.
@@ -268,6 +271,9 @@ impl ContainerResources {
             memory: read(&cfg.resource_memory_name)?,
             percentage: read(&cfg.resource_memory_percentage_name)?,
             cores: read(&cfg.resource_core_name)?,
+            memory_with_unit: !cfg.resource_memory_name.is_empty()
+                && c.quantity(&cfg.resource_memory_name)
+                    .is_some_and(|q| q.bytes().any(|b| b.is_ascii_alphabetic())),
         })
     }
 
@@ -402,6 +408,20 @@ impl ContainerResources {
         };
 
         let memory = match self.memory.filter(|m| *m > 0) {
+            Some(m) if self.memory_with_unit && cfg.kind.kind().memory_bytes_with_unit => {
+                // Bytes (Metax sGPU, 5.1); less than a MiB would read as
+                // none, the whole device, to HAMi.
+                let mib = split(m / (1024 * 1024));
+                if mib == 0 || mib > MAX_MEM_MIB {
+                    return Err(self.error(
+                        &cfg.resource_memory_name,
+                        format!(
+                            "{m} bytes: allowed 1 MiB to {MAX_MEM_MIB} MiB (a quantity with a unit                              is bytes, a bare number GiB)"
+                        ),
+                    ));
+                }
+                Memory::Mib(mib)
+            }
             Some(m) => {
                 let mib = m
                     .checked_mul(u64::from(cfg.memory_factor))

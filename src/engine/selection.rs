@@ -73,6 +73,9 @@ pub struct Selection {
     /// The config's `migProfileAllowlist` (`None`: every registered
     /// profile); set at the edge from the config.
     pub mig_allowlist: Option<MigAllowlist>,
+    /// The pod's app class and sharing policy, for a kind with tenancy
+    /// rules (`super::tenancy`).
+    pub tenancy: super::tenancy::Tenancy,
 }
 
 /// What a kind adds to the fit of a container (hami-vendors.md 2.5, 8.5).
@@ -92,6 +95,8 @@ pub struct KindRules {
     /// A container takes a profile of the node's (Enflame DRS, 9.5;
     /// `super::profiles`).
     pub profiles: bool,
+    /// Pods of one class per device (Metax sGPU, 5.5; `super::tenancy`).
+    pub tenancy: bool,
     /// Any of the rules above but the grouping: the fit's one test of
     /// whether its out-of-line steps run (`fit::after_loop`).
     pub after_loop: bool,
@@ -107,11 +112,13 @@ impl KindRules {
             compute_units: kind.compute_units,
             same_devices: kind.same_devices,
             profiles: kind.slice_profiles,
+            tenancy: kind.tenancy.is_some(),
             after_loop: kind.templates.is_some_and(|t| t.one_template_per_device)
                 || kind.core_masks
                 || kind.compute_units
                 || kind.same_devices
-                || kind.slice_profiles,
+                || kind.slice_profiles
+                || kind.tenancy.is_some(),
         }
     }
 }
@@ -172,9 +179,19 @@ impl Selection {
                 });
             }
         };
+        let tenancy = match kind.tenancy {
+            None => super::tenancy::Tenancy::default(),
+            Some(keys) => {
+                super::tenancy::Tenancy::parse(keys, annotations).map_err(|e| SelectionError {
+                    annotation: e.annotation,
+                    problem: e.problem,
+                })?
+            }
+        };
         Ok(Selection {
             kind: id,
             rules: KindRules::of(id),
+            tenancy,
             unmarked_mode: None,
             mig_allowlist: None,
             mode,

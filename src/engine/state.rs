@@ -457,6 +457,7 @@ impl ClusterState {
             containers,
             kinds: plan.request.kinds(),
             numa,
+            tenancy: plan.tenancy(),
         })
     }
 
@@ -543,6 +544,7 @@ impl ClusterState {
             for (uuid, u) in a.usage_on(&n) {
                 if let Some(pos) = n.position(uuid) {
                     n.sub_usage(pos, &u);
+                    n.count_tenant(pos, a.tenancy, u.cores, false);
                 }
             }
         }
@@ -621,9 +623,13 @@ fn add_usage_on(node: &mut Node, held: &HashMap<String, Allocation>) -> Vec<Stri
     keys.sort();
     for key in keys {
         let mut missing = false;
-        for (uuid, u) in held[key].usage_on(node) {
+        let a = &held[key];
+        for (uuid, u) in a.usage_on(node) {
             match node.position(uuid) {
-                Some(pos) => node.add_usage(pos, &u),
+                Some(pos) => {
+                    node.add_usage(pos, &u);
+                    node.count_tenant(pos, a.tenancy, u.cores, true);
+                }
                 None => missing = true,
             }
         }
@@ -662,6 +668,7 @@ fn record(
     if let Some(node) = nodes.get_mut(&allocation.node) {
         for (pos, u) in &positions {
             node.add_usage(*pos, u);
+            node.count_tenant(*pos, allocation.tenancy, u.cores, true);
         }
     }
     zones.add(hold, key, &allocation);
@@ -682,6 +689,7 @@ fn forget(
         for (uuid, u) in allocation.usage_on(node) {
             if let Some(pos) = node.position(uuid) {
                 node.sub_usage(pos, &u);
+                node.count_tenant(pos, allocation.tenancy, u.cores, false);
             }
         }
     }

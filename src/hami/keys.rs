@@ -92,6 +92,15 @@ pub fn is_scheduler_owned(key: &str) -> bool {
     ) {
         return true;
     }
+    // What Metax's sGPU plugin reads of the allocation (5.3): rewritten,
+    // it would hand out other devices, or more of them, than the
+    // scheduler counted.
+    if matches!(
+        key,
+        "metax-tech.com/gpu-devices-allocated" | "metax-tech.com/predicate-time"
+    ) {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("hami.io/") else {
         return false;
     };

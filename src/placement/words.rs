@@ -53,6 +53,18 @@ fn card_words(reason: Reason, cfg: &DeviceConfig) -> String {
         Reason::CardNotFoundCustomFilterRule => format!(
             "are not the {unit}s an earlier container of the pod took, and every container of the pod must share them (the device plugin hands each the same {unit}s)"
         ),
+        Reason::CardAppClassMismatch => {
+            let key = kind.tenancy.map_or("", |t| t.class);
+            format!(
+                "hold pods of another app class ({key}: a {unit} in use takes pods with a class only beside pods with one, pods without only beside pods without, and offline never beside online)"
+            )
+        }
+        Reason::CardQosPolicyMismatch => {
+            let key = kind.tenancy.map_or("", |t| t.policy);
+            format!(
+                "are shared under another QoS policy than the pod's ({key}: the policy the {unit}'s pods set, else the one the device plugin registered)"
+            )
+        }
         Reason::CardInsufficientCore => {
             format!("have too few free cores ({})", cfg.resource_core_name)
         }

@@ -168,12 +168,13 @@ then device-config.content's biren section over it. */}}
 {{- toYaml $b -}}
 {{- end -}}
 
-{{/* The whole Metax GPU section of gpugate's config: HAMi's chart
-literal, then device-config.content's metax section's count over it (the
-sGPU names are not placed, so not carried). */}}
+{{/* The Metax section of gpugate's config: whole GPUs (HAMi's chart
+literal) and sGPUs (HAMi's metaxResource* values), then
+device-config.content's metax section over them. */}}
 {{- define "gpugate.metax" -}}
-{{- $m := dict "resourceCountName" "metax-tech.com/gpu" -}}
-{{- with (include "gpugate.contentSection" (list . "metax") | fromJson).resourceCountName }}{{ $_ := set $m "resourceCountName" . }}{{ end -}}
+{{- $m := dict "resourceCountName" "metax-tech.com/gpu" "resourceVCountName" .Values.metaxResourceName "resourceVMemoryName" .Values.metaxResourceMem "resourceVCoreName" .Values.metaxResourceCore -}}
+{{- $c := include "gpugate.contentSection" (list . "metax") | fromJson -}}
+{{- range $k := list "resourceCountName" "resourceVCountName" "resourceVMemoryName" "resourceVCoreName" }}{{ with index $c $k }}{{ $_ := set $m $k . }}{{ end }}{{ end -}}
 {{- toYaml $m -}}
 {{- end -}}
 
@@ -335,6 +336,9 @@ not place fails the render. */}}
 {{ $e.resourceNameDRSGCU }}
 {{ $e.resourceNameGCUMemory }}
 {{ $e.resourceNameGCUCore }}
+{{ $mx.resourceVCountName }}
+{{ $mx.resourceVMemoryName }}
+{{ $mx.resourceVCoreName }}
 {{- end -}}
 
 {{/* The CEL test "resource name r is one of gpugate's": by the domains of
