@@ -2425,3 +2425,49 @@ async fn an_enflame_drs_pod_gets_its_profile_and_what_enflames_plugin_reads() {
     assert!(rig.held("u-drs").unwrap().written_as(&read));
     assert_eq!(read.containers[1][0].slots, 3, "the slices read back");
 }
+
+#[tokio::test]
+async fn a_metax_sgpu_pod_gets_hamis_lists_and_what_metaxs_plugin_reads() {
+    // hami-vendors.md 5.3: both lists under `Metax-SGPU`, an online pod's
+    // entry with no cores (5.5); `metax-tech.com/gpu-devices-allocated`
+    // with each container's devices (`[]` for the init container, `vRam`
+    // and a 0 `compute` left out), `predicate-time` (Unix ns); HAMi's node
+    // lock (5.2). The ledger reads back the pod's class.
+    let mut n = node("sg-node", 0);
+    n["metadata"]["annotations"] = json!({"metax-tech.com/node-gpu-devices":
+        r#"[{"uuid":"GPU-a","totalDevCount":16,"totalCompute":100,"totalVRam":65536,"healthy":true,"qosPolicy":"best-effort"},
+            {"uuid":"GPU-b","totalDevCount":16,"totalCompute":100,"totalVRam":65536,"healthy":true,"linkZone":1}]"#});
+    let mut p = pending_pod(
+        "sg",
+        "u-sg",
+        json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "30"}),
+    );
+    p["metadata"]["annotations"] = json!({"metax-tech.com/sgpu-app-class": "online",
+                                          "metax-tech.com/use-gpuuuid": "GPU-b"});
+    let rig = Rig::new(&[n], &[p], config(1.0));
+    let before = jiff::Timestamp::now().as_nanosecond();
+    assert_eq!(rig.bind("ml", "sg", "u-sg", "sg-node").await, "");
+    let p = rig.pod("ml", "sg");
+    let a = annotations(&p);
+    let list = ";GPU-b,Metax-SGPU,4096,0:;";
+    assert_eq!(a["hami.io/metax-sgpu-devices-allocated"], list);
+    assert_eq!(a["hami.io/metax-sgpu-devices-to-allocate"], list);
+    assert_eq!(
+        a["metax-tech.com/gpu-devices-allocated"],
+        r#"[[],[{"uuid":"GPU-b","vRam":4096}]]"#
+    );
+    let at: i128 = a["metax-tech.com/predicate-time"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(at >= before && at <= jiff::Timestamp::now().as_nanosecond());
+    assert!(rig.lock("sg-node").unwrap().ends_with("Z,ml,sg"));
+    let k: Pod = serde_json::from_value(p.clone()).unwrap();
+    let read = pod_allocation(&k).unwrap().unwrap();
+    assert!(rig.held("u-sg").unwrap().written_as(&read));
+    assert_eq!(
+        read.tenancy.class,
+        gpugate::engine::tenancy::AppClass::Online
+    );
+}

@@ -569,6 +569,45 @@ fn runtime_info_missing(
         .map(|uuid| format!("{} names no {uuid}", chip.runtime_info))
 }
 
+/// For Metax sGPUs (hami-vendors.md 5.3), the first device of `entries`
+/// that `metax-tech.com/gpu-devices-allocated` does not give with the
+/// entry's memory and cores (0 left out), or a `predicate-time` that is
+/// not a number: what Metax's plugin reads instead of HAMi's list.
+fn sgpu_problem(
+    annotations: &std::collections::BTreeMap<String, String>,
+    key: &str,
+    entries: &[String],
+) -> Option<String> {
+    use gpugate::devices::metax;
+    if key != metax::METAX_SGPU.pod_lists.to_allocate {
+        return None;
+    }
+    let given: Vec<Vec<Value>> = annotations
+        .get(metax::GPU_DEVICES_ALLOCATED)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    let given: Vec<&Value> = given.iter().flatten().collect();
+    if annotations
+        .get(metax::PREDICATE_TIME)
+        .is_none_or(|t| t.parse::<i128>().is_err())
+    {
+        return Some(format!("{} is not a time", metax::PREDICATE_TIME));
+    }
+    let number = |o: &Value, k: &str| o.get(k).and_then(Value::as_u64).unwrap_or(0).to_string();
+    entries
+        .iter()
+        .flat_map(|e| e.split(':').filter(|d| !d.is_empty()))
+        .map(|d| d.split(',').collect::<Vec<_>>())
+        .find(|f| {
+            !given.iter().any(|o| {
+                o["uuid"] == f[0]
+                    && Some(number(o, "vRam").as_str()) == f.get(2).copied()
+                    && Some(number(o, "compute").as_str()) == f.get(3).copied()
+            })
+        })
+        .map(|f| format!("{} gives no {f:?}", metax::GPU_DEVICES_ALLOCATED))
+}
+
 /// Allocate for each of the pod's device containers, by the protocol of
 /// each kind it holds: HAMi's lock ([`admit_hami`]) for most, Cambricon's
 /// own lock and AWS's `NEURON_ALLOCATED` for theirs ([`admit_vendor`]).
@@ -934,9 +973,12 @@ async fn admit_hami(plugin: &Shared, job: &Job) -> anyhow::Result<Option<jiff::T
             let list = annotations.get(key).cloned().unwrap_or_default();
             let (entries, rest) = pop_entries(&list, containers.len());
             // Ascend's plugin looks each device up by UUID in
-            // huawei.com/<chip> for its template (hami-vendors.md 2.6): one
-            // missing is an error.
-            if let Some(missing) = runtime_info_missing(&annotations, key, &entries) {
+            // huawei.com/<chip> for its template (hami-vendors.md 2.6), and
+            // Metax's sGPU plugin in its own JSON (5.3): one missing is an
+            // error.
+            if let Some(missing) = runtime_info_missing(&annotations, key, &entries)
+                .or_else(|| sgpu_problem(&annotations, key, &entries))
+            {
                 mistake(plugin, format!("Allocate for {who}: {missing}"));
                 return Ok(None);
             }

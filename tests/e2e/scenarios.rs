@@ -231,7 +231,7 @@ pub const SCENARIOS: [(&str, &str, &str); 31] = [
         "kueue",
     ),
     (
-        "a mixed cluster: NVIDIA, Hygon DCU and HCU, Ascend 910B3 and 910C, Kunlunxin vXPU and XPU, Cambricon MLU, AWS Neuron, Biren, Metax GPU, Enflame GCU and DRS, Vastai, Iluvatar, AMD, Mthreads; a two-kind pod",
+        "a mixed cluster: NVIDIA, Hygon DCU and HCU, Ascend 910B3 and 910C, Kunlunxin vXPU and XPU, Cambricon MLU, AWS Neuron, Biren, Metax GPU and sGPU, Enflame GCU and DRS, Vastai, Iluvatar, AMD, Mthreads; a two-kind pod",
         "e2e-vendors",
         "vendors",
     ),

@@ -820,6 +820,147 @@ async fn enflame_drs(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Resu
     admitted_with_own_devices(plugin, admin, ns, "drs-six").await
 }
 
+/// A node with two Metax GPUs shared as sGPUs, registered as Metax's
+/// sGPU plugin does (hami-vendors.md 5.2): its own JSON, both devices in
+/// MetaLink zone 1 under the QoS policy best-effort.
+fn sgpu_node(name: &str) -> Value {
+    let devices: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"uuid": format!("SGPU-{name}-{i}"), "model": "MXC500", "totalDevCount": 16,
+                   "totalCompute": 100, "totalVRam": 65536, "numa": 0, "healthy": true,
+                   "qosPolicy": "best-effort", "linkZone": 1})
+        })
+        .collect();
+    plain_node(
+        name,
+        json!({"metax-tech.com/node-gpu-devices": Value::from(devices).to_string()}),
+        json!({"metax-tech.com/sgpu": "32"}),
+    )
+}
+
+/// A pod with one sGPU container (`cuda`, beside `logs`) and these
+/// annotations.
+fn sgpu_pod(name: &str, annotations: Value, limits: &[(&str, &str)]) -> Value {
+    let mut pod = dcu_pod(name, limits);
+    pod["metadata"]["annotations"] = annotations;
+    pod
+}
+
+/// Metax sGPUs on the real control plane (hami-vendors.md section 5): an
+/// offline pod takes a whole device's cores, and the webhook gives it
+/// QoS best-effort (5.4); an unclassed fixed-share pod goes to the other
+/// device (5.5, app class); an online pod joins the offline one with no
+/// cores; an unclassed best-effort pod then waits (CardQosPolicyMismatch)
+/// and binds once the fixed-share pod is deleted. Each bind carries HAMi's
+/// lists and what Metax's plugin reads (5.3), under HAMi's lock.
+async fn metax_sgpu(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Result<()> {
+    let admin = &ctx.cp.admin;
+    let key = "hami.io/metax-sgpu-devices-allocated";
+    let device = |pod: &Pod| {
+        annotation(pod, key)
+            .unwrap_or_default()
+            .trim_start_matches(';')
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    create_pod(
+        admin,
+        ns,
+        &sgpu_pod(
+            "sg-offline",
+            json!({"metax-tech.com/sgpu-app-class": "offline"}),
+            &[
+                ("metax-tech.com/sgpu", "1"),
+                ("metax-tech.com/vmemory", "8"),
+            ],
+        ),
+    )
+    .await?;
+    let offline = wait_bound(admin, ns, "sg-offline", BIND).await?;
+    let first = device(&offline);
+    ensure!(
+        (first == "SGPU-vd-18-0" || first == "SGPU-vd-18-1")
+            && annotation(&offline, key) == Some(&format!(";{first},Metax-SGPU,8192,100:;"))
+            && annotation(&offline, "hami.io/metax-sgpu-devices-to-allocate").is_some()
+            && annotation(&offline, "metax-tech.com/sgpu-qos-policy") == Some("best-effort")
+            && annotation(&offline, "metax-tech.com/gpu-devices-allocated")
+                == Some(&format!(
+                    r#"[[],[{{"uuid":"{first}","compute":100,"vRam":8192}}]]"#
+                )),
+        "sg-offline: {}, {}",
+        shown(&offline, key),
+        shown(&offline, "metax-tech.com/gpu-devices-allocated")
+    );
+    admitted_with_own_devices(plugin, admin, ns, "sg-offline").await?;
+    let other = if first == "SGPU-vd-18-0" {
+        "SGPU-vd-18-1"
+    } else {
+        "SGPU-vd-18-0"
+    };
+    let slice = [
+        ("metax-tech.com/sgpu", "1"),
+        ("metax-tech.com/vmemory", "4"),
+        ("metax-tech.com/vcore", "20"),
+    ];
+    create_pod(
+        admin,
+        ns,
+        &sgpu_pod(
+            "sg-fixed",
+            json!({"metax-tech.com/sgpu-qos-policy": "fixed-share"}),
+            &slice,
+        ),
+    )
+    .await?;
+    let fixed = wait_bound(admin, ns, "sg-fixed", BIND).await?;
+    ensure!(
+        annotation(&fixed, key) == Some(&format!(";{other},Metax-SGPU,4096,20:;")),
+        "sg-fixed: {} (sg-offline is on {first})",
+        shown(&fixed, key)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "sg-fixed").await?;
+    create_pod(
+        admin,
+        ns,
+        &sgpu_pod(
+            "sg-online",
+            json!({"metax-tech.com/sgpu-app-class": "online", "metax-tech.com/use-gpuuuid": first}),
+            &slice,
+        ),
+    )
+    .await?;
+    let online = wait_bound(admin, ns, "sg-online", BIND).await?;
+    ensure!(
+        annotation(&online, key) == Some(&format!(";{first},Metax-SGPU,4096,0:;"))
+            && annotation(&online, "metax-tech.com/sgpu-qos-policy").is_none(),
+        "sg-online: {}",
+        shown(&online, key)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "sg-online").await?;
+    create_pod(admin, ns, &sgpu_pod("sg-best-effort", json!({}), &slice)).await?;
+    wait_event(
+        admin,
+        ns,
+        "sg-best-effort",
+        "FailedScheduling",
+        "CardQosPolicyMismatch",
+        Duration::from_secs(60),
+    )
+    .await?;
+    let all = bound_pods(admin, ns).await?;
+    ledger_matches(ctx.cp.gpugate_admin_port, ns, &all, Duration::from_secs(30)).await?;
+    delete_pods(admin, ns, &["sg-fixed"]).await?;
+    let best = wait_bound_after_delete(admin, ns, "sg-best-effort", BIND).await?;
+    ensure!(
+        annotation(&best, key) == Some(&format!(";{other},Metax-SGPU,4096,20:;")),
+        "sg-best-effort: {}",
+        shown(&best, key)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "sg-best-effort").await
+}
+
 // 31 ------------------------------------------------------------------------
 
 /// Mixed nodes: vd-1 holds two NVIDIA T4s and two DCUs, vd-2 two DCUs,
@@ -859,6 +1000,7 @@ pub async fn mixed_cluster(
                        "mthreads.com/sgpu-memory": "192"}),
             ),
             drs_node("vd-17"),
+            sgpu_node("vd-18"),
         ],
     )
     .await?;
@@ -871,6 +1013,7 @@ pub async fn mixed_cluster(
     amd(ctx, plugin, ns).await?;
     mthreads(ctx, plugin, ns).await?;
     enflame_drs(ctx, plugin, ns).await?;
+    metax_sgpu(ctx, plugin, ns).await?;
 
     // The webhook routes the DCU pod (no schedulerName) to gpugate's
     // scheduler and leaves its containers as written (3.4).
@@ -975,12 +1118,12 @@ pub async fn mixed_cluster(
     // never placed with the GPU alone.
     let mut both = gpu_pod("both", &[("nvidia.com/gpu", "1")]);
     if let Some(containers) = both["spec"]["containers"].as_array_mut() {
-        containers.push(json!({"name": "sgpu", "image": "busybox",
-                               "resources": {"limits": {"metax-tech.com/sgpu": "1"}}}));
+        containers.push(json!({"name": "vgcu", "image": "busybox",
+                               "resources": {"limits": {"enflame.com/vgcu": "1"}}}));
     }
     let refused = create_refused(admin, ns, &both).await?;
     ensure!(
-        refused.contains("asks for Metax sGPUs, which gpugate does not place yet"),
+        refused.contains("asks for Enflame shared GCUs, which gpugate does not place yet"),
         "refused with {refused:?}"
     );
 
