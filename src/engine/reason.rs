@@ -105,19 +105,23 @@ impl fmt::Display for Reason {
 }
 
 /// Counts of rejected GPUs (or NUMA zones) per reason for one container
-/// on one node.
+/// on one node. Two bytes a count (a node holds far fewer devices), so
+/// that the counts every refused node carries stay small: the evaluation
+/// zeroes one per container and node, and keeps one per refused node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReasonCounts {
-    counts: [u32; Reason::ALL.len()],
+    counts: [u16; Reason::ALL.len()],
 }
 
 impl ReasonCounts {
+    /// Adds `n` (saturating: a count never wraps).
     pub fn add(&mut self, reason: Reason, n: u32) {
-        self.counts[reason as usize] += n;
+        let c = &mut self.counts[reason as usize];
+        *c = c.saturating_add(u16::try_from(n).unwrap_or(u16::MAX));
     }
 
     pub fn get(&self, reason: Reason) -> u32 {
-        self.counts[reason as usize]
+        u32::from(self.counts[reason as usize])
     }
 
     pub fn is_empty(&self) -> bool {
