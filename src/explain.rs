@@ -732,7 +732,20 @@ fn shortfall(
 fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option<Shortfall>) {
     let mut usable: Vec<(Shortfall, u64, u32, &str)> = Vec::new();
     let mut mig_words: Vec<String> = Vec::new();
-    for (gpu, used) in node.gpus.iter().zip(&node.usage) {
+    let tenancy = plan.selection.kind.kind().tenancy;
+    for (pos, (gpu, used)) in node.gpus.iter().zip(&node.usage).enumerate() {
+        // A device whose pods' class refuses the pod cannot be used by it
+        // (Metax sGPU's app class and QoS policy).
+        if let Some(keys) = tenancy {
+            let ask = (plan.selection.tenancy, g.cores);
+            if node
+                .tenants(pos)
+                .refuses(keys, ask, used.slots == 0, gpu.mode())
+                .is_some()
+            {
+                continue;
+            }
+        }
         let cap = &gpu.capacity;
         let cap_mem = u64::from(cap.mem_mib);
         let free_mem = u64::from(cap.mem_mib.saturating_sub(used.mem_mib));

@@ -584,6 +584,8 @@ fn hamis_metax_sgpu_values_reach_every_object() {
         &[
             "--set",
             "metaxResourceName=example.org/sgpu",
+            // A HAMi user's values carry it: accepted (the render and the
+            // config load below succeed), not read.
             "--set-string",
             "metaxsGPUTopologyAware=true",
             "--set-string",

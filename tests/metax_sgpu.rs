@@ -130,14 +130,27 @@ fn a_register_that_is_not_the_plugins_json_says_why() {
     );
     let zone0 = decode_sgpu_devices("n", r#"[{"uuid":"G","linkZone":0}]"#).unwrap();
     assert_eq!(zone0.devices[0].network, None, "zone 0 is no zone");
+    let negative = decode_sgpu_devices("n", r#"[{"uuid":"G","linkZone":-3}]"#).unwrap();
+    assert_eq!(negative.devices[0].network, None, "HAMi: 0 or less is none");
     for (text, problem) in [
         ("{", "not a JSON array of Metax sGPU devices"),
         (r#"{"uuid":"G"}"#, "not a JSON array"),
         ("[]", "no devices"),
         (r#"[{"totalDevCount":4}]"#, "device 0 has no uuid"),
         (r#"[{"uuid":"G"},{"uuid":"G"}]"#, "\"G\" is listed twice"),
-        (r#"[{"uuid":"G","totalDevCount":-1}]"#, "not a JSON array"),
-        (r#"[{"uuid":"G","totalDevCount":5000}]"#, "out of range"),
+        (
+            r#"[{"uuid":"G","totalDevCount":-1}]"#,
+            "totalDevCount -1 is out of range (0 to 1024)",
+        ),
+        (
+            r#"[{"uuid":"G","totalDevCount":5000}]"#,
+            "totalDevCount 5000 is out of range",
+        ),
+        (
+            r#"[{"uuid":"G","totalCompute":3000000000}]"#,
+            "totalCompute 3000000000 is out of range",
+        ),
+        (r#"[{"uuid":"G","linkZone":40000}]"#, "linkZone 40000"),
         (r#"[{"uuid":"G","totalVRam":"64"}]"#, "not a JSON array"),
     ] {
         let e = decode_sgpu_devices("n", text).unwrap_err();
@@ -262,43 +275,140 @@ fn a_device_in_use_takes_pods_of_its_class_only() {
 #[test]
 fn the_ledger_counts_each_pods_class_until_it_is_gone() {
     // 5.5 (`AddResourceUsage`): a pod placed counts on its device until
-    // it is forgotten.
+    // it is forgotten; two offline pods on GPU-d, then one, then none.
     let (view, _) = snapshot().to_view();
     let mut state = view.state().clone();
-    let plan = pod_plan(
-        &pod(
-            "p",
-            json!({"metax-tech.com/sgpu-app-class": "offline", "metax-tech.com/sgpu-qos-policy": "burst-share",
-                   "metax-tech.com/use-gpuuuid": "GPU-d"}),
-            json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "20"}),
-        ),
-        &Config::default(),
-    )
-    .unwrap();
-    assert_eq!(plan.tenancy().class, AppClass::Offline);
-    let a = state.assign(&plan, "sg-1").unwrap();
-    state.apply("u-off", a).unwrap();
-    let d = state.node("sg-1").unwrap().tenants(3);
-    assert_eq!((d.online, d.offline), (0, 1));
-    // Now GPU-d is an offline device: an unclassed pod is refused it.
-    let unclassed = pod_plan(
-        &pod(
-            "q",
-            json!({"metax-tech.com/sgpu-qos-policy": "burst-share", "metax-tech.com/use-gpuuuid": "GPU-d"}),
-            json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "20"}),
-        ),
-        &Config::default(),
-    )
-    .unwrap();
-    match state.assign(&unclassed, "sg-1") {
-        Err(Rejection::Devices { counts, .. }) => {
-            assert_eq!(counts.get(Reason::CardAppClassMismatch), 1, "{counts:?}")
-        }
-        other => panic!("{other:?}"),
+    let plan = |name: &str, annotations: Value| {
+        pod_plan(
+            &pod(
+                name,
+                annotations,
+                json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4", "metax-tech.com/vcore": "20"}),
+            ),
+            &Config::default(),
+        )
+        .unwrap()
+    };
+    let offline = plan(
+        "p",
+        json!({"metax-tech.com/sgpu-app-class": "offline", "metax-tech.com/sgpu-qos-policy": "burst-share",
+               "metax-tech.com/use-gpuuuid": "GPU-d"}),
+    );
+    assert_eq!(offline.tenancy().class, AppClass::Offline);
+    for uid in ["u-off-1", "u-off-2"] {
+        let a = state.assign(&offline, "sg-1").unwrap();
+        assert_eq!(a.containers[0][0].uuid, "GPU-d");
+        state.apply(uid, a).unwrap();
     }
-    state.remove("u-off");
+    let d = state.node("sg-1").unwrap().tenants(3);
+    assert_eq!((d.online, d.offline), (0, 2));
+    // GPU-d is an offline device: an unclassed pod is refused it, while
+    // one offline pod is left.
+    let unclassed = plan(
+        "q",
+        json!({"metax-tech.com/sgpu-qos-policy": "burst-share", "metax-tech.com/use-gpuuuid": "GPU-d"}),
+    );
+    let class_refused =
+        |state: &gpugate::engine::state::ClusterState| match state.assign(&unclassed, "sg-1") {
+            Err(Rejection::Devices { counts, .. }) => counts.get(Reason::CardAppClassMismatch) == 1,
+            other => panic!("{other:?}"),
+        };
+    assert!(class_refused(&state));
+    // Preemption's question: with both gone, it fits.
+    let a1 = state
+        .allocations()
+        .find(|(k, _)| *k == "u-off-1")
+        .unwrap()
+        .1
+        .clone();
+    let a2 = state
+        .allocations()
+        .find(|(k, _)| *k == "u-off-2")
+        .unwrap()
+        .1
+        .clone();
+    assert!(
+        state
+            .fit_without(&unclassed, "sg-1", &[("u-off-1", &a1), ("u-off-2", &a2)])
+            .is_ok()
+    );
+    state.remove("u-off-1");
+    assert!(class_refused(&state));
+    state.remove("u-off-2");
     assert_eq!(state.node("sg-1").unwrap().tenants(3), Default::default());
-    assert!(state.assign(&unclassed, "sg-1").is_ok());
+    // "Could it ever fit": nothing placed, no class counted.
+    let empty = view.state().emptied();
+    assert_eq!(empty.node("sg-1").unwrap().tenants(0), Default::default());
+    assert_eq!(empty.node("sg-1").unwrap().tenants(1), Default::default());
+}
+
+#[test]
+fn a_pods_own_containers_share_a_device_under_its_policy() {
+    // 5.5: HAMi sets the device's policy to the pod's between containers,
+    // so two fixed-share containers share GPU-d, which the plugin
+    // registered under burst-share.
+    let containers: Vec<Value> = (0..2)
+        .map(|i| {
+            json!({"name": format!("c{i}"), "image": "app",
+                   "resources": {"limits": {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4",
+                                            "metax-tech.com/vcore": "30"}}})
+        })
+        .collect();
+    let p: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "two", "namespace": "ml", "annotations": {
+            "metax-tech.com/sgpu-qos-policy": "fixed-share", "metax-tech.com/use-gpuuuid": "GPU-d"}},
+        "spec": {"containers": containers}
+    }))
+    .unwrap();
+    let (view, _) = snapshot().to_view();
+    let a = view
+        .state()
+        .assign(&pod_plan(&p, &Config::default()).unwrap(), "sg-1")
+        .unwrap();
+    let on: Vec<&str> = a
+        .containers
+        .iter()
+        .flatten()
+        .map(|g| g.uuid.as_str())
+        .collect();
+    assert_eq!(on, ["GPU-d", "GPU-d"]);
+}
+
+#[test]
+fn an_online_pod_chooses_among_equal_devices_by_the_gpu_policy() {
+    // 5.5 (`prioritizeOnlineDevices`): GPU-a and GPU-d each hold one online
+    // pod; HAMi's candidates come in its GPU policy's order and its sort
+    // keeps equal ones in order, so binpack takes the fuller device and
+    // spread the emptier one. An online pod's QoS policy is not read.
+    let (view, _) = snapshot().to_view();
+    let mut state = view.state().clone();
+    let online = |policy: &str, limits: Value| {
+        pod_plan(
+            &pod(
+                "o",
+                json!({"metax-tech.com/sgpu-app-class": "online", "hami.io/gpu-scheduler-policy": policy,
+                       "metax-tech.com/sgpu-qos-policy": "guaranteed"}),
+                limits,
+            ),
+            &Config::default(),
+        )
+        .unwrap()
+    };
+    let mut big = online(
+        "binpack",
+        json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "40"}),
+    );
+    big.selection.use_uuids = vec!["GPU-d".to_string()];
+    let a = state.assign(&big, "sg-1").unwrap();
+    state.apply("u-big", a).unwrap();
+    let small = json!({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "4"});
+    for (policy, want) in [("binpack", "GPU-d"), ("spread", "GPU-a")] {
+        let a = state
+            .assign(&online(policy, small.clone()), "sg-1")
+            .unwrap();
+        assert_eq!(a.containers[0][0].uuid, want, "{policy}");
+    }
 }
 
 #[test]
@@ -321,14 +431,17 @@ fn whole_devices_come_from_one_metalink_zone() {
         Ok(uuids(&["GPU-z1a", "GPU-z2a", "GPU-z2b", "GPU-z3a"])),
         "no zone holds four: zone by zone, the smallest first"
     );
-    // A shared slice is the GPU policy's choice alone.
-    let shared = place(
-        "sg-zones",
-        json!({"metax-tech.com/sgpu-qos-policy": "best-effort"}),
-        json!({"metax-tech.com/sgpu": "2", "metax-tech.com/vcore": "10"}),
-    )
-    .unwrap();
-    assert_eq!(shared.0.len(), 2);
+    // A shared slice is the GPU policy's choice alone: the lowest indexes
+    // among idle devices, across zones.
+    assert_eq!(
+        place(
+            "sg-zones",
+            json!({"metax-tech.com/sgpu-qos-policy": "best-effort"}),
+            json!({"metax-tech.com/sgpu": "2", "metax-tech.com/vcore": "10"}),
+        )
+        .map(|p| p.0),
+        Ok(uuids(&["GPU-z1a", "GPU-z2a"]))
+    );
 }
 
 #[test]

@@ -143,13 +143,13 @@ struct SgpuDevice {
     #[serde(default)]
     uuid: String,
     #[serde(default)]
-    total_dev_count: u32,
+    total_dev_count: i64,
     #[serde(default)]
-    total_compute: u32,
+    total_compute: i64,
     #[serde(default)]
-    total_v_ram: u32,
+    total_v_ram: i64,
     #[serde(default)]
-    numa: i32,
+    numa: i64,
     #[serde(default)]
     healthy: bool,
     #[serde(default)]
@@ -158,16 +158,19 @@ struct SgpuDevice {
     link_zone: i64,
 }
 
-/// The most sGPUs a device holds at once, and the most MiB it registers:
-/// beyond them the register is garbage (HAMi's fields are `int32`).
-const MAX_SGPUS: u32 = 1024;
+/// The most sGPUs a device holds at once: beyond it the register is
+/// garbage.
+const MAX_SGPUS: i64 = 1024;
+/// The highest MetaLink zone gpugate keeps (`Gpu::network`'s range).
+const MAX_LINK_ZONE: i64 = i16::MAX as i64;
 
 /// `metax-tech.com/node-gpu-devices` as Metax's plugin writes it (5.2):
 /// device `i` of the array has index `i`, `totalDevCount` sGPUs, the MiB
 /// of `totalVRam` and the cores of `totalCompute`; its `qosPolicy` is its
 /// mode and its `linkZone` (above 0) its network group. Refused: no
 /// device (HAMi: "no sdevice found on node"), a device without a UUID or
-/// named twice, or numbers out of range.
+/// named twice, or a number out of range (negative, or above HAMi's
+/// `int32`; more than 1,024 sGPUs; a zone above 32,767).
 pub fn decode_sgpu_devices(_node: &str, text: &str) -> Result<OwnInventory, String> {
     let list: Vec<SgpuDevice> = serde_json::from_str(text)
         .map_err(|e| format!("not a JSON array of Metax sGPU devices: {e}"))?;
@@ -183,26 +186,35 @@ pub fn decode_sgpu_devices(_node: &str, text: &str) -> Result<OwnInventory, Stri
         if devices.iter().any(|o| o.id == id) {
             return Err(format!("device {id:?} is listed twice"));
         }
-        if d.total_dev_count > MAX_SGPUS || d.total_v_ram > i32::MAX as u32 {
+        let number = |name: &str, v: i64, most: i64| {
+            u32::try_from(v)
+                .ok()
+                .filter(|n| i64::from(*n) <= most)
+                .ok_or_else(|| format!("device {id:?}: {name} {v} is out of range (0 to {most})"))
+        };
+        let slots = number("totalDevCount", d.total_dev_count, MAX_SGPUS)?;
+        let mem_mib = number("totalVRam", d.total_v_ram, i64::from(i32::MAX))?;
+        let cores = number("totalCompute", d.total_compute, i64::from(i32::MAX))?;
+        let numa = i32::try_from(d.numa)
+            .map_err(|_| format!("device {id:?}: numa {} is out of range", d.numa))?;
+        if d.link_zone > MAX_LINK_ZONE {
             return Err(format!(
-                "device {id:?}: totalDevCount {} or totalVRam {} is out of range (at most \
-                 {MAX_SGPUS} sGPUs and {} MiB)",
-                d.total_dev_count,
-                d.total_v_ram,
-                i32::MAX
+                "device {id:?}: linkZone {} is out of range (at most {MAX_LINK_ZONE})",
+                d.link_zone
             ));
         }
         devices.push(OwnDevice {
             id,
             index: u32::try_from(i).unwrap_or(u32::MAX),
-            slots: d.total_dev_count,
-            mem_mib: d.total_v_ram,
-            cores: d.total_compute,
+            slots,
+            mem_mib,
+            cores,
             device_type: SGPU_VENDOR,
             minor: String::new(),
-            numa: d.numa,
+            numa,
             healthy: d.healthy,
             mode: d.qos_policy.trim().to_string(),
+            // HAMi: a zone of 0 or less is none (5.5).
             network: (d.link_zone > 0).then_some(d.link_zone),
         });
     }

@@ -251,6 +251,7 @@ impl Allocation {
         let lists: Vec<&PodDevices> = lists.iter().map(|(_, l)| l).collect();
         let mut out = Allocation::from_device_lists(&self.node, &lists, &[]);
         out.numa = self.numa;
+        out.tenancy = self.tenancy;
         out
     }
 

@@ -433,6 +433,19 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// Forgets every pod's class (a copy with nothing placed on it).
+    pub(crate) fn clear_tenants(&mut self) {
+        if self
+            .extras
+            .as_deref()
+            .is_some_and(|e| !e.tenants.is_empty())
+        {
+            std::sync::Arc::make_mut(self.extras.get_or_insert_default())
+                .tenants
+                .clear();
+        }
+    }
+
     /// Counts (`add`) or forgets a pod of `tenancy` on GPU `pos`, taking
     /// `cores` of it, when the GPU's kind has tenancy rules.
     pub(crate) fn count_tenant(

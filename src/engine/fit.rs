@@ -430,7 +430,7 @@ fn after_loop(
     }
     // Pods of one class per device (Metax sGPU, 5.5).
     if rules.tenancy {
-        tenancy_rules(node, usage, (asked, req.count as usize), sel, s, counts);
+        tenancy_rules(node, (asked, req.count as usize), sel, s, counts);
     }
     // Compute units, per device (AMD, 11.5).
     if rules.compute_units {
@@ -490,7 +490,6 @@ fn profile_slices(
 /// (`link_zones`). The GPU policy chooses among what is left.
 fn tenancy_rules(
     node: &Node,
-    usage: &[Usage],
     (asked, n): (&GpuRequest, usize),
     sel: &super::selection::Selection,
     s: &mut Scratch,
@@ -500,8 +499,11 @@ fn tenancy_rules(
     let Some(keys) = sel.kind.kind().tenancy else {
         return;
     };
+    // Idle is the ledger's: the pod's own earlier containers on a device
+    // share its class and policy (HAMi sets the device's policy to the
+    // pod's between containers, 5.5).
     s.candidates.retain(|(pos, _)| {
-        let idle = usage.get(*pos).is_none_or(|u| u.slots == 0);
+        let idle = node.usage.get(*pos).is_none_or(|u| u.slots == 0);
         let registered = node.gpus.get(*pos).map_or("", |g| g.mode());
         let refused =
             node.tenants(*pos)
@@ -515,6 +517,20 @@ fn tenancy_rules(
         return;
     }
     match sel.tenancy.class {
+        // One device (a classed pod asks for one, 5.4): the devices of the
+        // best order, the GPU policy choosing among them, as HAMi's
+        // candidates come in its policy's order and its sort keeps equal
+        // ones in order. More (a pod that bypassed the webhook): the best
+        // `n` by order, ties by index.
+        AppClass::Online if n == 1 => {
+            let best = s
+                .candidates
+                .iter()
+                .map(|(pos, _)| node.tenants(*pos).online_order())
+                .min();
+            s.candidates
+                .retain(|(pos, _)| Some(node.tenants(*pos).online_order()) == best);
+        }
         AppClass::Online => {
             s.candidates
                 .sort_by_key(|(pos, _)| node.tenants(*pos).online_order());

@@ -416,7 +416,8 @@ impl ContainerResources {
                     return Err(self.error(
                         &cfg.resource_memory_name,
                         format!(
-                            "{m} bytes: allowed 1 MiB to {MAX_MEM_MIB} MiB (a quantity with a unit                              is bytes, a bare number GiB)"
+                            "{m} bytes: allowed 1 MiB to {MAX_MEM_MIB} MiB (a quantity with a unit is \
+                             bytes, a bare number GiB)"
                         ),
                     ));
                 }

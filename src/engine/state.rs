@@ -235,6 +235,7 @@ impl ClusterState {
             .map(|(name, node)| {
                 let mut node = node.clone();
                 node.usage = vec![Usage::default(); node.gpus.len()];
+                node.clear_tenants();
                 node.totals.slots_used = 0;
                 node.totals.cores_used = 0;
                 node.totals.mem_used_mib = 0;

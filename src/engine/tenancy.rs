@@ -69,6 +69,8 @@ impl Tenancy {
             }
         };
         let policy = match a.annotation(keys.policy).map(str::trim) {
+            // HAMi reads no policy of a latency-sensitive pod (5.4, 5.5).
+            _ if class == AppClass::Online => 0,
             None => 0,
             Some(v) => match keys.policies.iter().position(|p| *p == v) {
                 Some(i) => u8::try_from(i + 1).unwrap_or(0),
@@ -96,6 +98,7 @@ impl Tenancy {
         };
         let policy = a
             .annotation(keys.policy)
+            .filter(|_| class != AppClass::Online)
             .map(str::trim)
             .and_then(|v| keys.policies.iter().position(|p| *p == v))
             .and_then(|i| u8::try_from(i + 1).ok())
@@ -242,11 +245,18 @@ mod tests {
 
     #[test]
     fn parse_and_read() {
-        let a: BTreeMap<String, String> = [("c", "online"), ("q", "fixed-share")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(Tenancy::parse(&KEYS, &a), Ok(t(AppClass::Online, 2)));
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let a = map(&[("c", "offline"), ("q", "fixed-share")]);
+        assert_eq!(Tenancy::parse(&KEYS, &a), Ok(t(AppClass::Offline, 2)));
+        // An online pod's policy is not read, whatever it says (5.4).
+        let online = map(&[("c", "online"), ("q", "gold")]);
+        assert_eq!(Tenancy::parse(&KEYS, &online), Ok(t(AppClass::Online, 0)));
+        assert_eq!(Tenancy::read(&KEYS, &online), t(AppClass::Online, 0));
         let bad: BTreeMap<String, String> = [("c".to_string(), "gold".to_string())].into();
         let e = Tenancy::parse(&KEYS, &bad).unwrap_err();
         assert_eq!(e.annotation, "c");
