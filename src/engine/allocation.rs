@@ -396,6 +396,30 @@ mod tests {
     }
 
     #[test]
+    fn as_written_keeps_the_pods_class() {
+        // A kind listed for its asking containers only (Hygon, 1.5) makes
+        // the written form differ; the pod's class must survive it, or the
+        // ledger re-applies the pod on every update.
+        let dcu = DeviceGrant {
+            kind: KindId::HYGON,
+            ..g("DCU-a", 1000, 30)
+        };
+        let a = Allocation {
+            node: "n".into(),
+            containers: vec![vec![], vec![dcu]],
+            kinds: vec![],
+            numa: None,
+            tenancy: super::super::tenancy::Tenancy {
+                class: super::super::tenancy::AppClass::Online,
+                policy: 0,
+            },
+        };
+        let written = a.clone().as_written();
+        assert_ne!(written.containers, a.containers);
+        assert_eq!(written.tenancy, a.tenancy);
+    }
+
+    #[test]
     fn init_peak_against_app_sum() {
         // Two init containers (800 MiB each, not at once) and an app of 500:
         // the pod holds 800 on GPU-A.
