@@ -499,7 +499,7 @@ pub async fn scheduler_owned_keys(
             && first.contains("patch nodes"),
         "{first}"
     );
-    let forged: [(&str, &str, Value); 11] = [
+    let forged: [(&str, &str, Value); 12] = [
         ("annotations", VGPU_DEVICES_ALLOCATED, json!(whole)),
         ("annotations", VGPU_DEVICES_ALLOCATED, Value::Null),
         ("annotations", BIND_PHASE, json!("success")),
@@ -515,6 +515,13 @@ pub async fn scheduler_owned_keys(
         ("annotations", "gpugate.io/numa-zones", json!("0")),
         ("annotations", "gpugate.io/preemption", json!(node)),
         ("labels", VGPU_NODE, json!("elsewhere")),
+        // Fixed once the pod is bound: Metax's plugin set the device up
+        // for the pod's QoS policy, and the ledger counts it (5.5).
+        (
+            "annotations",
+            "metax-tech.com/sgpu-qos-policy",
+            json!("fixed-share"),
+        ),
     ];
     for (field, key, value) in forged {
         let refused = patch_key(&editor, ns, "victim", field, key, value.clone()).await;
