@@ -50,40 +50,50 @@ pub struct TenancyError {
     pub problem: String,
 }
 
+/// The app class `value` names, if any.
+fn class_named(keys: &TenancyKeys, value: &str) -> Option<AppClass> {
+    if value == keys.online {
+        Some(AppClass::Online)
+    } else if value == keys.offline {
+        Some(AppClass::Offline)
+    } else {
+        None
+    }
+}
+
+/// The number of the sharing policy `value` names (1 + its place in
+/// [`TenancyKeys::policies`]), if any.
+fn policy_number(keys: &TenancyKeys, value: &str) -> Option<u8> {
+    let i = keys.policies.iter().position(|p| *p == value)?;
+    u8::try_from(i + 1).ok()
+}
+
 impl Tenancy {
     /// A pod's tenancy, from its annotations; a value the kind does not
-    /// know is an error (a pod the webhook would have refused).
+    /// know is an error (a pod the webhook would have refused). HAMi reads
+    /// no policy of a latency-sensitive pod (5.4, 5.5), and neither does
+    /// this.
     pub fn parse(keys: &TenancyKeys, a: &impl Annotations) -> Result<Tenancy, TenancyError> {
         let class = match a.annotation(keys.class).map(str::trim) {
             None => AppClass::Unclassed,
-            Some(v) if v == keys.online => AppClass::Online,
-            Some(v) if v == keys.offline => AppClass::Offline,
-            Some(v) => {
-                return Err(TenancyError {
-                    annotation: keys.class,
-                    problem: format!(
-                        "{v:?} is not an app class: allowed {:?} or {:?}",
-                        keys.online, keys.offline
-                    ),
-                });
-            }
+            Some(v) => class_named(keys, v).ok_or_else(|| TenancyError {
+                annotation: keys.class,
+                problem: format!(
+                    "{v:?} is not an app class: allowed {:?} or {:?}",
+                    keys.online, keys.offline
+                ),
+            })?,
         };
         let policy = match a.annotation(keys.policy).map(str::trim) {
-            // HAMi reads no policy of a latency-sensitive pod (5.4, 5.5).
             _ if class == AppClass::Online => 0,
             None => 0,
-            Some(v) => match keys.policies.iter().position(|p| *p == v) {
-                Some(i) => u8::try_from(i + 1).unwrap_or(0),
-                None => {
-                    return Err(TenancyError {
-                        annotation: keys.policy,
-                        problem: format!(
-                            "{v:?} is not a sharing policy: allowed {}",
-                            keys.policies.join(", ")
-                        ),
-                    });
-                }
-            },
+            Some(v) => policy_number(keys, v).ok_or_else(|| TenancyError {
+                annotation: keys.policy,
+                problem: format!(
+                    "{v:?} is not a sharing policy: allowed {}",
+                    keys.policies.join(", ")
+                ),
+            })?,
         };
         Ok(Tenancy { class, policy })
     }
@@ -91,17 +101,13 @@ impl Tenancy {
     /// A pod's tenancy as the ledger reads it back: a value the kind does
     /// not know reads as none (the pod is there whatever it says).
     pub fn read(keys: &TenancyKeys, a: &impl Annotations) -> Tenancy {
-        let class = match a.annotation(keys.class).map(str::trim) {
-            Some(v) if v == keys.online => AppClass::Online,
-            Some(v) if v == keys.offline => AppClass::Offline,
-            _ => AppClass::Unclassed,
-        };
-        let policy = a
-            .annotation(keys.policy)
+        let value = |key: &str| a.annotation(key).map(str::trim);
+        let class = value(keys.class)
+            .and_then(|v| class_named(keys, v))
+            .unwrap_or_default();
+        let policy = value(keys.policy)
             .filter(|_| class != AppClass::Online)
-            .map(str::trim)
-            .and_then(|v| keys.policies.iter().position(|p| *p == v))
-            .and_then(|i| u8::try_from(i + 1).ok())
+            .and_then(|v| policy_number(keys, v))
             .unwrap_or(0);
         Tenancy { class, policy }
     }
@@ -197,14 +203,8 @@ impl Tenants {
         let device = match self.policy() {
             Ok(Some(p)) => Some(p),
             Ok(None) if registered.is_empty() => None,
-            Ok(None) => Some(
-                keys.policies
-                    .iter()
-                    .position(|p| *p == registered)
-                    .and_then(|i| u8::try_from(i + 1).ok())
-                    // A policy the kind does not know equals no pod's.
-                    .unwrap_or(u8::MAX),
-            ),
+            // A policy the kind does not know equals no pod's.
+            Ok(None) => Some(policy_number(keys, registered).unwrap_or(u8::MAX)),
             Err(()) => Some(u8::MAX),
         };
         match device {
