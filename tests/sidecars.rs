@@ -15,7 +15,8 @@ use gpugate::admission::validate::{Validation, validate_pod};
 use gpugate::admission::{Denial, DenyReason};
 use gpugate::cluster::{SharedCluster, Snapshot};
 use gpugate::config::Config;
-use gpugate::engine::{ContainerKind, QuotaAmount};
+use gpugate::devices::KindId;
+use gpugate::engine::{ContainerKind, KindAmounts, QuotaAmount};
 use gpugate::server::limits::Limits;
 use gpugate::server::metrics::Metrics;
 use gpugate::server::routes::AppState;
@@ -129,13 +130,13 @@ fn the_ledger_rebuilt_from_annotations_counts_a_sidecar_beside_its_app() {
     assert_eq!((node.usage[0].mem_mib, node.usage[0].slots), (12_000, 2));
     assert_eq!(node.usage[1].mem_mib, 0);
     assert_eq!(
-        QuotaAmount::of_allocation(a),
+        KindAmounts::of_allocation(a).of(KindId::NVIDIA),
         QuotaAmount {
             mem_mib: 12_000,
             cores: 0
         }
     );
-    assert_eq!(view.quotas().used("ml").mem_mib, 12_000);
+    assert_eq!(view.quotas().used("ml").of(KindId::NVIDIA).mem_mib, 12_000);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use super::pod::{ContainerView, PodView};
 use super::{Denial, DenyReason};
 use crate::cluster::ClusterView;
 use crate::config::namespace_policy::{PolicyMode, policy_for_namespace};
-use crate::engine::QuotaAmount;
+use crate::engine::KindAmounts;
 use crate::engine::quota::QuotaResource;
 
 /// What the validating webhook answers.
@@ -139,17 +139,20 @@ pub fn validate(
             Ok(facts) => facts,
             Err(message) => return Validation::Invalid(message),
         };
-        let (quota, problems) = view.quotas().quota(namespace, &facts, nv);
+        let kinds = plan.request.device_kinds();
+        let (quota, problems) = view.quotas().pod_quota(namespace, &facts, config, kinds);
         warnings.extend(problems);
-        if let Err(e) = quota.check(QuotaAmount::of_request(&plan.request)) {
+        if let Err(e) = quota.check(&KindAmounts::of_request(&plan.request)) {
+            let cfg = config.device_config(e.kind);
             let key = match e.resource {
-                QuotaResource::Memory => &nv.resource_memory_name,
-                QuotaResource::Cores => &nv.resource_core_name,
+                QuotaResource::Memory => &cfg.resource_memory_name,
+                QuotaResource::Cores => &cfg.resource_core_name,
             };
             return Validation::Deny(Denial::new(
                 DenyReason::QuotaExceeded,
                 format!(
-                    "namespace {namespace} is over its GPU quota (ResourceQuota limits.{key}): {e}"
+                    "namespace {namespace} is over its {} quota (ResourceQuota limits.{key}): {e}",
+                    e.kind.kind().unit()
                 ),
             ));
         }

@@ -44,8 +44,8 @@ pub use lifecycle::{ContainerKind, pod_peak};
 pub use plan::{DefaultPolicies, PlanError, PodPlan};
 pub use policy::{GpuPolicy, NodePolicy};
 pub use quota::{
-    CoveringQuota, NamespaceQuota, QuotaAmount, QuotaExceeded, QuotaLimits, QuotaScope, ScopeFacts,
-    ScopeName, ScopeOp, ScopeRequirement,
+    CoveringQuota, KindAmounts, NamespaceQuota, PodQuota, QuotaAmount, QuotaExceeded, QuotaLimits,
+    QuotaScope, ScopeFacts, ScopeName, ScopeOp, ScopeRequirement,
 };
 pub use reason::{Reason, Rejection};
 pub use request::{GpuRequest, Memory, PodRequest};

@@ -1,5 +1,11 @@
 //! Namespace GPU quotas: how much of `limits.nvidia.com/gpumem` and
-//! `limits.nvidia.com/gpucores` a pod takes, and whether it still fits.
+//! `limits.nvidia.com/gpucores` (or another kind's memory and core
+//! resources) a pod takes, and whether it still fits.
+//!
+//! Each kind of device is counted under its own resource names, as HAMi's
+//! quota cache counts each resource name ([`KindAmounts`]): an Ascend NPU's
+//! memory never counts against `limits.nvidia.com/gpumem`, and a pod asking
+//! for two kinds must fit each kind's quotas ([`PodQuota`]).
 //!
 //! A ResourceQuota with `scopes` or a `scopeSelector` covers only the pods
 //! its scopes match, as Kubernetes' quota controller counts them
@@ -14,6 +20,8 @@
 //! containers and sidecars added up. A request in percent of a GPU's memory
 //! has no MiB value before a GPU is chosen and counts 0 MiB at admission, as
 //! in HAMi; its allocation counts in full once it is placed.
+
+use crate::devices::KindId;
 
 use super::allocation::Allocation;
 use super::lifecycle::{Amount, pod_peak};
@@ -45,7 +53,7 @@ impl QuotaAmount {
         }
     }
 
-    /// What a pod asks for, before placement.
+    /// What a pod asks for of its request's kind, before placement.
     pub fn of_request(request: &PodRequest) -> QuotaAmount {
         pod_peak(request.containers.iter().map(|c| {
             let amount = c.gpu.map_or(QuotaAmount::default(), |gpu| {
@@ -61,18 +69,91 @@ impl QuotaAmount {
             (c.kind, amount)
         }))
     }
+}
 
-    /// What a placed pod holds.
-    pub fn of_allocation(allocation: &Allocation) -> QuotaAmount {
-        allocation
-            .usage_by_gpu()
+/// What a pod asks for or holds, kind by kind (in [`KindId`] order, kinds
+/// of nothing left out): each kind counts against the quotas on its own
+/// resource names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindAmounts(Vec<(KindId, QuotaAmount)>);
+
+impl KindAmounts {
+    /// What a pod asks for, before placement: its first kind and each
+    /// other kind it asks for ([`PodRequest::also`]).
+    pub fn of_request(request: &PodRequest) -> KindAmounts {
+        let mut out = KindAmounts::default();
+        for r in std::iter::once(request).chain(&request.also) {
+            out.add(r.device_kind, QuotaAmount::of_request(r));
+        }
+        out
+    }
+
+    /// What a placed pod holds: per device, the pod rule over its
+    /// containers ([`Allocation::usage_by_gpu`]), summed by kind.
+    pub fn of_allocation(allocation: &Allocation) -> KindAmounts {
+        let mut out = KindAmounts::default();
+        for (uuid, u) in allocation.usage_by_gpu() {
+            let kind = allocation
+                .containers
+                .iter()
+                .flatten()
+                .find(|d| d.uuid == uuid)
+                .map_or(KindId::default(), |d| d.kind);
+            let amount = QuotaAmount {
+                mem_mib: u64::from(u.mem_mib),
+                cores: u64::from(u.cores),
+            };
+            out.add(kind, amount);
+        }
+        out
+    }
+
+    /// The amount of `kind` (zero when none).
+    pub fn of(&self, kind: KindId) -> QuotaAmount {
+        self.0
             .iter()
-            .fold(QuotaAmount::default(), |sum, (_, u)| {
-                sum.saturating_add(QuotaAmount {
-                    mem_mib: u64::from(u.mem_mib),
-                    cores: u64::from(u.cores),
-                })
-            })
+            .find(|(k, _)| *k == kind)
+            .map_or(QuotaAmount::default(), |(_, a)| *a)
+    }
+
+    /// Each kind with its amount, in [`KindId`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (KindId, QuotaAmount)> + '_ {
+        self.0.iter().copied()
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|(_, a)| a.is_zero())
+    }
+
+    /// `amount` more of `kind`.
+    pub fn add(&mut self, kind: KindId, amount: QuotaAmount) {
+        if amount.is_zero() {
+            return;
+        }
+        match self.0.binary_search_by_key(&kind, |(k, _)| *k) {
+            Ok(i) => self.0[i].1 = self.0[i].1.saturating_add(amount),
+            Err(i) => self.0.insert(i, (kind, amount)),
+        }
+    }
+
+    /// Every kind of `other` added.
+    pub fn saturating_add(mut self, other: &KindAmounts) -> KindAmounts {
+        for (kind, amount) in other.iter() {
+            self.add(kind, amount);
+        }
+        self
+    }
+
+    /// Every kind of `other` taken away (none below zero; kinds left at
+    /// zero dropped).
+    pub fn saturating_sub(mut self, other: &KindAmounts) -> KindAmounts {
+        for (kind, amount) in other.iter() {
+            if let Ok(i) = self.0.binary_search_by_key(&kind, |(k, _)| *k) {
+                self.0[i].1 = self.0[i].1.saturating_sub(amount);
+            }
+        }
+        self.0.retain(|(_, a)| !a.is_zero());
+        self
     }
 }
 
@@ -230,11 +311,13 @@ pub struct CoveringQuota {
     pub used: QuotaAmount,
 }
 
-/// The quotas a pod is judged against in its namespace (every one whose
-/// scopes cover it and that limits GPU memory or cores), and
-/// `memoryFactor` (which scales memory limits).
+/// The quotas a pod is judged against in its namespace for one kind of
+/// device (every one whose scopes cover it and that limits the kind's
+/// memory or cores), and the kind's `memoryFactor` (which scales memory
+/// limits).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamespaceQuota {
+    pub kind: KindId,
     pub quotas: Vec<CoveringQuota>,
     pub memory_factor: u64,
 }
@@ -251,6 +334,7 @@ impl NamespaceQuota {
     pub fn check(&self, add: QuotaAmount) -> Result<(), QuotaExceeded> {
         for q in &self.quotas {
             let exceeded = |resource, used: u64, requested: u64, limit| QuotaExceeded {
+                kind: self.kind,
                 resource,
                 used,
                 requested,
@@ -293,6 +377,31 @@ impl NamespaceQuota {
     }
 }
 
+/// The quotas a pod is judged against, one [`NamespaceQuota`] for each
+/// kind of device it asks for (none for a kind no quota limits).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodQuota {
+    pub kinds: Vec<NamespaceQuota>,
+}
+
+impl PodQuota {
+    /// No quota limits the pod.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.iter().all(NamespaceQuota::is_empty)
+    }
+
+    /// Whether each kind of `add` fits that kind's quotas; the first that
+    /// does not, with the numbers.
+    pub fn check(&self, add: &KindAmounts) -> Result<(), QuotaExceeded> {
+        self.kinds.iter().try_for_each(|q| q.check(add.of(q.kind)))
+    }
+
+    /// The quotas of `kind` (none when no quota limits it).
+    pub fn of(&self, kind: KindId) -> Option<&NamespaceQuota> {
+        self.kinds.iter().find(|q| q.kind == kind)
+    }
+}
+
 /// Which quota a pod would exceed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaResource {
@@ -305,6 +414,8 @@ pub enum QuotaResource {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} (ResourceQuota {quota})", self.numbers())]
 pub struct QuotaExceeded {
+    /// The kind of device whose quota it is.
+    pub kind: KindId,
     pub resource: QuotaResource,
     pub used: u64,
     pub requested: u64,
@@ -327,10 +438,12 @@ impl QuotaExceeded {
         )
     }
 
-    fn what(&self) -> &'static str {
+    /// `GPU memory`, `NPU cores`: the kind's word for one device.
+    fn what(&self) -> String {
+        let device = self.kind.kind().unit();
         match self.resource {
-            QuotaResource::Memory => "GPU memory",
-            QuotaResource::Cores => "GPU cores",
+            QuotaResource::Memory => format!("{device} memory"),
+            QuotaResource::Cores => format!("{device} cores"),
         }
     }
 
@@ -511,6 +624,7 @@ mod tests {
             },
         };
         let ns = NamespaceQuota {
+            kind: KindId::NVIDIA,
             quotas: vec![
                 q("big", Some(100_000), 90_000),
                 q("high", Some(20_000), 5_000),
@@ -531,12 +645,14 @@ mod tests {
             "GPU memory 16000 MiB requested, 90000 MiB of 100000 MiB already used (ResourceQuota big)"
         );
         let only_high = NamespaceQuota {
+            kind: KindId::NVIDIA,
             quotas: vec![q("high", Some(20_000), 5_000)],
             memory_factor: 1,
         };
         assert_eq!(only_high.check(add(16_000)).unwrap_err().quota, "high");
         assert_eq!(only_high.memory_used_up(), None);
         let full = NamespaceQuota {
+            kind: KindId::NVIDIA,
             quotas: vec![q("high", Some(2), 2_048)],
             memory_factor: 1024,
         };
@@ -560,10 +676,10 @@ mod tests {
     }
 
     #[test]
-    fn allocations_count_their_collapsed_usage() {
-        let grant = |uuid: &str, mem_mib, cores| DeviceGrant {
+    fn allocations_count_their_collapsed_usage_kind_by_kind() {
+        let grant = |uuid: &str, kind, mem_mib, cores| DeviceGrant {
             uuid: uuid.into(),
-            kind: crate::devices::KindId::NVIDIA,
+            kind,
             mem_mib,
             cores,
             slots: 1,
@@ -571,29 +687,93 @@ mod tests {
             device_type: None,
             mig: None,
         };
+        let (nv, dcu) = (KindId::NVIDIA, KindId::HYGON);
         let a = Allocation {
             node: "n".into(),
             containers: vec![
-                vec![grant("g0", 8000, 50)],
-                vec![grant("g0", 2000, 10), grant("g1", 2000, 10)],
+                vec![grant("g0", nv, 8000, 50)],
+                vec![
+                    grant("g0", nv, 2000, 10),
+                    grant("g1", nv, 2000, 10),
+                    grant("d0", dcu, 3000, 40),
+                ],
             ],
             kinds: vec![ContainerKind::Init],
             numa: None,
             tenancy: Default::default(),
         };
-        // g0: max(init 8000/50, app 2000/10); g1: 2000/10.
+        // g0: max(init 8000/50, app 2000/10); g1: 2000/10. The DCU counts
+        // apart: a quota on nvidia.com/gpumem never sees it.
+        let held = KindAmounts::of_allocation(&a);
+        assert_eq!(held.of(nv), amount(10000, 60));
+        assert_eq!(held.of(dcu), amount(3000, 40));
+        assert_eq!(held.of(KindId::CAMBRICON), QuotaAmount::default());
+        assert_eq!(held.iter().map(|(k, _)| k).collect::<Vec<_>>(), [nv, dcu]);
+        // Taking it away again leaves nothing, not zero entries.
+        let none = held.clone().saturating_sub(&held);
+        assert!(none.is_zero());
+        assert_eq!(none, KindAmounts::default());
         assert_eq!(
-            QuotaAmount::of_allocation(&a),
-            QuotaAmount {
-                mem_mib: 10000,
-                cores: 60
-            }
+            KindAmounts::default()
+                .saturating_add(&held)
+                .saturating_add(&held)
+                .of(dcu),
+            amount(6000, 80)
         );
+    }
+
+    /// A pod asking for two kinds fits only when each kind fits its own
+    /// quotas; the refusal names the kind's device.
+    #[test]
+    fn each_kind_of_a_pod_is_checked_against_its_own_quotas() {
+        let mut request = PodRequest {
+            device_kind: KindId::NVIDIA,
+            also: Vec::new(),
+            containers: vec![container(false, 1, Memory::Mib(4000), 0)],
+        };
+        request.also.push(PodRequest {
+            device_kind: KindId::HYGON,
+            also: Vec::new(),
+            containers: vec![container(false, 2, Memory::Mib(3000), 0)],
+        });
+        let ask = KindAmounts::of_request(&request);
+        assert_eq!(ask.of(KindId::NVIDIA), amount(4000, 0));
+        assert_eq!(ask.of(KindId::HYGON), amount(6000, 0));
+        let limits = QuotaLimits {
+            mem_mib: Some(5000),
+            cores: None,
+        };
+        let mut dcu = one(limits, amount(0, 0), 1);
+        dcu.kind = KindId::HYGON;
+        let nv = one(limits, amount(0, 0), 1);
+        // The GPU's 4,000 MiB fit NVIDIA's 5,000; the DCUs' 6,000 do not
+        // fit Hygon's.
+        assert_eq!(
+            PodQuota {
+                kinds: vec![nv.clone()]
+            }
+            .check(&ask),
+            Ok(())
+        );
+        let both = PodQuota {
+            kinds: vec![nv, dcu],
+        };
+        let e = both.check(&ask).unwrap_err();
+        assert_eq!((e.kind, e.requested), (KindId::HYGON, 6000));
+        assert_eq!(
+            e.to_string(),
+            "DCU memory 6000 MiB requested, 0 MiB of 5000 MiB already used (ResourceQuota q)"
+        );
+        assert_eq!(both.of(KindId::HYGON).map(|q| q.kind), Some(KindId::HYGON));
+        assert!(both.of(KindId::CAMBRICON).is_none());
+        assert!(!both.is_empty());
+        assert!(PodQuota::default().is_empty());
     }
 
     /// One quota `q` of `limits` that covers the pod, its pods using `used`.
     fn one(limits: QuotaLimits, used: QuotaAmount, memory_factor: u64) -> NamespaceQuota {
         NamespaceQuota {
+            kind: KindId::NVIDIA,
             quotas: vec![CoveringQuota {
                 name: "q".into(),
                 limits,

@@ -36,7 +36,7 @@ use crate::engine::gang::{
     GROUP_MIN_AVAILABLE, GROUP_NAME, GangKey, GangLabel, GangShortfall, place_gang,
 };
 use crate::engine::request::Memory;
-use crate::engine::{Allocation, ClusterState, PodPlan, QuotaAmount};
+use crate::engine::{Allocation, ClusterState, KindAmounts, PodPlan};
 use crate::placement::PodToPlace;
 
 use super::workload::{PodSet, Workload};
@@ -466,16 +466,15 @@ fn quota_refusal(
     placed: &[(String, Allocation)],
     needed: &str,
 ) -> Option<Answer> {
-    let sum = placed.iter().fold(QuotaAmount::default(), |s, (_, a)| {
-        s.saturating_add(QuotaAmount::of_allocation(a))
+    let sum = placed.iter().fold(KindAmounts::default(), |s, (_, a)| {
+        s.saturating_add(&KindAmounts::of_allocation(a))
     });
     for (m, _) in members {
-        let (quota, _) = view.quotas().quota(
-            &workload.namespace,
-            &m.pod.scope,
-            config.device_config(m.pod.plan.request.device_kind),
-        );
-        if let Err(e) = quota.check(sum) {
+        let kinds = sum.iter().map(|(kind, _)| kind);
+        let (quota, _) = view
+            .quotas()
+            .pod_quota(&workload.namespace, &m.pod.scope, config, kinds);
+        if let Err(e) = quota.check(&sum) {
             let message = format!(
                 "{needed} needed at once; ResourceQuota {} allows no more: {}",
                 e.quota,

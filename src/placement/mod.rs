@@ -149,11 +149,7 @@ pub fn judge(
     if plan.numa.guaranteed && view.node_topologies_listing() {
         return Verdict::Everywhere(NodeReason::NumaTopologiesListing);
     }
-    let (namespace_quota, _) = view.quotas().quota(
-        pod.namespace(),
-        &pod.scope,
-        config.device_config(plan.request.device_kind),
-    );
+    let namespace_quota = quota::of_pod(view, config, pod.namespace(), &pod.scope, &pod.plan);
     let judged = match quota::check_request(&namespace_quota, plan)
         .map_err(NodeReason::Quota)
         .and_then(|()| gang::judge(view, config, pod, candidates))

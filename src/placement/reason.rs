@@ -396,6 +396,7 @@ mod tests {
                 available: 2,
             }),
             NodeReason::Quota(QuotaRefusal::Exceeded(QuotaExceeded {
+                kind: crate::devices::KindId::NVIDIA,
                 resource: QuotaResource::Memory,
                 used: 1,
                 requested: 2,

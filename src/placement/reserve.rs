@@ -81,11 +81,7 @@ pub fn reserve(
     now: Timestamp,
 ) -> Result<(Allocation, Reservation), ReserveError> {
     // Gang holds are not quota use: one read serves both checks.
-    let (namespace_quota, _) = view.quotas().quota(
-        pod.namespace(),
-        &pod.scope,
-        config.device_config(pod.plan.request.device_kind),
-    );
+    let namespace_quota = quota::of_pod(view, config, pod.namespace(), &pod.scope, &pod.plan);
     quota::check_request(&namespace_quota, &pod.plan).map_err(ReserveError::Quota)?;
     let label = pod
         .gang()

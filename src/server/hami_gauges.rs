@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 
 use crate::cluster::ClusterView;
 use crate::engine::Usage;
+use crate::engine::request::DeviceConfig;
 
 /// Series of HAMi's gauges per piece of the `/metrics` text (about 150 KB).
 pub const HAMI_BATCH: usize = 1000;
@@ -146,9 +147,9 @@ struct VgpuRow {
 }
 
 impl HamiGauges {
-    /// Copies what the gauges need; `memory` and `cores` are the quota
-    /// resource names.
-    pub fn sample(view: &ClusterView, memory: &str, cores: &str) -> Self {
+    /// Copies what the gauges need; `kinds` are the config's sections, whose
+    /// memory and core resource names are the quota resources.
+    pub fn sample(view: &ClusterView, kinds: &[&DeviceConfig]) -> Self {
         let gpus = view
             .state()
             .nodes()
@@ -174,20 +175,25 @@ impl HamiGauges {
         let mut quotas = Vec::new();
         for ns in namespaces {
             let used = view.quotas().used(ns);
-            // Values that are not whole numbers are ignored here as by the
-            // quota check; the check reports them.
-            let (limits, _) = view.quotas().limits(ns, memory, cores);
-            for (resource, used_amount, limit) in [
-                (memory, used.mem_mib, limits.mem_mib),
-                (cores, used.cores, limits.cores),
-            ] {
-                if limit.is_some() || !used.is_zero() {
-                    quotas.push(QuotaRow {
-                        namespace: ns.to_string(),
-                        resource: resource.to_string(),
-                        used: used_amount,
-                        limit,
-                    });
+            for cfg in kinds {
+                let used = used.of(cfg.kind);
+                // Values that are not whole numbers are ignored here as by
+                // the quota check; the check reports them.
+                let (limits, _) =
+                    view.quotas()
+                        .limits(ns, &cfg.resource_memory_name, &cfg.resource_core_name);
+                for (resource, used_amount, limit) in [
+                    (&cfg.resource_memory_name, used.mem_mib, limits.mem_mib),
+                    (&cfg.resource_core_name, used.cores, limits.cores),
+                ] {
+                    if !resource.is_empty() && (limit.is_some() || !used.is_zero()) {
+                        quotas.push(QuotaRow {
+                            namespace: ns.to_string(),
+                            resource: resource.to_string(),
+                            used: used_amount,
+                            limit,
+                        });
+                    }
                 }
             }
         }

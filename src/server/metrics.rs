@@ -142,12 +142,10 @@ impl Metrics {
         let mut hami = None;
         if let Some(Observed { cluster, config }) = &self.observed {
             let config = config.load();
-            let nv = &config.nvidia;
             // One read lock: copy what the gauges need, encode after.
             let (counts, sample, hold) = {
                 let view = cluster.read();
-                let sample =
-                    HamiGauges::sample(&view, &nv.resource_memory_name, &nv.resource_core_name);
+                let sample = HamiGauges::sample(&view, &config.device_configs());
                 (view.counts(), sample, view.typical_lock_hold())
             };
             self.view
@@ -338,11 +336,7 @@ mod tests {
         assert!(pieces.len() > 30, "{}", pieces.len());
         let text: String = pieces.concat();
 
-        let sample = HamiGauges::sample(
-            &cluster.read(),
-            &config.load().nvidia.resource_memory_name,
-            &config.load().nvidia.resource_core_name,
-        );
+        let sample = HamiGauges::sample(&cluster.read(), &config.load().device_configs());
         let sample = Arc::new(sample);
         let hamis = (0..HamiGauges::FAMILIES)
             .filter(|f| HamiGauges::is_hamis(*f))

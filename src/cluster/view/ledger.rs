@@ -150,7 +150,8 @@ impl ClusterView {
     }
 
     pub(super) fn hold(&mut self, key: &str, pod: HeldPod) -> Option<String> {
-        self.quotas.add_used(&pod.namespace, &pod.scope, pod.amount);
+        self.quotas
+            .add_used(&pod.namespace, &pod.scope, &pod.amount);
         let unaccounted = pod.unaccounted.clone();
         self.held_names.insert(pod.who(), key.to_string());
         if let Some(old) = self.pods.insert(key.to_string(), pod) {
@@ -298,7 +299,7 @@ impl ClusterView {
         };
         self.state.remove(key);
         self.quotas
-            .release_used(&old.namespace, &old.scope, old.amount);
+            .release_used(&old.namespace, &old.scope, &old.amount);
         self.victim_freed(key);
         if self.destination_count() > 0 {
             self.retry_destinations();

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{Namespace, Node as K8sNode, Pod, ResourceQuota};
 
 use crate::engine::gang::GangKey;
-use crate::engine::{Allocation, ClusterState, Node, QuotaAmount};
+use crate::engine::{Allocation, ClusterState, KindAmounts, Node};
 
 use super::convert::{node_from_k8s, pod_namespace, pod_own_name, pod_priority};
 
@@ -69,7 +69,7 @@ struct HeldPod {
     /// `status.startTime`: when the kubelet admitted the pod (it has
     /// assigned its CPUs and memory to NUMA zones by then).
     started: Option<jiff::Timestamp>,
-    amount: QuotaAmount,
+    amount: KindAmounts,
     /// What ResourceQuota scopes see of the pod: which quotas count
     /// `amount`.
     scope: crate::engine::ScopeFacts,
@@ -144,7 +144,7 @@ impl HeldPod {
             started: pod_started(pod),
             amount: allocation
                 .as_ref()
-                .map(QuotaAmount::of_allocation)
+                .map(KindAmounts::of_allocation)
                 .unwrap_or_default(),
             scope: super::convert::pod_scope_facts(pod),
             unaccounted,

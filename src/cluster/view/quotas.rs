@@ -8,11 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 
+use crate::config::Config;
+use crate::devices::KindId;
 use crate::engine::quantity::parse_whole;
 use crate::engine::request::DeviceConfig;
 use crate::engine::{
-    CoveringQuota, NamespaceQuota, QuotaAmount, QuotaLimits, QuotaScope, ScopeFacts, ScopeName,
-    ScopeOp, ScopeRequirement,
+    CoveringQuota, KindAmounts, NamespaceQuota, PodQuota, QuotaLimits, QuotaScope, ScopeFacts,
+    ScopeName, ScopeOp, ScopeRequirement,
 };
 
 /// A quota's `limits.*` entries: the whole number, or why the value is
@@ -30,9 +32,11 @@ struct Quota {
 pub struct Quotas {
     /// By namespace and quota name.
     quotas: HashMap<String, BTreeMap<String, Quota>>,
-    /// What each namespace's held pods use, by their scope facts (a few
-    /// kinds of pod per namespace).
-    used: HashMap<String, HashMap<ScopeFacts, QuotaAmount>>,
+    /// What each namespace's held pods use, kind by kind, by their scope
+    /// facts (a few kinds of pod per namespace). Kinds never share a
+    /// resource name (the config refuses it), so a kind's use is its
+    /// resource names' use.
+    used: HashMap<String, HashMap<ScopeFacts, KindAmounts>>,
 }
 
 /// The scopes of a ResourceQuota, as the quota controller reads them:
@@ -161,21 +165,22 @@ impl Quotas {
     }
 
     /// The quotas of the namespace that cover a pod with `facts` and limit
-    /// its GPU memory or cores (under the config's resource names and
-    /// `memoryFactor`), each with what the pods it covers hold; with a
-    /// message for each quota value that is ignored.
+    /// its memory or cores of the kind of `cfg` (under the section's
+    /// resource names and `memoryFactor`), each with what the pods it
+    /// covers hold of that kind; with a message for each quota value that
+    /// is ignored.
     pub fn quota(
         &self,
         namespace: &str,
         facts: &ScopeFacts,
-        nv: &DeviceConfig,
+        cfg: &DeviceConfig,
     ) -> (NamespaceQuota, Vec<String>) {
         let mut problems = Vec::new();
         let quotas = self
             .each_limits(
                 namespace,
-                &nv.resource_memory_name,
-                &nv.resource_core_name,
+                &cfg.resource_memory_name,
+                &cfg.resource_core_name,
                 &mut problems,
             )
             .into_iter()
@@ -183,48 +188,70 @@ impl Quotas {
             .map(|(name, q, limits)| CoveringQuota {
                 name: name.to_string(),
                 limits,
-                used: self.used_under(namespace, &q.scope),
+                used: self.used_under(namespace, &q.scope).of(cfg.kind),
             })
             .collect();
         let quota = NamespaceQuota {
+            kind: cfg.kind,
             quotas,
-            memory_factor: u64::from(nv.memory_factor),
+            memory_factor: u64::from(cfg.memory_factor),
         };
         (quota, problems)
     }
 
+    /// [`Quotas::quota`] for each of `kinds` (a pod's kinds, or those it
+    /// holds), under its section of `config`.
+    pub fn pod_quota(
+        &self,
+        namespace: &str,
+        facts: &ScopeFacts,
+        config: &Config,
+        kinds: impl IntoIterator<Item = KindId>,
+    ) -> (PodQuota, Vec<String>) {
+        let mut problems = Vec::new();
+        let kinds = kinds
+            .into_iter()
+            .map(|kind| {
+                let (quota, p) = self.quota(namespace, facts, config.device_config(kind));
+                problems.extend(p);
+                quota
+            })
+            .collect();
+        (PodQuota { kinds }, problems)
+    }
+
     /// What the namespace's held pods that `scope` covers use.
-    fn used_under(&self, namespace: &str, scope: &QuotaScope) -> QuotaAmount {
+    fn used_under(&self, namespace: &str, scope: &QuotaScope) -> KindAmounts {
         self.used
             .get(namespace)
             .into_iter()
             .flatten()
             .filter(|(facts, _)| scope.covers(facts))
-            .fold(QuotaAmount::default(), |sum, (_, a)| sum.saturating_add(*a))
+            .fold(KindAmounts::default(), |sum, (_, a)| sum.saturating_add(a))
     }
 
-    /// GPU memory and cores held by the namespace's pods, all of them.
-    pub fn used(&self, namespace: &str) -> QuotaAmount {
+    /// What the namespace's pods hold, all of them, kind by kind.
+    pub fn used(&self, namespace: &str) -> KindAmounts {
         self.used_under(namespace, &QuotaScope::default())
     }
 
     /// A pod of the namespace, with `facts`, holds `amount` more.
-    pub fn add_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: QuotaAmount) {
+    pub fn add_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: &KindAmounts) {
         if amount.is_zero() {
             return;
         }
         let by_facts = self.used.entry(namespace.to_string()).or_default();
         let used = by_facts.entry(facts.clone()).or_default();
-        *used = used.saturating_add(amount);
+        *used = std::mem::take(used).saturating_add(amount);
     }
 
     /// A pod of the namespace, with `facts`, let go of `amount`.
-    pub fn release_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: QuotaAmount) {
+    pub fn release_used(&mut self, namespace: &str, facts: &ScopeFacts, amount: &KindAmounts) {
         let Some(by_facts) = self.used.get_mut(namespace) else {
             return;
         };
         if let Some(used) = by_facts.get_mut(facts) {
-            *used = used.saturating_sub(amount);
+            *used = std::mem::take(used).saturating_sub(amount);
             if used.is_zero() {
                 by_facts.remove(facts);
             }

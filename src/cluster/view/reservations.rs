@@ -266,7 +266,7 @@ impl ClusterView {
         if let Some(old) = &old {
             self.state.remove(key);
             self.quotas
-                .release_used(&old.namespace, &old.scope, old.amount);
+                .release_used(&old.namespace, &old.scope, &old.amount);
             self.unsettled.remove(key);
         }
         let node = allocation.node.clone();

@@ -1,7 +1,8 @@
 //! The view's rules, fed object by object as the watchers and snapshots do.
 
 use super::*;
-use crate::engine::QuotaLimits;
+use crate::devices::KindId;
+use crate::engine::{QuotaAmount, QuotaLimits};
 use crate::hami::keys;
 use k8s_openapi::api::core::v1::ResourceQuotaSpec;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -68,7 +69,7 @@ fn pods_take_and_free_gpus_and_quota() {
     assert_eq!(v.upsert_pod("uid-a", &p), None);
     assert_eq!(used_mem(&v, "n1", 1), 4000);
     assert_eq!(
-        v.quotas().used("team"),
+        v.quotas().used("team").of(KindId::NVIDIA),
         QuotaAmount {
             mem_mib: 4000,
             cores: 30
@@ -80,7 +81,7 @@ fn pods_take_and_free_gpus_and_quota() {
     let done = pod("team", "a", "n1", "GPU-1,NVIDIA,4000,30:;", "Succeeded");
     v.upsert_pod("uid-a", &done);
     assert_eq!(used_mem(&v, "n1", 1), 0);
-    assert_eq!(v.quotas().used("team"), QuotaAmount::default());
+    assert!(v.quotas().used("team").is_zero());
     assert_eq!(v.counts().allocations, 0);
 }
 
@@ -107,7 +108,7 @@ fn allocations_on_unknown_nodes_wait_and_count_when_the_node_registers() {
     assert!(why.contains("unknown node late"), "{why}");
     assert_eq!(v.unaccounted().len(), 1);
     // Quota still counts what the pod holds.
-    assert_eq!(v.quotas().used("team").mem_mib, 2000);
+    assert_eq!(v.quotas().used("team").of(KindId::NVIDIA).mem_mib, 2000);
     v.upsert_node(&node("late", REGISTER));
     assert!(v.unaccounted().is_empty());
     assert_eq!(used_mem(&v, "late", 0), 2000);
@@ -296,12 +297,12 @@ fn scoped_quotas_count_and_limit_only_the_pods_they_cover() {
         .quotas()
         .limits("team", "nvidia.com/gpumem", "nvidia.com/gpucores");
     assert_eq!(limits.mem_mib, Some(30000));
-    assert_eq!(v.quotas().used("team").mem_mib, 22000);
+    assert_eq!(v.quotas().used("team").of(KindId::NVIDIA).mem_mib, 22000);
     // The high pod gone: the scoped quota has its room back.
     v.delete_pod("uid-h");
     let (for_high, _) = v.quotas().quota("team", &facts("high"), &nv);
     assert_eq!(for_high.check(ask(8000)), Ok(()));
-    assert_eq!(v.quotas().used("team").mem_mib, 16000);
+    assert_eq!(v.quotas().used("team").of(KindId::NVIDIA).mem_mib, 16000);
 }
 
 /// An allocation the decoder refuses fails closed: the GPUs it names
@@ -387,7 +388,7 @@ fn a_pod_created_again_under_its_name_is_a_new_pod() {
     assert_eq!((used_mem(&v, "n1", 0), used_mem(&v, "n1", 1)), (0, 6000));
     assert!(v.holds_on("team", "train", "n1"));
     assert_eq!(v.held_name("uid-new").as_deref(), Some("team/train"));
-    assert_eq!(v.quotas().used("team").mem_mib, 6000);
+    assert_eq!(v.quotas().used("team").of(KindId::NVIDIA).mem_mib, 6000);
 }
 
 /// A pod that has finished frees its GPUs, with its annotations or
@@ -405,7 +406,7 @@ fn a_finished_pod_frees_its_gpus_even_without_its_annotations() {
     v.upsert_pod("uid-a", &done);
     assert_eq!(used_mem(&v, "n1", 0), 0);
     assert_eq!(v.counts().allocations, 0);
-    assert_eq!(v.quotas().used("team").mem_mib, 0);
+    assert_eq!(v.quotas().used("team").of(KindId::NVIDIA).mem_mib, 0);
 }
 
 #[test]
