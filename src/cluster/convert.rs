@@ -49,6 +49,8 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
         if config.vnpus.hami_vnpu_core {
             p.selection.unmarked_mode = Some(crate::devices::ascend::HAMI_CORE);
         }
+        let section = config.device_config(p.request.device_kind);
+        p.selection.links.get_or_insert(section.topology_aware);
     };
     edge(&mut plan);
     plan.also.iter_mut().for_each(edge);
@@ -227,6 +229,49 @@ fn vendor_device(
     }
 }
 
+/// The tables of each kind on `node` whose plugin writes them
+/// (`devices::NodePreference::SizeTables`; Metax GPU, hami-vendors.md
+/// 5.2), read from the annotations `get` gives. A table that cannot be
+/// read is left out with a warning: the node is still placed, ranked as
+/// one without it.
+fn size_tables<'a>(
+    node: &Node,
+    get: &impl Fn(&str) -> Option<&'a str>,
+    warnings: &mut Vec<NodeError>,
+) -> Vec<(KindId, crate::engine::size_tables::SizeTables)> {
+    let mut out = Vec::new();
+    for (kind, rule) in devices::kinds().map(|(id, k)| (id, k.node_preference)) {
+        let devices::NodePreference::SizeTables { losses, scores } = rule else {
+            continue;
+        };
+        if !node.gpus.iter().any(|g| g.kind == kind) {
+            continue;
+        }
+        let mut read = |key: &str| match get(key) {
+            None => Default::default(),
+            Some(text) => {
+                crate::engine::size_tables::decode_size_table(text).unwrap_or_else(|problem| {
+                    warnings.push(NodeError::Capacity {
+                        node: node.name.clone(),
+                        problem: format!(
+                            "annotation {key}: {problem}; the node is ranked as one without it"
+                        ),
+                    });
+                    Default::default()
+                })
+            }
+        };
+        let tables = crate::engine::size_tables::SizeTables {
+            losses: read(losses),
+            scores: read(scores),
+        };
+        if !tables.is_empty() {
+            out.push((kind, tables));
+        }
+    }
+    out
+}
+
 /// The engine's view of a node: the GPUs of every device kind that
 /// registered it (for NVIDIA `hami.io/node-nvidia-register`, pair scores
 /// from `hami.io/node-nvidia-score`), cordoned GPUs from
@@ -365,6 +410,9 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
     let mut out = Node::new(name.clone(), gpus);
     if !profiles.profiles.is_empty() {
         out.set_profiles(profiles);
+    }
+    for (kind, tables) in size_tables(&out, &get, &mut warnings) {
+        out.set_size_tables(kind, tables);
     }
     for (key, scores) in devices::kinds().filter_map(|(_, k)| {
         let key = k.score_key?;

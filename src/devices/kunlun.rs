@@ -16,8 +16,8 @@
 
 use super::{
     CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, ExtrasInput, Grouping,
-    NO_RESOURCES, NO_SELECTION, NodeLockStyle, PodLists, SelectionKeys, Template, TemplateChip,
-    VENDOR_DEFAULTS, whole_devices,
+    NO_RESOURCES, NO_SELECTION, NodeLockStyle, NodePreference, PodLists, SelectionKeys, Template,
+    TemplateChip, VENDOR_DEFAULTS, whole_devices,
 };
 
 /// Node: the vXPU inventory (JSON; 8.2).
@@ -138,6 +138,8 @@ pub static KUNLUN_XPU: DeviceKind = DeviceKind {
     grouping: Grouping::Board8,
     node_lock: NodeLockStyle::None,
     bind_extras: Some(device_idx),
+    // HAMi's bubbles (8.6); vXPUs have no node score.
+    node_preference: NodePreference::Wings,
     ..VENDOR_DEFAULTS
 };
 

@@ -14,8 +14,8 @@
 
 use super::{
     CapacityDevice, CapacityInventory, ConfigDefaults, DeviceKind, ExtrasInput, NO_RESOURCES,
-    NO_SELECTION, NodeLockStyle, OwnDevice, OwnInventory, PodLists, RuleEdit, RuleInput,
-    SelectionKeys, TenancyKeys, VENDOR_DEFAULTS, whole_devices,
+    NO_SELECTION, NodeLockStyle, NodePreference, OwnDevice, OwnInventory, PodLists, RuleEdit,
+    RuleInput, SelectionKeys, TenancyKeys, VENDOR_DEFAULTS, whole_devices,
 };
 
 /// The vendor word in pod device lists, and every GPU's type.
@@ -24,6 +24,13 @@ pub const VENDOR: &str = "Metax-GPU";
 pub const GPU: &str = "metax-tech.com/gpu";
 /// MiB of every GPU: HAMi registers this whatever the card (5.7).
 pub const MEMORY_MIB: u32 = 65536;
+/// Node: Metax's plugin's topology losses by number of GPUs, JSON
+/// (`{"1":100,"2":200}`; 5.2): the lower, the better for a pod of that
+/// many (read under binpack, 5.5).
+pub const TOPOLOGY_LOSSES: &str = "metax-tech.com/gpu.topology.losses";
+/// Node: the plugin's topology scores by number of GPUs (read under
+/// spread, 5.5): the higher, the better.
+pub const TOPOLOGY_SCORES: &str = "metax-tech.com/gpu.topology.scores";
 
 /// Metax GPUs, whole.
 pub static METAX_GPU: DeviceKind = DeviceKind {
@@ -56,6 +63,10 @@ pub static METAX_GPU: DeviceKind = DeviceKind {
         ("sgpuTopologyAware", None),
     ],
     node_lock: NodeLockStyle::None,
+    node_preference: NodePreference::SizeTables {
+        losses: TOPOLOGY_LOSSES,
+        scores: TOPOLOGY_SCORES,
+    },
     ..VENDOR_DEFAULTS
 };
 
@@ -78,6 +89,9 @@ pub const PREDICATE_TIME: &str = "metax-tech.com/predicate-time";
 /// The pod's app class and QoS policy (5.3).
 pub const APP_CLASS: &str = "metax-tech.com/sgpu-app-class";
 pub const QOS_POLICY: &str = "metax-tech.com/sgpu-qos-policy";
+/// Pod: whether a pod taking whole sGPUs prefers nodes by their MetaLink
+/// zones (a boolean; over the section's `sgpuTopologyAware`, 5.5).
+pub const TOPOLOGY_AWARE: &str = "metax-tech.com/sgpu-topology-aware";
 /// The QoS policy HAMi's webhook gives a pod that is not `online` (5.4).
 pub const BEST_EFFORT: &str = "best-effort";
 
@@ -124,13 +138,16 @@ pub static METAX_SGPU: DeviceKind = DeviceKind {
         ("resourceVMemoryName", Some("resourceMemoryName")),
         ("resourceVCoreName", Some("resourceCoreName")),
         ("resourceCountName", None),
-        ("sgpuTopologyAware", None),
+        ("sgpuTopologyAware", Some("topologyAware")),
     ],
     tenancy: Some(&SGPU_TENANCY),
     memory_bytes_with_unit: true,
     webhook_rule: Some(sgpu_webhook),
     node_lock: NodeLockStyle::Hami,
     bind_extras: Some(sgpu_extras),
+    node_preference: NodePreference::Tenants {
+        links: TOPOLOGY_AWARE,
+    },
     ..VENDOR_DEFAULTS
 };
 

@@ -217,6 +217,7 @@ pub const VENDOR_DEFAULTS: DeviceKind = DeviceKind {
     webhook_rule: None,
     node_lock: NodeLockStyle::Hami,
     bind_extras: None,
+    node_preference: NodePreference::None,
 };
 
 /// No selection annotations (`..NO_SELECTION` for the ones a kind has).
@@ -351,6 +352,9 @@ pub struct DeviceKind {
     /// What the kind's device plugin reads beside its lists, written at
     /// bind (Cambricon's profile, 4.3); `None` for nothing.
     pub bind_extras: Option<BindExtras>,
+    /// How the devices a pod would take on a node rank the node among
+    /// the others (the vendor's `ScoreNode`, hami-vendors.md 1.7).
+    pub node_preference: NodePreference,
 }
 
 /// The pod annotations of a kind's tenancy rules (`engine::tenancy`):
@@ -645,6 +649,36 @@ pub struct Template {
     pub memory: u32,
     pub ai_core: u32,
     pub ai_cpu: u32,
+}
+
+/// How the devices a pod would take on a node make that node better or
+/// worse than others for it, whatever the node policy: the kind's rule
+/// ranks nodes first, the node policy among equals
+/// (`engine::node_preference`; docs/policies.md "Node preferences").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NodePreference {
+    /// The node policy alone.
+    #[default]
+    None,
+    /// Boards of eight cards in two wings of four (Kunlunxin XPU, 8.6):
+    /// the fewer wings left partly used once the pod is placed, the
+    /// better.
+    Wings,
+    /// The device plugin's tables on the node (Metax GPU, 5.2, 5.5): JSON
+    /// objects from a number of devices to the topology's loss (the lower
+    /// the better, read under binpack) and score (the higher the better,
+    /// read under spread) for a pod taking that many.
+    SizeTables {
+        losses: &'static str,
+        scores: &'static str,
+    },
+    /// By the pods already on the devices, for a kind with tenancy rules
+    /// (Metax sGPU, 5.5): a latency-sensitive pod prefers devices with
+    /// few pods, batch-only devices least; a pod taking whole devices,
+    /// when the pod annotation `links` or the section's `topologyAware`
+    /// says so, prefers devices linked in one network group (MetaLink
+    /// zone) that break few links among the idle ones.
+    Tenants { links: &'static str },
 }
 
 /// How a container's devices must sit together on a node.

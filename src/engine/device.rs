@@ -371,6 +371,9 @@ struct NodeExtras {
     /// `tenants[i]` are the pods on `gpus[i]`, for a kind with tenancy
     /// rules; empty until one is counted.
     tenants: Vec<super::tenancy::Tenants>,
+    /// A kind's device plugin's tables of the node, by kind
+    /// (`devices::NodePreference::SizeTables`).
+    size_tables: Vec<(crate::devices::KindId, super::size_tables::SizeTables)>,
 }
 
 // The evaluation walks every candidate `Node`: one larger by 8 bytes cost
@@ -422,6 +425,31 @@ impl Node {
             return;
         }
         std::sync::Arc::make_mut(self.extras.get_or_insert_default()).profiles = profiles;
+    }
+
+    /// The tables `kind`'s device plugin wrote on the node
+    /// (`super::node_preference`), if any.
+    pub fn size_tables(
+        &self,
+        kind: crate::devices::KindId,
+    ) -> Option<&super::size_tables::SizeTables> {
+        self.extras
+            .as_deref()?
+            .size_tables
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, t)| t)
+    }
+
+    /// Sets the tables `kind`'s device plugin wrote on the node.
+    pub fn set_size_tables(
+        &mut self,
+        kind: crate::devices::KindId,
+        tables: super::size_tables::SizeTables,
+    ) {
+        let extras = std::sync::Arc::make_mut(self.extras.get_or_insert_default());
+        extras.size_tables.retain(|(k, _)| *k != kind);
+        extras.size_tables.push((kind, tables));
     }
 
     /// The pods on GPU `pos` by class (`super::tenancy`); none counted

@@ -56,6 +56,15 @@ pub struct DeviceConfig {
     /// before every device plugin has re-registered. Empty: every
     /// registered profile.
     pub mig_profile_allowlist: Vec<MigAllowlistEntry>,
+    /// A pod taking whole devices prefers nodes by the links among them
+    /// (`devices::NodePreference::Tenants`: Metax sGPU, HAMi's
+    /// `sgpuTopologyAware`, which its chart writes as the text `"false"`);
+    /// the pod's annotation overrides it. Only such a kind reads it.
+    #[serde(
+        deserialize_with = "bool_or_text",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub topology_aware: bool,
     /// A chip split into templates (Ascend, HAMi's `vnpus.configs[]`
     /// keys): its templates and memory; empty for other kinds.
     #[serde(flatten)]
@@ -66,6 +75,33 @@ pub struct DeviceConfig {
     /// ignored; refused otherwise (a typo must not fall back to a default).
     #[serde(flatten, skip_serializing)]
     pub device_plugin_only: BTreeMap<String, IgnoredAny>,
+}
+
+/// A boolean as YAML gives it, or as text in Go's `strconv.ParseBool`
+/// forms (HAMi's chart quotes `sgpuTopologyAware: "false"`).
+fn bool_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Bool(bool),
+        Text(String),
+    }
+    match Given::deserialize(d)? {
+        Given::Bool(b) => Ok(b),
+        Given::Text(t) => parse_bool(&t).ok_or_else(|| {
+            serde::de::Error::custom(format!("{t:?} is not a boolean: allowed true or false"))
+        }),
+    }
+}
+
+/// Go's `strconv.ParseBool`: `1`, `t`, `T`, `TRUE`, `true`, `True` and
+/// the same for false.
+pub fn parse_bool(text: &str) -> Option<bool> {
+    match text.trim() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// The keys of one entry of HAMi's `vnpus.configs` beyond resource names:
@@ -265,6 +301,7 @@ impl DeviceConfig {
             gpu_core_policy: "default".to_string(),
             runtime_class_name: String::new(),
             mig_profile_allowlist: Vec::new(),
+            topology_aware: false,
             vnpu: VnpuChip::of(kind.kind()),
             device_plugin_only: BTreeMap::new(),
         }
@@ -285,6 +322,16 @@ impl DeviceConfig {
                 "{section}.{key} is not a key gpugate knows (nor one of HAMi's device plugin, \
                  which are accepted and ignored: {})",
                 DEVICE_PLUGIN_KEYS.join(", ")
+            ));
+        }
+        if n.topology_aware
+            && !matches!(
+                n.kind.kind().node_preference,
+                crate::devices::NodePreference::Tenants { .. }
+            )
+        {
+            return Err(format!(
+                "{section}.topologyAware is read for no kind but Metax sGPUs (metax.sgpuTopologyAware)"
             ));
         }
         if n.resource_count_name.trim().is_empty() {

@@ -106,7 +106,9 @@ pub struct FeasibleNode<'a> {
     pub score: f64,
     /// The rank in 0..=1 (higher is better): the node policy's, combined
     /// with the NUMA score for a Guaranteed pod when the cluster has
-    /// NodeResourceTopology objects (see [`rank`]).
+    /// NodeResourceTopology objects (see [`rank`]), behind the pod's kind's
+    /// preference for the node when its kind has one
+    /// (`super::node_preference`).
     pub rank: f64,
     /// The extender priority, 0..=10: the rank scaled.
     pub priority: u8,
@@ -140,6 +142,23 @@ pub fn rank(policy: NodePolicy, score: f64, numa: Option<(f64, u32)>) -> (f64, u
             (r, (r * 10.0).round().clamp(0.0, 10.0) as u8)
         }
         _ => (by_policy, node_priority(policy, score)),
+    }
+}
+
+/// `rank` and `priority` with the preference of the pod's first kind
+/// that has one (`super::node_preference`) ahead of them, for the devices
+/// of `grants` on `node`. Out of line: only pods of such kinds reach it.
+#[inline(never)]
+fn preferred(
+    node: &Node,
+    plan: &PodPlan,
+    grants: &[(usize, usize, Usage)],
+    (rank, priority): (f64, u8),
+) -> (f64, u8) {
+    let plans = std::iter::once(plan).chain(&plan.also);
+    match super::node_preference::preference(node, plans, grants, plan.node_policy) {
+        Some(p) => super::node_preference::prefer(p, rank),
+        None => (rank, priority),
     }
 }
 
@@ -344,6 +363,10 @@ impl ClusterState {
                 .map(|c| c.kind)
                 .zip(plan.numa.containers.iter().copied()),
         );
+        // A kind's preference among nodes (`super::node_preference`).
+        let preferring = std::iter::once(plan).chain(&plan.also).any(|p| {
+            p.selection.kind.kind().node_preference != crate::devices::NodePreference::None
+        });
         let mut judge = |node: &'a Node, eval: &mut Evaluation<'a>| match self.fit_on_with(
             node,
             plan,
@@ -361,7 +384,10 @@ impl ClusterState {
                     );
                     (s, plan.numa_scoring.weight)
                 });
-                let (rank, priority) = rank(plan.node_policy, score, numa_part);
+                let (mut rank, mut priority) = rank(plan.node_policy, score, numa_part);
+                if preferring {
+                    (rank, priority) = preferred(node, plan, &scratch.grants, (rank, priority));
+                }
                 let better = eval.best().is_none_or(|b| {
                     ranks_before(plan.node_policy, (rank, score), (b.rank, b.score))
                 });

@@ -272,7 +272,8 @@ fn template_words(g: &GpuRequest, cfg: &DeviceConfig, soft: bool) -> String {
 }
 
 /// `; XPUs sit on boards of eight …`: how a kind's devices must sit
-/// together, for a request of `g.count` of them (`chip` names them).
+/// together, for a request of `g.count` of them (`chip` names them), and
+/// how its nodes rank (`devices::NodePreference`).
 fn grouping_words(g: &GpuRequest, kind: &crate::devices::DeviceKind, chip: &str) -> String {
     let mut out = String::new();
     match kind.grouping {
@@ -294,6 +295,19 @@ fn grouping_words(g: &GpuRequest, kind: &crate::devices::DeviceKind, chip: &str)
             }
         )),
         _ => {}
+    }
+    match kind.node_preference {
+        crate::devices::NodePreference::None => {}
+        crate::devices::NodePreference::Wings => out.push_str(&format!(
+            "; nodes rank first by the wings their {chip}s would leave partly used (the fewer the better), then by the node policy"
+        )),
+        crate::devices::NodePreference::SizeTables { losses, scores } => out.push_str(&format!(
+            "; nodes rank first by the device plugin's tables for {} {chip}s ({losses} under binpack, the lower the better; {scores} under spread, the higher the better), then by the node policy",
+            g.count
+        )),
+        crate::devices::NodePreference::Tenants { links } => out.push_str(&format!(
+            "; nodes rank first by the pods on the {chip}s it would take (a latency-sensitive pod: the fewer the better) or, for whole {chip}s with {links}, by the links among them, then by the node policy"
+        )),
     }
     out
 }

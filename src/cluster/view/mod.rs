@@ -586,12 +586,20 @@ type SourcesDigest = [u8; 32];
 fn node_sources(node: &K8sNode) -> SourcesDigest {
     let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
     let kinds = crate::devices::kinds().flat_map(|(_, k)| {
+        let (losses, scores) = match k.node_preference {
+            crate::devices::NodePreference::SizeTables { losses, scores } => {
+                (Some(losses), Some(scores))
+            }
+            _ => (None, None),
+        };
         [
             Some(k.register_key),
             k.score_key,
             k.templates
                 .map(|c| c.node_mode_annotation)
                 .filter(|key| !key.is_empty()),
+            losses,
+            scores,
         ]
     });
     let mut add = |value: Option<&String>| match value {

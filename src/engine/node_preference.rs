@@ -1,0 +1,264 @@
+//! A kind's preference among the nodes that can hold a pod, from the
+//! devices the pod would take on each (`devices::NodePreference`; HAMi's
+//! vendor `ScoreNode`, hami-vendors.md 1.7): a number in 0..=1, higher
+//! better, whatever the node policy. The evaluation ranks nodes by it
+//! first and by the node policy among equals ([`prefer`]).
+//!
+//! HAMi adds a vendor's score to its node score raw, so a bonus meant to
+//! help a node hurts it under `spread`, which keeps the lowest total; only
+//! Metax's tables are read by the policy. gpugate's preference means the
+//! same under both policies.
+
+use std::collections::BTreeMap;
+
+use crate::devices::{KindId, NodePreference};
+
+use super::device::{Node, Usage};
+use super::plan::PodPlan;
+use super::policy::NodePolicy;
+use super::selection::Selection;
+use super::size_tables::SizeTables;
+use super::tenancy::AppClass;
+
+/// The preference of `node` for a pod whose devices there are the
+/// positions of `grants` (all its kinds, with what each takes), before
+/// they are placed (the node's usage is without them): the first of the
+/// pod's `plans` (its first kind, then the others) whose kind has a rule
+/// and devices among the grants decides. `None` when none has a rule, or
+/// the rule says nothing of this pod.
+pub fn preference<'p>(
+    node: &Node,
+    plans: impl IntoIterator<Item = &'p PodPlan>,
+    grants: &[(usize, usize, Usage)],
+    policy: NodePolicy,
+) -> Option<f64> {
+    plans.into_iter().find_map(|plan| {
+        let kind = plan.selection.kind;
+        let rule = kind.kind().node_preference;
+        if rule == NodePreference::None {
+            return None;
+        }
+        let mine = |&&(_, pos, _): &&(usize, usize, Usage)| {
+            node.gpus.get(pos).is_some_and(|g| g.kind == kind)
+        };
+        let mut taken: Vec<usize> = grants.iter().filter(mine).map(|&(_, pos, _)| pos).collect();
+        taken.sort_unstable();
+        taken.dedup();
+        if taken.is_empty() {
+            return None;
+        }
+        match rule {
+            NodePreference::None => None,
+            NodePreference::Wings => Some(wings(node, kind, &taken)),
+            NodePreference::SizeTables { .. } => {
+                let n = u32::try_from(taken.len()).unwrap_or(u32::MAX);
+                Some(tables(node.size_tables(kind), n, policy))
+            }
+            NodePreference::Tenants { .. } => {
+                // The devices a container takes whole (all 100 cores).
+                let mut whole: Vec<usize> = grants
+                    .iter()
+                    .filter(mine)
+                    .filter(|(_, _, take)| take.cores >= 100)
+                    .map(|&(_, pos, _)| pos)
+                    .collect();
+                whole.sort_unstable();
+                whole.dedup();
+                tenants(node, kind, &plan.selection, &taken, &whole)
+            }
+        }
+    })
+}
+
+/// Kunlunxin's bubbles (hami-vendors.md 8.6) on the node's used cards
+/// before and after the pod: per board of eight (by index), 1 when no card
+/// is used, else each wing's (0-3, 4-7) count of used cards weighed
+/// 4 → 0, 1 → 2, any other → 1. One bubble fewer is best (1.0), as many
+/// 2/3, one more 1/3, two or more 0.
+///
+/// HAMi compares the used cards before the pod with the pod's own cards
+/// alone, and adds the score raw; the comparison here is of the node
+/// before and after, the same under both policies.
+fn wings(node: &Node, kind: KindId, taken: &[usize]) -> f64 {
+    let bubbles = |with_pod: bool| -> i64 {
+        // Used cards per board: (board, [left, right]).
+        let mut boards: BTreeMap<u32, [u32; 2]> = BTreeMap::new();
+        for (pos, g) in node.gpus.iter().enumerate() {
+            if g.kind != kind {
+                continue;
+            }
+            let used = node.usage.get(pos).is_some_and(|u| u.slots > 0)
+                || (with_pod && taken.binary_search(&pos).is_ok());
+            let wings = boards.entry(g.index / 8).or_default();
+            if used {
+                wings[usize::from(g.index % 8 >= 4)] += 1;
+            }
+        }
+        let weigh = |used: u32| match used {
+            4 => 0,
+            1 => 2,
+            _ => 1,
+        };
+        boards
+            .values()
+            .map(|&[l, r]| if l + r == 0 { 1 } else { weigh(l) + weigh(r) })
+            .sum()
+    };
+    match bubbles(true) - bubbles(false) {
+        d if d <= -1 => 1.0,
+        0 => 2.0 / 3.0,
+        1 => 1.0 / 3.0,
+        _ => 0.0,
+    }
+}
+
+/// Metax's tables (hami-vendors.md 5.5) for a pod of `n` devices: under
+/// binpack the loss, the lower the better (0 is 1.0, 1,000 is 0.5);
+/// under spread the score, the higher the better (1,000 is 0.5). A node
+/// without its table or without `n` in it is 0, after every node that has
+/// one. (HAMi adds `2000 − losses[n]` or `2000 − scores[n]` raw, and 0 for
+/// a node without them, which spread then prefers to all.)
+fn tables(tables: Option<&SizeTables>, n: u32, policy: NodePolicy) -> f64 {
+    let Some(t) = tables else {
+        return 0.0;
+    };
+    match policy {
+        NodePolicy::Binpack => t
+            .losses
+            .get(&n)
+            .map_or(0.0, |&loss| 1000.0 / (1000.0 + loss.max(0) as f64)),
+        NodePolicy::Spread => t.scores.get(&n).map_or(0.0, |&score| {
+            let score = score.max(0) as f64;
+            score / (score + 1000.0)
+        }),
+    }
+}
+
+/// Metax sGPU's score (hami-vendors.md 5.5), policy-neutral as in HAMi:
+///
+/// - a latency-sensitive (`online`) pod: per device it takes, −100 per
+///   batch pod when the device runs only batch pods, else −20 per
+///   latency-sensitive and −2 per batch pod; summed, 0 is 1.0 and −100 is
+///   0.5;
+/// - else a pod taking whole devices, with links on
+///   (`Selection::links`): with `S(x)` 10 per pair of devices of `x` in
+///   one network group (MetaLink zone), `10·S(taken) − (S(idle) −
+///   S(taken) − S(idle but not taken))` over the devices idle before the
+///   pod: links kept within the pod, less those it breaks; 0 is 0.5, and
+///   every 100 either way moves it a quarter of what is left;
+/// - any other pod: none, the node policy alone.
+fn tenants(
+    node: &Node,
+    kind: KindId,
+    selection: &Selection,
+    taken: &[usize],
+    whole: &[usize],
+) -> Option<f64> {
+    if selection.tenancy.class == AppClass::Online {
+        let raw: i64 = taken
+            .iter()
+            .map(|&pos| {
+                let t = node.tenants(pos);
+                let (online, offline) = (i64::from(t.online), i64::from(t.offline));
+                if offline > 0 && online == 0 {
+                    -100 * offline
+                } else {
+                    -20 * online - 2 * offline
+                }
+            })
+            .sum();
+        return Some(100.0 / (100.0 - raw.min(0) as f64));
+    }
+    if whole.is_empty() || selection.links != Some(true) {
+        return None;
+    }
+    let zone = |pos: usize| {
+        node.gpus
+            .get(pos)
+            .and_then(|g| g.network())
+            .filter(|z| *z > 0)
+    };
+    let links = |devices: &[usize]| -> i64 {
+        let mut n = 0;
+        for (i, &a) in devices.iter().enumerate() {
+            for &b in &devices[i + 1..] {
+                if zone(a).is_some() && zone(a) == zone(b) {
+                    n += 10;
+                }
+            }
+        }
+        n
+    };
+    let idle: Vec<usize> = (0..node.gpus.len())
+        .filter(|&pos| node.gpus[pos].kind == kind)
+        .filter(|&pos| node.usage.get(pos).is_none_or(|u| u.slots == 0))
+        .collect();
+    let rest: Vec<usize> = idle
+        .iter()
+        .copied()
+        .filter(|pos| whole.binary_search(pos).is_err())
+        .collect();
+    let kept = links(whole);
+    let raw = 10 * kept - (links(&idle) - kept - links(&rest));
+    Some(0.5 + (raw as f64 / 100.0).atan() / std::f64::consts::PI)
+}
+
+/// How finely a preference is told apart: preferences closer than one
+/// part in a million rank as equal, and the node policy decides.
+const LEVELS: f64 = 1_000_000.0;
+
+/// A feasible node's rank and priority with the kind's preference `p`
+/// ahead of its rank by the node policy (`rank`, 0..=1): the preference
+/// first, the policy's rank among equal preferences. The priority is the
+/// combined rank scaled to 0..=10.
+pub fn prefer(p: f64, rank: f64) -> (f64, u8) {
+    let level = (p.clamp(0.0, 1.0) * LEVELS).round();
+    // Half the policy's rank, so that the best rank of one level stays
+    // below the worst of the next.
+    let r = (level + rank.clamp(0.0, 1.0) / 2.0) / (LEVELS + 0.5);
+    // `r` is within 0..=1, so the cast cannot truncate.
+    (r, (r * 10.0).round() as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn losses_rank_under_binpack_and_scores_under_spread() {
+        let t = SizeTables {
+            losses: BTreeMap::from([(1, 0), (2, 1000)]),
+            scores: BTreeMap::from([(1, 1000), (2, 3000)]),
+        };
+        assert_eq!(tables(Some(&t), 1, NodePolicy::Binpack), 1.0);
+        assert_eq!(tables(Some(&t), 2, NodePolicy::Binpack), 0.5);
+        assert_eq!(tables(Some(&t), 1, NodePolicy::Spread), 0.5);
+        assert_eq!(tables(Some(&t), 2, NodePolicy::Spread), 0.75);
+        // No entry for 4, or no table: after every node with one.
+        assert_eq!(tables(Some(&t), 4, NodePolicy::Binpack), 0.0);
+        assert_eq!(tables(None, 1, NodePolicy::Spread), 0.0);
+        // A negative loss is none.
+        let negative = SizeTables {
+            losses: BTreeMap::from([(1, -50)]),
+            scores: BTreeMap::new(),
+        };
+        assert_eq!(tables(Some(&negative), 1, NodePolicy::Binpack), 1.0);
+    }
+
+    #[test]
+    fn the_preference_ranks_first_and_the_policy_among_equals() {
+        // A better preference wins over any rank by the policy.
+        let (best_policy, _) = prefer(0.5, 1.0);
+        let (worst_policy, _) = prefer(0.500001, 0.0);
+        assert!(worst_policy > best_policy);
+        // Equal preferences: the policy's rank decides.
+        assert!(prefer(0.5, 0.7).0 > prefer(0.5, 0.6).0);
+        // Priorities span 0..=10.
+        assert_eq!(prefer(0.0, 0.0), (0.0, 0));
+        assert_eq!(prefer(1.0, 1.0).1, 10);
+        assert_eq!(prefer(0.5, 0.0).1, 5);
+        // Out of range is clamped, never beyond 0..=1.
+        assert_eq!(prefer(2.0, 2.0), prefer(1.0, 1.0));
+        assert!(prefer(-1.0, -1.0).0 >= 0.0);
+    }
+}
