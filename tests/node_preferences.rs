@@ -267,3 +267,22 @@ fn whole_sgpus_prefer_linked_devices_when_asked() {
         "{e}"
     );
 }
+
+#[test]
+fn ascend_npus_go_where_a_container_stays_in_one_network_group() {
+    // 2.5: per container, the share of its NPUs in one NetworkID. Two NPUs
+    // on npu-b-ring share a group (1.0); on npu-a-split each is alone
+    // (0.5). Without the preference the equal empty nodes go by name.
+    let nodes = ["npu-a-split", "npu-b-ring"];
+    let two = json!({"huawei.com/Ascend910B3": "2"});
+    for policy in ["binpack", "spread"] {
+        assert_eq!(
+            best(policy, two.clone(), &nodes).0,
+            "npu-b-ring",
+            "{policy}"
+        );
+    }
+    // One NPU is always in one group: the node policy alone.
+    let one = json!({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "8192"});
+    assert_eq!(best("spread", one, &nodes).0, "npu-a-split");
+}

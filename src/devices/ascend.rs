@@ -104,6 +104,12 @@ macro_rules! ascend_kind {
                 writes_default_memory: true,
             }),
             grouping: $grouping,
+            // HAMi scores the 910 chips by their NPUs' network groups
+            // (2.5), not the 310P.
+            node_preference: match $grouping {
+                Grouping::Any => super::NodePreference::None,
+                _ => super::NodePreference::NetworkShare,
+            },
             // The `vnpus` section is read entry by entry (`config::Vnpus`);
             // HAMi names the count `resourceName` there.
             section_keys: &[("resourceName", Some("resourceCountName"))],

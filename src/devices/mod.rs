@@ -679,6 +679,10 @@ pub enum NodePreference {
     /// says so, prefers devices linked in one network group (MetaLink
     /// zone) that break few links among the idle ones.
     Tenants { links: &'static str },
+    /// The share of each container's devices in one network group (Ascend
+    /// 910's HCCS rings, `NetworkID`, 2.5): all of them is best; a node
+    /// where a device of the pod has no group, last.
+    NetworkShare,
 }
 
 /// How a container's devices must sit together on a node.

@@ -54,6 +54,7 @@ pub fn preference<'p>(
                 let n = u32::try_from(taken.len()).unwrap_or(u32::MAX);
                 Some(tables(node.size_tables(kind), n, policy))
             }
+            NodePreference::NetworkShare => Some(network_share(node, grants.iter().filter(mine))),
             NodePreference::Tenants { .. } => {
                 // The devices a container takes whole (all 100 cores).
                 let mut whole: Vec<usize> = grants
@@ -132,6 +133,34 @@ fn tables(tables: Option<&SizeTables>, n: u32, policy: NodePolicy) -> f64 {
             score / (score + 1000.0)
         }),
     }
+}
+
+/// Ascend 910's score (hami-vendors.md 2.5): per container, the share of
+/// its devices in the network group most of them are in, averaged over
+/// the containers (HAMi sums them, ×10, raw); 0 when a device has no
+/// group.
+fn network_share<'g>(node: &Node, grants: impl Iterator<Item = &'g (usize, usize, Usage)>) -> f64 {
+    // (container, group) of each device taken.
+    let mut taken: Vec<(usize, Option<u16>)> = grants
+        .map(|&(c, pos, _)| (c, node.gpus.get(pos).and_then(|g| g.network())))
+        .collect();
+    if taken.iter().any(|(_, group)| group.is_none()) {
+        return 0.0;
+    }
+    taken.sort_unstable();
+    let mut shares = Vec::new();
+    for container in taken.chunk_by(|a, b| a.0 == b.0) {
+        let most = container
+            .chunk_by(|a, b| a.1 == b.1)
+            .map(<[_]>::len)
+            .max()
+            .unwrap_or(0);
+        shares.push(most as f64 / container.len() as f64);
+    }
+    if shares.is_empty() {
+        return 0.0;
+    }
+    shares.iter().sum::<f64>() / shares.len() as f64
 }
 
 /// Metax sGPU's score (hami-vendors.md 5.5), policy-neutral as in HAMi:

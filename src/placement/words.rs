@@ -305,6 +305,10 @@ fn grouping_words(g: &GpuRequest, kind: &crate::devices::DeviceKind, chip: &str)
             "; nodes rank first by the device plugin's tables for {} {chip}s ({losses} under binpack, the lower the better; {scores} under spread, the higher the better), then by the node policy",
             g.count
         )),
+        crate::devices::NodePreference::NetworkShare if g.count > 1 => out.push_str(&format!(
+            "; nodes rank first by the share of the {chip}s in one network group (NetworkID), then by the node policy"
+        )),
+        crate::devices::NodePreference::NetworkShare => {}
         crate::devices::NodePreference::Tenants { links } => out.push_str(&format!(
             "; nodes rank first by the pods on the {chip}s it would take (a latency-sensitive pod: the fewer the better) or, for whole {chip}s with {links}, by the links among them, then by the node policy"
         )),
