@@ -272,17 +272,21 @@ fn whole_sgpus_prefer_linked_devices_when_asked() {
 fn ascend_npus_go_where_a_container_stays_in_one_network_group() {
     // 2.5: per container, the share of its NPUs in one NetworkID. Two NPUs
     // on npu-b-ring share a group (1.0); on npu-a-split each is alone
-    // (0.5). Without the preference the equal empty nodes go by name.
-    let nodes = ["npu-a-split", "npu-b-ring"];
+    // (0.5); npu-c-none registers no groups (0, as in HAMi), though
+    // binpack would take it, the only node in use.
+    let nodes = ["npu-a-split", "npu-b-ring", "npu-c-none"];
     let two = json!({"huawei.com/Ascend910B3": "2"});
     for policy in ["binpack", "spread"] {
-        assert_eq!(
-            best(policy, two.clone(), &nodes).0,
-            "npu-b-ring",
-            "{policy}"
+        let (node, priorities) = best(policy, two.clone(), &nodes);
+        assert_eq!(node, "npu-b-ring", "{policy}");
+        assert!(
+            priorities[1] > priorities[0] && priorities[0] > priorities[2],
+            "{policy}: {priorities:?}"
         );
     }
-    // One NPU is always in one group: the node policy alone.
+    // One NPU is in one group wherever it goes: the node policy alone,
+    // groups or none (binpack: the node in use; spread: an empty one).
     let one = json!({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "8192"});
+    assert_eq!(best("binpack", one.clone(), &nodes).0, "npu-c-none");
     assert_eq!(best("spread", one, &nodes).0, "npu-a-split");
 }

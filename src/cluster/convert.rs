@@ -50,7 +50,7 @@ pub fn pod_plan(pod: &Pod, config: &Config) -> Result<PodPlan, PlanError> {
             p.selection.unmarked_mode = Some(crate::devices::ascend::HAMI_CORE);
         }
         let section = config.device_config(p.request.device_kind);
-        p.selection.links.get_or_insert(section.topology_aware);
+        p.links.get_or_insert(section.topology_aware);
     };
     edge(&mut plan);
     plan.also.iter_mut().for_each(edge);

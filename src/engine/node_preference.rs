@@ -16,59 +16,60 @@ use crate::devices::{KindId, NodePreference};
 use super::device::{Node, Usage};
 use super::plan::PodPlan;
 use super::policy::NodePolicy;
-use super::selection::Selection;
 use super::size_tables::SizeTables;
 use super::tenancy::AppClass;
 
 /// The preference of `node` for a pod whose devices there are the
 /// positions of `grants` (all its kinds, with what each takes), before
-/// they are placed (the node's usage is without them): the first of the
-/// pod's `plans` (its first kind, then the others) whose kind has a rule
-/// and devices among the grants decides. `None` when none has a rule, or
-/// the rule says nothing of this pod.
+/// they are placed (the node's usage is without them): the rule of the
+/// first of the pod's `plans` (its first kind, then the others) whose
+/// kind has one decides. `None` when none has a rule, or the rule says
+/// nothing of this pod; that depends on the pod alone, never on the node,
+/// so that every node of one evaluation is ranked on one scale.
 pub fn preference<'p>(
     node: &Node,
     plans: impl IntoIterator<Item = &'p PodPlan>,
     grants: &[(usize, usize, Usage)],
     policy: NodePolicy,
 ) -> Option<f64> {
-    plans.into_iter().find_map(|plan| {
-        let kind = plan.selection.kind;
-        let rule = kind.kind().node_preference;
-        if rule == NodePreference::None {
-            return None;
+    let plan = plans
+        .into_iter()
+        .find(|p| p.selection.kind.kind().node_preference != NodePreference::None)?;
+    let kind = plan.selection.kind;
+    let mine =
+        |&&(_, pos, _): &&(usize, usize, Usage)| node.gpus.get(pos).is_some_and(|g| g.kind == kind);
+    let mut taken: Vec<usize> = grants.iter().filter(mine).map(|&(_, pos, _)| pos).collect();
+    taken.sort_unstable();
+    taken.dedup();
+    match kind.kind().node_preference {
+        NodePreference::None => None,
+        NodePreference::Wings => Some(wings(node, kind, &taken)),
+        NodePreference::SizeTables { .. } => {
+            let n = u32::try_from(taken.len()).unwrap_or(u32::MAX);
+            Some(tables(node.size_tables(kind), n, policy))
         }
-        let mine = |&&(_, pos, _): &&(usize, usize, Usage)| {
-            node.gpus.get(pos).is_some_and(|g| g.kind == kind)
-        };
-        let mut taken: Vec<usize> = grants.iter().filter(mine).map(|&(_, pos, _)| pos).collect();
-        taken.sort_unstable();
-        taken.dedup();
-        if taken.is_empty() {
-            return None;
+        NodePreference::NetworkShare => {
+            // A container of one device is in one group wherever it goes.
+            let several = plan
+                .request
+                .containers
+                .iter()
+                .any(|c| c.gpu.is_some_and(|g| g.count > 1));
+            several.then(|| network_share(node, grants.iter().filter(mine)))
         }
-        match rule {
-            NodePreference::None => None,
-            NodePreference::Wings => Some(wings(node, kind, &taken)),
-            NodePreference::SizeTables { .. } => {
-                let n = u32::try_from(taken.len()).unwrap_or(u32::MAX);
-                Some(tables(node.size_tables(kind), n, policy))
-            }
-            NodePreference::NetworkShare => Some(network_share(node, grants.iter().filter(mine))),
-            NodePreference::Tenants { .. } => {
-                // The devices a container takes whole (all 100 cores).
-                let mut whole: Vec<usize> = grants
-                    .iter()
-                    .filter(mine)
-                    .filter(|(_, _, take)| take.cores >= 100)
-                    .map(|&(_, pos, _)| pos)
-                    .collect();
-                whole.sort_unstable();
-                whole.dedup();
-                tenants(node, kind, &plan.selection, &taken, &whole)
-            }
+        NodePreference::Tenants { .. } => {
+            // The devices a container takes whole (all 100 cores).
+            let mut whole: Vec<usize> = grants
+                .iter()
+                .filter(mine)
+                .filter(|(_, _, take)| take.cores >= 100)
+                .map(|&(_, pos, _)| pos)
+                .collect();
+            whole.sort_unstable();
+            whole.dedup();
+            tenants(node, kind, plan, &taken, &whole)
         }
-    })
+    }
 }
 
 /// Kunlunxin's bubbles (hami-vendors.md 8.6) on the node's used cards
@@ -135,32 +136,37 @@ fn tables(tables: Option<&SizeTables>, n: u32, policy: NodePolicy) -> f64 {
     }
 }
 
-/// Ascend 910's score (hami-vendors.md 2.5): per container, the share of
-/// its devices in the network group most of them are in, averaged over
-/// the containers (HAMi sums them, ×10, raw); 0 when a device has no
-/// group.
+/// Ascend 910's score (hami-vendors.md 2.5): per container of several
+/// devices, the share of its devices in the network group most of them
+/// are in, averaged over those containers (HAMi sums every container's,
+/// × 10, raw); 0 when one of their devices has no group, as in HAMi.
 fn network_share<'g>(node: &Node, grants: impl Iterator<Item = &'g (usize, usize, Usage)>) -> f64 {
     // (container, group) of each device taken.
     let mut taken: Vec<(usize, Option<u16>)> = grants
         .map(|&(c, pos, _)| (c, node.gpus.get(pos).and_then(|g| g.network())))
         .collect();
-    if taken.iter().any(|(_, group)| group.is_none()) {
+    taken.sort_unstable();
+    let several: Vec<&[(usize, Option<u16>)]> = taken
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|devices| devices.len() > 1)
+        .collect();
+    if several.is_empty()
+        || several
+            .iter()
+            .flat_map(|d| d.iter())
+            .any(|(_, g)| g.is_none())
+    {
         return 0.0;
     }
-    taken.sort_unstable();
-    let mut shares = Vec::new();
-    for container in taken.chunk_by(|a, b| a.0 == b.0) {
-        let most = container
+    let shares = several.iter().map(|devices| {
+        let most = devices
             .chunk_by(|a, b| a.1 == b.1)
             .map(<[_]>::len)
             .max()
             .unwrap_or(0);
-        shares.push(most as f64 / container.len() as f64);
-    }
-    if shares.is_empty() {
-        return 0.0;
-    }
-    shares.iter().sum::<f64>() / shares.len() as f64
+        most as f64 / devices.len() as f64
+    });
+    shares.sum::<f64>() / several.len() as f64
 }
 
 /// Metax sGPU's score (hami-vendors.md 5.5), policy-neutral as in HAMi:
@@ -170,7 +176,7 @@ fn network_share<'g>(node: &Node, grants: impl Iterator<Item = &'g (usize, usize
 ///   latency-sensitive and −2 per batch pod; summed, 0 is 1.0 and −100 is
 ///   0.5;
 /// - else a pod taking whole devices, with links on
-///   (`Selection::links`): with `S(x)` 10 per pair of devices of `x` in
+///   (`PodPlan::links`): with `S(x)` 10 per pair of devices of `x` in
 ///   one network group (MetaLink zone), `10·S(taken) − (S(idle) −
 ///   S(taken) − S(idle but not taken))` over the devices idle before the
 ///   pod: links kept within the pod, less those it breaks; 0 is 0.5, and
@@ -179,11 +185,11 @@ fn network_share<'g>(node: &Node, grants: impl Iterator<Item = &'g (usize, usize
 fn tenants(
     node: &Node,
     kind: KindId,
-    selection: &Selection,
+    plan: &PodPlan,
     taken: &[usize],
     whole: &[usize],
 ) -> Option<f64> {
-    if selection.tenancy.class == AppClass::Online {
+    if plan.selection.tenancy.class == AppClass::Online {
         let raw: i64 = taken
             .iter()
             .map(|&pos| {
@@ -198,7 +204,7 @@ fn tenants(
             .sum();
         return Some(100.0 / (100.0 - raw.min(0) as f64));
     }
-    if whole.is_empty() || selection.links != Some(true) {
+    if whole.is_empty() || plan.links != Some(true) {
         return None;
     }
     let zone = |pos: usize| {
@@ -236,17 +242,45 @@ fn tenants(
 /// part in a million rank as equal, and the node policy decides.
 const LEVELS: f64 = 1_000_000.0;
 
-/// A feasible node's rank and priority with the kind's preference `p`
-/// ahead of its rank by the node policy (`rank`, 0..=1): the preference
-/// first, the policy's rank among equal preferences. The priority is the
-/// combined rank scaled to 0..=10.
-pub fn prefer(p: f64, rank: f64) -> (f64, u8) {
+/// A feasible node's rank with the kind's preference `p` ahead of its
+/// rank by the node policy (`rank`, 0..=1): the preference first, the
+/// policy's rank among equal preferences. In 0..=1.
+pub fn prefer(p: f64, rank: f64) -> f64 {
     let level = (p.clamp(0.0, 1.0) * LEVELS).round();
     // Half the policy's rank, so that the best rank of one level stays
     // below the worst of the next.
-    let r = (level + rank.clamp(0.0, 1.0) / 2.0) / (LEVELS + 0.5);
-    // `r` is within 0..=1, so the cast cannot truncate.
-    (r, (r * 10.0).round() as u8)
+    (level + rank.clamp(0.0, 1.0) / 2.0) / (LEVELS + 0.5)
+}
+
+/// The preference level (0 to a million) of a rank made by [`prefer`].
+fn level_of(rank: f64) -> f64 {
+    // The policy's half adds 0 to 0.5 to the level.
+    (rank * (LEVELS + 0.5) - 0.25).round()
+}
+
+/// The extender priorities (0..=10) of the feasible nodes of one
+/// evaluation ranked by [`prefer`], each given as its node policy's
+/// priority: the nodes at the best preference keep the node policy's
+/// order in the upper half (`5 + priority / 2`), the others go below in
+/// the order of their preference (0..=4). So kube-scheduler, which adds
+/// the priorities to its own scores, sees the preference first and the
+/// node policy among the best, as gpugate ranks them.
+pub fn band_priorities<T>(
+    nodes: &mut [T],
+    rank: impl Fn(&T) -> f64,
+    priority: impl Fn(&mut T) -> &mut u8,
+) {
+    let best = nodes.iter().map(|n| level_of(rank(n))).fold(0.0, f64::max);
+    for node in nodes {
+        let level = level_of(rank(node));
+        let priority = priority(node);
+        *priority = if level >= best {
+            5 + (*priority).min(10) / 2
+        } else {
+            // `level / best` is below 1, so this is 0..=4.
+            (5.0 * level / best).floor().min(4.0) as u8
+        };
+    }
 }
 
 #[cfg(test)]
@@ -277,17 +311,55 @@ mod tests {
     #[test]
     fn the_preference_ranks_first_and_the_policy_among_equals() {
         // A better preference wins over any rank by the policy.
-        let (best_policy, _) = prefer(0.5, 1.0);
-        let (worst_policy, _) = prefer(0.500001, 0.0);
-        assert!(worst_policy > best_policy);
+        assert!(prefer(0.500001, 0.0) > prefer(0.5, 1.0));
         // Equal preferences: the policy's rank decides.
-        assert!(prefer(0.5, 0.7).0 > prefer(0.5, 0.6).0);
-        // Priorities span 0..=10.
-        assert_eq!(prefer(0.0, 0.0), (0.0, 0));
-        assert_eq!(prefer(1.0, 1.0).1, 10);
-        assert_eq!(prefer(0.5, 0.0).1, 5);
+        assert!(prefer(0.5, 0.7) > prefer(0.5, 0.6));
+        assert_eq!(prefer(0.0, 0.0), 0.0);
+        assert_eq!(prefer(1.0, 1.0), 1.0);
         // Out of range is clamped, never beyond 0..=1.
         assert_eq!(prefer(2.0, 2.0), prefer(1.0, 1.0));
-        assert!(prefer(-1.0, -1.0).0 >= 0.0);
+        assert!(prefer(-1.0, -1.0) >= 0.0);
+        // The level is read back from the rank, whatever the policy's.
+        for (p, rank) in [
+            (0.0, 0.0),
+            (0.25, 1.0),
+            (0.5, 0.0),
+            (0.999999, 1.0),
+            (1.0, 0.3),
+        ] {
+            assert_eq!(
+                level_of(prefer(p, rank)),
+                (p * LEVELS).round(),
+                "{p} {rank}"
+            );
+        }
+    }
+
+    #[test]
+    fn priorities_keep_the_policy_at_the_best_preference_and_the_preference_below() {
+        // (preference, node policy's rank, node policy's priority)
+        let nodes = [
+            (1.0, 0.9, 9),
+            (1.0, 0.2, 2),
+            (0.5, 1.0, 10),
+            (0.25, 1.0, 10),
+            (0.0, 1.0, 10),
+        ];
+        let mut ranked: Vec<(f64, u8)> =
+            nodes.iter().map(|&(p, r, pr)| (prefer(p, r), pr)).collect();
+        band_priorities(&mut ranked, |n| n.0, |n| &mut n.1);
+        let priorities: Vec<u8> = ranked.iter().map(|(_, p)| *p).collect();
+        assert_eq!(priorities, [9, 6, 2, 1, 0]);
+        // Every node at one preference: the node policy's order, halved.
+        let mut same: Vec<(f64, u8)> = [(0.0, 0), (0.0, 10)]
+            .iter()
+            .map(|&(r, p)| (prefer(0.4, r), p))
+            .collect();
+        band_priorities(&mut same, |n| n.0, |n| &mut n.1);
+        assert_eq!((same[0].1, same[1].1), (5, 10));
+        // No preference anywhere (all 0): all at the best.
+        let mut none: Vec<(f64, u8)> = vec![(prefer(0.0, 0.5), 4)];
+        band_priorities(&mut none, |n| n.0, |n| &mut n.1);
+        assert_eq!(none[0].1, 7);
     }
 }

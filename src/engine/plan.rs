@@ -27,6 +27,12 @@ pub struct PodPlan {
     /// A plan per other kind the pod asks for (`PodRequest::also`), each
     /// with that kind's selection: fitted on the same node after this one.
     pub also: Vec<PodPlan>,
+    /// Whether a pod taking whole devices prefers nodes by their links
+    /// (`devices::NodePreference::Tenants`): the pod's annotation, else the
+    /// section's `topologyAware` (set at the edge from the config); `None`
+    /// when neither says. Beside the selection, not in it: the fit reads
+    /// the selection for every device, and this only ranks nodes.
+    pub links: Option<bool>,
 }
 
 /// Why a pod cannot be planned.
@@ -75,6 +81,7 @@ impl PodPlan {
             .map(|r| PodPlan::from_parts(r.clone(), annotations, defaults))
             .collect::<Result<_, _>>()?;
         Ok(PodPlan {
+            links: Selection::links_of(request.device_kind, annotations)?,
             selection: Selection::from_annotations(request.device_kind, annotations)?,
             request,
             also,
@@ -104,6 +111,7 @@ impl PodPlan {
             numa_scoring: NumaScoring::default(),
             scoring_weights: ScoringWeights::default(),
             also: Vec::new(),
+            links: None,
         }
     }
 }

@@ -76,11 +76,6 @@ pub struct Selection {
     /// The pod's app class and sharing policy, for a kind with tenancy
     /// rules (`super::tenancy`).
     pub tenancy: super::tenancy::Tenancy,
-    /// Whether a pod taking whole devices prefers nodes by their links
-    /// (`devices::NodePreference::Tenants`): the pod's annotation, else
-    /// the section's `topologyAware` (set at the edge from the config);
-    /// `None` when neither says.
-    pub links: Option<bool>,
 }
 
 /// What a kind adds to the fit of a container (hami-vendors.md 2.5, 8.5).
@@ -193,29 +188,10 @@ impl Selection {
                 })?
             }
         };
-        let links = match kind.node_preference {
-            crate::devices::NodePreference::Tenants { links: key } => {
-                match annotations.annotation(key).map(str::trim) {
-                    None | Some("") => None,
-                    Some(v) => {
-                        Some(
-                            super::resources::parse_bool(v).ok_or_else(|| SelectionError {
-                                annotation: key,
-                                problem: format!(
-                                    "{v:?} is not a boolean: allowed \"true\" or \"false\""
-                                ),
-                            })?,
-                        )
-                    }
-                }
-            }
-            _ => None,
-        };
         Ok(Selection {
             kind: id,
             rules: KindRules::of(id),
             tenancy,
-            links,
             unmarked_mode: None,
             mig_allowlist: None,
             mode,
@@ -225,6 +201,28 @@ impl Selection {
             avoid_uuids: uuids(keys.nouse_uuid),
             numa_bind,
         })
+    }
+
+    /// Whether a pod of `kind` taking whole devices asks to prefer nodes by
+    /// their links (`devices::NodePreference::Tenants`): its annotation, a
+    /// boolean in Go's forms; `None` when it does not say.
+    pub fn links_of(
+        kind: KindId,
+        annotations: &impl Annotations,
+    ) -> Result<Option<bool>, SelectionError> {
+        let crate::devices::NodePreference::Tenants { links: key } = kind.kind().node_preference
+        else {
+            return Ok(None);
+        };
+        match annotations.annotation(key).map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(v) => super::resources::parse_bool(v)
+                .map(Some)
+                .ok_or_else(|| SelectionError {
+                    annotation: key,
+                    problem: format!("{v:?} is not a boolean: allowed \"true\" or \"false\""),
+                }),
+        }
     }
 
     /// The model (and mode) check: `CardTypeMismatch` when false. Runs for

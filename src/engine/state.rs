@@ -145,21 +145,24 @@ pub fn rank(policy: NodePolicy, score: f64, numa: Option<(f64, u32)>) -> (f64, u
     }
 }
 
-/// `rank` and `priority` with the preference of the pod's first kind
-/// that has one (`super::node_preference`) ahead of them, for the devices
-/// of `grants` on `node`. Out of line: only pods of such kinds reach it.
-#[inline(never)]
+/// `rank` with the preference of the pod's first kind that has one
+/// (`super::node_preference`) ahead of it, for the devices of `grants` on
+/// `node`; `None` when the rule says nothing of the pod.
 fn preferred(
     node: &Node,
     plan: &PodPlan,
     grants: &[(usize, usize, Usage)],
-    (rank, priority): (f64, u8),
-) -> (f64, u8) {
+    rank: f64,
+) -> Option<f64> {
     let plans = std::iter::once(plan).chain(&plan.also);
-    match super::node_preference::preference(node, plans, grants, plan.node_policy) {
-        Some(p) => super::node_preference::prefer(p, rank),
-        None => (rank, priority),
-    }
+    super::node_preference::preference(node, plans, grants, plan.node_policy)
+        .map(|p| super::node_preference::prefer(p, rank))
+}
+
+/// The priorities of an evaluation whose ranks a preference made
+/// (`super::node_preference::band_priorities`).
+fn band_priorities(feasible: &mut [FeasibleNode<'_>]) {
+    super::node_preference::band_priorities(feasible, |f| f.rank, |f| &mut f.priority);
 }
 
 /// The verdict on every candidate node for one pod.
@@ -363,10 +366,6 @@ impl ClusterState {
                 .map(|c| c.kind)
                 .zip(plan.numa.containers.iter().copied()),
         );
-        // A kind's preference among nodes (`super::node_preference`).
-        let preferring = std::iter::once(plan).chain(&plan.also).any(|p| {
-            p.selection.kind.kind().node_preference != crate::devices::NodePreference::None
-        });
         let mut judge = |node: &'a Node, eval: &mut Evaluation<'a>| match self.fit_on_with(
             node,
             plan,
@@ -384,10 +383,7 @@ impl ClusterState {
                     );
                     (s, plan.numa_scoring.weight)
                 });
-                let (mut rank, mut priority) = rank(plan.node_policy, score, numa_part);
-                if preferring {
-                    (rank, priority) = preferred(node, plan, &scratch.grants, (rank, priority));
-                }
+                let (rank, priority) = rank(plan.node_policy, score, numa_part);
                 let better = eval.best().is_none_or(|b| {
                     ranks_before(plan.node_policy, (rank, score), (b.rank, b.score))
                 });
@@ -422,7 +418,41 @@ impl ClusterState {
                 }
             }
         }
+        // A kind's preference among nodes (`super::node_preference`): a
+        // second pass over the feasible nodes, so that the first one, which
+        // every NVIDIA evaluation runs, is not changed by it.
+        if std::iter::once(plan).chain(&plan.also).any(|p| {
+            p.selection.kind.kind().node_preference != crate::devices::NodePreference::None
+        }) {
+            self.prefer_feasible(plan, &mut eval);
+        }
         eval
+    }
+
+    /// Ranks the feasible nodes of `eval` by the pod's kind's preference
+    /// ahead of their rank (`super::node_preference`), from the devices the
+    /// fit chooses on each (fitted again: the first pass keeps no grants),
+    /// and gives them the priorities that follow; the best is chosen again.
+    #[cold]
+    #[inline(never)]
+    fn prefer_feasible<'a>(&'a self, plan: &PodPlan, eval: &mut Evaluation<'a>) {
+        let mut scratch = Scratch::default();
+        let mut banded = false;
+        for f in eval.feasible.iter_mut() {
+            let Some(node) = self.nodes.get(f.node) else {
+                continue;
+            };
+            if self.fit_on_with(node, plan, &[], &mut scratch).is_ok()
+                && let Some(r) = preferred(node, plan, &scratch.grants, f.rank)
+            {
+                f.rank = r;
+                banded = true;
+            }
+        }
+        if banded {
+            band_priorities(&mut eval.feasible);
+        }
+        eval.retain_feasible(|_| true);
     }
 
     /// The candidates in name order without repeats, each with its node

@@ -42,6 +42,7 @@ pub fn check_request(quota: &PodQuota, plan: &PodPlan) -> Result<(), QuotaRefusa
             && let Some((quota, used_mib, limit_mib)) = kind.memory_used_up()
         {
             return Err(QuotaRefusal::NoMemoryLeft {
+                kind: request.device_kind,
                 used_mib,
                 limit_mib,
                 quota: quota.to_string(),

@@ -89,6 +89,8 @@ pub enum QuotaRefusal {
     /// GPU memory asked in percent of a GPU (no MiB until a GPU is
     /// chosen) while the namespace has no memory left at all.
     NoMemoryLeft {
+        /// The kind of device whose memory it is.
+        kind: crate::devices::KindId,
         used_mib: u64,
         limit_mib: u64,
         /// The ResourceQuota's name.
@@ -101,14 +103,18 @@ impl fmt::Display for QuotaRefusal {
         match self {
             QuotaRefusal::Exceeded(e) => write!(f, "ResourceQuotaNotFit ({e})"),
             QuotaRefusal::NoMemoryLeft {
+                kind,
                 used_mib,
                 limit_mib,
                 quota,
-            } => write!(
-                f,
-                "ResourceQuotaNotFit (GPU memory in percent of a GPU requested, {used_mib} MiB of \
-                 {limit_mib} MiB already used (ResourceQuota {quota}))"
-            ),
+            } => {
+                let device = kind.kind().unit();
+                write!(
+                    f,
+                    "ResourceQuotaNotFit ({device} memory in percent of a {device} requested, \
+                     {used_mib} MiB of {limit_mib} MiB already used (ResourceQuota {quota}))"
+                )
+            }
         }
     }
 }
@@ -404,6 +410,7 @@ mod tests {
                 quota: "gpu".into(),
             })),
             NodeReason::Quota(QuotaRefusal::NoMemoryLeft {
+                kind: crate::devices::KindId::NVIDIA,
                 used_mib: 5,
                 limit_mib: 5,
                 quota: "gpu".into(),

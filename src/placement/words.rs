@@ -117,12 +117,16 @@ pub fn in_words(reason: &NodeReason, cfg: &DeviceConfig) -> String {
                 e.numbers()
             ),
             QuotaRefusal::NoMemoryLeft {
+                kind,
                 used_mib,
                 limit_mib,
                 quota,
-            } => format!(
-                "the namespace's ResourceQuota {quota} for GPU memory is used up ({used_mib} of {limit_mib} MiB), and the pod asks for a percentage of a GPU"
-            ),
+            } => {
+                let device = kind.kind().unit();
+                format!(
+                    "the namespace's ResourceQuota {quota} for {device} memory is used up ({used_mib} of {limit_mib} MiB), and the pod asks for a percentage of a {device}"
+                )
+            }
         },
         NodeReason::GangInvalid(e) => {
             format!("its gang group labels cannot be read ({e}); fix the labels and recreate the pod")

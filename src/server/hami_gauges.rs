@@ -175,7 +175,14 @@ impl HamiGauges {
         let mut quotas = Vec::new();
         for ns in namespaces {
             let used = view.quotas().used(ns);
-            for cfg in kinds {
+            let limited = view.quotas().limited_resources(ns);
+            // Only the kinds the namespace limits or holds (not all 26).
+            let counted = kinds.iter().filter(|cfg| {
+                !used.of(cfg.kind).is_zero()
+                    || limited.contains(cfg.resource_memory_name.as_str())
+                    || limited.contains(cfg.resource_core_name.as_str())
+            });
+            for cfg in counted {
                 let used = used.of(cfg.kind);
                 // Values that are not whole numbers are ignored here as by
                 // the quota check; the check reports them.

@@ -525,19 +525,38 @@ async fn whole_devices(ctx: &Ctx, plugin: &DevicePlugin, ns: &str) -> anyhow::Re
     );
     admitted_with_own_devices(plugin, admin, ns, "gcu-two").await?;
 
+    // Two empty boards (vd-12, vd-19): either one.
     let xpus = bind("whole-xpus", &[("kunlunxin.com/xpu", "4")]).await?;
+    let board = node_of(&xpus).to_string();
     let wing = npu_indexes(&xpus)?;
     let idx: Vec<String> = wing.iter().map(ToString::to_string).collect();
     ensure!(
-        (wing == [0, 1, 2, 3] || wing == [4, 5, 6, 7])
+        (board == "vd-12" || board == "vd-19")
+            && (wing == [0, 1, 2, 3] || wing == [4, 5, 6, 7])
             && annotation(&xpus, "BAIDU_COM_DEVICE_IDX") == Some(&idx.join(",")[..])
             && annotation(&xpus, "hami.io/kunlun-allocated").is_some_and(|l| {
-                l.starts_with(";vd-12-kunlun-") && l.ends_with(",kunlun,98304,100:;")
+                l.starts_with(&format!(";{board}-kunlun-")) && l.ends_with(",kunlun,98304,100:;")
             }),
-        "whole-xpus: {wing:?}, {}",
+        "whole-xpus on {board}: {wing:?}, {}",
         shown(&xpus, "BAIDU_COM_DEVICE_IDX")
     );
     admitted_with_own_devices(plugin, admin, ns, "whole-xpus").await?;
+    // Node preferences (docs/policies.md): one XPU under spread. The node
+    // policy alone would take the empty board; on it the XPU breaks a wing
+    // (bubbles 1 to 3), beside whole-xpus it breaks the other wing only (1
+    // to 2), so gpugate ranks that board first, and kube-scheduler binds
+    // it there through /filter and /prioritize.
+    let mut spread = dcu_pod("xpu-spread", &[("kunlunxin.com/xpu", "1")]);
+    spread["metadata"]["annotations"] = json!({"hami.io/node-scheduler-policy": "spread"});
+    create_pod(admin, ns, &spread).await?;
+    let spread = wait_bound(admin, ns, "xpu-spread", BIND).await?;
+    let other_wing = npu_indexes(&spread)?;
+    ensure!(
+        node_of(&spread) == board && other_wing.iter().all(|i| !wing.contains(i)),
+        "xpu-spread on {} {other_wing:?}, whole-xpus on {board} {wing:?}",
+        node_of(&spread)
+    );
+    admitted_with_own_devices(plugin, admin, ns, "xpu-spread").await?;
 
     let va = bind("va-one", &[("vastaitech.com/va", "1")]).await?;
     let list = annotation(&va, "hami.io/Vastai-devices-allocated").unwrap_or_default();
@@ -990,6 +1009,7 @@ pub async fn mixed_cluster(
             capacity_node("vd-10", "metax-tech.com/gpu", 2),
             capacity_node("vd-11", "enflame.com/gcu", 2),
             capacity_node("vd-12", "kunlunxin.com/xpu", 8),
+            capacity_node("vd-19", "kunlunxin.com/xpu", 8),
             vastai_node("vd-13"),
             iluvatar_node("vd-14"),
             amd_node("vd-15"),

@@ -261,6 +261,18 @@ impl Quotas {
         }
     }
 
+    /// The resource names the namespace's ResourceQuotas set a `limits.*`
+    /// entry for (`nvidia.com/gpumem`), whatever their values.
+    pub fn limited_resources(&self, namespace: &str) -> std::collections::BTreeSet<&str> {
+        self.quotas
+            .get(namespace)
+            .into_iter()
+            .flat_map(|q| q.values())
+            .flat_map(|q| q.hard.keys())
+            .filter_map(|k| k.strip_prefix("limits."))
+            .collect()
+    }
+
     /// Namespaces with at least one ResourceQuota (with or without GPU
     /// limits), in no particular order.
     pub fn namespaces(&self) -> impl Iterator<Item = &str> {
