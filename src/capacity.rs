@@ -18,7 +18,6 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::engine::checks::check_gpu;
-use crate::engine::policy::GpuPolicy;
 use crate::engine::request::{GpuRequest, Memory};
 use crate::engine::selection::Selection;
 use crate::engine::state::ClusterState;
@@ -70,7 +69,7 @@ pub fn free_slice(gpu: &Gpu, used: &Usage) -> Option<Slice> {
         kind: gpu.kind,
         ..Selection::default()
     };
-    check_gpu(gpu, used, &empty, &any_pod, GpuPolicy::Binpack).ok()?;
+    check_gpu(gpu, used, &empty, &any_pod, false).ok()?;
     let cap = &gpu.capacity;
     if gpu.is_mig() {
         // The largest profile (the list is in order of memory) with a
@@ -326,7 +325,7 @@ mod tests {
                 ..Usage::default()
             };
             let check = |r: GpuRequest| {
-                check_gpu(&gpu, &used, &r, &Selection::default(), GpuPolicy::Binpack).is_ok()
+                check_gpu(&gpu, &used, &r, &Selection::default(), false).is_ok()
             };
             match free_slice(&gpu, &used) {
                 Some(s) => {

@@ -754,7 +754,7 @@ fn gpu_shortfall(node: &Node, plan: &PodPlan, g: &GpuRequest) -> (String, Option
             // Too small even empty.
             continue;
         }
-        let short = match check_gpu(gpu, used, g, &plan.selection, plan.gpu_policy) {
+        let short = match check_gpu(gpu, used, g, &plan.selection, plan.gpu_policy.is_mutex()) {
             Ok(_) => 0,
             Err(
                 Reason::CardNotHealth

@@ -438,7 +438,7 @@ fn valid_assignment(node: &Node, plan: &PodPlan, sets: &[Vec<usize>]) -> bool {
                 &running[p],
                 req,
                 &plan.selection,
-                plan.gpu_policy,
+                plan.gpu_policy.is_mutex(),
             ) {
                 Ok(take) => after[p].add(&take),
                 Err(_) => return false,

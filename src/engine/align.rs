@@ -479,7 +479,13 @@ mod tests {
                 let base = app.clone();
                 let mut takes = Vec::new();
                 for &g in &options[k][pick[k]] {
-                    match check_gpu(&node.gpus[g], &base[g], &req, &p.selection, p.gpu_policy) {
+                    match check_gpu(
+                        &node.gpus[g],
+                        &base[g],
+                        &req,
+                        &p.selection,
+                        p.gpu_policy.is_mutex(),
+                    ) {
                         Ok(take) => takes.push((g, take)),
                         Err(_) => return false,
                     }

@@ -4,12 +4,14 @@
 //! ([`ZoneRule`], NUMA alignment).
 
 use super::device::{Gpu, Usage};
-use super::policy::GpuPolicy;
 use super::reason::Reason;
 use super::request::GpuRequest;
 use super::selection::Selection;
 
 /// The per-GPU checks, in HAMi's order; the first failure is the reason.
+/// `mutex`: the GPU policy takes only idle GPUs (`GpuPolicy::is_mutex`,
+/// read once by the caller, not per GPU: inlined here, the compiler
+/// sometimes left the policy's match in the loop, 4 instructions a GPU).
 /// Inlined: it runs for every GPU of every candidate node, and a call
 /// per GPU cost a fifth of a 5,000-node evaluation's instructions
 /// (docs/benchmarks.md, "Counted, not timed").
@@ -19,7 +21,7 @@ pub fn check_gpu(
     used: &Usage,
     req: &GpuRequest,
     selection: &Selection,
-    policy: GpuPolicy,
+    mutex: bool,
 ) -> Result<Usage, Reason> {
     if !gpu.healthy {
         return Err(Reason::CardNotHealth);
@@ -46,7 +48,7 @@ pub fn check_gpu(
     if used.slots >= cap.slots {
         return Err(Reason::CardTimeSlicingExhausted);
     }
-    if policy.is_mutex() && used.slots > 0 {
+    if mutex && used.slots > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
     let mem = req.mem_on(u64::from(cap.mem_mib));

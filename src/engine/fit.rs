@@ -337,6 +337,7 @@ fn per_gpu<const CORES_IGNORED: bool>(
     s: &mut Scratch,
     counts: &mut ReasonCounts,
 ) {
+    let mutex = plan.gpu_policy.is_mutex();
     for (pos, gpu) in node.gpus.iter().enumerate() {
         if !rule.allows(gpu) {
             counts.add(Reason::NumaZoneInsufficientGPU, 1);
@@ -346,7 +347,7 @@ fn per_gpu<const CORES_IGNORED: bool>(
         if CORES_IGNORED {
             used.cores = 0;
         }
-        match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+        match check_gpu(gpu, &used, req, &plan.selection, mutex) {
             Ok(take) => s.candidates.push((pos, take)),
             Err(reason) => counts.add(reason, 1),
         }
@@ -639,7 +640,7 @@ fn more_mig_instances(
         let mut used = usage.get(pos).copied().unwrap_or_default();
         used.add(&first);
         while s.candidates.len() < n {
-            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy.is_mutex()) {
                 Ok(take) => {
                     used.add(&take);
                     s.candidates.push((pos, take));
@@ -848,7 +849,7 @@ mod tests {
     }
 
     fn check(g: &Gpu, u: Usage, r: GpuRequest) -> Result<Usage, Reason> {
-        check_gpu(g, &u, &r, &Selection::default(), GpuPolicy::Spread)
+        check_gpu(g, &u, &r, &Selection::default(), false)
     }
 
     #[test]
@@ -873,7 +874,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            check_gpu(&g, &free, &req(1, 1, 0), &t4_only, GpuPolicy::Spread),
+            check_gpu(&g, &free, &req(1, 1, 0), &t4_only, false),
             Err(Reason::CardTypeMismatch)
         );
         let mut mig = gpu(0);
@@ -888,7 +889,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            check_gpu(&g, &free, &req(1, 1, 0), &not_this, GpuPolicy::Spread),
+            check_gpu(&g, &free, &req(1, 1, 0), &not_this, false),
             Err(Reason::CardUuidMismatch)
         );
 
@@ -898,7 +899,7 @@ mod tests {
                 &used(1, 1, 1),
                 &req(1, 1, 0),
                 &Selection::default(),
-                GpuPolicy::Mutex
+                GpuPolicy::Mutex.is_mutex()
             ),
             Err(Reason::ExclusiveDeviceAllocateConflict)
         );

@@ -184,7 +184,7 @@ fn candidates(
         let mut used = usage.get(pos).copied().unwrap_or_default();
         let mut taken = 0;
         while taken < req.count.max(1) {
-            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy) {
+            match check_gpu(gpu, &used, req, &plan.selection, plan.gpu_policy.is_mutex()) {
                 Ok(take) => {
                     out.push((pos, take));
                     used.add(&take);
