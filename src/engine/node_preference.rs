@@ -179,8 +179,8 @@ fn network_share<'g>(node: &Node, grants: impl Iterator<Item = &'g (usize, usize
 ///   (`PodPlan::links`): with `S(x)` 10 per pair of devices of `x` in
 ///   one network group (MetaLink zone), `10·S(taken) − (S(idle) −
 ///   S(taken) − S(idle but not taken))` over the devices idle before the
-///   pod: links kept within the pod, less those it breaks; 0 is 0.5, and
-///   every 100 either way moves it a quarter of what is left;
+///   pod: links kept within the pod, less those it breaks; 0 is 0.5,
+///   +100 is 0.75, −100 is 0.25 (`0.5 + atan(raw / 100) / π`);
 /// - any other pod: none, the node policy alone.
 fn tenants(
     node: &Node,
