@@ -323,3 +323,59 @@ fn the_webhook_routes_the_pods_and_leaves_their_resources() {
         );
     }
 }
+
+/// Vastai's die mode (hami-vendors.md 13.2, 13.5): the first device
+/// registers `custominfo.DeviceStrategy` `die`, each die its card (`AIC`).
+/// A container's dies come from the card with the most fitting dies
+/// first, and nodes rank by the share of a container's dies on one card.
+#[test]
+fn vastai_dies_come_from_one_card_first() {
+    let die = |node: &str, i: u32, aic: &str| {
+        json!({"id": format!("VA-{node}-{i}"), "index": i, "count": 1, "devmem": 16384,
+               "devcore": 100, "type": "Vastai", "health": true,
+               "custominfo": {"DeviceStrategy": "die", "AIC": aic}})
+    };
+    let node = |name: &str, cards: &[&str]| {
+        let dies: Vec<Value> = cards
+            .iter()
+            .enumerate()
+            .map(|(i, aic)| die(name, i as u32, aic))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+               "annotations": {"hami.io/node-va-register": Value::Array(dies).to_string()}}})
+    };
+    // va-dies: die 0 on card A, dies 1-3 on card B. va-apart: four cards.
+    let nodes = [
+        node("va-dies", &["A", "B", "B", "B"]),
+        node("va-apart", &["A", "B", "C", "D"]),
+    ];
+    let text: String = nodes
+        .iter()
+        .map(|n| format!("---\n{}\n", serde_json::to_string(n).unwrap()))
+        .collect();
+    let (view, report) = gpugate::cluster::Snapshot::from_yaml(&text, "dies")
+        .unwrap()
+        .to_view();
+    assert!(report.unregistered_nodes.is_empty(), "{report:?}");
+    let dies = view.state().node("va-dies").unwrap();
+    let groups: Vec<Option<u16>> = dies.gpus.iter().map(|g| g.network()).collect();
+    assert_eq!(groups, [Some(0), Some(1), Some(1), Some(1)]);
+    let two = pod_plan(
+        &pod("p", json!({}), json!({"vastaitech.com/va": "2"})),
+        &Config::default(),
+    )
+    .unwrap();
+    // Two dies from card B, not die 0 (card A) and die 1 as index order
+    // would give.
+    let a = view.state().assign(&two, "va-dies").unwrap();
+    assert_eq!(a.gpu_uuids(), ["VA-va-dies-1", "VA-va-dies-2"]);
+    // Both nodes hold them; va-dies keeps them on one card.
+    let names = ["va-apart".to_string(), "va-dies".to_string()];
+    let eval = view.state().evaluate(&two, Some(&names));
+    assert_eq!(eval.feasible.len(), 2);
+    assert_eq!(eval.best().unwrap().node, "va-dies");
+    // A node in card mode registers no cards.
+    let (view, _) = snapshot().to_view();
+    let cards = view.state().node("va-1").unwrap();
+    assert!(cards.gpus.iter().all(|g| g.network().is_none()));
+}

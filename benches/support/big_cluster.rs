@@ -131,6 +131,7 @@ pub fn k8s_objects(gpus_per_node: u32, group: u32) -> Snapshot {
                     mode: "hami-core".to_string(),
                     mig_profiles: Vec::new(),
                     network_id: None,
+                    card: None,
                 })
                 .collect();
             // Both directions, as HAMi's device plugin writes them.

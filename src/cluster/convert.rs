@@ -226,6 +226,32 @@ fn vendor_device(
         mode: String::new(),
         mig_profiles: Vec::new(),
         network_id: None,
+        card: None,
+    }
+}
+
+/// In die mode (the first device registers `custominfo.DeviceStrategy`
+/// `die`, as HAMi judges it on its first candidate; Vastai,
+/// hami-vendors.md 13.2, 13.5), each die's card (`AIC`) is its network
+/// group, numbered by first appearance, so that a container's dies come
+/// from the largest card first (`Grouping::NetworkGroups`) and nodes rank
+/// by the share of a container's dies on one card
+/// (`NodePreference::NetworkShare`).
+fn dies_grouped_by_card(devices: &mut [crate::hami::DeviceInfo]) {
+    if devices.first().is_none_or(|d| d.card.is_none()) {
+        return;
+    }
+    let mut cards: Vec<String> = Vec::new();
+    for d in devices.iter_mut() {
+        let card = d.card.clone().unwrap_or_default();
+        let group = match cards.iter().position(|c| *c == card) {
+            Some(i) => i,
+            None => {
+                cards.push(card);
+                cards.len() - 1
+            }
+        };
+        d.network_id = i64::try_from(group).ok();
     }
 }
 
@@ -359,6 +385,7 @@ pub fn node_from_k8s(node: &K8sNode) -> Result<(Node, Vec<NodeError>), NodeError
                 d.index = u32::try_from(i).unwrap_or(u32::MAX);
             }
         }
+        dies_grouped_by_card(&mut devices);
         let chip = kind.kind().templates;
         // An Ascend node says whether its plugin splits softly; a node
         // that does not say is read at placement (config

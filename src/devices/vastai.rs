@@ -4,13 +4,14 @@
 //! as many pods as its registered `count`, `counts_only`), written to the
 //! pod as `hami.io/Vastai-devices-to-allocate` and `-allocated` under the
 //! vendor word `Vastai`, behind the node lock every HAMi backend shares.
-//! A node registering dies (die mode) has each die placed as a device;
-//! HAMi's grouping of dies by card is not applied (docs/policies.md,
-//! "Vastai").
+//! A node registering dies (die mode, `custominfo.DeviceStrategy` `die`)
+//! has each die placed as a device, its card (`AIC`) as its network
+//! group: a container's dies come from the largest card first, and nodes
+//! rank by the share of a container's dies on one card (13.5).
 
 use super::{
-    ConfigDefaults, DeviceKind, NO_RESOURCES, NO_SELECTION, PodLists, SelectionKeys,
-    VENDOR_DEFAULTS,
+    ConfigDefaults, DeviceKind, Grouping, NO_RESOURCES, NO_SELECTION, NodePreference, PodLists,
+    SelectionKeys, VENDOR_DEFAULTS,
 };
 
 /// Node: the inventory (JSON; 13.2).
@@ -39,5 +40,10 @@ pub static VASTAI: DeviceKind = DeviceKind {
         ..NO_RESOURCES
     },
     counts_only: true,
+    // Die mode (13.5): a container's dies from the largest card first,
+    // nodes by the share of a container's dies on one card; a node in
+    // card mode registers no cards, and neither rule applies.
+    grouping: Grouping::NetworkGroups,
+    node_preference: NodePreference::NetworkShare,
     ..VENDOR_DEFAULTS
 };

@@ -53,6 +53,11 @@ pub struct DeviceInfo {
     /// ring the NPU sits on; hami-vendors.md 2.2); read by hand.
     #[serde(skip)]
     pub network_id: Option<i64>,
+    /// In die mode (`custominfo.DeviceStrategy` `die`, Vastai,
+    /// hami-vendors.md 13.2), the card the die sits on: `custominfo.AIC`
+    /// (`""` when absent); `None` in card mode. Read by hand.
+    #[serde(skip)]
+    pub card: Option<String>,
 }
 
 /// The mode HAMi assumes for devices registered in the 7-field text form.
@@ -126,8 +131,18 @@ pub fn encode_node_devices_json(devices: &[DeviceInfo]) -> String {
                 mig_profiles_json(&d.mig_profiles)
             ));
         }
+        let mut custom = Vec::new();
         if let Some(id) = d.network_id {
-            out.push_str(&format!(",\"custominfo\":{{\"NetworkID\":{id}}}"));
+            custom.push(format!("\"NetworkID\":{id}"));
+        }
+        if let Some(card) = &d.card {
+            custom.push(format!(
+                "\"DeviceStrategy\":\"die\",\"AIC\":{}",
+                json_string(card)
+            ));
+        }
+        if !custom.is_empty() {
+            out.push_str(&format!(",\"custominfo\":{{{}}}", custom.join(",")));
         }
         out.push('}');
     }
@@ -187,9 +202,9 @@ fn decode_json(value: &str) -> Result<Vec<DeviceInfo>, DecodeError> {
 
 /// One device of the JSON form. Absent and `null` fields take their zero
 /// value (Go's `omitempty` leaves zero values out); `migProfiles` is read
-/// as HAMi v2.10 writes it ([`super::mig`]); of `custominfo` only a
+/// as HAMi v2.10 writes it ([`super::mig`]); of `custominfo` a
 /// whole-number `NetworkID` is read (HAMi reads it as a JSON number and
-/// ignores it otherwise); unknown fields such as `devicevendor` are
+/// ignores it otherwise), and `DeviceStrategy` with `AIC`; unknown fields such as `devicevendor` are
 /// ignored.
 fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeError> {
     let id = json_str(i, "", obj, "id")?;
@@ -232,6 +247,19 @@ fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeE
             .and_then(Value::as_f64)
             .filter(|n| n.fract() == 0.0 && n.abs() < 1e15)
             .map(|n| n as i64),
+        card: die_card(obj.get("custominfo")),
+    })
+}
+
+/// The card of a die in die mode (`custominfo.DeviceStrategy` `die`):
+/// `custominfo.AIC` as text (a number is read as written), `""` when
+/// absent; `None` in card mode.
+fn die_card(custom: Option<&Value>) -> Option<String> {
+    let custom = custom?;
+    (custom.get("DeviceStrategy")?.as_str()? == "die").then(|| match custom.get("AIC") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
     })
 }
 
@@ -361,6 +389,7 @@ fn legacy_device(i: usize, piece: &str) -> Result<DeviceInfo, DecodeError> {
         // The text form predates MIG profiles and custom info.
         mig_profiles: Vec::new(),
         network_id: None,
+        card: None,
     })
 }
 
@@ -390,6 +419,7 @@ mod tests {
             mode: "hami-core".to_string(),
             mig_profiles: Vec::new(),
             network_id: None,
+            card: None,
         }
     }
 
@@ -415,6 +445,7 @@ mod tests {
                 mode: String::new(),
                 mig_profiles: Vec::new(),
                 network_id: None,
+                card: None,
             }]
         );
         // HAMi's example has no mode, so encoding gives back the same bytes.
