@@ -204,8 +204,8 @@ fn decode_json(value: &str) -> Result<Vec<DeviceInfo>, DecodeError> {
 /// value (Go's `omitempty` leaves zero values out); `migProfiles` is read
 /// as HAMi v2.10 writes it ([`super::mig`]); of `custominfo` a
 /// whole-number `NetworkID` is read (HAMi reads it as a JSON number and
-/// ignores it otherwise), and `DeviceStrategy` with `AIC`; unknown fields such as `devicevendor` are
-/// ignored.
+/// ignores it otherwise), and `DeviceStrategy` with `AIC`; unknown
+/// fields such as `devicevendor` are ignored.
 fn json_device(i: usize, obj: &Map<String, Value>) -> Result<DeviceInfo, DecodeError> {
     let id = json_str(i, "", obj, "id")?;
     let u32_field = |field: &'static str, max: u32| -> Result<u32, DecodeError> {
