@@ -38,9 +38,7 @@ pub fn preference<'p>(
     let kind = plan.selection.kind;
     let mine =
         |&&(_, pos, _): &&(usize, usize, Usage)| node.gpus.get(pos).is_some_and(|g| g.kind == kind);
-    let mut taken: Vec<usize> = grants.iter().filter(mine).map(|&(_, pos, _)| pos).collect();
-    taken.sort_unstable();
-    taken.dedup();
+    let taken = positions(grants.iter().filter(mine));
     match kind.kind().node_preference {
         NodePreference::None => None,
         NodePreference::Wings => Some(wings(node, kind, &taken)),
@@ -59,17 +57,23 @@ pub fn preference<'p>(
         }
         NodePreference::Tenants { .. } => {
             // The devices a container takes whole (all 100 cores).
-            let mut whole: Vec<usize> = grants
-                .iter()
-                .filter(mine)
-                .filter(|(_, _, take)| take.cores >= 100)
-                .map(|&(_, pos, _)| pos)
-                .collect();
-            whole.sort_unstable();
-            whole.dedup();
+            let whole = positions(
+                grants
+                    .iter()
+                    .filter(mine)
+                    .filter(|(_, _, take)| take.cores >= 100),
+            );
             tenants(node, kind, plan, &taken, &whole)
         }
     }
+}
+
+/// The node positions of `grants`, each once, in order.
+fn positions<'g>(grants: impl Iterator<Item = &'g (usize, usize, Usage)>) -> Vec<usize> {
+    let mut out: Vec<usize> = grants.map(|&(_, pos, _)| pos).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Kunlunxin's bubbles (hami-vendors.md 8.6) on the node's used cards

@@ -145,26 +145,6 @@ pub fn rank(policy: NodePolicy, score: f64, numa: Option<(f64, u32)>) -> (f64, u
     }
 }
 
-/// `rank` with the preference of the pod's first kind that has one
-/// (`super::node_preference`) ahead of it, for the devices of `grants` on
-/// `node`; `None` when the rule says nothing of the pod.
-fn preferred(
-    node: &Node,
-    plan: &PodPlan,
-    grants: &[(usize, usize, Usage)],
-    rank: f64,
-) -> Option<f64> {
-    let plans = std::iter::once(plan).chain(&plan.also);
-    super::node_preference::preference(node, plans, grants, plan.node_policy)
-        .map(|p| super::node_preference::prefer(p, rank))
-}
-
-/// The priorities of an evaluation whose ranks a preference made
-/// (`super::node_preference::band_priorities`).
-fn band_priorities(feasible: &mut [FeasibleNode<'_>]) {
-    super::node_preference::band_priorities(feasible, |f| f.rank, |f| &mut f.priority);
-}
-
 /// The verdict on every candidate node for one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation<'a> {
@@ -436,21 +416,23 @@ impl ClusterState {
     #[cold]
     #[inline(never)]
     fn prefer_feasible<'a>(&'a self, plan: &PodPlan, eval: &mut Evaluation<'a>) {
+        use super::node_preference::{band_priorities, prefer, preference};
         let mut scratch = Scratch::default();
         let mut banded = false;
         for f in eval.feasible.iter_mut() {
             let Some(node) = self.nodes.get(f.node) else {
                 continue;
             };
+            let plans = std::iter::once(plan).chain(&plan.also);
             if self.fit_on_with(node, plan, &[], &mut scratch).is_ok()
-                && let Some(r) = preferred(node, plan, &scratch.grants, f.rank)
+                && let Some(p) = preference(node, plans, &scratch.grants, plan.node_policy)
             {
-                f.rank = r;
+                f.rank = prefer(p, f.rank);
                 banded = true;
             }
         }
         if banded {
-            band_priorities(&mut eval.feasible);
+            band_priorities(&mut eval.feasible, |f| f.rank, |f| &mut f.priority);
         }
         eval.retain_feasible(|_| true);
     }
